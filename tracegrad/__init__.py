@@ -1,0 +1,32 @@
+"""tracegrad: eager tensors with reverse-mode autograd, and a tracing JIT for their graphs."""
+from . import cuda, dtypes
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .broadcast import BroadcastError, BroadcastWarning, broadcast_shapes
+from .device import device
+from .dtypes import bool_ as bool
+from .dtypes import float16, float32, float64, int32, int64
+from .dtypes import DType as dtype
+from .functional import GradcheckError, grad, gradcheck, jvp, value_and_grad, vjp
+from .tensor import (Tensor, TraceError, arange, as_tensor, cat, empty, eye, from_numpy, full, full_like,
+                     linspace, manual_seed, matmul, ones, ones_like, rand, randint, randn, randperm, stack,
+                     tensor, where, zeros, zeros_like)
+from . import nn, optim  # noqa: E402  (they build on the names above)
+
+half, float, double, long, int = float16, float32, float64, int64, int32
+
+__version__ = "0.1.0"
+
+
+def _fn(name):
+    def f(x, *args, **kwargs):
+        return getattr(x, name)(*args, **kwargs)
+    f.__name__ = name
+    f.__doc__ = f"tg.{name}(x, ...) is x.{name}(...)"
+    return f
+
+
+for _name in ("exp log sqrt rsqrt tanh sigmoid relu sin cos abs sign neg reciprocal square sum mean max min var std "
+              "prod logsumexp argmax argmin reshape transpose permute squeeze unsqueeze flatten clamp maximum "
+              "minimum softmax log_softmax expand broadcast_to log1p expm1").split():
+    globals()[_name] = _fn(_name)
+del _name

@@ -1,0 +1,236 @@
+"""Reverse mode: graph nodes, the iterative backward engine, grad modes, version checks."""
+import functools
+
+from .broadcast import quiet
+
+
+class _Mode:
+    grad = True
+
+
+def is_grad_enabled():
+    return _Mode.grad
+
+
+class _GradMode:
+    """Context manager and decorator that sets whether autograd records."""
+
+    enabled = True
+
+    def __enter__(self):
+        self._prev, _Mode.grad = _Mode.grad, self.enabled
+
+    def __exit__(self, *exc):
+        _Mode.grad = self._prev
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            with type(self)():
+                return fn(*a, **kw)
+        return wrapper
+
+
+class no_grad(_GradMode):
+    enabled = False
+
+
+class enable_grad(_GradMode):
+    enabled = True
+
+
+class set_grad_enabled(_GradMode):
+    def __init__(self, mode):
+        self.enabled = bool(mode)
+
+    def __call__(self, fn):
+        mode = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            with set_grad_enabled(mode):
+                return fn(*a, **kw)
+        return wrapper
+
+
+class Node:
+    """One recorded primitive application: what its VJP needs, and where gradients go.
+
+    `edges[i]` is the producer of input i: (node, output index), a leaf tensor (accumulate into
+    .grad), or None when input i needs no gradient."""
+
+    __slots__ = ("prim", "attrs", "shapes", "dtypes", "saved", "versions", "out", "out_version",
+                 "edges", "freed", "n_out", "out_meta", "__weakref__")
+
+    def __init__(self, prim, inputs, attrs, out):
+        self.prim, self.attrs, self.n_out = prim, attrs, 1
+        self.shapes = [t.shape for t in inputs]
+        self.dtypes = [t.dtype for t in inputs]
+        save = range(len(inputs)) if prim.save is None else prim.save
+        self.saved = [None] * len(inputs)
+        self.versions = {}
+        for i in save:
+            self.saved[i] = inputs[i]
+            self.versions[i] = inputs[i]._ver[0]
+        self.out = out if prim.save_out else None
+        self.out_version = out._ver[0]
+        self.out_meta = [(out.shape, out.dtype, out.device)]
+        self.edges = [_edge(t) for t in inputs]
+        self.freed = False
+
+    def x(self, i):
+        return self.saved[i]
+
+    def name(self):
+        return self.prim.backward_name
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    @property
+    def next_functions(self):
+        return tuple(e if isinstance(e, tuple) or e is None else (e, 0) for e in self.edges)
+
+    def check_saved(self):
+        if self.freed:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved tensors after "
+                "they have already been freed). Saved intermediate values of the graph are freed when you call "
+                ".backward() or tg.grad(). Specify retain_graph=True if you need to backward through the graph "
+                "a second time or if you need to access saved tensors after calling backward.")
+        for i, v in self.versions.items():
+            t = self.saved[i]
+            if t._ver[0] != v:
+                raise RuntimeError(_version_message(t, v, f"input {i} of {self.name()}"))
+        if self.out is not None and self.out._ver[0] != self.out_version:
+            raise RuntimeError(_version_message(self.out, self.out_version, f"output 0 of {self.name()}"))
+
+    def apply(self, grads):
+        """Input gradients for the output cotangents `grads` (one per output)."""
+        g = grads[0]
+        needs = [e is not None for e in self.edges]
+        vjp = self.prim.vjp
+        if callable(vjp):
+            return vjp(self, g)
+        return [rule(self, g) if need and rule is not None else None for rule, need in zip(vjp, needs)]
+
+    def release(self):
+        self.saved, self.out, self.freed = None, None, True
+
+
+def _version_message(t, expected, what):
+    return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"[{t.dtype} {list(t.shape)}], which is {what}, is at version {t._ver[0]}; expected version "
+            f"{expected} instead. Clone the tensor before modifying it in place, or use an out-of-place op.")
+
+
+def _edge(t):
+    if not t.requires_grad:
+        return None
+    return (t.grad_fn, t._oi) if t.grad_fn is not None else t
+
+
+def _toposort(roots):
+    """Nodes reachable from `roots` in reverse topological order (outputs first), iteratively."""
+    order, seen, stack = [], set(), [(r, False) for r in roots]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for e in node.edges:
+            if isinstance(e, tuple) and id(e[0]) not in seen:
+                stack.append((e[0], False))
+    order.reverse()
+    return order
+
+
+def _accumulate(a, b):
+    return b if a is None else a + b
+
+
+def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
+    """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
+    roots, pending, leaf_grads = [], {}, {}
+    for out, g in zip(outputs, grad_outputs):
+        if not out.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        if out.grad_fn is None:
+            leaf_grads[id(out)] = (out, _accumulate(leaf_grads.get(id(out), (None, None))[1], g))
+            continue
+        slot = pending.setdefault(id(out.grad_fn), [None] * out.grad_fn.n_out)
+        slot[out._oi] = _accumulate(slot[out._oi], g)
+        roots.append(out.grad_fn)
+    wanted = None if inputs is None else {id(t) for t in inputs}
+    targets = {}
+    if inputs is not None:
+        for t in inputs:
+            if t.grad_fn is not None:
+                targets[(id(t.grad_fn), t._oi)] = t
+    results = {}
+    with set_grad_enabled(create_graph), quiet():
+        for node in _toposort(roots):
+            grads = pending.pop(id(node), None)
+            if grads is None:
+                continue
+            for i, g in enumerate(grads):
+                t = targets.get((id(node), i))
+                if t is not None and g is not None:
+                    results[id(t)] = _accumulate(results.get(id(t)), g)
+                    # a non-leaf input: its gradient is captured here; still propagate for others
+            if all(g is None for g in grads):
+                continue
+            node.check_saved()
+            grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
+            in_grads = node.apply(grads)
+            for e, g in zip(node.edges, in_grads):
+                if e is None or g is None:
+                    continue
+                if isinstance(e, tuple):
+                    slot = pending.setdefault(id(e[0]), [None] * e[0].n_out)
+                    slot[e[1]] = _accumulate(slot[e[1]], g)
+                else:
+                    prev = leaf_grads.get(id(e), (e, None))[1]
+                    leaf_grads[id(e)] = (e, _accumulate(prev, g))
+            if not retain_graph:
+                node.release()
+    if inputs is None:
+        for leaf, g in leaf_grads.values():
+            if g is not None:
+                _into_grad(leaf, g, create_graph)
+        return None
+    for leaf, g in leaf_grads.values():
+        if id(leaf) in wanted:
+            results[id(leaf)] = g
+    out = []
+    for t in inputs:
+        g = results.get(id(t))
+        if g is None and not allow_unused:
+            raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                               "Set allow_unused=True if this is the desired behavior.")
+        out.append(g)
+    return tuple(out)
+
+
+def _zeros(meta):
+    from .tensor import zeros  # the engine only needs a zero cotangent for unused outputs
+    shape, dtype, dev = meta
+    return zeros(shape, dtype=dtype, device=dev)
+
+
+def _into_grad(leaf, g, create_graph):
+    """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy, so
+    later in-place updates of .grad never alias another tensor."""
+    if g.shape != leaf.shape:
+        g = g.expand(*leaf.shape)
+    if create_graph:
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+    elif leaf.grad is None:
+        leaf.grad = g.detach().clone()
+    else:
+        with no_grad():
+            leaf.grad.add_(g)

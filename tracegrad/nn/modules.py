@@ -1,0 +1,198 @@
+"""Module, Parameter and the layers of SPEC §3."""
+import math
+from collections import OrderedDict
+
+from .. import dtypes as D
+from ..autograd import no_grad
+from ..tensor import Tensor, _rng, ones, tensor, zeros
+from . import functional as F
+
+
+def Parameter(t, requires_grad=True):
+    """A leaf tensor that requires grad (tracegrad has no separate Parameter class)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"Parameter expects a tensor, got {type(t).__name__}")
+    return t.detach().requires_grad_(requires_grad)
+
+
+class Module:
+    """Base class: tensors that require grad and sub-modules set as attributes are registered."""
+
+    def __init__(self):
+        object.__setattr__(self, "_params", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_params" not in self.__dict__:
+            raise RuntimeError(f"call super().__init__() in {type(self).__name__}.__init__ before assigning "
+                               f"attributes")
+        self._params.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            self._params[name] = value
+        object.__setattr__(self, name, value)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def named_parameters(self, prefix=""):
+        for name, p in self._params.items():
+            yield prefix + name, p
+        for name, m in self._modules.items():
+            yield from m.named_parameters(prefix + name + ".")
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def children(self):
+        return list(self._modules.values())
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    def train(self, mode=True):
+        for _, m in self.named_modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def state_dict(self):
+        return OrderedDict((n, p.detach().clone()) for n, p in self.named_parameters())
+
+    def load_state_dict(self, state):
+        own = dict(self.named_parameters())
+        missing, unexpected = set(own) - set(state), set(state) - set(own)
+        if missing or unexpected:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys "
+                               f"{sorted(missing)}, unexpected keys {sorted(unexpected)}")
+        with no_grad():
+            for n, p in own.items():
+                v = state[n] if isinstance(state[n], Tensor) else tensor(state[n])
+                if v.shape != p.shape:
+                    raise RuntimeError(f"size mismatch for {n}: copying a param with shape {v.shape}, "
+                                       f"the shape in current model is {p.shape}")
+                p.copy_(v)
+
+    def to(self, *args, **kwargs):
+        for m in dict(self.named_modules()).values():
+            for name, p in list(m._params.items()):
+                setattr(m, name, Parameter(p.to(*args, **kwargs)))
+        return self
+
+    def float(self):
+        return self.to(D.float32)
+
+    def double(self):
+        return self.to(D.float64)
+
+    def __repr__(self):
+        lines = [f"({n}): {m!r}".replace("\n", "\n  ") for n, m in self._modules.items()]
+        body = "".join(f"\n  {line}" for line in lines)
+        return f"{type(self).__name__}({self.extra_repr()}{body}{chr(10) if body else ''})"
+
+    def extra_repr(self):
+        return ""
+
+
+def _uniform(shape, bound, dtype, device):
+    dtype = D.to_dtype(dtype) if dtype is not None else D.float32
+    arr = _rng[0].uniform(-bound, bound, shape)
+    return tensor(arr, dtype=dtype, device=device, requires_grad=True)
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, PyTorch's init: uniform in ±1/sqrt(in_features)."""
+
+    def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
+        super().__init__()
+        for v in (in_features, out_features):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"Linear: feature sizes must be non-negative ints, got {v!r}")
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
+        self.weight = _uniform((out_features, in_features), bound, dtype, device)
+        self.bias = _uniform((out_features,), bound, dtype, device) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"Sequential: argument {i} is a {type(m).__name__}, not a Module")
+            setattr(self, str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return x.relu()
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return x.tanh()
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return x.sigmoid()
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype=None, device=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = ones(self.normalized_shape, dtype=dtype, device=device, requires_grad=True) \
+            if elementwise_affine else None
+        self.bias = zeros(self.normalized_shape, dtype=dtype, device=device, requires_grad=True) \
+            if elementwise_affine else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"

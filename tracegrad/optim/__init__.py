@@ -1,0 +1,83 @@
+"""tg.optim: SGD (momentum, weight decay) and Adam, updating parameters in place."""
+import math
+
+from ..autograd import no_grad
+from ..tensor import Tensor
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("optimizer got an empty parameter list")
+        for p in self.params:
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise TypeError("optimizer parameters must be tensors that require grad")
+        self.defaults = defaults
+        self.state = {}
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                with no_grad():
+                    p.grad.zero_()
+
+    def state_for(self, p):
+        return self.state.setdefault(id(p), {})
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"SGD: lr, momentum and weight_decay must be >= 0, got {lr}, {momentum}, {weight_decay}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+
+    @no_grad()
+    def step(self):
+        for p in self.params:
+            if p.grad is None:
+                continue
+            g = p.grad
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            if self.momentum:
+                st = self.state_for(p)
+                buf = st.get("momentum_buffer")
+                if buf is None:
+                    buf = st["momentum_buffer"] = g.clone()
+                else:
+                    buf.mul_(self.momentum).add_(g)
+                g = buf
+            p.sub_(g * self.lr)
+
+
+class Adam(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        if lr < 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"Adam: invalid lr={lr}, betas={betas} or eps={eps}")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+
+    @no_grad()
+    def step(self):
+        b1, b2 = self.betas
+        for p in self.params:
+            if p.grad is None:
+                continue
+            g = p.grad
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            st = self.state_for(p)
+            if not st:
+                st["step"], st["exp_avg"], st["exp_avg_sq"] = 0, g * 0.0, g * 0.0
+            st["step"] += 1
+            m, v = st["exp_avg"], st["exp_avg_sq"]
+            m.mul_(b1).add_(g * (1.0 - b1))
+            v.mul_(b2).add_(g * g * (1.0 - b2))
+            t = st["step"]
+            step_size = self.lr / (1.0 - b1 ** t)
+            denom = (v / (1.0 - b2 ** t)).sqrt() + self.eps
+            p.sub_(m / denom * step_size)
