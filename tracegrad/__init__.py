@@ -11,6 +11,9 @@ from .tensor import (Tensor, TraceError, arange, as_tensor, cat, empty, eye, fro
                      linspace, manual_seed, matmul, ones, ones_like, rand, randint, randn, randperm, stack,
                      tensor, where, zeros, zeros_like)
 from . import nn, optim  # noqa: E402  (they build on the names above)
+from . import ir  # noqa: E402
+from .errors import CheckError  # noqa: E402
+from .jit import compile, make_ir  # noqa: E402
 
 half, float, double, long, int = float16, float32, float64, int64, int32
 

@@ -17,6 +17,12 @@ class _GradMode:
 
     enabled = True
 
+    def __new__(cls, *args, **kwargs):
+        # `@tg.no_grad` without parentheses decorates directly, as in PyTorch
+        if cls in (no_grad, enable_grad) and len(args) == 1 and not kwargs and callable(args[0]):
+            return cls()(args[0])
+        return super().__new__(cls)
+
     def __enter__(self):
         self._prev, _Mode.grad = _Mode.grad, self.enabled
 
@@ -66,7 +72,10 @@ class Node:
         self.prim, self.attrs, self.n_out = prim, attrs, 1
         self.shapes = [t.shape for t in inputs]
         self.dtypes = [t.dtype for t in inputs]
-        save = range(len(inputs)) if prim.save is None else prim.save
+        save = prim.save
+        save = range(len(inputs)) if save is None else save(len(inputs)) if callable(save) else save
+        if isinstance(save, dict):  # {input i: inputs its VJP reads}: save only what a needed VJP reads
+            save = sorted({j for i, js in save.items() if inputs[i].requires_grad for j in js})
         self.saved = [None] * len(inputs)
         self.versions = {}
         for i in save:
@@ -155,6 +164,9 @@ def _accumulate(a, b):
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
+    from .tensor import Hooks
+    if Hooks.tracer is not None:
+        Hooks.tracer.ran_backward = True
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
         if not out.requires_grad:
@@ -225,6 +237,9 @@ def _zeros(meta):
 def _into_grad(leaf, g, create_graph):
     """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy, so
     later in-place updates of .grad never alias another tensor."""
+    from .tensor import Hooks  # the tracer decides which tensor owns a traced leaf's .grad
+    if Hooks.tracer is not None:
+        leaf = Hooks.tracer.grad_owner(leaf)
     if g.shape != leaf.shape:
         g = g.expand(*leaf.shape)
     if create_graph:

@@ -21,7 +21,7 @@ class DType:
 
 
 # kind: 0 bool, 1 integer, 2 floating — promotion goes to the higher kind.
-bool_ = DType("bool", "i1", np.bool_, 0)
+bool_ = DType("bool", "bool", np.bool_, 0)
 int32 = DType("int32", "i32", np.int32, 1)
 int64 = DType("int64", "i64", np.int64, 1)
 float16 = DType("float16", "f16", np.float16, 2)
@@ -43,7 +43,10 @@ def from_name(name):
 
 def from_numpy(npdtype):
     """The tracegrad dtype of a NumPy dtype; TypeError for ones tracegrad has no counterpart for."""
-    npdtype = np.dtype(npdtype)
+    try:
+        npdtype = np.dtype(npdtype)
+    except Exception:
+        raise TypeError(f"dtype must be a tracegrad dtype such as tg.float32, not {npdtype!r}") from None
     if npdtype in _BY_NP:
         return _BY_NP[npdtype]
     if npdtype.kind in "iu":

@@ -151,19 +151,21 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
         flat = x.detach().numpy().reshape(-1)
         base = x.detach().numpy()
         for k in range(flat.size):
-            with no_grad():
+            # perturbed inputs keep requires_grad and autograd stays on, so a function that itself
+            # differentiates (tg.grad inside, as for second derivatives) evaluates as it did above
+            with enable_grad():
                 orig = flat[k]
                 plus, minus = base.copy(), base.copy()
                 plus.reshape(-1)[k], minus.reshape(-1)[k] = orig + eps, orig - eps
                 args = list(xs)
-                args[i] = tensor(plus, dtype=D.float64)
+                args[i] = tensor(plus, dtype=D.float64, requires_grad=True)
                 fp = scalar(*args)
-                args[i] = tensor(minus, dtype=D.float64)
+                args[i] = tensor(minus, dtype=D.float64, requires_grad=True)
                 fm = scalar(*args)
             num = (fp - fm) / (2 * eps)
             ana = a.reshape(-1)[k]
             if not abs(ana - num) <= atol + rtol * abs(num):
                 idx = np.unravel_index(k, x.shape) if x.shape else ()
                 raise GradcheckError(f"Jacobian mismatch for input {i} (shape {x.shape}) at element "
-                                     f"{tuple(int(j) for j in idx)}: analytic {ana!r}, numerical {num!r}")
+                                     f"{tuple(int(j) for j in idx)}: analytic {float(ana)!r}, numerical {float(num)!r}")
     return True

@@ -10,7 +10,8 @@ Each `Prim` carries what the rest of tracegrad needs to know about it:
   runs on eager tensors, builds differentiable graphs (create_graph) and emits the backward IR under
   the tracer. `n` is the autograd node: `n.x(i)` saved input, `n.out`, `n.shapes`, `n.dtypes`, `n.attrs`.
 - `jvp(n, ts)`: forward mode from the input tangents `ts` (None = zero tangent).
-- `save`: which inputs the VJP reads (their version counters are checked), `save_out` likewise.
+- `save`: which inputs the VJP reads (their version counters are checked), `save_out` likewise; or a
+  dict {input i: inputs read by i's VJP rule}, so only what a needed rule reads is saved.
 - `lower`: the scalar lowering used by the code generators (filled in by codegen).
 
 Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
@@ -24,6 +25,7 @@ from . import dtypes as D
 from .broadcast import elementwise_shape, unbroadcast
 
 PRIMS = {}
+RNG = [np.random.default_rng()]   # the generator behind tg.manual_seed, rand/randn and dropout
 _dispatch = None  # installed by tensor.py: _dispatch(prim, inputs, attrs) -> Tensor
 
 
@@ -70,6 +72,8 @@ def _ew_rule(name, out_dtype=None, float_only=False):
 
 
 def _norm_axis(axis, ndim):
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"a dimension must be an int, not {type(axis).__name__} ({axis!r})")
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {axis})")
@@ -83,7 +87,7 @@ def normalize_axes(axis, ndim):
     if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
         axis = (int(axis),)
     try:
-        axes = tuple(_norm_axis(int(a), ndim) for a in axis)
+        axes = tuple(_norm_axis(a, ndim) for a in axis)
     except TypeError:
         raise TypeError(f"axis must be None, an int or a tuple of ints, not {axis!r}") from None
     if len(set(axes)) != len(axes):
@@ -136,7 +140,9 @@ _unary("tanh", np.tanh, lambda n, g: g * (1.0 - n.out * n.out), save=(), save_ou
 
 
 def _sigmoid(x):
-    return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False)
+    """1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, so no exp overflows (tiny values are kept)."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
 
 
 _unary("sigmoid", _sigmoid, lambda n, g: g * (n.out * (1.0 - n.out)), save=(), save_out=True)
@@ -145,7 +151,8 @@ _unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
 _unary("sin", np.sin, lambda n, g: g * n.x(0).cos())
 _unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()))
 _unary("abs", np.abs, lambda n, g: g * n.x(0).sign(), float_only=False)
-prim("sign", "elementwise", _ew_rule("sign"), np.sign)
+prim("sign", "elementwise", _ew_rule("sign"), np.sign,  # piecewise constant: zero gradient, as PyTorch
+     vjp=(lambda n, g: g * 0.0,), jvp=lambda n, ts: ts[0] * 0.0, save=())
 
 
 def _binary(name, impl, vjp=None, jvp=None, save=(0, 1), save_out=False, out_dtype=None, float_only=False):
@@ -177,7 +184,8 @@ _binary("sub", np.subtract, (lambda n, g: unbroadcast(g, n.shapes[0]), lambda n,
 _binary("mul", np.multiply,
         (lambda n, g: unbroadcast(g * n.x(1), n.shapes[0]), lambda n, g: unbroadcast(g * n.x(0), n.shapes[1])),
         jvp=lambda n, ts: _sum_tangents([None if ts[0] is None else ts[0] * n.x(1),
-                                         None if ts[1] is None else n.x(0) * ts[1]]))
+                                         None if ts[1] is None else n.x(0) * ts[1]]),
+        save={0: (1,), 1: (0,)})
 
 
 def _div_impl(a, b):
@@ -188,7 +196,8 @@ _binary("div", _div_impl,
         (lambda n, g: unbroadcast(g / n.x(1), n.shapes[0]),
          lambda n, g: unbroadcast(-(g * n.x(0)) / (n.x(1) * n.x(1)), n.shapes[1])),
         jvp=lambda n, ts: _sum_tangents([None if ts[0] is None else ts[0] / n.x(1),
-                                         None if ts[1] is None else -(n.x(0) * ts[1]) / (n.x(1) * n.x(1))]))
+                                         None if ts[1] is None else -(n.x(0) * ts[1]) / (n.x(1) * n.x(1))]),
+        save={0: (1,), 1: (0, 1)})
 
 
 def _pow_impl(a, b):
@@ -203,10 +212,16 @@ def _pow_grad_exp(n):
     return bind("where", a == 0, 0.0, n.out * a.log())
 
 
+def _pow_grad_base(n):
+    """d(a**b)/da = b * a**(b-1), taken as 0 where b == 0 (so 0**0 gives 0, not nan, as PyTorch does)."""
+    b = n.x(1)
+    return bind("where", b == 0, 0.0, b * n.x(0) ** (b - 1.0))
+
+
 _binary("pow", _pow_impl,
-        (lambda n, g: unbroadcast(g * n.x(1) * n.x(0) ** (n.x(1) - 1.0), n.shapes[0]),
+        (lambda n, g: unbroadcast(g * _pow_grad_base(n), n.shapes[0]),
          lambda n, g: unbroadcast(g * _pow_grad_exp(n), n.shapes[1])),
-        jvp=lambda n, ts: _sum_tangents([None if ts[0] is None else ts[0] * n.x(1) * n.x(0) ** (n.x(1) - 1.0),
+        jvp=lambda n, ts: _sum_tangents([None if ts[0] is None else ts[0] * _pow_grad_base(n),
                                          None if ts[1] is None else ts[1] * _pow_grad_exp(n)]),
         save_out=True)
 
@@ -521,18 +536,22 @@ def _matmul_rule(shapes, dtypes):
 prim("matmul", "extern", _matmul_rule, np.matmul,
      vjp=(lambda n, g: unbroadcast(g @ n.x(1).mT, n.shapes[0]), lambda n, g: unbroadcast(n.x(0).mT @ g, n.shapes[1])),
      jvp=lambda n, ts: _sum_tangents([None if ts[0] is None else ts[0] @ n.x(1),
-                                      None if ts[1] is None else n.x(0) @ ts[1]]))
+                                      None if ts[1] is None else n.x(0) @ ts[1]]),
+     save={0: (1,), 1: (0,)})
 
 
 # ---------------------------------------------------------------- creation
 
 prim("zeros_like", "creation", lambda shapes, dtypes: (shapes[0], dtypes[0]), np.zeros_like)
-prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), np.array,
+prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), lambda x: np.array(x, order="C"),
      vjp=(lambda n, g: g,), jvp=lambda n, ts: ts[0], save=())
 
 
 def _erf_impl(x):
-    """erf through numba's vectorized libm erf (exact to the last bit of the C library)."""
+    """erf through numba's vectorized libm erf (exact to the last bit of the C library).
+    numba has no float16 arithmetic: half inputs are computed in float32 and rounded back."""
+    if x.dtype == np.float16:
+        return _erf_ufunc()(x.astype(np.float32)).astype(np.float16)
     return _erf_ufunc()(x)
 
 
@@ -543,7 +562,7 @@ def _erf_ufunc():
     if not _ERF:
         import numba
 
-        @numba.vectorize(["float32(float32)", "float64(float64)", "float16(float16)"], cache=True)
+        @numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
         def erf(v):
             return math.erf(v)
         _ERF.append(erf)
@@ -557,3 +576,16 @@ def _erf_vjp(n, g):
 
 prim("erf", "elementwise", _ew_rule("erf", float_only=True), _erf_impl, vjp=(_erf_vjp,),
      jvp=lambda n, ts: _erf_vjp(n, ts[0]), save=(0,))
+
+
+# ---------------------------------------------------------------- random (never merged or folded)
+
+def _random_rule(shapes, dtypes, shape, dtype):
+    if not dtype.is_floating_point:
+        raise TypeError(f"random tensors need a floating-point dtype, got {dtype}")
+    return tuple(shape), dtype
+
+
+prim("rand", "random", _random_rule, lambda shape, dtype: RNG[0].random(shape, dtype=np.float64).astype(dtype.np))
+prim("randn", "random", _random_rule,
+     lambda shape, dtype: RNG[0].standard_normal(shape, dtype=np.float64).astype(dtype.np))

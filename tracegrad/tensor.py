@@ -43,7 +43,10 @@ def dispatch(p, inputs, attrs):
     shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
     tracer = Hooks.tracer
     if tracer is not None:
+        inputs = tracer.substitute(inputs)
         out = tracer.emit(p, inputs, attrs, shape, dtype, dev)
+        if p.kind == "movement" and p.name != "unslice":   # traced views, so in-place on them is refused
+            out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
     else:
         arr = p.impl(*[t._data for t in inputs], **attrs)
         if type(arr) is not np.ndarray or arr.dtype != dtype.np:
@@ -51,7 +54,7 @@ def dispatch(p, inputs, attrs):
         out = Tensor._wrap(arr, dtype, dev)
         if p.kind == "movement" and p.name != "unslice" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
-            out._ver, out._base = inputs[0]._ver, inputs[0]._base or inputs[0]
+            out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
     if p.differentiable and is_grad_enabled():
         for t in inputs:
             if t.requires_grad:
@@ -63,7 +66,18 @@ def dispatch(p, inputs, attrs):
     return out
 
 
-ops._dispatch = dispatch
+def _bind(p, inputs, attrs):
+    """`ops.bind`: VJP/JVP rules may pass Python scalars (`where(c, g, 0.0)`); lift them to tensors
+    of the other operands' dtype (for `where`, of the branches, not of the bool condition)."""
+    if any(not isinstance(t, Tensor) for t in inputs):
+        if p.name == "where":
+            inputs = (inputs[0], *_operands(*inputs[1:]))
+        else:
+            inputs = tuple(_operands(*inputs))
+    return dispatch(p, inputs, attrs)
+
+
+ops._dispatch = _bind
 
 
 def _common_device(inputs):
@@ -120,8 +134,9 @@ def _scalar_tensor(v, dtype, dev):
     return Tensor._wrap(np.array(v, dtype=dtype.np), dtype, dev)
 
 
-def _operands(*xs):
-    """Promote a mix of tensors and Python scalars to tensors of one dtype (PyTorch's rules)."""
+def _operands(*xs, device=None):
+    """Promote a mix of tensors and Python scalars to tensors of one dtype (PyTorch's rules).
+    Scalars go to the tensors' device, or to `device` (default cpu) when all operands are scalars."""
     dims, zero, scalars, dev = [], [], [], None
     for x in xs:
         if isinstance(x, Tensor):
@@ -138,7 +153,7 @@ def _operands(*xs):
         if isinstance(x, Tensor):
             out.append(x if x._dtype is dtype else x.to(dtype))
         else:
-            out.append(_scalar_tensor(x, dtype, dev))
+            out.append(_scalar_tensor(x, dtype, dev if dev is not None else device or CPU))
     return out
 
 
@@ -181,7 +196,7 @@ def _shape_arg(args, what="shape"):
 class Tensor:
     """An n-dimensional array with autograd, like torch.Tensor."""
 
-    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "requires_grad", "grad", "grad_fn",
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "requires_grad", "_grad", "grad_fn",
                  "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
     __array_priority__ = 1000
 
@@ -192,7 +207,7 @@ class Tensor:
     def _wrap(cls, arr, dtype, dev=CPU):
         t = object.__new__(cls)
         t._data, t._shape, t._dtype, t._device = arr, arr.shape if arr is not None else None, dtype, dev
-        t._ver, t._base, t.requires_grad, t.grad, t.grad_fn = [0], None, False, None, None
+        t._ver, t._base, t.requires_grad, t._grad, t.grad_fn = [0], None, False, None, None
         t._oi, t._ir, t._tangent, t._retains_grad = 0, None, None, False
         return t
 
@@ -238,7 +253,15 @@ class Tensor:
         return self._data
 
     def stride(self, dim=None):
-        s = tuple(b // self.itemsize for b in self._concrete("stride()").strides)
+        arr = self._concrete("stride()")
+        if arr.flags.c_contiguous:  # PyTorch's strides (NumPy's differ for size-0 and size-1 dims)
+            s, acc = [], 1
+            for n in reversed(self._shape):
+                s.insert(0, acc)
+                acc *= builtins.max(n, 1)
+            s = tuple(s)
+        else:
+            s = tuple(b // self.itemsize for b in arr.strides)
         return s if dim is None else s[ops._norm_axis(dim, self.ndim)]
 
     def is_contiguous(self):
@@ -257,7 +280,7 @@ class Tensor:
     @property
     def data(self):
         t = Tensor._wrap(self._data, self._dtype, self._device)
-        t._ver, t._base, t._shape, t._ir = [0], self, self._shape, self._ir
+        t._shape, t._ir = self._shape, self._ir
         return t
 
     @data.setter
@@ -270,12 +293,24 @@ class Tensor:
     def __setattr__(self, name, value):
         if name == "requires_grad" and value and self._dtype is not None and not self._dtype.is_floating_point:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self._dtype}")
-        if name == "grad" and value is not None:
+        object.__setattr__(self, name, value)
+
+    @property
+    def grad(self):
+        if Hooks.tracer is not None:
+            Hooks.tracer.grad_access(self)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
             if value._shape != self._shape:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
-        object.__setattr__(self, name, value)
+        if Hooks.tracer is not None:
+            Hooks.tracer.grad_access(self)
+        self._grad = value
 
     def requires_grad_(self, requires_grad=True):
         if self.grad_fn is not None and not requires_grad:
@@ -290,8 +325,10 @@ class Tensor:
         return self
 
     def detach(self):
+        if Hooks.tracer is not None and self._data is not None:
+            return Hooks.tracer.lift(self).detach()
         t = Tensor._wrap(self._data, self._dtype, self._device)
-        t._shape, t._ver, t._base, t._ir = self._shape, self._ver, self._base or self, self._ir
+        t._shape, t._ver, t._base, t._ir = self._shape, self._ver, self._base, self._ir
         return t
 
     def detach_(self):
@@ -434,7 +471,10 @@ class Tensor:
     def contiguous(self):
         if self._data is not None and self._data.flags.c_contiguous:
             return self
-        return self.clone()
+        out = self.clone()  # clone keeps the layout (as PyTorch's does); contiguous() must be row-major
+        if out._data is not None and not out._data.flags.c_contiguous:
+            out._data = np.ascontiguousarray(out._data)
+        return out
 
     # ------------------------------------------------------------ arithmetic
     def __add__(self, o): return _binary("add", self, o)
@@ -503,11 +543,13 @@ class Tensor:
     def minimum(self, o): return _binary("minimum", self, o)
 
     def clamp(self, min=None, max=None):
+        """Selects rather than takes maximum/minimum: the gradient passes where min <= x <= max,
+        boundaries included, as in PyTorch (maximum would split it at a tie)."""
         out = self
         if min is not None:
-            out = out.maximum(min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = out.minimum(max)
+            out = where(out > max, max, out)
         return out
 
     clip = clamp
@@ -590,14 +632,16 @@ class Tensor:
         out = (x - m).exp()._reduce("sum", axis, True).log() + m
         return out if _keep_kw(keepdims, keepdim) else out.reshape(ops._reduce_shape(x._shape, axis, False))
 
-    def softmax(self, axis=-1, *, dim=None):
+    def softmax(self, axis=None, *, dim=None):
         axis = _axis_kw(axis, dim)
+        axis = -1 if axis is None else axis
         x = _float_operand(self)
         e = (x - x._reduce("max", axis, True).detach()).exp()
         return e / e.sum(axis, keepdims=True)
 
-    def log_softmax(self, axis=-1, *, dim=None):
+    def log_softmax(self, axis=None, *, dim=None):
         axis = _axis_kw(axis, dim)
+        axis = -1 if axis is None else axis
         x = _float_operand(self)
         return x - x.logsumexp(axis, keepdims=True)
 
@@ -802,14 +846,14 @@ def _write(self, new, recording):
             raise RuntimeError(f"result type {new._dtype} can't be cast to the desired output type {self._dtype}")
         new = new.to(self._dtype)
     if Hooks.tracer is not None:
-        Hooks.tracer.mutate(self, new)
+        self = Hooks.tracer.mutate(self, new)   # functionalized: the stand-in takes the new value
     else:
         if not self._data.flags.writeable:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location (an expanded tensor). Please clone() the tensor before "
                                "performing the operation.")
         np.copyto(self._data, new._data)
-    self._ver[0] += 1
+        self._ver[0] += 1
     if recording:
         object.__setattr__(self, "requires_grad", True)
         self.grad_fn, self._oi = new.grad_fn, new._oi
@@ -1004,15 +1048,16 @@ def where(cond, a, b):
         raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
     if cond._dtype is not D.bool_:
         cond = cond != 0
-    a, b = _operands(a, b)
+    a, b = _operands(a, b, device=cond._device)
     return dispatch(_P["where"], (cond, a, b), {})
 
 
-def cat(tensors, axis=0, *, dim=None):
+def cat(tensors, axis=None, *, dim=None):
     tensors = list(tensors)
     if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         raise TypeError("cat expects a non-empty sequence of tensors")
     axis = _axis_kw(axis, dim)
+    axis = 0 if axis is None else axis
     ref = tensors[0]
     if ref.ndim == 0:
         raise RuntimeError("zero-dimensional tensor cannot be concatenated")
@@ -1021,20 +1066,21 @@ def cat(tensors, axis=0, *, dim=None):
     return dispatch(_P["cat"], tuple(tensors), {"axis": axis})
 
 
-def stack(tensors, axis=0, *, dim=None):
+def stack(tensors, axis=None, *, dim=None):
     tensors = list(tensors)
     if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         raise TypeError("stack expects a non-empty sequence of tensors")
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")
-    axis = ops._norm_axis(_axis_kw(axis, dim), tensors[0].ndim + 1)
+    axis = _axis_kw(axis, dim)
+    axis = ops._norm_axis(0 if axis is None else axis, tensors[0].ndim + 1)
     return cat([t.unsqueeze(axis) for t in tensors], axis)
 
 
 # ---------------------------------------------------------------- factories
 
-_rng = [np.random.default_rng()]
+_rng = ops.RNG
 
 
 def manual_seed(seed):
@@ -1050,6 +1096,8 @@ def _factory_args(dtype, dev, default):
 
 
 def _make(arr, dtype, dev, requires_grad):
+    if Hooks.tracer is not None:   # a tensor created inside a traced function is a constant of the graph
+        return Hooks.tracer.constant_array(arr, dtype, dev)
     t = Tensor._wrap(arr, dtype, dev)
     if requires_grad:
         t.requires_grad = True
@@ -1085,10 +1133,10 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, got data of type "
                             f"{type(data).__name__} (NumPy kind {arr.dtype})")
-        if not isinstance(data, np.ndarray) and arr.dtype.kind == "f":
+        if not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f":
             arr = arr.astype(D.default_float.np)
     dt, dev = _factory_args(dtype, device, D.from_numpy(arr.dtype))
-    return _make(np.ascontiguousarray(arr, dtype=dt.np), dt, dev, requires_grad)
+    return _make(np.array(arr, dtype=dt.np, order="C"), dt, dev, requires_grad)  # 0-d stays 0-d
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -1172,12 +1220,22 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     return _make(np.eye(n, m, dtype=dt.np), dt, dev, requires_grad)
 
 
+def _random(name, shape, dtype, dev, requires_grad):
+    """Random tensors come from a primitive, so a compiled function draws fresh values per call."""
+    t = dispatch(_P[name], (), {"shape": shape, "dtype": dtype})
+    if t._device != dev:
+        _to_device(t, dev)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
 def randn(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
     if not dt.is_floating_point:
         raise TypeError(f"randn needs a floating-point dtype, got {dt}")
-    return _make(_rng[0].standard_normal(shape, dtype=np.float64).astype(dt.np), dt, dev, requires_grad)
+    return _random("randn", shape, dt, dev, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
@@ -1185,7 +1243,7 @@ def rand(*size, dtype=None, device=None, requires_grad=False):
     dt, dev = _factory_args(dtype, device, D.default_float)
     if not dt.is_floating_point:
         raise TypeError(f"rand needs a floating-point dtype, got {dt}")
-    return _make(_rng[0].random(shape, dtype=np.float64).astype(dt.np), dt, dev, requires_grad)
+    return _random("rand", shape, dt, dev, requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):

@@ -2,7 +2,7 @@
 import math
 
 from .. import dtypes as D
-from ..tensor import Tensor, _rng, from_numpy, where
+from ..tensor import Tensor, rand, where
 
 
 def relu(x):
@@ -31,11 +31,11 @@ def erf(x):
     return bind("erf", x if x.dtype.is_floating_point else x.float())
 
 
-def softmax(x, axis=-1, *, dim=None):
+def softmax(x, axis=None, *, dim=None):
     return x.softmax(axis, dim=dim)
 
 
-def log_softmax(x, axis=-1, *, dim=None):
+def log_softmax(x, axis=None, *, dim=None):
     return x.log_softmax(axis, dim=dim)
 
 
@@ -122,5 +122,5 @@ def dropout(x, p=0.5, training=True):
         return x
     if p == 1.0:
         return x * 0.0
-    keep = from_numpy(_rng[0].random(x.shape) >= p)
+    keep = rand(x.shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)

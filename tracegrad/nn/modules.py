@@ -91,9 +91,13 @@ class Module:
                 p.copy_(v)
 
     def to(self, *args, **kwargs):
-        for m in dict(self.named_modules()).values():
-            for name, p in list(m._params.items()):
-                setattr(m, name, Parameter(p.to(*args, **kwargs)))
+        """Convert parameters (and their grads) in place, keeping the same tensor objects, as PyTorch
+        does, so optimizers built before the conversion still update the module."""
+        with no_grad():
+            for p in self.parameters():
+                p.data = p.detach().to(*args, **kwargs)
+                if p.grad is not None:
+                    p.grad = p.grad.to(*args, **kwargs)
         return self
 
     def float(self):

@@ -1,8 +1,6 @@
 """tg.optim: SGD (momentum, weight decay) and Adam, updating parameters in place."""
-import math
-
 from ..autograd import no_grad
-from ..tensor import Tensor
+from ..tensor import Tensor, zeros, zeros_like
 
 
 class Optimizer:
@@ -29,11 +27,17 @@ class Optimizer:
 
 
 class SGD(Optimizer):
+    """SGD with momentum and weight decay. The momentum buffer starts at zero, which gives PyTorch's
+    first step (buffer = gradient) and keeps all state in tensors, so a compiled step can update it."""
+
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
         if lr < 0 or momentum < 0 or weight_decay < 0:
             raise ValueError(f"SGD: lr, momentum and weight_decay must be >= 0, got {lr}, {momentum}, {weight_decay}")
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        if momentum:
+            for p in self.params:
+                self.state_for(p)["momentum_buffer"] = zeros_like(p).detach()
 
     @no_grad()
     def step(self):
@@ -44,22 +48,24 @@ class SGD(Optimizer):
             if self.weight_decay:
                 g = g + self.weight_decay * p
             if self.momentum:
-                st = self.state_for(p)
-                buf = st.get("momentum_buffer")
-                if buf is None:
-                    buf = st["momentum_buffer"] = g.clone()
-                else:
-                    buf.mul_(self.momentum).add_(g)
+                buf = self.state_for(p)["momentum_buffer"]
+                buf.mul_(self.momentum).add_(g)
                 g = buf
             p.sub_(g * self.lr)
 
 
 class Adam(Optimizer):
+    """Adam; the step count is a tensor too, so bias corrections stay right under tg.compile."""
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         if lr < 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"Adam: invalid lr={lr}, betas={betas} or eps={eps}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        for p in self.params:
+            st = self.state_for(p)
+            st["step"] = zeros((), dtype=p.dtype, device=p.device)
+            st["exp_avg"], st["exp_avg_sq"] = zeros_like(p).detach(), zeros_like(p).detach()
 
     @no_grad()
     def step(self):
@@ -71,13 +77,10 @@ class Adam(Optimizer):
             if self.weight_decay:
                 g = g + self.weight_decay * p
             st = self.state_for(p)
-            if not st:
-                st["step"], st["exp_avg"], st["exp_avg_sq"] = 0, g * 0.0, g * 0.0
-            st["step"] += 1
-            m, v = st["exp_avg"], st["exp_avg_sq"]
+            st["step"].add_(1.0)
+            m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
             m.mul_(b1).add_(g * (1.0 - b1))
             v.mul_(b2).add_(g * g * (1.0 - b2))
-            t = st["step"]
             step_size = self.lr / (1.0 - b1 ** t)
             denom = (v / (1.0 - b2 ** t)).sqrt() + self.eps
             p.sub_(m / denom * step_size)

@@ -1,0 +1,71 @@
+"""The command line: `python -m tracegrad bench ...` and `python -m tracegrad dump SCRIPT.py ...`.
+
+    python -m tracegrad bench                    # W1-W6: numpy, tracegrad eager/compiled, peers if installed
+    python -m tracegrad bench --quick --workload W5
+    python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
+    python -m tracegrad dump examples/mlp_train.py --quick
+"""
+import argparse
+import os
+import runpy
+import sys
+
+DUMP_STAGES = "traced,forward,backward,kernels"
+
+
+def _bench(args):
+    if args.eager:
+        from .bench import eager_overhead
+        return eager_overhead.main(quick=args.quick, repeats=args.repeats)
+    from . import bench
+    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats)
+
+
+def _dump(args):
+    os.environ["TRACEGRAD_DUMP"] = args.stages
+    if args.dir:
+        os.environ["TRACEGRAD_DUMP_DIR"] = args.dir
+    if not os.path.isfile(args.script):
+        print(f"tracegrad dump: no such script: {args.script}", file=sys.stderr)
+        return 2
+    sys.argv = [args.script, *args.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("bench", help="run the reference workloads W1-W6 (or --eager: eager op overhead)")
+    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W6 or its name, e.g. softmax_fwd")
+    b.add_argument("--quick", action="store_true", help="fewer, shorter rounds (about 30 s in all)")
+    b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
+    b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")
+    b.set_defaults(func=_bench)
+
+    d = sub.add_parser("dump", help="run a script with every compiled function's IR stages printed to stderr")
+    d.add_argument("script", help="the Python script to run")
+    d.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed on to the script")
+    d.add_argument("--stages", default=DUMP_STAGES, help=f"TRACEGRAD_DUMP stages (default {DUMP_STAGES})")
+    d.add_argument("--dir", help="write the stages as files into this folder (TRACEGRAD_DUMP_DIR)")
+    d.set_defaults(func=_dump)
+
+    args = ap.parse_args(argv)
+    if getattr(args, "repeats", None) is not None and args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    if getattr(args, "workload", None):
+        from .bench.workloads import find
+        try:
+            find(args.workload)
+        except KeyError as e:
+            ap.error(e.args[0])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

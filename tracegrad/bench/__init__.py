@@ -1,0 +1,185 @@
+"""`python -m tracegrad bench`: the reference workloads (workloads.py), timed and checked.
+
+For each workload every available column is set up on the same inputs; its first call is
+timed (trace + compile for compiled columns) and its results are checked against a float64
+NumPy reference; then the columns run in interleaved rounds (numpy, tg eager, tg compiled,
+... in turn, `repeats` rounds), each sample timing enough calls to last a few ms, and the
+median per call is reported with its ratio to NumPy's median in the same run. A column
+whose result is wrong, or that raises, fails the run (exit status 1) after the table.
+"""
+import importlib.util
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from .workloads import WORKLOADS, _np, find
+
+TOLERANCE = 1e-3    # max |out - ref| / max |ref|, per output, for float32 results
+
+
+def available_columns():
+    import tracegrad as tg
+    cols = ["numpy", "tg eager"]
+    if hasattr(tg, "compile"):
+        cols.append("tg compiled")
+    if importlib.util.find_spec("torch") is not None:
+        cols += ["torch eager", "torch.compile"]
+    if importlib.util.find_spec("jax") is not None:
+        cols.append("jax.jit")
+    return cols
+
+
+def max_error(outs, refs):
+    """Largest max|out - ref| / max|ref| over the outputs (a scale-aware relative error)."""
+    if len(outs) != len(refs):
+        raise AssertionError(f"{len(outs)} outputs, the reference has {len(refs)}")
+    worst = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        o = np.asarray(o, dtype=np.float64)
+        if o.shape != r.shape:
+            raise AssertionError(f"output {i} has shape {o.shape}, the reference {r.shape}")
+        scale = max(float(np.max(np.abs(r))), 1e-30) if r.size else 1.0
+        err = float(np.max(np.abs(o - r))) / scale if r.size else 0.0
+        worst = max(worst, err if np.isfinite(err) else math.inf)
+    return worst
+
+
+def _calibrate(run, target_s):
+    t0 = time.perf_counter()
+    run()
+    dt = time.perf_counter() - t0
+    return max(1, min(10_000, int(target_s / max(dt, 1e-7))))
+
+
+def _sample(run, inner):
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        run()
+    return (time.perf_counter() - t0) / inner
+
+
+class Result:
+    def __init__(self):
+        self.times, self.first, self.error, self.failure = [], None, None, None
+
+    @property
+    def median(self):
+        return statistics.median(self.times) if self.times else None
+
+
+def bench_workload(w, columns, repeats, target_s, log=print):
+    inp = w.inputs()
+    refs = w.reference(inp)
+    if w.implied:
+        refs = [np.asarray(r, dtype=np.float64) for r in w.implied(inp, refs)]
+    results, runs = {}, {}
+    for col in columns:
+        res = results[col] = Result()
+        try:
+            run = w.columns[col](inp)
+            t0 = time.perf_counter()
+            outs = run()
+            res.first = time.perf_counter() - t0
+            outs = [_np(o) for o in outs]
+            if w.implied:
+                outs = w.implied(inp, outs)
+            res.error = max_error(outs, refs)
+            if not res.error <= TOLERANCE:
+                res.failure = f"result differs from the float64 reference: max rel error {res.error:.2e}"
+            runs[col] = (run, _calibrate(run, target_s))
+        except Exception as e:  # noqa: BLE001 -- reported in the table, fails the run
+            res.failure = f"{type(e).__name__}: {e}"
+            log(f"  {w.id} {col}: FAILED\n" + "".join("    " + line for line in
+                                                      traceback.format_exc().splitlines(True)[-12:]))
+    for r in range(repeats):                                  # interleaved rounds
+        for col, (run, inner) in runs.items():
+            results[col].times.append(_sample(run, inner))
+    return results
+
+
+def _fmt_ms(s):
+    ms = s * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def print_table(rows, columns, out=print):
+    """rows: [(workload, {col: Result})]."""
+    width = max(14, *(len(c) + 2 for c in columns))
+    head = f"{'workload':24s}" + "".join(f"{c:>{width}s}" for c in columns)
+    out("median ms per call (ratio to numpy in this run)")
+    out(head)
+    out("-" * len(head))
+    ratios = {c: [] for c in columns}
+    for w, res in rows:
+        base = res["numpy"].median
+        cells = []
+        for c in columns:
+            r = res[c]
+            if r.failure or r.median is None:
+                cells.append("FAILED")
+                continue
+            ratio = r.median / base if base else math.nan
+            ratios[c].append(ratio)
+            cells.append(f"{_fmt_ms(r.median)} ({ratio:.2f})")
+        out(f"{w.id + ' ' + w.name:24s}" + "".join(f"{c:>{width}s}" for c in cells))
+    geo = [f"({math.exp(statistics.fmean(math.log(x) for x in ratios[c])):.2f})" if ratios[c] else "-"
+           for c in columns]
+    out(f"{'geomean ratio':24s}" + "".join(f"{g:>{width}s}" for g in geo))
+
+    compiled = [c for c in columns if c in ("tg compiled", "torch.compile", "jax.jit")]
+    if compiled:
+        out("")
+        out("first call, s (trace + compile + run)")
+        for w, res in rows:
+            out(f"{w.id + ' ' + w.name:24s}" + "".join(
+                f"{('-' if res[c].first is None else f'{res[c].first:.3f}'):>{width}s}" for c in compiled))
+        out(f"{'':24s}" + "".join(f"{c:>{width}s}" for c in compiled))
+    out("")
+    out(f"max rel error vs float64 reference (max|out-ref|/max|ref| per output; tolerance {TOLERANCE:g})")
+    for w, res in rows:
+        out(f"{w.id + ' ' + w.name:24s}" + "".join(
+            f"{('-' if res[c].error is None else f'{res[c].error:.1e}'):>{width}s}" for c in columns))
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+        info = [f"{d.get('internal_api')} {d.get('version')} {d.get('architecture')} threads={d.get('num_threads')}"
+                for d in threadpool_info() if d.get("user_api") == "blas"]
+        return "; ".join(info) or "unknown"
+    except ImportError:
+        return "unknown (pip install threadpoolctl to see the kernel)"
+
+
+def main(workload=None, quick=False, repeats=None, out=print):
+    import tracegrad as tg
+    columns = available_columns()
+    selected = [find(workload)] if workload else WORKLOADS
+    repeats = repeats or (5 if quick else 9)
+    target_s = 0.005 if quick else 0.02
+    env = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS") if k in os.environ}
+    out(f"tracegrad {tg.__version__}, numpy {np.__version__}, {os.cpu_count()} cpus; BLAS: {blas_info()}; "
+        f"env {env or '{}'}")
+    out(f"columns: {', '.join(columns)}; {repeats} interleaved rounds; each sample >= {target_s * 1e3:g} ms")
+    if "tg compiled" not in columns:
+        out("(tg.compile is not available in this build: no compiled column)")
+    out("")
+    rows = []
+    for w in selected:
+        t0 = time.perf_counter()
+        rows.append((w, bench_workload(w, columns, repeats, target_s, log=out)))
+        print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    out("")
+    print_table(rows, columns, out=out)
+    failures = [(w, c, res[c].failure) for w, res in rows for c in columns if res[c].failure]
+    if failures:
+        out("")
+        for w, c, why in failures:
+            out(f"FAIL {w.id} {w.name} [{c}]: {why}")
+        return 1
+    return 0

@@ -1,0 +1,495 @@
+"""The six reference workloads of shared/bench/WORKLOADS.md, one small function per column.
+
+Every workload has
+  - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
+  - `reference(inp)`: the outputs in float64 (the NumPy code run on float64 copies);
+  - one setup function per column, `setup(inp) -> run`, where `run()` does one whole
+    step (forward, and backward / update where the workload has them) and returns the
+    outputs that are checked against the reference: [loss or y, grads ...].
+
+Columns: "numpy" (hand-written backward; x**3 written x*x*x), "tg eager", "tg compiled"
+(only when `tg.compile` exists), "torch eager", "torch.compile", "jax.jit" (only when
+importable). Framework modules are imported lazily, inside the setup functions.
+"""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+C_GELU = 0.7978845608            # sqrt(2/pi), as written in WORKLOADS.md
+EPS_LN = 1e-5
+LR = 0.01                         # W4's SGD learning rate
+
+
+@dataclass
+class Workload:
+    id: str
+    name: str
+    what: str
+    inputs: callable
+    reference: callable
+    columns: dict = field(default_factory=dict)     # column name -> setup(inp) -> run
+    implied: callable = None                        # (inp, outputs) -> outputs to check (W4: params -> grads)
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def _np(x):
+    """Any framework's tensor (or a NumPy array) as a NumPy array copy."""
+    if hasattr(x, "detach"):
+        x = x.detach()
+    if hasattr(x, "cpu") and not isinstance(x, np.ndarray):
+        x = x.cpu()
+    return np.array(x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else x)
+
+
+# ================================================================== W1 gelu_fwd
+def w1_inputs(seed=1):
+    return {"x": _rng(seed).standard_normal(4_194_304).astype(np.float32)}
+
+
+def w1_numpy(inp):
+    x = inp["x"]
+
+    def run():
+        return [0.5 * x * (1.0 + np.tanh(C_GELU * (x + 0.044715 * (x * x * x))))]
+    return run
+
+
+def _gelu(x, tanh):
+    return 0.5 * x * (1.0 + tanh(C_GELU * (x + 0.044715 * x ** 3)))
+
+
+def w1_tg_eager(inp):
+    import tracegrad as tg
+    x = tg.from_numpy(inp["x"])
+    return lambda: [_gelu(x, lambda t: t.tanh())]
+
+
+def w1_tg_compiled(inp):
+    import tracegrad as tg
+    x = tg.from_numpy(inp["x"])
+    f = tg.compile(lambda x: _gelu(x, lambda t: t.tanh()))
+    return lambda: [f(x)]
+
+
+# ================================================================== W2 softmax_fwd
+def w2_inputs(seed=2):
+    return {"x": _rng(seed).standard_normal((4096, 1024)).astype(np.float32)}
+
+
+def w2_numpy(inp):
+    x = inp["x"]
+
+    def run():
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return [e / e.sum(axis=1, keepdims=True)]
+    return run
+
+
+def _softmax(x):
+    e = (x - x.max(axis=1, keepdims=True)).exp()
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def w2_tg_eager(inp):
+    import tracegrad as tg
+    x = tg.from_numpy(inp["x"])
+    return lambda: [_softmax(x)]
+
+
+def w2_tg_compiled(inp):
+    import tracegrad as tg
+    x = tg.from_numpy(inp["x"])
+    f = tg.compile(_softmax)
+    return lambda: [f(x)]
+
+
+# ================================================================== W3 layernorm_fwd_bwd
+def w3_inputs(seed=3):
+    r = _rng(seed)
+    return {"x": r.standard_normal((4096, 1024)).astype(np.float32),
+            "w": (1.0 + 0.1 * r.standard_normal(1024)).astype(np.float32),
+            "b": (0.1 * r.standard_normal(1024)).astype(np.float32),
+            "g": r.standard_normal((4096, 1024)).astype(np.float32)}
+
+
+def w3_numpy(inp):
+    x, w, b, g = inp["x"], inp["w"], inp["b"], inp["g"]
+
+    def run():
+        mean = x.mean(axis=1, keepdims=True)
+        d = x - mean
+        var = (d * d).mean(axis=1, keepdims=True)
+        rstd = 1.0 / np.sqrt(var + EPS_LN)
+        xhat = d * rstd
+        y = xhat * w + b
+        loss = (y * g).sum()
+        # backward
+        dw = (g * xhat).sum(axis=0)
+        db = g.sum(axis=0)
+        dxhat = g * w
+        dx = rstd * (dxhat - dxhat.mean(axis=1, keepdims=True)
+                     - xhat * (dxhat * xhat).mean(axis=1, keepdims=True))
+        return [loss, dx, dw, db]
+    return run
+
+
+def _layernorm_loss(x, w, b, g, sqrt):
+    mean = x.mean(axis=1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=1, keepdims=True)
+    y = d / sqrt(var + EPS_LN) * w + b
+    return (y * g).sum()
+
+
+def _tg_leaves(tg, inp, names):
+    return [tg.tensor(inp[n], requires_grad=True) if n in names else tg.from_numpy(inp[n]) for n in inp]
+
+
+def _grads_after(leaves):
+    return [t.grad for t in leaves]
+
+
+def _tg_fwd_bwd(loss_fn, tensors, leaves):
+    """run(): reset grads, loss = loss_fn(*tensors), loss.backward(); [loss, grads...]."""
+    def run():
+        for t in leaves:
+            t.grad = None
+        loss = loss_fn(*tensors)
+        loss.backward()
+        return [loss] + _grads_after(leaves)
+    return run
+
+
+def w3_tg_eager(inp):
+    import tracegrad as tg
+    x, w, b, g = ts = _tg_leaves(tg, inp, ("x", "w", "b"))
+    return _tg_fwd_bwd(lambda x, w, b, g: _layernorm_loss(x, w, b, g, lambda t: t.sqrt()), ts, [x, w, b])
+
+
+def w3_tg_compiled(inp):
+    import tracegrad as tg
+    x, w, b, g = ts = _tg_leaves(tg, inp, ("x", "w", "b"))
+    f = tg.compile(lambda x, w, b, g: _layernorm_loss(x, w, b, g, lambda t: t.sqrt()))
+    return _tg_fwd_bwd(f, ts, [x, w, b])
+
+
+# ================================================================== W4 mlp_train_step
+SIZES = (784, 256, 256, 10)
+
+
+def w4_inputs(seed=4):
+    r = _rng(seed)
+    inp = {"x": r.standard_normal((256, 784)).astype(np.float32),
+           "y": r.integers(0, 10, 256).astype(np.int64)}
+    for i, (fi, fo) in enumerate(zip(SIZES[:-1], SIZES[1:])):
+        bound = 1.0 / math.sqrt(fi)                 # PyTorch's nn.Linear init
+        inp[f"W{i}"] = r.uniform(-bound, bound, (fo, fi)).astype(np.float32)
+        inp[f"b{i}"] = r.uniform(-bound, bound, fo).astype(np.float32)
+    return inp
+
+
+PARAMS = ("W0", "b0", "W1", "b1", "W2", "b2")
+
+
+def w4_numpy(inp):
+    x, y = inp["x"], inp["y"]
+    p = {k: inp[k].copy() for k in PARAMS}          # updated in place, step after step
+    n = len(y)
+
+    def run():
+        h0 = x @ p["W0"].T + p["b0"]
+        a0 = np.maximum(h0, 0)
+        h1 = a0 @ p["W1"].T + p["b1"]
+        a1 = np.maximum(h1, 0)
+        logits = a1 @ p["W2"].T + p["b2"]
+        z = logits - logits.max(axis=1, keepdims=True)
+        ez = np.exp(z)
+        s = ez.sum(axis=1, keepdims=True)
+        loss = -(z[np.arange(n), y] - np.log(s[:, 0])).mean()
+        # backward
+        dlogits = ez / s
+        dlogits[np.arange(n), y] -= 1.0
+        dlogits /= n
+        g = {"W2": dlogits.T @ a1, "b2": dlogits.sum(axis=0)}
+        dh1 = (dlogits @ p["W2"]) * (h1 > 0)
+        g["W1"], g["b1"] = dh1.T @ a0, dh1.sum(axis=0)
+        dh0 = (dh1 @ p["W1"]) * (h0 > 0)
+        g["W0"], g["b0"] = dh0.T @ x, dh0.sum(axis=0)
+        for k in PARAMS:                             # SGD
+            p[k] -= LR * g[k]
+        return [loss] + [p[k] for k in PARAMS]
+    return run
+
+
+def w4_implied(inp, outs):
+    """Check the update, not the parameters: (p_before - p_after) / lr is the gradient."""
+    return [outs[0]] + [(inp[k].astype(np.float64) - o) / LR for k, o in zip(PARAMS, outs[1:])]
+
+
+def _tg_mlp(tg, inp):
+    model = tg.nn.Sequential(tg.nn.Linear(784, 256), tg.nn.ReLU(), tg.nn.Linear(256, 256), tg.nn.ReLU(),
+                             tg.nn.Linear(256, 10))
+    model.load_state_dict({f"{2 * i}.{'weight' if k[0] == 'W' else 'bias'}": tg.from_numpy(inp[k])
+                           for k in PARAMS for i in [int(k[1])]})
+    return model, tg.optim.SGD(model.parameters(), lr=LR), tg.from_numpy(inp["x"]), tg.from_numpy(inp["y"])
+
+
+def _tg_train_step(model, opt, x, y):
+    import tracegrad.nn.functional as F
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def w4_tg_eager(inp):
+    import tracegrad as tg
+    model, opt, x, y = _tg_mlp(tg, inp)
+    return lambda: [_tg_train_step(model, opt, x, y)] + model.parameters()
+
+
+def w4_tg_compiled(inp):
+    import tracegrad as tg
+    model, opt, x, y = _tg_mlp(tg, inp)
+    step = tg.compile(_tg_train_step)                # the whole step: forward, backward, SGD update
+    return lambda: [step(model, opt, x, y)] + model.parameters()
+
+
+# ================================================================== W5 tiny_overhead
+CHAIN = [("mul", 0.5), ("add", 0.1), ("tanh",), ("mul", 1.5), ("sub", 0.2),
+         ("exp",), ("mul", 0.3), ("add", 0.4), ("tanh",), ("sub", 0.1),
+         ("mul", 2.0), ("exp",), ("mul", 0.25), ("add", 0.5), ("tanh",),
+         ("mul", 1.1), ("sub", 0.3), ("exp",), ("mul", 0.7), ("tanh",)]      # 20 elementwise ops
+
+
+def w5_inputs(seed=5):
+    return {"x": _rng(seed).standard_normal(8).astype(np.float32)}
+
+
+def _chain(x, tanh, exp):
+    for op, *c in CHAIN:
+        if op == "mul":
+            x = x * c[0]
+        elif op == "add":
+            x = x + c[0]
+        elif op == "sub":
+            x = x - c[0]
+        elif op == "tanh":
+            x = tanh(x)
+        else:
+            x = exp(x)
+    return x.sum()
+
+
+def w5_numpy(inp):
+    x0 = inp["x"]
+
+    def run():
+        outs, x = [], x0
+        for op, *c in CHAIN:                           # forward, keeping each op's output
+            if op == "mul":
+                x = x * c[0]
+            elif op == "add":
+                x = x + c[0]
+            elif op == "sub":
+                x = x - c[0]
+            elif op == "tanh":
+                x = np.tanh(x)
+            else:
+                x = np.exp(x)
+            outs.append(x)
+        loss = x.sum()
+        g = np.ones_like(x0)
+        for (op, *c), y in zip(reversed(CHAIN), reversed(outs)):   # backward
+            if op == "mul":
+                g = g * c[0]
+            elif op == "tanh":
+                g = g * (1.0 - y * y)
+            elif op == "exp":
+                g = g * y
+        return [loss, g]
+    return run
+
+
+def w5_tg_eager(inp):
+    import tracegrad as tg
+    (x,) = ts = _tg_leaves(tg, inp, ("x",))
+    return _tg_fwd_bwd(lambda x: _chain(x, lambda t: t.tanh(), lambda t: t.exp()), ts, [x])
+
+
+def w5_tg_compiled(inp):
+    import tracegrad as tg
+    (x,) = ts = _tg_leaves(tg, inp, ("x",))
+    f = tg.compile(lambda x: _chain(x, lambda t: t.tanh(), lambda t: t.exp()))
+    return _tg_fwd_bwd(f, ts, [x])
+
+
+# ================================================================== W6 broadcast_grad
+def w6_inputs(seed=6):
+    r = _rng(seed)
+    return {"a": r.standard_normal((64, 1, 128)).astype(np.float32),
+            "b": r.standard_normal((1, 32, 128)).astype(np.float32),
+            "c": r.standard_normal(128).astype(np.float32)}
+
+
+def w6_numpy(inp):
+    a, b, c = inp["a"], inp["b"], inp["c"]
+
+    def run():
+        t = np.tanh(a * b + c)
+        loss = t.sum()
+        dz = 1.0 - t * t
+        return [loss, (dz * b).sum(axis=1, keepdims=True), (dz * a).sum(axis=0, keepdims=True), dz.sum(axis=(0, 1))]
+    return run
+
+
+def _bcast_loss(a, b, c, tanh):
+    return tanh(a * b + c).sum()
+
+
+def w6_tg_eager(inp):
+    import tracegrad as tg
+    ts = _tg_leaves(tg, inp, ("a", "b", "c"))
+    return _tg_fwd_bwd(lambda a, b, c: _bcast_loss(a, b, c, lambda t: t.tanh()), ts, ts)
+
+
+def w6_tg_compiled(inp):
+    import tracegrad as tg
+    ts = _tg_leaves(tg, inp, ("a", "b", "c"))
+    f = tg.compile(lambda a, b, c: _bcast_loss(a, b, c, lambda t: t.tanh()))
+    return _tg_fwd_bwd(f, ts, ts)
+
+
+# ================================================================== optional peers: torch, jax
+# The same math functions as tracegrad's columns (_gelu, _softmax, ...); torch.compile and
+# jax.jit wrap the forward (jax: value_and_grad), the backward runs as each framework does it.
+
+def _torch_layernorm_loss(x, w, b, g):
+    mean = x.mean(dim=1, keepdim=True)
+    d = x - mean
+    var = (d * d).mean(dim=1, keepdim=True)
+    return ((d / (var + EPS_LN).sqrt() * w + b) * g).sum()
+
+
+def _torch_setup(wid, inp, compiled):
+    import torch
+    t = {k: torch.from_numpy(v.copy()) for k, v in inp.items()}
+    wrap = torch.compile if compiled else (lambda f: f)
+    if wid == "W1":
+        f = wrap(lambda x: _gelu(x, torch.tanh))
+        return lambda: [f(t["x"])]
+    if wid == "W2":
+        f = wrap(lambda x: (lambda e: e / e.sum(dim=1, keepdim=True))((x - x.amax(dim=1, keepdim=True)).exp()))
+        return lambda: [f(t["x"])]
+    if wid == "W4":
+        params = [t[k].requires_grad_() for k in PARAMS]
+        x, y = t["x"], t["y"]
+
+        def fwd(x, y, W0, b0, W1, b1, W2, b2):
+            h = torch.relu(x @ W0.T + b0)
+            h = torch.relu(h @ W1.T + b1)
+            return torch.nn.functional.cross_entropy(h @ W2.T + b2, y)
+        f = wrap(fwd)
+
+        def run():
+            for p in params:
+                p.grad = None
+            loss = f(x, y, *params)
+            loss.backward()
+            with torch.no_grad():
+                for p in params:
+                    p -= LR * p.grad
+            return [loss] + params
+        return run
+    names, fn = {"W3": (("x", "w", "b"), _torch_layernorm_loss),
+                 "W5": (("x",), lambda x: _chain(x, torch.tanh, torch.exp)),
+                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, torch.tanh))}[wid]
+    leaves = [t[n].requires_grad_() for n in names]
+    return _tg_fwd_bwd(wrap(fn), list(t.values()), leaves)
+
+
+def _jax_setup(wid, inp):
+    import jax
+    import jax.numpy as jnp
+    t = {k: jnp.asarray(v) for k, v in inp.items()}
+    block = jax.block_until_ready
+    if wid == "W1":
+        f = jax.jit(lambda x: _gelu(x, jnp.tanh))
+        return lambda: [block(f(t["x"]))]
+    if wid == "W2":
+        f = jax.jit(lambda x: (lambda e: e / e.sum(axis=1, keepdims=True))(jnp.exp(x - x.max(axis=1, keepdims=True))))
+        return lambda: [block(f(t["x"]))]
+    if wid == "W4":
+        def loss_fn(params, x, y):
+            W0, b0, W1, b1, W2, b2 = params
+            h = jax.nn.relu(x @ W0.T + b0)
+            h = jax.nn.relu(h @ W1.T + b1)
+            logp = jax.nn.log_softmax(h @ W2.T + b2, axis=1)
+            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+        @jax.jit
+        def step(params, x, y):
+            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+            return loss, [p - LR * g for p, g in zip(params, grads)]
+        state = [[t[k] for k in PARAMS]]
+
+        def run():
+            loss, state[0] = block(step(state[0], t["x"], t["y"]))
+            return [loss] + state[0]
+        return run
+    names, fn = {"W3": (("x", "w", "b"), lambda x, w, b, g: _layernorm_loss(x, w, b, g, jnp.sqrt)),
+                 "W5": (("x",), lambda x: _chain(x, jnp.tanh, jnp.exp)),
+                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, jnp.tanh))}[wid]
+    keys = list(t)
+    f = jax.jit(jax.value_and_grad(fn, argnums=tuple(keys.index(n) for n in names)))
+
+    def run():
+        loss, grads = block(f(*t.values()))
+        return [loss] + list(grads)
+    return run
+
+
+# ================================================================== the table of workloads
+def _reference(numpy_setup):
+    """The NumPy code run on float64 copies (int arrays kept) is the reference."""
+    def ref(inp):
+        inp64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in inp.items()}
+        return [np.asarray(o, dtype=np.float64) for o in numpy_setup(inp64)()]
+    return ref
+
+
+def _workload(wid, name, what, mod=globals()):
+    n = wid.lower()
+    w = Workload(wid, name, what, mod[f"{n}_inputs"], _reference(mod[f"{n}_numpy"]))
+    w.columns = {"numpy": mod[f"{n}_numpy"], "tg eager": mod[f"{n}_tg_eager"],
+                 "tg compiled": mod[f"{n}_tg_compiled"],
+                 "torch eager": lambda inp: _torch_setup(wid, inp, compiled=False),
+                 "torch.compile": lambda inp: _torch_setup(wid, inp, compiled=True),
+                 "jax.jit": lambda inp: _jax_setup(wid, inp)}
+    return w
+
+
+WORKLOADS = [
+    _workload("W1", "gelu_fwd", "4M elements, 0.5*x*(1+tanh(0.7978845608*(x+0.044715*x**3))), forward"),
+    _workload("W2", "softmax_fwd", "(4096, 1024) row softmax from primitives, forward"),
+    _workload("W3", "layernorm_fwd_bwd", "(4096, 1024) layer norm from primitives, loss (y*g).sum(), grads x, w, b"),
+    _workload("W4", "mlp_train_step", "MLP 784-256-256-10, batch 256, cross-entropy, fwd+bwd+SGD(0.01)"),
+    _workload("W5", "tiny_overhead", "x (8,), chain of 20 elementwise ops, fwd+bwd: per-call overhead"),
+    _workload("W6", "broadcast_grad", "a (64,1,128) * b (1,32,128) + c (128,), tanh, sum; grads a, b, c"),
+]
+WORKLOADS[3].implied = w4_implied
+
+
+def find(name):
+    """A workload by id ("W3", "w3", "3") or name ("layernorm_fwd_bwd", "layernorm")."""
+    key = name.strip().lower()
+    for w in WORKLOADS:
+        if key in (w.id.lower(), w.id[1:], w.name) or w.name.startswith(key):
+            return w
+    raise KeyError(f"unknown workload {name!r}; choose one of " +
+                   ", ".join(f"{w.id} ({w.name})" for w in WORKLOADS))

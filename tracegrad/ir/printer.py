@@ -1,0 +1,50 @@
+"""The IR text format of SPEC §5: one op per line, deterministic numbering, typed values."""
+from ..dtypes import DType
+
+
+def fmt_attr(v):
+    if isinstance(v, DType):
+        return v.short
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, tuple):
+        inner = ", ".join(fmt_attr(x) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    return repr(v)
+
+
+def names(graph):
+    """Value id -> printed name: inputs keep their names, nodes are numbered in order."""
+    out = {id(v): v.name for v in graph.inputs}
+    for i, n in enumerate(graph.nodes):
+        out[id(n.out)] = str(i)
+    return out
+
+
+def print_graph(graph, source=False, comments=True):
+    nm = names(graph)
+    ref = lambda v: "%" + nm[id(v)]  # noqa: E731
+    header = ", ".join(f"{ref(v)}: {v.type}" for v in graph.inputs)
+    lines = [f"graph {graph.name}({header}) {{"]
+    for n in graph.nodes:
+        text = f"  {ref(n.out)}: {n.out.type} = {n.op}({', '.join(ref(i) for i in n.inputs)})"
+        if n.attrs:
+            text += " {" + ", ".join(f"{k}={fmt_attr(v)}" for k, v in n.attrs.items()) + "}"
+        notes = []
+        if comments:
+            notes += [f"{ref(i)} broadcast [{','.join(map(str, i.shape))}] -> [{','.join(map(str, n.out.shape))}]"
+                      for i in n.inputs if _stretched(n, i)]
+        if source and n.loc:
+            notes.append(n.loc)
+        if notes:
+            text = f"{text:<44} # " + "; ".join(notes)
+        lines.append(text)
+    lines.append("  return" + (" " + ", ".join(ref(v) for v in graph.outputs) if graph.outputs else ""))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _stretched(node, v):
+    from ..ops import PRIMS
+    p = PRIMS.get(node.op)
+    return p is not None and p.kind == "elementwise" and v.shape != node.out.shape and v.shape != ()

@@ -1,0 +1,136 @@
+"""Tracing: tensors without data that record primitive applications into an IR graph.
+
+A `Tracer` is installed in `tensor.Hooks.tracer` while a function is traced. Every real tensor the
+function touches (arguments, module parameters, closures, globals) is *lifted*: it becomes a graph
+input with a symbolic stand-in, read at call time, never baked in. Tensors created inside the trace
+are constants of the graph. In-place updates of real tensors and assignments to `.grad` are recorded
+(functionalized) and written back after each call by the compiled function.
+"""
+import numpy as np
+
+from .broadcast import user_frame
+from .tensor import Tensor, TraceError
+
+
+def location():
+    """The user's file:line currently executing, or None."""
+    f = user_frame()
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f else None
+
+
+class Lifted:
+    """A real tensor read by the trace: its graph input, its stand-in, where its value comes from.
+
+    `source` is ("arg", k) for the k-th tensor argument, ("grad", k) for its .grad, ("captured",)
+    for a tensor read through a closure, global, module or optimizer, ("const",) for a tensor made
+    inside the trace (its array is `real._data`)."""
+    __slots__ = ("real", "value", "standin", "source")
+
+    def __init__(self, real, value, standin, source):
+        self.real, self.value, self.standin, self.source = real, value, standin, source
+
+
+class Tracer:
+    def __init__(self, graph, parent=None, names=None):
+        self.graph, self.parent = graph, parent
+        self.lifted = {}           # id(real tensor) -> Lifted
+        self.order = []            # Lifted, in graph-input order
+        self.names = names or {}   # id(real tensor) -> preferred input name
+        self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
+        self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
+        self.saved = []            # backward graphs: the forward Values they read
+        self._saved = {}
+        self.ran_backward = False
+
+    # ------------------------------------------------------------------ values
+    def lift(self, t, source=("captured",), name=None):
+        """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
+        if t._data is None:
+            return t if t._ir.graph is self.graph else self._from_parent(t)
+        entry = self.lifted.get(id(t))
+        if entry is not None:
+            return entry.standin
+        if self.parent is not None and id(t) in self.parent.lifted:
+            st = self._from_parent(self.parent.lifted[id(t)].standin)
+        else:
+            name = name or self.names.get(id(t)) or f"{'k' if source[0] == 'const' else 'c'}{len(self.order)}"
+            value = self.graph.add_input(name, t._shape, t._dtype)
+            st = Tensor._symbolic(t._shape, t._dtype, t._device, value)
+            object.__setattr__(st, "requires_grad", t.requires_grad)
+            entry = Lifted(t, value, st, source)
+            self.order.append(entry)
+            self.lifted[id(t)] = entry
+        return st
+
+    def _from_parent(self, t):
+        """A backward graph reading a forward value: it becomes a saved input."""
+        if self.parent is None or t._ir.graph is not self.parent.graph:
+            raise TraceError("a traced tensor from another compiled function (or an earlier trace) was used; "
+                             "return it from the compiled function instead of keeping it")
+        st = self._saved.get(id(t._ir))
+        if st is None:
+            v = self.graph.add_input(f"s{len(self.saved)}", t._shape, t._dtype)
+            st = self._saved[id(t._ir)] = Tensor._symbolic(t._shape, t._dtype, t._device, v)
+            self.saved.append(t._ir)
+        return st
+
+    # ------------------------------------------------------------------ hooks called by tensor.py
+    def substitute(self, inputs):
+        return tuple(t if t._data is None and t._ir.graph is self.graph else self.lift(t) for t in inputs)
+
+    def emit(self, p, inputs, attrs, shape, dtype, dev):
+        out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, location())
+        return Tensor._symbolic(shape, dtype, dev, out)
+
+    def constant(self, v, dtype, dev, shape=()):
+        v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
+        out = self.graph.add("const", [], {"value": v}, shape, dtype, location())
+        return Tensor._symbolic(shape, dtype, dev, out)
+
+    def constant_array(self, arr, dtype, dev):
+        """A tensor made inside the trace: a `const` node when uniform, else a frozen graph input."""
+        flat = arr.reshape(-1)
+        if flat.size and (flat == flat[0]).all():
+            return self.constant(flat[0].item(), dtype, dev, arr.shape)
+        real = Tensor._wrap(np.array(arr), dtype, dev)
+        return self.lift(real, ("const",))
+
+    def mutate(self, t, new):
+        """In-place update of `t` with `new` (already of t's shape and dtype); returns the stand-in."""
+        if t._base is not None:
+            raise TraceError(f"in-place modification of a view inside a compiled function is not supported "
+                             f"(at {location()}); write to the base tensor or compute the value out of place")
+        st = self.lift(t)
+        st._ir = self.lift(new)._ir
+        st._ver[0] += 1
+        return st
+
+    def grad_access(self, t):
+        """Note the .grad of a tensor before the trace first reads or writes it; an argument's
+        stand-in gets the argument's .grad, lifted as an input, on first access."""
+        if id(t) in self.grads:
+            return
+        arg = self.arg_grads.get(id(t))
+        if arg is not None and arg[1]._grad is not None:
+            k, real, name = arg
+            t._grad = self.lift(real._grad, ("grad", k), name=name + ".grad")
+        self.grads[id(t)] = (t, t._grad)
+
+    def grad_owner(self, standin):
+        """Where the engine accumulates a leaf's gradient: the real tensor the user code holds (a
+        module parameter, a captured tensor), or the stand-in itself for tensor arguments."""
+        for e in self.order:
+            if e.standin is standin:
+                return e.real if e.source[0] == "captured" else standin
+        return standin
+
+    # ------------------------------------------------------------------ end of trace
+    def grad_changes(self):
+        """Restore every .grad the trace changed; returns [(tensor, grad before, grad after)]."""
+        out = []
+        for t, before in self.grads.values():
+            after = t._grad
+            t._grad = before
+            if after is not before:
+                out.append((t, before, after))
+        return out
