@@ -104,6 +104,7 @@ class CompiledFunction:
                 return entry.call(leaves)
             del self.cache[key]
             self._note_retrace([reason])
+            self._last_desc = None
         entry = self._build(args, kwargs, leaves, paths, key, desc)
         return entry.call(leaves)
 
@@ -116,7 +117,7 @@ class CompiledFunction:
         if self._last_desc is not None:
             reasons = [f"{p}: {a} {self._last_desc[(p, a)]} -> {v}" if (p, a) in self._last_desc else
                        f"{p}: new argument" for (p, a), v in desc.items() if self._last_desc.get((p, a)) != v]
-            self._note_retrace(reasons or ["a guard on a captured tensor changed"])
+            self._note_retrace(reasons)
         self._last_desc = desc
         t0 = time.perf_counter()
         entry = Entry(self, args, kwargs, leaves, paths)
@@ -124,7 +125,7 @@ class CompiledFunction:
         self._stats["compile_seconds"] += time.perf_counter() - t0
         self._stats["kernels"] = entry.kernel_count()
         self.cache[key] = entry
-        if self._stats["traces"] > 9 and not self._warned:
+        if self._stats["traces"] > 8 and not self._warned:
             self._warned = True
             what = ", ".join(f"{k} ({n}×)" for k, n in self._changes.most_common(3))
             warnings.warn(f"{self.__name__} was traced {self._stats['traces']} times; what keeps changing: {what}. "

@@ -1,4 +1,4 @@
-"""Algebraic simplification: x*1, x+0, x-0, x/1, neg(neg x), cast to the same dtype,
+"""Algebraic simplification: x*1, x+0, x-0, x/1, neg(neg x), copy, cast to the same dtype,
 reshape∘reshape, permute∘permute, expand of a constant, x**2 and x**3 as products."""
 from .rewrite import Builder
 
@@ -31,8 +31,8 @@ def _rule(b, n, ins):
             return _same(y, n)
     if op == "neg" and ins[0].node is not None and ins[0].node.op == "neg":
         return _same(ins[0].node.inputs[0], n)
-    if op == "cast" and ins[0].dtype is n.out.dtype:
-        return ins[0]
+    if op == "cast" and ins[0].dtype is n.out.dtype or op == "copy":
+        return ins[0]   # values are immutable in the IR: a copy is the value itself
     if op == "reshape":
         src = ins[0]
         if src.shape == n.out.shape:
