@@ -149,12 +149,13 @@ def test_binary_broadcast(name, shapes, seed):
 
 
 def test_classic_broadcast_shape():
-    a, b, c = rnd((4, 1, 6), 12), rnd((1, 3, 6), 13), rnd((6,), 14)
+    """(64,1,128)*(1,32,128)+(128,), shrunk: gradcheck costs two forward passes per input element."""
+    a, b, c = rnd((8, 1, 16), 12), rnd((1, 4, 16), 13), rnd((16,), 14)
     gc(lambda a, b, c: a * b + c, a, b, c)
     ga, gb, gc_ = grad_of(lambda a, b, c: (a * b + c).sum(), a, b, c)
     np.testing.assert_allclose(ga, np.broadcast_to(b.sum(1, keepdims=True), a.shape), rtol=1e-12)
     np.testing.assert_allclose(gb, np.broadcast_to(a.sum(0, keepdims=True), b.shape), rtol=1e-12)
-    np.testing.assert_allclose(gc_, np.full(6, 12.0))
+    np.testing.assert_allclose(gc_, np.full(16, 32.0))
 
 
 @pytest.mark.parametrize("f", [lambda x: 2.0 - x, lambda x: 3.0 / x, lambda x: 2.0 ** x, lambda x: x ** 3,
@@ -185,6 +186,10 @@ def test_maximum_minimum_ties_split_evenly():
     np.testing.assert_array_equal(gb, [0.5, 1.0, 0.5, 0.0])
     gc(tg.maximum, a, b)      # central differences see the even split at a tie too
     gc(tg.minimum, a, b)
+    ta, tb = np.array([1.0, 2.0, 4.0, 8.0]), np.array([3.0, 5.0, 7.0, 11.0])
+    for f, pick in ((tg.maximum, a > b), (tg.minimum, a < b)):
+        _, t = tg.jvp(f, (tg.tensor(a), tg.tensor(b)), (tg.tensor(ta), tg.tensor(tb)))
+        np.testing.assert_array_equal(t.numpy(), np.where(a == b, (ta + tb) / 2, np.where(pick, ta, tb)))
 
 
 def test_clamp_and_where():
@@ -284,7 +289,7 @@ VIEWS = {
     "int_index": lambda x: x[1],
     "col": lambda x: x[:, 0],
     "newaxis": lambda x: x[..., None] * x[None, 0],
-    "transpose": lambda x: x.transpose(0, 1) * tg.arange(4, dtype=tg.float64)[:, None],
+    "transpose": lambda x: x.transpose(0, 1) * tg.arange(4, dtype=tg.float64),
     "T": lambda x: x.T @ x,
     "mT": lambda x: x.mT.exp(),
     "permute": lambda x: x.reshape(2, 2, 5).permute(2, 0, 1)[1:],
@@ -292,7 +297,7 @@ VIEWS = {
     "expand_new_dims": lambda x: x.expand(2, 4, 5).sin(),
     "broadcast_to": lambda x: x[:, :1].broadcast_to((4, 3)) ** 2,
     "squeeze_unsqueeze": lambda x: x[:, :1].squeeze(1).unsqueeze(0).unsqueeze(-1) * 2,
-    "reshape_view": lambda x: x.reshape(5, 4)[::2].view(-1),
+    "reshape_view": lambda x: x.view(5, 4)[1:3].view(-1) * x.T.reshape(-1)[:8],
     "flatten": lambda x: x.reshape(2, 2, 5).flatten(1),
     "contiguous": lambda x: x.T.contiguous().tanh(),
     "slice_of_slice": lambda x: x[::2][:, 1::2][1:],
@@ -365,7 +370,7 @@ def test_inplace_gradients():
     gc(f, a, b)
     ga, gb = grad_of(lambda x, y: f(x, y).sum(), a, b)
     np.testing.assert_allclose(ga, np.broadcast_to(1 + 1 / b, a.shape), rtol=1e-12)
-    np.testing.assert_allclose(gb, (-a / b ** 2 + 2 / b ** 2).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(gb, (-a / b ** 2).sum(0), rtol=1e-12)      # z = x + x/y - 2
 
 
 def test_setitem_gradients():
@@ -473,7 +478,6 @@ def test_dropout_gradient_uses_the_same_mask():
 
 def test_casts_pass_gradients():
     a = rnd((3,), 57)
-    gc(lambda x: x.float().double() * x, a)
     x = tg.tensor(a, dtype=tg.float32, requires_grad=True)
     (g,) = tg.grad((x.double() ** 2).sum(), x)
     assert g.dtype == tg.float32
@@ -566,9 +570,11 @@ def test_gradgradcheck(name):
     w = [tg.tensor(rnd(s, 90 + k)) for k, s in enumerate(shapes)]
 
     def gradient(*xs):
-        out = f(*xs)
-        gs = tg.grad((out * tg.tensor(rnd(out.shape, 99))).sum(), xs, create_graph=True)
-        return sum(((g * wk).sum() for g, wk in zip(gs, w)), tg.tensor(0.0, dtype=tg.float64))
+        with tg.enable_grad():       # gradcheck evaluates its finite differences under no_grad
+            xs = [x if x.requires_grad else x.detach().requires_grad_() for x in xs]
+            out = f(*xs)
+            gs = tg.grad((out * tg.tensor(rnd(out.shape, 99))).sum(), xs, create_graph=True)
+            return sum(((g * wk).sum() for g, wk in zip(gs, w)), tg.tensor(0.0, dtype=tg.float64))
 
     gc(gradient, *arrays)
 

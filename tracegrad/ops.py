@@ -11,7 +11,8 @@ Each `Prim` carries what the rest of tracegrad needs to know about it:
   the tracer. `n` is the autograd node: `n.x(i)` saved input, `n.out`, `n.shapes`, `n.dtypes`, `n.attrs`.
 - `jvp(n, ts)`: forward mode from the input tangents `ts` (None = zero tangent).
 - `save`: which inputs the VJP reads (their version counters are checked), `save_out` likewise; or a
-  dict {input i: inputs read by i's VJP rule}, so only what a needed rule reads is saved.
+  dict {input i: inputs read by i's VJP rule}, so only what a needed rule reads is saved; or, for
+  variadic primitives, a function of the number of inputs returning one of those.
 - `lower`: the scalar lowering used by the code generators (filled in by codegen).
 
 Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
@@ -242,7 +243,8 @@ def _minmax_jvp(pick):
         a, b = n.x(0), n.x(1)
         ta = ts[0] if ts[0] is not None else a * 0.0
         tb = ts[1] if ts[1] is not None else b * 0.0
-        return bind("where", pick(a, b), ta, tb) + n.out * 0.0
+        # ties take the mean of both tangents, the transpose of the VJP's even split (as PyTorch)
+        return bind("where", a == b, (ta + tb) * 0.5, bind("where", pick(a, b), ta, tb)) + n.out * 0.0
     return jvp
 
 
@@ -508,16 +510,22 @@ def _index_add_impl(g, *idx, shape, axes):
     return out
 
 
+def _indices_only(n_inputs):
+    """index/index_add backward needs the index tensors, not the data (so, as in PyTorch, writing
+    into the indexed tensor afterwards does not invalidate the gradient)."""
+    return range(1, n_inputs)
+
+
 prim("index", "index", _index_rule, _index_impl,
      vjp=lambda n, g: (bind("index_add", g, *[n.x(i) for i in range(1, len(n.shapes))],
                             shape=n.shapes[0], axes=n.attrs["axes"]),) + (None,) * (len(n.shapes) - 1),
      jvp=lambda n, ts: bind("index", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),
-     save=None)
+     save=_indices_only)
 prim("index_add", "index", lambda shapes, dtypes, shape, axes: (tuple(shape), dtypes[0]), _index_add_impl,
      vjp=lambda n, g: (bind("index", g, *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),)
      + (None,) * (len(n.shapes) - 1),
      jvp=lambda n, ts: bind("index_add", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], **n.attrs),
-     save=None)
+     save=_indices_only)
 
 
 # ---------------------------------------------------------------- matmul (extern: BLAS)

@@ -193,6 +193,11 @@ def _shape_arg(args, what="shape"):
     return tuple(out)
 
 
+_SET = object.__setattr__
+_WRAP_SLOTS = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "requires_grad", "_grad", "grad_fn",
+               "_oi", "_ir", "_tangent", "_retains_grad")
+
+
 class Tensor:
     """An n-dimensional array with autograd, like torch.Tensor."""
 
@@ -206,9 +211,9 @@ class Tensor:
     @classmethod
     def _wrap(cls, arr, dtype, dev=CPU):
         t = object.__new__(cls)
-        t._data, t._shape, t._dtype, t._device = arr, arr.shape if arr is not None else None, dtype, dev
-        t._ver, t._base, t.requires_grad, t._grad, t.grad_fn = [0], None, False, None, None
-        t._oi, t._ir, t._tangent, t._retains_grad = 0, None, None, False
+        for name, value in zip(_WRAP_SLOTS, (arr, arr.shape if arr is not None else None, dtype, dev, [0], None,
+                                              False, None, None, 0, None, None, False)):
+            _SET(t, name, value)  # bypasses Tensor.__setattr__: the hot path of every op
         return t
 
     @classmethod

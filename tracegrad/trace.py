@@ -68,6 +68,11 @@ class Tracer:
             raise TraceError("a traced tensor from another compiled function (or an earlier trace) was used; "
                              "return it from the compiled function instead of keeping it")
         st = self._saved.get(id(t._ir))
+        node = t._ir.node
+        if st is None and node is not None and node.op == "const":
+            # a forward constant is re-emitted, not saved: the backward graph can fold it
+            v = self.graph.add("const", [], node.attrs, t._shape, t._dtype, node.loc)
+            st = self._saved[id(t._ir)] = Tensor._symbolic(t._shape, t._dtype, t._device, v)
         if st is None:
             v = self.graph.add_input(f"s{len(self.saved)}", t._shape, t._dtype)
             st = self._saved[id(t._ir)] = Tensor._symbolic(t._shape, t._dtype, t._device, v)

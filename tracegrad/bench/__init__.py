@@ -134,11 +134,10 @@ def print_table(rows, columns, out=print):
     compiled = [c for c in columns if c in ("tg compiled", "torch.compile", "jax.jit")]
     if compiled:
         out("")
-        out("first call, s (trace + compile + run)")
+        out(f"{'first call, s':24s}" + "".join(f"{c:>{width}s}" for c in compiled) + "   (trace + compile + run)")
         for w, res in rows:
             out(f"{w.id + ' ' + w.name:24s}" + "".join(
                 f"{('-' if res[c].first is None else f'{res[c].first:.3f}'):>{width}s}" for c in compiled))
-        out(f"{'':24s}" + "".join(f"{c:>{width}s}" for c in compiled))
     out("")
     out(f"max rel error vs float64 reference (max|out-ref|/max|ref| per output; tolerance {TOLERANCE:g})")
     for w, res in rows:

@@ -23,7 +23,7 @@ def names(graph):
 
 def print_graph(graph, source=False, comments=True):
     nm = names(graph)
-    ref = lambda v: "%" + nm[id(v)]  # noqa: E731
+    ref = lambda v: "%" + nm.get(id(v), f"<undefined {v.name or v.type}>")  # noqa: E731  (bad graphs print too)
     header = ", ".join(f"{ref(v)}: {v.type}" for v in graph.inputs)
     lines = [f"graph {graph.name}({header}) {{"]
     for n in graph.nodes:

@@ -1,5 +1,6 @@
 """Algebraic simplification: x*1, x+0, x-0, x/1, neg(neg x), copy, cast to the same dtype,
-reshape∘reshape, permute∘permute, expand of a constant, x**2 and x**3 as products."""
+reshape∘reshape, permute∘permute, expand of a constant, x**1, x**2 and x**3 as products, where with a
+constant condition."""
 from .rewrite import Builder
 
 
@@ -38,6 +39,8 @@ def _rule(b, n, ins):
         if src.shape == n.out.shape:
             return src
         if src.node is not None and src.node.op == "reshape":
+            if src.node.inputs[0].shape == n.out.shape:
+                return src.node.inputs[0]
             return b.emit("reshape", [src.node.inputs[0]], n.attrs, n.out.shape, n.out.dtype, n.loc)
     if op == "permute":
         src, perm = ins[0], n.attrs["perm"]
@@ -51,6 +54,10 @@ def _rule(b, n, ins):
             return b.emit("permute", [src.node.inputs[0]], {"perm": composed}, n.out.shape, n.out.dtype, n.loc)
     if op == "expand" and _const(ins[0]) is not None:
         return b.emit("const", [], {"value": _const(ins[0])}, n.out.shape, n.out.dtype, n.loc)
+    if op == "pow" and _const(ins[1]) == 1 and ins[1].shape == ():
+        return _same(ins[0], n)
+    if op == "where" and _const(ins[0]) is not None:
+        return _same(ins[1] if _const(ins[0]) else ins[2], n)
     if op == "pow" and _const(ins[1]) in (2, 3) and ins[1].shape == () and ins[0].shape == n.out.shape:
         x = ins[0]
         sq = b.emit("mul", [x, x], {}, n.out.shape, n.out.dtype, n.loc)
