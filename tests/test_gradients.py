@@ -642,3 +642,22 @@ def test_jvp_with_only_some_tangents_nonzero():
     np.testing.assert_allclose(t.numpy(), np.exp(b), rtol=1e-12)
     _, t = tg.jvp(lambda x: x.sum() * 0.0 + 3.0, (tg.tensor(a),), (tg.tensor(b),))
     np.testing.assert_allclose(t.numpy(), 0.0)
+
+
+def test_masked_softmax_and_sign_gradients_are_finite():
+    a = rnd((2, 4), 88)
+    mask = tg.tensor(np.array([[True, False, True, True], [False, False, True, False]]))
+    x = leaf(a)
+    y = F.softmax(tg.where(mask, x, float("-inf")), -1)
+    w = rnd((2, 4), 89)
+    (g,) = tg.grad((y * tg.tensor(w)).sum(), x)
+    p = np.where(mask.numpy(), np.exp(a), 0.0)
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(g.numpy(), p * (w - (p * w).sum(1, keepdims=True)), rtol=1e-12, atol=1e-300)
+    (g,) = tg.grad(F.log_softmax(tg.where(mask, x, float("-inf")), -1)[:, 2].sum(), x)
+    assert np.isfinite(g.numpy()).all()
+    # sign is piecewise constant: its gradient is zero, not an error (as PyTorch)
+    s = x.sign().sum()
+    assert s.requires_grad
+    s.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 4)))

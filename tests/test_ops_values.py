@@ -729,3 +729,11 @@ def test_dropout_edges():
     np.testing.assert_array_equal(y1, y2)
     with pytest.raises(ValueError):
         F.dropout(T(a), 1.5)
+
+
+def test_float16_elementwise_and_gelu():
+    a = rnd((4, 5), 36, np.float16)
+    check(T(a) * 2.0, (a * np.float16(2.0)), dtype=tg.float16)
+    check(F.gelu(T(a)), (a.astype(np.float64) * 0.5 * (1 + _erf(a.astype(np.float64) / math.sqrt(2))))
+          .astype(np.float16), dtype=tg.float16, rtol=2e-3, atol=1e-3)
+    check(T(a).exp(), np.exp(a), dtype=tg.float16, rtol=2e-3)

@@ -29,7 +29,7 @@ from .pytree import flatten, unflatten
 from .tensor import Hooks, Tensor, TraceError
 from .trace import Tracer
 
-BACKENDS = ("interpret",)
+BACKENDS = ("llvm", "interpret")
 _STATIC = (int, float, bool, str, type(None), D.DType)
 
 
@@ -64,11 +64,12 @@ def _leaf_key(x, path):
 
 class CompiledFunction:
     def __init__(self, fn, backend, fuse, check):
-        backend = backend or "interpret"
+        backend = backend or "llvm"
         if backend not in BACKENDS:
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(BACKENDS)}")
         self.fn, self.backend, self.fuse, self.check = fn, backend, fuse, check
         self.cache = {}
+        self._fast = {}      # hot-path signature (all-tensor/number arguments) -> entry
         self._stats = {"traces": 0, "cache_hits": 0, "disk_hits": 0, "compile_seconds": 0.0, "kernels": 0,
                        "retrace_reasons": []}
         self._last_desc = None
@@ -90,22 +91,49 @@ class CompiledFunction:
             k, d = _leaf_key(x, p)
             keys.append(k)
             desc.update({(p, a): v for a, v in d.items()})
-        return leaves, paths, (struct, tuple(keys), tuple(kwargs)), desc, bound_layout(args, kwargs, named)
+        grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
+        desc[("grad mode", "enabled")] = grad_mode
+        return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc, \
+            bound_layout(args, kwargs, named)
+
+    def _fast_key(self, args, kwargs):
+        """The signature of a call whose arguments are all tensors and numbers (the hot path), else None."""
+        if kwargs:
+            return None
+        parts = []
+        for x in args:
+            if type(x) is Tensor and x._data is not None:
+                parts.append((x._shape, x._dtype, x._device, x.requires_grad, x._grad is None))
+            elif type(x) in (int, float, bool):
+                parts.append((type(x), x))
+            else:
+                return None
+        return tuple(parts), is_grad_enabled()
 
     def __call__(self, *args, **kwargs):
         if Hooks.tracer is not None:       # called while tracing another function: inline it
             return self.fn(*args, **kwargs)
+        fast = self._fast_key(args, kwargs)
+        entry = self._fast.get(fast) if fast is not None else None
+        if entry is not None and (not entry.guards and not entry.grad_guards or entry.guard_failure() is None):
+            self._stats["cache_hits"] += 1
+            return entry.call(args)
         leaves, paths, key, desc, layout = self._flatten(args, kwargs)
         entry = self.cache.get(key)
         if entry is not None:
             reason = entry.guard_failure()
             if reason is None:
                 self._stats["cache_hits"] += 1
+                if fast is not None:
+                    self._fast[fast] = entry
                 return entry.call(leaves)
             del self.cache[key]
+            self._fast.clear()
             self._note_retrace([reason])
             self._last_desc = None
         entry = self._build(args, kwargs, leaves, paths, key, desc)
+        if fast is not None:
+            self._fast[fast] = entry
         return entry.call(leaves)
 
     def _note_retrace(self, reasons):
@@ -124,6 +152,7 @@ class CompiledFunction:
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0
         self._stats["kernels"] = entry.kernel_count()
+        self._stats["disk_hits"] += int(entry.disk_hit)
         self.cache[key] = entry
         if self._stats["traces"] > 8 and not self._warned:
             self._warned = True
@@ -138,14 +167,15 @@ class CompiledFunction:
         leaves, paths, key, desc, _ = self._flatten(args, kwargs)
         entry = self.cache.get(key)
         if entry is None or entry.guard_failure() is not None:
+            self._fast.clear()
             entry = self._build(args, kwargs, leaves, paths, key, desc)
         return entry
 
     # ------------------------------------------------------------------ introspection
-    def ir(self, *args, stage="forward", source=False, **kwargs):
-        """The IR text of a stage: traced, forward, backward, kernels (see SPEC §5)."""
+    def ir(self, *args, stage="forward", source=False, optimized=False, **kwargs):
+        """The IR text of a stage: traced, forward, backward, kernels, llvm (see SPEC §5)."""
         entry = self._entry_for(args, kwargs)
-        return entry.stage_text(stage, source)
+        return entry.stage_text(stage, source, optimized)
 
     def to_dot(self, *args, **kwargs):
         return to_dot(self._entry_for(args, kwargs).fwd)
@@ -178,8 +208,17 @@ class Entry:
         self._trace(args, kwargs, leaves, paths)
         self.fwd = optimize(self.traced.copy())
         self.bwd = optimize(self.bwd_traced) if self.bwd_traced is not None else None
-        self.run_fwd = _executable(self.fwd, cf.backend)
-        self.run_bwd = _executable(self.bwd, cf.backend) if self.bwd is not None else None
+        self.llvm_text, self.disk_hit = None, False
+        if cf.backend == "llvm":
+            from .codegen import build_programs
+            progs, self.llvm_text, engine = build_programs([self.fwd, self.bwd])
+            self.programs, self.disk_hit = progs, engine.disk_hit
+            self.run_fwd = progs[0].run
+            self.run_bwd = progs[1].run if progs[1] is not None else None
+        else:
+            self.programs = None
+            self.run_fwd = _executable(self.fwd, cf.backend)
+            self.run_bwd = _executable(self.bwd, cf.backend) if self.bwd is not None else None
 
     def _trace(self, args, kwargs, leaves, paths):
         graph = Graph(self.name)
@@ -248,6 +287,7 @@ class Entry:
         self.guards = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
                        if e.source[0] == "captured"]
         self.grad_guards = [(t, before) for t, before in tracer.grads.values() if t._data is not None]
+        self.binding_guards = _captured_bindings(self.cf.fn, tracer)
         # reverse mode: the backward graph of the outputs that need gradients
         self.bwd_traced, self.saved_at = None, len(values)
         if not tracer.ran_backward and is_grad_enabled():
@@ -285,6 +325,10 @@ class Entry:
 
     # ------------------------------------------------------------------ guards and calls
     def guard_failure(self):
+        for kind, name, holder, obj in self.binding_guards:
+            now = holder.get(name) if kind == "global" else _cell_value(holder)
+            if now is not obj:
+                return f"{kind} {name}: rebound to another object"
         for t, shape, dtype, rg in self.guards:
             if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
                 return f"captured tensor {self._name_of(t)}: {dtype.name}{list(shape)} requires_grad={rg} -> " \
@@ -340,9 +384,11 @@ class Entry:
         return unflatten(self.out_struct, results)
 
     def kernel_count(self):
+        if self.programs is not None:
+            return sum(len(p.kernels) for p in self.programs if p is not None)
         return len(self.fwd.nodes) + (len(self.bwd.nodes) if self.bwd is not None else 0)
 
-    def stage_text(self, stage, source=False):
+    def stage_text(self, stage, source=False, optimized=False):
         if stage == "traced":
             return print_graph(self.traced, source=source)
         if stage == "forward":
@@ -354,8 +400,14 @@ class Entry:
             return print_graph(self.bwd, source=source)
         if stage == "kernels":
             return kernels_text(self)
-        raise ValueError(f"unknown stage {stage!r}; expected one of traced, forward, backward, kernels"
-                         + ("" if "llvm" not in stage else " (stage 'llvm' needs backend='llvm')"))
+        if stage == "llvm":
+            if self.llvm_text is None:
+                raise ValueError(f"stage 'llvm' needs backend='llvm'; {self.name} uses {self.cf.backend!r}")
+            if optimized:
+                from .codegen.engine import optimize
+                return str(optimize(self.llvm_text))
+            return self.llvm_text
+        raise ValueError(f"unknown stage {stage!r}; expected one of traced, forward, backward, kernels, llvm")
 
 
 class _Fresh:
@@ -412,6 +464,36 @@ class CompiledNode:
         self.saved, self.freed = None, True
 
 
+def _captured_bindings(fn, tracer):
+    """Globals and closure variables of `fn` (and the code nested in it) that held a tensor the trace
+    lifted: rebinding one to another object must retrace, as eager code would read the new one."""
+    import types
+    if not isinstance(fn, types.FunctionType):
+        return []
+    codes, names = [fn.__code__], set()
+    while codes:
+        c = codes.pop()
+        names.update(c.co_names)
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    out = []
+    for n in sorted(names):
+        obj = fn.__globals__.get(n)
+        if isinstance(obj, Tensor) and id(obj) in tracer.lifted:
+            out.append(("global", n, fn.__globals__, obj))
+    for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        obj = _cell_value(cell)
+        if isinstance(obj, Tensor) and id(obj) in tracer.lifted:
+            out.append(("closure variable", n, cell, obj))
+    return out
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:       # an empty cell
+        return None
+
+
 def _executable(graph, backend):
     """The callable running `graph` on a list of arrays with the chosen backend."""
     if backend == "interpret":
@@ -454,20 +536,10 @@ def _annotate(e, name):
 
 
 def kernels_text(entry):
-    """One kernel per op until fusion exists: each with its ops, shapes and bytes moved."""
-    lines = []
-    for label, g in (("forward", entry.fwd), ("backward", entry.bwd)):
-        if g is None:
-            continue
-        lines.append(f"kernels {g.name} ({label}): {len(g.nodes)}")
-        for k, n in enumerate(g.nodes):
-            moved = sum(_nbytes(v) for v in n.inputs) + _nbytes(n.out)
-            lines.append(f"  k{k}: {n.op} -> {n.out.type}  bytes={moved}")
-    return "\n".join(lines)
-
-
-def _nbytes(v):
-    return int(np.prod(v.shape, dtype=np.int64)) * v.dtype.itemsize
+    """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved."""
+    from .ir.passes.fusion import fuse, kernels_text as text
+    return "\n".join(text(f"{g.name} ({label})", fuse(g)[0]) for label, g in
+                     (("forward", entry.fwd), ("backward", entry.bwd)) if g is not None)
 
 
 def to_dot(graph):

@@ -597,3 +597,21 @@ def _random_rule(shapes, dtypes, shape, dtype):
 prim("rand", "random", _random_rule, lambda shape, dtype: RNG[0].random(shape, dtype=np.float64).astype(dtype.np))
 prim("randn", "random", _random_rule,
      lambda shape, dtype: RNG[0].standard_normal(shape, dtype=np.float64).astype(dtype.np))
+
+
+# ---------------------------------------------------------------- scalar lowering (fusing code generators)
+# One element in, one out, as a target-neutral expression over the inputs a, b, c. The vocabulary
+# (exp log sqrt tanh sigmoid sin cos erf pow maximum minimum abs sign where cast, + - * / unary -,
+# comparisons, & | ~) is what every code generator implements; `cast` converts to the output dtype.
+# Division and pow of integers are not lowered (they run through NumPy).
+_LOWER = {
+    "neg": "-a", "exp": "exp(a)", "log": "log(a)", "sqrt": "sqrt(a)", "tanh": "tanh(a)",
+    "sigmoid": "sigmoid(a)", "relu": "maximum(a, 0)", "sin": "sin(a)", "cos": "cos(a)", "abs": "abs(a)",
+    "sign": "sign(a)", "erf": "erf(a)", "add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b",
+    "pow": "pow(a, b)", "maximum": "maximum(a, b)", "minimum": "minimum(a, b)", "lt": "a < b", "le": "a <= b",
+    "gt": "a > b", "ge": "a >= b", "eq": "a == b", "ne": "a != b", "logical_and": "a & b", "logical_or": "a | b",
+    "logical_not": "~a", "where": "where(a, b, c)", "cast": "cast(a)", "copy": "a",
+}
+FLOAT_ONLY_LOWERING = {"div", "pow", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "erf"}
+for _name, _expr in _LOWER.items():
+    PRIMS[_name].lower = _expr

@@ -1,0 +1,224 @@
+"""Random graphs: hypothesis draws a program (random ops, shapes that broadcast, reductions over random
+axes, views), runs it eagerly and compiled, and compares values and gradients in float64 (1e-6).
+
+TRACEGRAD_FUZZ_EXAMPLES raises the example count (default 60, for CI)."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+from tracegrad.ir import parse, print_graph
+
+EXAMPLES = int(os.environ.get("TRACEGRAD_FUZZ_EXAMPLES", "60"))
+TOL = 1e-6
+
+UNARY = {
+    "tanh": lambda x: x.tanh(),
+    "sigmoid": lambda x: x.sigmoid(),
+    "sin": lambda x: x.sin(),
+    "neg": lambda x: -x,
+    "relu": lambda x: x.relu(),
+    "exp_tanh": lambda x: x.tanh().exp(),
+    "log1p_sq": lambda x: (x * x + 1.0).log(),
+    "sqrt1p_sq": lambda x: (x * x + 1.0).sqrt(),
+    "abs": lambda x: x.abs(),
+    "square_half": lambda x: x.square() * 0.5,
+    "scale_shift": lambda x: x * 0.7 - 0.2,
+    "clamp": lambda x: x.clamp(-0.5, 0.5),
+    "pow3": lambda x: x ** 3,
+}
+BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / (b * b + 1.0),
+    "maximum": lambda a, b: tg.maximum(a, b),
+    "where": lambda a, b: tg.where(a > b, a, b * 0.5),
+}
+
+
+def _broadcast_partner(draw, shape):
+    """A shape that broadcasts with `shape`: a suffix of it with some sizes set to 1."""
+    k = draw(st.integers(0, len(shape)))
+    suffix = list(shape[len(shape) - k:])
+    return tuple(1 if draw(st.booleans()) else s for s in suffix)
+
+
+@st.composite
+def programs(draw):
+    """(input shapes, steps): each step appends a value computed from earlier ones."""
+    ndim = draw(st.integers(1, 3))
+    shape0 = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    inputs = [shape0]
+    shapes = [shape0]          # shapes of the pool values (inputs first)
+    steps = []
+    for _ in range(draw(st.integers(1, 7))):
+        i = draw(st.integers(0, len(shapes) - 1))
+        s = shapes[i]
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "view"]))
+        if kind == "unary":
+            op = draw(st.sampled_from(sorted(UNARY)))
+            steps.append(("unary", op, i))
+            shapes.append(s)
+        elif kind == "binary":
+            op = draw(st.sampled_from(sorted(BINARY)))
+            partners = [j for j, t in enumerate(shapes) if _broadcasts(s, t)]
+            if partners and draw(st.booleans()):
+                j = draw(st.sampled_from(partners))
+            else:
+                inputs.append(_broadcast_partner(draw, s))
+                shapes.insert(len(inputs) - 1, inputs[-1])
+                steps = [_shift(stp, len(inputs) - 1) for stp in steps]
+                i = i + 1 if i >= len(inputs) - 1 else i
+                j = len(inputs) - 1
+            swap = draw(st.booleans())
+            steps.append(("binary", op, (j, i) if swap else (i, j)))
+            shapes.append(_bshape(s, shapes[j]))
+        elif kind == "reduce":
+            if not s:
+                continue
+            op = draw(st.sampled_from(["sum", "mean", "max", "logsumexp", "var"]))
+            axes = draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=1, max_size=len(s), unique_by=
+                                 lambda a: a % len(s)))
+            if op in ("max", "logsumexp", "var"):
+                axes = axes[:1]
+            keep = draw(st.booleans())
+            steps.append(("reduce", op, i, tuple(axes), keep))
+            norm = {a % len(s) for a in axes}
+            shapes.append(tuple((1 if d in norm else n) for d, n in enumerate(s) if keep or d not in norm))
+        else:
+            options = ["reshape", "unsqueeze", "expand"] + (["transpose", "slice", "gather"] if s else [])
+            op = draw(st.sampled_from(options))
+            if op == "transpose":
+                perm = tuple(draw(st.permutations(range(len(s)))))
+                steps.append(("view", "permute", i, perm))
+                shapes.append(tuple(s[p] for p in perm))
+            elif op == "reshape":
+                n = int(np.prod(s))
+                target = draw(st.sampled_from([(n,), (1, n), (n, 1)] + ([(-1,) + s[-1:]] if s else [])))
+                steps.append(("view", "reshape", i, target))
+                shapes.append(tuple(np.empty(s).reshape(target).shape))
+            elif op == "unsqueeze":
+                d = draw(st.integers(0, len(s)))
+                steps.append(("view", "unsqueeze", i, d))
+                shapes.append(s[:d] + (1,) + s[d:])
+            elif op == "expand":
+                k = draw(st.integers(1, 3))
+                steps.append(("view", "expand", i, (k,) + s))
+                shapes.append((k,) + s)
+            elif op == "slice":
+                d = draw(st.integers(0, len(s) - 1))
+                start = draw(st.integers(0, s[d] - 1))
+                step = draw(st.integers(1, 2))
+                steps.append(("view", "slice", i, (d, start, step)))
+                shapes.append(s[:d] + (len(range(start, s[d], step)),) + s[d + 1:])
+            else:   # integer-array indexing along the first axis (repeats allowed)
+                idx = tuple(draw(st.lists(st.integers(0, s[0] - 1), min_size=1, max_size=4)))
+                steps.append(("view", "gather", i, idx))
+                shapes.append((len(idx),) + s[1:])
+    n_out = draw(st.integers(1, 2))
+    outs = sorted(set(draw(st.lists(st.integers(len(inputs), len(shapes) - 1), min_size=n_out, max_size=n_out))))
+    if len(shapes) == len(inputs):      # nothing computed: return a function of the first input
+        steps.append(("unary", "tanh", 0))
+        shapes.append(shapes[0])
+        outs = [len(shapes) - 1]
+    return inputs, steps, outs
+
+
+def _shift(step, at):
+    """Renumber pool indices >= `at` after inserting a new input there."""
+    kind, op, ref, *rest = step
+    bump = lambda k: k + 1 if k >= at else k  # noqa: E731
+    ref = tuple(bump(k) for k in ref) if isinstance(ref, tuple) else bump(ref)
+    return (kind, op, ref, *rest)
+
+
+def _broadcasts(a, b):
+    try:
+        np.broadcast_shapes(a, b)
+        return True
+    except ValueError:
+        return False
+
+
+def _bshape(a, b):
+    return tuple(np.broadcast_shapes(a, b))
+
+
+def build(steps, outs, n_inputs):
+    def program(*xs):
+        pool = list(xs)
+        for kind, op, ref, *rest in steps:
+            if kind == "unary":
+                pool.append(UNARY[op](pool[ref]))
+            elif kind == "binary":
+                pool.append(BINARY[op](pool[ref[0]], pool[ref[1]]))
+            elif kind == "reduce":
+                axes, keep = rest
+                x = pool[ref]
+                if op in ("sum", "mean"):
+                    pool.append(getattr(x, op)(axis=axes, keepdims=keep))
+                elif op == "max":
+                    pool.append(x.max(axis=axes[0], keepdims=keep))
+                elif op == "logsumexp":
+                    pool.append(x.logsumexp(axis=axes[0], keepdims=keep))
+                else:
+                    pool.append(x.var(axis=axes[0], keepdims=keep))
+            else:
+                (arg,) = rest
+                x = pool[ref]
+                if op == "permute":
+                    pool.append(x.permute(*arg))
+                elif op == "reshape":
+                    pool.append(x.reshape(*arg))
+                elif op == "unsqueeze":
+                    pool.append(x.unsqueeze(arg))
+                elif op == "expand":
+                    pool.append(x.expand(*arg))
+                elif op == "slice":
+                    d, start, step = arg
+                    idx = (slice(None),) * d + (slice(start, None, step),)
+                    pool.append(x[idx])
+                else:
+                    pool.append(x[tg.tensor(np.array(arg), dtype=tg.int64)])
+        return tuple(pool[k] for k in outs)
+    return program
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(prog=programs(), seed=st.integers(0, 2**32 - 1), backend=st.sampled_from(tg.jit.BACKENDS))
+def test_random_graphs_match_eager(prog, seed, backend):
+    shapes, steps, outs = prog
+    rng = np.random.default_rng(seed)
+    fn = build(steps, outs, len(shapes))
+    args = []
+    for s in shapes:
+        t = tg.tensor(rng.standard_normal(s), dtype=tg.float64)
+        t.requires_grad = True
+        args.append(t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tg.BroadcastWarning)
+        eager = fn(*args)
+        cf = tg.compile(fn, backend=backend)
+        comp = cf(*args)
+        assert len(eager) == len(comp)
+        for e, c in zip(eager, comp):
+            assert e.shape == c.shape and e.dtype == c.dtype
+            np.testing.assert_allclose(c.detach().numpy(), e.detach().numpy(), rtol=TOL, atol=TOL)
+        cots = [tg.tensor(rng.standard_normal(e.shape), dtype=tg.float64) for e in eager]
+        ge = tg.grad(list(eager), args, grad_outputs=cots, allow_unused=True)
+        gc = tg.grad(list(comp), args, grad_outputs=cots, allow_unused=True)
+        for k, (a, b) in enumerate(zip(ge, gc)):
+            a = np.zeros(shapes[k]) if a is None else a.detach().numpy()
+            b = np.zeros(shapes[k]) if b is None else b.detach().numpy()
+            np.testing.assert_allclose(b, a, rtol=TOL, atol=TOL, err_msg=f"gradient of input {k}")
+        # every graph round-trips through the text format
+        for stage in ("traced", "forward", "backward"):
+            text = cf.ir(*args, stage=stage)
+            assert print_graph(parse(text)) == text
+        assert cf.stats()["traces"] == 1

@@ -1,0 +1,84 @@
+"""One LLVM module -> optimized machine code for the host CPU, through the disk cache."""
+import ctypes
+import ctypes.util
+import hashlib
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from . import cache
+
+_LOCK = threading.Lock()
+_TM = []
+
+
+def _initialize():
+    with _LOCK:
+        if not _TM:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            libm = ctypes.util.find_library("m")   # float64 transcendentals call the C library
+            if libm:
+                llvm.load_library_permanently(libm)
+            _TM.append(_new_target_machine())
+
+
+def _new_target_machine():
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, jit=True)
+
+
+def target_machine():
+    """The shared target machine used to optimize and emit code (each JIT engine owns its own)."""
+    _initialize()
+    return _TM[0]
+
+
+def target_id():
+    """What compiled code depends on besides its IR: CPU, features, LLVM and tracegrad versions."""
+    from .. import __version__
+    return (f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}|llvmlite {llvmlite.__version__}"
+            f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {__version__}")
+
+
+def optimize(text):
+    """Parse and optimize LLVM IR text at O3 for the host; returns the module."""
+    tm = target_machine()
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class Engine:
+    """Machine code loaded into an MCJIT engine; `address(name)` of a kernel. `disk_hit` tells whether
+    the object code came from the disk cache."""
+
+    def __init__(self, text):
+        _initialize()
+        key = hashlib.sha256((target_id() + "\n" + text).encode()).hexdigest()
+        obj = cache.load(key)
+        self.disk_hit = obj is not None
+        if obj is None:
+            obj = target_machine().emit_object(optimize(text))
+            cache.store(key, obj)
+        self.ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+        self.ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.ee.finalize_object()
+        self.key = key
+
+    def address(self, name):
+        addr = self.ee.get_function_address(name)
+        if not addr:
+            raise RuntimeError(f"compiled kernel {name} not found in its module (corrupt cache entry {self.key}?)")
+        return addr
+
+
+def compile_module(text):
+    return Engine(text)

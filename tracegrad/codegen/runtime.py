@@ -1,0 +1,148 @@
+"""Run a compiled program: buffers planned once, a flat list of steps, threads for big loops.
+
+Per call the only Python work is: checking and binding the input arrays, allocating the
+output arrays (handed to the user, so never reused), and one ctypes call per kernel (two, on two
+threads, for kernels large enough to split) or one NumPy call per extern/host step.
+"""
+import ctypes
+import math
+import os
+import queue
+import threading
+
+import numpy as np
+
+from ..ir.passes.fusion import contiguous_strides
+from ..ops import PRIMS
+
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+
+def threads():
+    n = os.environ.get("TRACEGRAD_THREADS")
+    return max(1, int(n)) if n else (os.cpu_count() or 1)
+
+
+class _Pool:
+    """Worker threads that run slices of a kernel's outer loop (ctypes releases the GIL)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.jobs, self.done = queue.SimpleQueue(), queue.SimpleQueue()
+        for _ in range(n - 1):
+            threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self):
+        while True:
+            fn, table, lo, hi = self.jobs.get()
+            try:
+                fn(table, lo, hi)
+            finally:
+                self.done.put(None)
+
+    def run(self, fn, table, extent):
+        n = min(self.n, extent)
+        bounds = [extent * i // n for i in range(n + 1)]
+        for i in range(1, n):
+            self.jobs.put((fn, table, bounds[i], bounds[i + 1]))
+        fn(table, bounds[0], bounds[1])
+        for _ in range(n - 1):
+            self.done.get()
+
+
+_POOL = []
+
+
+def pool():
+    if not _POOL:
+        _POOL.append(_Pool(threads()))
+    return _POOL[0]
+
+
+def view(arr, ld, shape):
+    """The strided view of buffer `arr` that a Load describes (no copy)."""
+    if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and arr.shape == tuple(shape):
+        return arr
+    item = arr.dtype.itemsize
+    return np.ndarray(shape, arr.dtype, buffer=arr, offset=ld.offset * item,
+                      strides=[s * item for s in ld.strides])
+
+
+class Program:
+    """One graph's executable: `run(arrays) -> tuple of output arrays`."""
+
+    def __init__(self, graph, kernels, aliases, slots, names, engine_ref):
+        self.graph, self.kernels, self.engine_ref = graph, kernels, engine_ref
+        self.n_slots = len(slots)
+        self.table = (ctypes.c_void_p * max(1, self.n_slots))()
+        self.template = [None] * self.n_slots
+        values = {vid: v for vid, v in _values(graph, kernels)}
+        out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
+        in_ids = {id(v) for v in graph.inputs}
+        self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
+        self.fresh = []
+        for vid, slot in slots.items():
+            v = values[vid]
+            if vid in in_ids:
+                continue
+            if vid in out_ids:
+                self.fresh.append((slot, v.shape, v.dtype.np))
+            else:
+                arr = np.empty(v.shape, v.dtype.np)
+                self.template[slot] = arr
+                self.table[slot] = arr.ctypes.data
+        self.outputs = []
+        for v in graph.outputs:
+            b = aliases.get(id(v))
+            self.outputs.append((slots[id(b if b is not None else v)], v.shape))
+        self.steps = []
+        for k in kernels:
+            if k.kind in ("loop", "reduce_acc"):
+                fn = KERNEL(engine_ref.address(names[id(k)]))
+                extent = k.shape[0] if k.kind == "loop" and k.split > 0 else 1
+                par = k.kind == "loop" and k.split > 0 and extent > 1 and math.prod(k.shape) >= PARALLEL_MIN_ELEMENTS
+                self.steps.append(("kernel", fn, extent, par))
+            else:
+                n = k.node
+                ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
+                self.steps.append(("host", n, ins, slots[id(n.out)]))
+
+    def run(self, arrays):
+        cur, table = list(self.template), self.table
+        for (slot, shape, dtype), a in zip(self.inputs, arrays):
+            if a.dtype != dtype or a.shape != shape:
+                raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            cur[slot] = a
+            table[slot] = a.ctypes.data
+        for slot, shape, dtype in self.fresh:
+            a = np.empty(shape, dtype)
+            cur[slot] = a
+            table[slot] = a.ctypes.data
+        for step in self.steps:
+            if step[0] == "kernel":
+                _, fn, extent, par = step
+                if par:
+                    pool().run(fn, table, extent)
+                else:
+                    fn(table, 0, extent)
+            else:
+                _, node, ins, out = step
+                args = [view(cur[s], ld, shape) for s, ld, shape in ins]
+                if node.op == "matmul":
+                    np.matmul(args[0], args[1], out=cur[out])
+                else:
+                    with np.errstate(all="ignore"):
+                        res = PRIMS[node.op].impl(*args, **node.attrs)
+                    np.copyto(cur[out], res, casting="unsafe")
+        return tuple(cur[s] if cur[s].shape == shape else cur[s].reshape(shape) for s, shape in self.outputs)
+
+
+def _values(graph, kernels):
+    for v in graph.inputs:
+        yield id(v), v
+    for k in kernels:
+        for v in k.outputs:
+            yield id(v), v
