@@ -177,6 +177,28 @@ class CompiledFunction:
         entry = self._entry_for(args, kwargs)
         return entry.stage_text(stage, source, optimized)
 
+    def profile(self, *args, repeat=5, **kwargs):
+        """Per kernel of the forward program: its ops, median seconds over `repeat` runs, bytes moved
+        and achieved GB/s (the memory-bandwidth roofline). Needs backend="llvm"."""
+        entry = self._entry_for(args, kwargs)
+        if entry.programs is None:
+            raise ValueError(f"profile() needs backend='llvm'; {self.__name__} uses {self.backend!r}")
+        leaves = self._flatten(args, kwargs)[0]
+        arrays = [entry._resolve(s, r, leaves)._data for s, r in entry.inputs]
+        prog = entry.programs[0]
+        runs = []
+        for _ in range(repeat):
+            t = []
+            prog.run(arrays, timings=t)
+            runs.append(t)
+        rows = []
+        for j, k in enumerate(prog.kernels):
+            sec = float(np.median([r[j] for r in runs]))
+            moved = k.bytes_moved()
+            rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "seconds": sec, "bytes": moved,
+                         "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
+        return rows
+
     def to_dot(self, *args, **kwargs):
         return to_dot(self._entry_for(args, kwargs).fwd)
 
@@ -355,9 +377,10 @@ class Entry:
 
     def call(self, leaves):
         arrays = [self._resolve(s, r, leaves)._data for s, r in self.inputs]
-        outs = self.run_fwd(arrays)
         if self.cf.check:
-            _check(self, arrays, outs)
+            outs = _checked_run(self, 0, self.fwd, arrays)
+        else:
+            outs = self.run_fwd(arrays)
         fresh = _Fresh(arrays)
         for (source, real), arr in zip(self.mutations, outs[self.n_user:]):
             t = self._resolve(source, real, leaves)
@@ -456,7 +479,10 @@ class CompiledNode:
             raise RuntimeError(f"create_graph=True (double backward) through compiled function {self.entry.name} "
                                f"is not supported; call the function without tg.compile for higher-order grads")
         arrays = [g._data for g in grads] + self.saved + self.const_arrays
-        outs = self.entry.run_bwd(arrays)
+        if self.entry.cf.check:
+            outs = _checked_run(self.entry, 1, self.entry.bwd, arrays)
+        else:
+            outs = self.entry.run_bwd(arrays)
         return [Tensor._wrap(np.array(o) if not o.flags.writeable else o, t._dtype, t._device)
                 for o, t in zip(outs, self.reals)]
 
@@ -501,13 +527,32 @@ def _executable(graph, backend):
     raise ValueError(f"backend {backend!r} is not available")
 
 
-def _check(entry, arrays, outs):
-    """check=True: compare with the interpret backend (the oracle)."""
+def _checked_run(entry, which, graph, arrays):
+    """check=True: run the program and the interpret backend side by side; raise CheckError naming
+    the first kernel whose output differs, with the ops fused into it."""
     from .errors import CheckError
-    ref = interpret_run(entry.fwd, *arrays)
-    for k, (a, b) in enumerate(zip(outs, ref)):
-        if not np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True):
-            raise CheckError(f"{entry.name}: output {k} differs from the interpret backend")
+    from .ir.interpret import values
+    ref = values(graph, *arrays)
+    prog = entry.programs[which] if entry.programs is not None else None
+    if prog is None:
+        return tuple(ref[id(v)] for v in graph.outputs)
+    got = {}
+    outs = prog.run(arrays, capture=got)
+    for j, k in enumerate(prog.kernels):
+        for v in k.outputs:
+            a, b = got[id(v)], ref[id(v)]
+            if a.shape != b.shape or not _close(a, b):
+                diff = np.max(np.abs(a.astype(np.float64) - b)) if a.shape == b.shape and a.size else "shape"
+                raise CheckError(f"{graph.name}: kernel k{j} [{k.kind}] output {v.type} differs from the interpret "
+                                 f"backend (max abs diff {diff}); ops fused into it: {', '.join(k.ops()) or 'copy'}")
+    return outs
+
+
+def _close(a, b):
+    if a.dtype.kind == "f":
+        tol = 1e-3 if a.dtype == np.float32 else 1e-9
+        return np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+    return np.array_equal(a, b)
 
 
 def _positional(args, kwargs):

@@ -9,6 +9,7 @@ allocas that SROA turns into registers; float sums use `reassoc` adds so they ve
 Transcendentals call the inlined, branch-free routines of mathlib.py.
 """
 import ast
+import math
 import struct
 
 from ..ir.passes.fusion import Const, Load, Op, contiguous_strides
@@ -345,10 +346,26 @@ def _combine(f, op, acc, v, dtype):
     return f.assign(f"select i1 {c}, {ty} {v}, {ty} {acc}")
 
 
+SCRATCH_LIMIT = 8192   # elements of a row kept in a per-thread scratch buffer (see _loop_kernel)
+
+
 def _loop_kernel(mb, f, kernel, ptrs):
+    """Outer loop over rows; per row, one inner loop nest per phase. A value that a reduce phase
+    computes and a later phase needs again (softmax's exp) is kept in a row-sized stack buffer
+    instead of being recomputed."""
     shape, k = kernel.shape, kernel.split
     outer, inner = shape[:k], shape[k:]
-    full = contiguous_strides(shape)
+    full, inner_strides = contiguous_strides(shape), contiguous_strides(inner)
+    scratch = {}
+    if k and 0 < math.prod(inner) <= SCRATCH_LIMIT:
+        later = set()
+        for j in range(len(kernel.phases) - 1, -1, -1):
+            ph = kernel.phases[j]
+            for _, t in ph.outputs:
+                if ph.kind == "reduce" and isinstance(t, Op) and id(t) in later:
+                    scratch[id(t)] = f.alloca(f"[{math.prod(inner)} x {regtype(t.dtype)}]")
+            for _, t in ph.outputs:
+                later |= _tree_ids(t)
 
     def outer_body(f, oidx):
         for ph in kernel.phases:
@@ -356,6 +373,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
                 def body(f, iidx, ph=ph):
                     idx = list(oidx) + list(iidx)
                     em = Emitter(mb, f, ptrs, idx)
+                    _seed(em, scratch, iidx, inner_strides)
                     vals = [(v, em.value(t)) for v, t in ph.outputs]
                     off = _linear(f, idx, full)
                     for v, val in vals:
@@ -369,16 +387,52 @@ def _loop_kernel(mb, f, kernel, ptrs):
                 def body(f, iidx, tree=tree, acc=acc, ph=ph, v=v):
                     em = Emitter(mb, f, ptrs, list(oidx) + list(iidx))
                     x = em.value(tree)
+                    if id(tree) in scratch:
+                        off = _linear(f, iidx, inner_strides)
+                        ty = regtype(tree.dtype)
+                        p = f.assign(f"getelementptr inbounds {ty}, ptr {scratch[id(tree)]}, i64 {off}")
+                        f.emit(f"store {ty} {x}, ptr {p}")
                     cur = f.assign(f"load {regtype(v.dtype)}, ptr {acc}")
                     f.emit(f"store {regtype(v.dtype)} {_combine(f, ph.op, cur, x, v.dtype)}, ptr {acc}")
                 _loops(f, inner, body)
                 res = f.assign(f"load {regtype(v.dtype)}, ptr {acc}")
                 _store(f, ptrs, v, _linear(f, oidx, contiguous_strides(outer)), res)
+                done.add(id(tree))
+
+    done = set()
+
+    def _seed(em, scratch, iidx, strides):
+        for tid, buf in scratch.items():
+            if tid in done:
+                t = _find(kernel, tid)
+                ty = regtype(t.dtype)
+                p = em.f.assign(f"getelementptr inbounds {ty}, ptr {buf}, i64 {_linear(em.f, iidx, strides)}")
+                em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
 
     if outer:
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))
     else:
         outer_body(f, [])
+
+
+def _tree_ids(t, out=None):
+    out = set() if out is None else out
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if id(x) not in out:
+            out.add(id(x))
+            if isinstance(x, Op):
+                stack.extend(x.args)
+    return out
+
+
+def _find(kernel, tid):
+    for ph in kernel.phases:
+        for _, t in ph.outputs:
+            if id(t) == tid:
+                return t
+    raise KeyError(tid)
 
 
 def _reduce_acc(mb, f, kernel, ptrs):

@@ -9,6 +9,7 @@ import math
 import os
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
     def __init__(self, graph, kernels, aliases, slots, names, engine_ref):
-        self.graph, self.kernels, self.engine_ref = graph, kernels, engine_ref
+        self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots)
         self.table = (ctypes.c_void_p * max(1, self.n_slots))()
         self.template = [None] * self.n_slots
@@ -108,7 +109,9 @@ class Program:
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
                 self.steps.append(("host", n, ins, slots[id(n.out)]))
 
-    def run(self, arrays):
+    def run(self, arrays, timings=None, capture=None):
+        """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
+        `capture` dict, fills it with {id(Value): array} for every buffer (check mode)."""
         cur, table = list(self.template), self.table
         for (slot, shape, dtype), a in zip(self.inputs, arrays):
             if a.dtype != dtype or a.shape != shape:
@@ -122,6 +125,8 @@ class Program:
             cur[slot] = a
             table[slot] = a.ctypes.data
         for step in self.steps:
+            if timings is not None:
+                t0 = time.perf_counter()
             if step[0] == "kernel":
                 _, fn, extent, par = step
                 if par:
@@ -137,6 +142,10 @@ class Program:
                     with np.errstate(all="ignore"):
                         res = PRIMS[node.op].impl(*args, **node.attrs)
                     np.copyto(cur[out], res, casting="unsafe")
+            if timings is not None:
+                timings.append(time.perf_counter() - t0)
+        if capture is not None:
+            capture.update({vid: np.array(cur[slot]) for vid, slot in self.slots.items()})
         return tuple(cur[s] if cur[s].shape == shape else cur[s].reshape(shape) for s, shape in self.outputs)
 
 

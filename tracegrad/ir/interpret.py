@@ -6,6 +6,12 @@ from ..ops import PRIMS
 
 def run(graph, *arrays):
     """Evaluate `graph` on NumPy arrays (one per input); returns a tuple of arrays, one per output."""
+    env = values(graph, *arrays)
+    return tuple(env[id(v)] for v in graph.outputs)
+
+
+def values(graph, *arrays):
+    """Every value of `graph` for these inputs: {id(Value): array}."""
     if len(arrays) != len(graph.inputs):
         raise ValueError(f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(arrays)}")
     env = {}
@@ -16,7 +22,7 @@ def run(graph, *arrays):
         env[id(v)] = a
     for n in graph.nodes:
         env[id(n.out)] = evaluate(n, [env[id(i)] for i in n.inputs])
-    return tuple(env[id(v)] for v in graph.outputs)
+    return env
 
 
 def evaluate(node, args):
