@@ -23,6 +23,7 @@ from .device import CPU
 from .ir import Graph, print_graph
 from .ir.interpret import run as interpret_run
 from .ir.passes import optimize
+from .ir.passes.remat import rematerialize
 from .nn.modules import Module
 from .optim import Optimizer
 from .pytree import flatten, unflatten
@@ -230,6 +231,10 @@ class Entry:
         self._trace(args, kwargs, leaves, paths)
         self.fwd = optimize(self.traced.copy())
         self.bwd = optimize(self.bwd_traced) if self.bwd_traced is not None else None
+        if self.bwd is not None:
+            fwd, bwd = rematerialize(self.fwd, self.bwd, self.saved_at, len(self.diff_outputs))
+            if bwd is not self.bwd:
+                self.fwd, self.bwd = optimize(fwd), optimize(bwd)
         self.llvm_text, self.disk_hit = None, False
         if cf.backend == "llvm":
             from .codegen import build_programs
@@ -339,6 +344,9 @@ class Entry:
         finally:
             Hooks.tracer = prev
         bgraph.outputs = outs
+        # inputs in the order the compiled node passes them: cotangents, saved values, constants
+        bgraph.inputs = ([c._ir for c in cots] + [btr._saved[id(v)]._ir for v in btr.saved]
+                         + [e.value for e in btr.order])
         self.bwd_traced = bgraph
         self.diff_outputs = [i for i, _ in diff]
         self.bwd_targets = [e.source if e.source[0] == "arg" else ("captured", e.real) for e in targets]
@@ -376,7 +384,8 @@ class Entry:
         return real
 
     def call(self, leaves):
-        arrays = [self._resolve(s, r, leaves)._data for s, r in self.inputs]
+        sources = [self._resolve(s, r, leaves) for s, r in self.inputs]
+        arrays = [t._data for t in sources]
         if self.cf.check:
             outs = _checked_run(self, 0, self.fwd, arrays)
         else:
@@ -400,7 +409,7 @@ class Entry:
             results.append(Tensor._wrap(fresh(outs[x]), st._dtype, st._device) if kind == "tensor" else x)
         if self.run_bwd is not None and is_grad_enabled():
             tensors = [results[k] for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
-            node = CompiledNode(self, leaves, outs[self.saved_at:], [tensors[i] for i in self.diff_outputs])
+            node = CompiledNode(self, leaves, outs[self.saved_at:], [tensors[i] for i in self.diff_outputs], sources)
             for oi, t in enumerate(tensors[i] for i in self.diff_outputs):
                 object.__setattr__(t, "requires_grad", True)
                 t.grad_fn, t._oi = node, oi
@@ -449,13 +458,13 @@ class _Fresh:
 class CompiledNode:
     """The autograd node of a compiled call: its backward runs the compiled backward graph."""
 
-    def __init__(self, entry, leaves, saved, outputs):
+    def __init__(self, entry, leaves, saved, outputs, inputs):
         self.entry, self.saved, self.freed, self.n_out = entry, list(saved), False, len(outputs)
         self.out_meta = [(t._shape, t._dtype, t._device) for t in outputs]
-        reals = [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
-        self.reals = reals
-        self.versions = [t._ver[0] for t in reals]
-        self.edges = [_edge(t) for t in reals]
+        self.reals = [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
+        self.watched = inputs          # the backward may read any forward input: watch their versions
+        self.versions = [t._ver[0] for t in inputs]
+        self.edges = [_edge(t) for t in self.reals]
         self.const_arrays = [e.real._data for e in entry.bwd_inputs]
 
     def name(self):
@@ -468,7 +477,7 @@ class CompiledNode:
         if self.freed:
             raise RuntimeError("Trying to backward through the graph of a compiled call a second time; specify "
                                "retain_graph=True on the first backward if you need to.")
-        for t, v in zip(self.reals, self.versions):
+        for t, v in zip(self.watched, self.versions):
             if t._ver[0] != v:
                 raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
                                    f"inplace operation: [{t.dtype} {list(t.shape)}], an input of compiled "
@@ -608,12 +617,8 @@ def to_dot(graph):
 def make_ir(f):
     """`tg.make_ir(f)(*args)`: the forward IR text of f for these arguments, without compiling."""
     def build(*args, **kwargs):
-        cf = f if isinstance(f, CompiledFunction) else CompiledFunction(f, "interpret", True, False)
-        leaves, paths, *_ = cf._flatten(args, kwargs)
-        entry = Entry.__new__(Entry)
-        entry.cf, entry.name, entry.n_leaves = cf, cf.__name__, len(leaves)
-        entry._trace(args, kwargs, leaves, paths)
-        return print_graph(optimize(entry.traced.copy()))
+        fn = f.fn if isinstance(f, CompiledFunction) else f
+        return CompiledFunction(fn, "interpret", True, False).ir(*args, stage="forward", **kwargs)
     return build
 
 

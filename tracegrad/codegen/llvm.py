@@ -32,7 +32,10 @@ def fconst(value, dtype):
     """An LLVM float/double literal (hex of the double that holds the exactly rounded value)."""
     v = float(value)
     if dtype.name == "float32":
-        v = struct.unpack("f", struct.pack("f", v))[0] if v == v and abs(v) < 3.5e38 else v
+        try:
+            v = struct.unpack("f", struct.pack("f", v))[0]
+        except OverflowError:          # beyond float32's range: NumPy rounds it to +-inf
+            v = math.copysign(math.inf, v)
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
 
 
@@ -226,10 +229,14 @@ class Emitter:
             return f.assign(f"xor i1 {v}, true"), d
         if isinstance(node, ast.BinOp):
             a, d = self._val(node.left, names, t)
-            b, _ = self._val(node.right, names, t, d)
+            b, db = self._val(node.right, names, t, d)
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # logical, not bitwise
+                a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
             fl = d.is_floating_point
+            if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
+                node = ast.BinOp(node.left, ast.BitOr(), node.right)
             op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
-                  ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
+                  ast.Div: ("fdiv arcp", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
             return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
         if isinstance(node, ast.Compare):
             a, d = self._val(node.left, names, t)

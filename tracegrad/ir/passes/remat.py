@@ -1,0 +1,106 @@
+"""Save or recompute: which forward values the backward graph receives.
+
+Rule: a value v the backward needs is *recomputed* in the backward graph, instead of being saved
+by the forward, when it is produced by elementwise, view or constant ops (at most
+MAX_RECOMPUTE_OPS of them) from a *frontier* of forward inputs and results of expensive ops
+(matmul, reductions, indexing), and reading that frontier costs no more memory traffic than saving
+v does: saving costs a write in the forward and a read in the backward (2·|v| bytes); recomputing
+costs reading the frontier values that are not saved anyway. The frontier values are then saved in
+v's place. So a chain of elementwise ops is recomputed from its one input (a tanh chain from x, a
+relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved.
+"""
+import math
+
+from ...ops import PRIMS
+from ..graph import Graph
+
+CHEAP_KINDS = ("elementwise",)
+VIEW_OPS = ("reshape", "permute", "expand", "slice")
+MAX_RECOMPUTE_OPS = 64
+
+
+def _cheap(node):
+    if node.op == "const":
+        return True
+    p = PRIMS.get(node.op)
+    return p is not None and (p.kind in CHEAP_KINDS and p.lower is not None or node.op in VIEW_OPS)
+
+
+def _nbytes(v):
+    return math.prod(v.shape) * v.dtype.itemsize
+
+
+def rematerialize(fwd, bwd, first_saved, n_cotangents):
+    """Returns (fwd, bwd) with recomputable saved values moved into the backward graph.
+
+    fwd.outputs[first_saved:] are the saved values, fed to bwd.inputs[n_cotangents:][:n_saved]."""
+    saved = fwd.outputs[first_saved:]
+    n_saved = len(saved)
+    inputs = {id(v) for v in fwd.inputs}
+    keep_saved = set()            # ids of forward values that stay saved
+    plan = {}                     # id(saved value) -> frontier values, or None to keep it saved
+
+    def frontier(v, acc, seen, count):
+        if id(v) in seen:
+            return count
+        seen.add(id(v))
+        if id(v) in inputs or v.node is None or not _cheap(v.node):
+            acc.append(v)
+            return count
+        count += 1
+        if count > MAX_RECOMPUTE_OPS:
+            return count
+        for i in v.node.inputs:
+            count = frontier(i, acc, seen, count)
+        return count
+
+    saved_ids = {id(v) for v in saved}
+    for v in saved:
+        if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op == "const":
+            plan[id(v)] = None
+            continue
+        acc = []
+        count = frontier(v, acc, set(), 0)
+        read = sum(_nbytes(f) for f in acc if id(f) not in saved_ids)
+        plan[id(v)] = acc if count <= MAX_RECOMPUTE_OPS and read <= 2 * _nbytes(v) else None
+    if all(p is None for p in plan.values()):
+        return fwd, bwd
+    # the new saved list: kept values, then frontier values, in first-seen order
+    new_saved, seen = [], set()
+    for v in saved:
+        for f in ([v] if plan[id(v)] is None else plan[id(v)]):
+            if id(f) not in seen:
+                seen.add(id(f))
+                new_saved.append(f)
+    # backward: cotangents, new saved inputs, the other inputs; recomputation nodes first
+    g = Graph(bwd.name)
+    env = {}
+    for v in bwd.inputs[:n_cotangents]:
+        env[id(v)] = g.add_input(v.name, v.shape, v.dtype)
+    fenv = {}
+    for k, f in enumerate(new_saved):
+        fenv[id(f)] = g.add_input(f"s{k}", f.shape, f.dtype)
+    for v in bwd.inputs[n_cotangents + n_saved:]:
+        env[id(v)] = g.add_input(v.name, v.shape, v.dtype)
+
+    def recompute(v):
+        if id(v) in fenv:
+            return fenv[id(v)]
+        n = v.node
+        out = g.add(n.op, [recompute(i) for i in n.inputs], n.attrs, v.shape, v.dtype, n.loc)
+        fenv[id(v)] = out
+        return out
+
+    for old_in, v in zip(bwd.inputs[n_cotangents:n_cotangents + n_saved], saved):
+        env[id(old_in)] = recompute(v)
+    for n in bwd.nodes:
+        env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], n.attrs, n.out.shape, n.out.dtype, n.loc)
+    g.outputs = [env[id(v)] for v in bwd.outputs]
+    f2 = fwd.copy()
+    fmap = {id(a): b for a, b in zip(_all_values(fwd), _all_values(f2))}
+    f2.outputs = f2.outputs[:first_saved] + [fmap[id(v)] for v in new_saved]
+    return f2, g
+
+
+def _all_values(graph):
+    return list(graph.inputs) + [n.out for n in graph.nodes]
