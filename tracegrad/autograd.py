@@ -4,6 +4,12 @@ import functools
 from .broadcast import quiet
 
 
+class Hooks:
+    """What the tracer and forward mode plug in; None when not active (tensor.py's dispatch reads it)."""
+    tracer = None      # an object with .emit(prim, inputs, attrs, shape, dtype, device) -> Tensor
+    jvp_depth = 0      # > 0 while tg.jvp runs (tensors may carry ._tangent)
+
+
 class _Mode:
     grad = True
 
@@ -69,23 +75,22 @@ class Node:
                  "edges", "freed", "n_out", "out_meta", "__weakref__")
 
     def __init__(self, prim, inputs, attrs, out):
-        self.prim, self.attrs, self.n_out = prim, attrs, 1
-        self.shapes = [t.shape for t in inputs]
-        self.dtypes = [t.dtype for t in inputs]
+        self.prim, self.attrs, self.n_out, self.freed = prim, attrs, 1, False
+        self.shapes = [t._shape for t in inputs]
+        self.dtypes = [t._dtype for t in inputs]
         save = prim.save
         save = range(len(inputs)) if save is None else save(len(inputs)) if callable(save) else save
         if isinstance(save, dict):  # {input i: inputs its VJP reads}: save only what a needed VJP reads
-            save = sorted({j for i, js in save.items() if inputs[i].requires_grad for j in js})
-        self.saved = [None] * len(inputs)
-        self.versions = {}
+            save = sorted({j for i, js in save.items() if inputs[i]._requires_grad for j in js})
+        self.saved = saved = [None] * len(inputs)
+        self.versions = versions = {}
         for i in save:
-            self.saved[i] = inputs[i]
-            self.versions[i] = inputs[i]._ver[0]
+            saved[i] = t = inputs[i]
+            versions[i] = t._ver[0]
         self.out = out if prim.save_out else None
         self.out_version = out._ver[0]
-        self.out_meta = [(out.shape, out.dtype, out.device)]
+        self.out_meta = [(out._shape, out._dtype, out._device)]
         self.edges = [_edge(t) for t in inputs]
-        self.freed = False
 
     def x(self, i):
         return self.saved[i]
@@ -117,11 +122,10 @@ class Node:
     def apply(self, grads):
         """Input gradients for the output cotangents `grads` (one per output)."""
         g = grads[0]
-        needs = [e is not None for e in self.edges]
         vjp = self.prim.vjp
         if callable(vjp):
             return vjp(self, g)
-        return [rule(self, g) if need and rule is not None else None for rule, need in zip(vjp, needs)]
+        return [rule(self, g) if e is not None and rule is not None else None for rule, e in zip(vjp, self.edges)]
 
     def release(self):
         self.saved, self.out, self.freed = None, None, True
@@ -134,7 +138,7 @@ def _version_message(t, expected, what):
 
 
 def _edge(t):
-    if not t.requires_grad:
+    if not t._requires_grad:
         return None
     return (t.grad_fn, t._oi) if t.grad_fn is not None else t
 
@@ -164,7 +168,6 @@ def _accumulate(a, b):
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
-    from .tensor import Hooks
     if Hooks.tracer is not None:
         Hooks.tracer.ran_backward = True
     roots, pending, leaf_grads = [], {}, {}
@@ -189,15 +192,17 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             grads = pending.pop(id(node), None)
             if grads is None:
                 continue
-            for i, g in enumerate(grads):
-                t = targets.get((id(node), i))
-                if t is not None and g is not None:
-                    results[id(t)] = _accumulate(results.get(id(t)), g)
-                    # a non-leaf input: its gradient is captured here; still propagate for others
+            if targets:
+                for i, g in enumerate(grads):
+                    t = targets.get((id(node), i))
+                    if t is not None and g is not None:
+                        results[id(t)] = _accumulate(results.get(id(t)), g)
+                        # a non-leaf input: its gradient is captured here; still propagate for others
             if all(g is None for g in grads):
                 continue
             node.check_saved()
-            grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
+            if any(g is None for g in grads):
+                grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
             in_grads = node.apply(grads)
             for e, g in zip(node.edges, in_grads):
                 if e is None or g is None:
@@ -237,8 +242,7 @@ def _zeros(meta):
 def _into_grad(leaf, g, create_graph):
     """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy, so
     later in-place updates of .grad never alias another tensor."""
-    from .tensor import Hooks  # the tracer decides which tensor owns a traced leaf's .grad
-    if Hooks.tracer is not None:
+    if Hooks.tracer is not None:  # the tracer decides which tensor owns a traced leaf's .grad
         leaf = Hooks.tracer.grad_owner(leaf)
     if g.shape != leaf.shape:
         g = g.expand(*leaf.shape)

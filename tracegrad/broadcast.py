@@ -79,10 +79,10 @@ def elementwise_shape(shapes):
     """Result shape of an elementwise op, warning on the classic rank-mismatch bug."""
     result = shapes[0]
     for s in shapes[1:]:
-        if s != result:
-            result = _pair(result, s)
+        if s != result and s:
+            result = _pair(result, s) if result else s
     if not _quiet[0] and len(shapes) > 1:
-        stretched = {len(s) for s in shapes if len(s) and _stretched(s, result)}
+        stretched = {len(s) for s in shapes if s and s != result and _stretched(s, result)}
         if len(stretched) > 1:
             _warn(shapes, result)
     return result

@@ -57,7 +57,7 @@ def prim(name, kind, rule, impl, **kw):
 # ---------------------------------------------------------------- type rules
 
 def _same_dtype(name, dtypes):
-    if any(d is not dtypes[0] for d in dtypes):
+    if dtypes.count(dtypes[0]) != len(dtypes):
         raise TypeError(f"{name}: operands have dtypes {', '.join(map(str, dtypes))}; "
                         f"they must match (the front end promotes; cast with .to(dtype))")
     return dtypes[0]
@@ -121,10 +121,7 @@ def _g_keep(g, n):
 
 def _quiet(f):
     """NumPy's float warnings (log(-1), 1/0) off: results are nan/inf, as in PyTorch."""
-    def impl(*a, **kw):
-        with np.errstate(all="ignore"):
-            return f(*a, **kw)
-    return impl
+    return np.errstate(all="ignore")(f)   # the decorator form: cheaper per call than a `with` block
 
 
 def _unary(name, impl, vjp, save=(0,), save_out=False, float_only=True):
@@ -141,9 +138,18 @@ _unary("tanh", np.tanh, lambda n, g: g * (1.0 - n.out * n.out), save=(), save_ou
 
 
 def _sigmoid(x):
-    """1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, so no exp overflows (tiny values are kept)."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    """1/(1+e^-x), in place in one buffer; where e^-x overflows (x < -88 in float32) the result
+    is recomputed as e^x/(1+e^x), so tiny values are kept."""
+    s = np.empty_like(x)
+    np.negative(x, out=s)
+    np.exp(s, out=s)
+    np.add(s, 1, out=s)
+    np.reciprocal(s, out=s)
+    if not s.all():
+        tail = s == 0
+        e = np.exp(x[tail])
+        s[tail] = e / (1 + e)
+    return s
 
 
 _unary("sigmoid", _sigmoid, lambda n, g: g * (n.out * (1.0 - n.out)), save=(), save_out=True)
@@ -202,8 +208,17 @@ _binary("div", _div_impl,
 
 
 def _pow_impl(a, b):
+    """np.power, but floats to a scalar power 2 or 3 are multiplied out (as PyTorch; np.power is slow)."""
     if a.dtype.kind in "iu" and (b < 0).any():
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if b.ndim == 0 and a.dtype.kind == "f":
+        e = b.item()
+        if e == 2:
+            return np.square(a)
+        if e == 3:
+            s = np.square(a)
+            s *= a
+            return s
     return np.power(a, b)
 
 
@@ -287,7 +302,7 @@ prim("cast", "elementwise", _cast_rule, lambda x, dtype: x.astype(dtype.np),
 # ---------------------------------------------------------------- reductions
 
 def _sum_impl(x, axis, keepdims):
-    return np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
+    return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
 
 
 def _sum_rule(shapes, dtypes, axis, keepdims):
@@ -317,9 +332,11 @@ def _minmax_reduce_jvp(n, ts):
     return (mask * ts[0]).sum(axis=n.attrs["axis"], keepdims=n.attrs["keepdims"]) / count
 
 
-prim("max", "reduction", _reduce_rule("max", True), lambda x, axis, keepdims: np.max(x, axis, keepdims=keepdims),
+prim("max", "reduction", _reduce_rule("max", True),
+     lambda x, axis, keepdims: np.maximum.reduce(x, axis, keepdims=keepdims),
      vjp=(_minmax_reduce_vjp,), jvp=_minmax_reduce_jvp, save=(0,), save_out=True)
-prim("min", "reduction", _reduce_rule("min", True), lambda x, axis, keepdims: np.min(x, axis, keepdims=keepdims),
+prim("min", "reduction", _reduce_rule("min", True),
+     lambda x, axis, keepdims: np.minimum.reduce(x, axis, keepdims=keepdims),
      vjp=(_minmax_reduce_vjp,), jvp=_minmax_reduce_jvp, save=(0,), save_out=True)
 
 

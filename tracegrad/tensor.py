@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dtypes as D
 from . import ops
-from .autograd import Node, is_grad_enabled, no_grad, run_backward
+from .autograd import Hooks, Node, _Mode, is_grad_enabled, no_grad, run_backward
 from .broadcast import BroadcastError
 from .device import CPU, device, mismatch_error, to_device
 from .ops import PRIMS, normalize_axes
@@ -27,17 +27,11 @@ class TraceError(RuntimeError):
     """Python control flow or data access that depends on traced tensor values."""
 
 
-class Hooks:
-    """What the tracer and forward mode plug in; None when not active."""
-    tracer = None      # an object with .emit(prim, inputs, attrs, shape, dtype, device) -> Tensor
-    jvp_depth = 0      # > 0 while tg.jvp runs (tensors may carry ._tangent)
-
-
 def dispatch(p, inputs, attrs):
     """Apply primitive `p` to tensors `inputs`: the single path of every operation."""
     dev = inputs[0]._device if inputs else CPU
-    for t in inputs[1:]:
-        if t._device != dev:
+    for t in inputs:
+        if t._device is not dev and t._device != dev:
             dev = _common_device(inputs)
             break
     shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
@@ -49,16 +43,16 @@ def dispatch(p, inputs, attrs):
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
     else:
         arr = p.impl(*[t._data for t in inputs], **attrs)
-        if type(arr) is not np.ndarray or arr.dtype != dtype.np:
+        if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
         out = Tensor._wrap(arr, dtype, dev)
         if p.kind == "movement" and p.name != "unslice" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
-    if p.differentiable and is_grad_enabled():
+    if p.differentiable and _Mode.grad:
         for t in inputs:
-            if t.requires_grad:
-                out.requires_grad = True
+            if t._requires_grad:
+                out._requires_grad = True
                 out.grad_fn = Node(p, inputs, attrs, out)
                 break
     if Hooks.jvp_depth and any(t._tangent is not None for t in inputs):
@@ -157,8 +151,24 @@ def _operands(*xs, device=None):
     return out
 
 
+_KIND = {bool: 0, int: 1, float: 2}   # a Python scalar's dtype kind (DType.kind)
+
+
+def _promote(a, b, device=None):
+    """`_operands(a, b)`, with shortcuts for the common cases: two tensors of one dtype, and a tensor
+    with a Python scalar of a kind no higher than the tensor's (the scalar takes the tensor's dtype)."""
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    if ta and tb and a._dtype is b._dtype:
+        return a, b
+    if ta and _KIND.get(type(b), 3) <= a._dtype.kind:
+        return a, _scalar_tensor(b, a._dtype, a._device)
+    if tb and _KIND.get(type(a), 3) <= b._dtype.kind:
+        return _scalar_tensor(a, b._dtype, b._device), b
+    return _operands(a, b, device=device)
+
+
 def _binary(name, a, b):
-    a, b = _operands(a, b)
+    a, b = _promote(a, b)
     return dispatch(_P[name], (a, b), {})
 
 
@@ -193,15 +203,10 @@ def _shape_arg(args, what="shape"):
     return tuple(out)
 
 
-_SET = object.__setattr__
-_WRAP_SLOTS = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "requires_grad", "_grad", "grad_fn",
-               "_oi", "_ir", "_tangent", "_retains_grad")
-
-
 class Tensor:
     """An n-dimensional array with autograd, like torch.Tensor."""
 
-    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "requires_grad", "_grad", "grad_fn",
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "_requires_grad", "_grad", "grad_fn",
                  "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
     __array_priority__ = 1000
 
@@ -211,9 +216,10 @@ class Tensor:
     @classmethod
     def _wrap(cls, arr, dtype, dev=CPU):
         t = object.__new__(cls)
-        for name, value in zip(_WRAP_SLOTS, (arr, arr.shape if arr is not None else None, dtype, dev, [0], None,
-                                              False, None, None, 0, None, None, False)):
-            _SET(t, name, value)  # bypasses Tensor.__setattr__: the hot path of every op
+        t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
+            arr, arr.shape if arr is not None else None, dtype, dev, [0], None
+        t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
+            False, None, None, 0, None, None, False
         return t
 
     @classmethod
@@ -295,10 +301,15 @@ class Tensor:
         self._data, self._shape, self._dtype, self._device = value._data, value._shape, value._dtype, value._device
         self._ir = value._ir
 
-    def __setattr__(self, name, value):
-        if name == "requires_grad" and value and self._dtype is not None and not self._dtype.is_floating_point:
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if value and self._dtype is not None and not self._dtype.is_floating_point:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self._dtype}")
-        object.__setattr__(self, name, value)
+        self._requires_grad = value
 
     @property
     def grad(self):
@@ -490,13 +501,13 @@ class Tensor:
     def __rmul__(self, o): return _binary("mul", o, self)
 
     def __truediv__(self, o):
-        a, b = _operands(self, o)
+        a, b = _promote(self, o)
         if not a._dtype.is_floating_point:
             a, b = a.to(D.default_float), b.to(D.default_float)
         return dispatch(_P["div"], (a, b), {})
 
     def __rtruediv__(self, o):
-        a, b = _operands(o, self)
+        a, b = _promote(o, self)
         if not a._dtype.is_floating_point:
             a, b = a.to(D.default_float), b.to(D.default_float)
         return dispatch(_P["div"], (a, b), {})
@@ -860,7 +871,7 @@ def _write(self, new, recording):
         np.copyto(self._data, new._data)
         self._ver[0] += 1
     if recording:
-        object.__setattr__(self, "requires_grad", True)
+        self._requires_grad = True
         self.grad_fn, self._oi = new.grad_fn, new._oi
 
 
@@ -1053,7 +1064,7 @@ def where(cond, a, b):
         raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
     if cond._dtype is not D.bool_:
         cond = cond != 0
-    a, b = _operands(a, b, device=cond._device)
+    a, b = _promote(a, b, device=cond._device)
     return dispatch(_P["where"], (cond, a, b), {})
 
 

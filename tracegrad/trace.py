@@ -56,7 +56,7 @@ class Tracer:
             name = name or self.names.get(id(t)) or f"{'k' if source[0] == 'const' else 'c'}{len(self.order)}"
             value = self.graph.add_input(name, t._shape, t._dtype)
             st = Tensor._symbolic(t._shape, t._dtype, t._device, value)
-            object.__setattr__(st, "requires_grad", t.requires_grad)
+            st._requires_grad = t.requires_grad
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
             self.lifted[id(t)] = entry

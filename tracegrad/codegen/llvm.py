@@ -94,22 +94,31 @@ class ModuleBuilder:
                 + "\n\n".join(self.functions) + "\n\nattributes #1 = { nounwind }\n")
 
     def kernel(self, kernel, slots):
-        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices."""
+        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices.
+
+        The body takes each buffer as a `noalias` pointer argument (buffers never overlap: outputs
+        are fresh or private), so loops vectorize without runtime alias checks; the exported
+        `@kN(table, lo, hi)` loads the pointers from the table and calls it (inlined)."""
         name = f"k{self.count}"
         self.count += 1
         f = Fn()
-        ptrs = {}
-        for vid, slot in sorted(set((id(v), slots[id(v)]) for v in _buffers(kernel)), key=lambda x: x[1]):
-            p = f.assign(f"getelementptr ptr, ptr %table, i64 {slot}")
-            ptrs[vid] = f.assign(f"load ptr, ptr {p}")
+        bufs = sorted(set((slots[id(v)], id(v)) for v in _buffers(kernel)))
+        ptrs = {vid: f"%b{slot}" for slot, vid in bufs}
         if kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
         else:
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
         body = "\n".join(f.allocas + f.lines)
-        self.functions.append(f"define void @{name}(ptr noalias nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\n"
-                              f"entry:\n{body}\n}}")
+        params = "".join(f"ptr noalias %b{slot}, " for slot, _ in bufs)
+        loads = "".join(f"  %p{slot} = getelementptr ptr, ptr %table, i64 {slot}\n"
+                        f"  %a{slot} = load ptr, ptr %p{slot}\n" for slot, _ in bufs)
+        args = "".join(f"ptr %a{slot}, " for slot, _ in bufs)
+        self.functions.append(
+            f"define internal void @{name}_body({params}i64 %lo, i64 %hi) alwaysinline nounwind {{\n"
+            f"entry:\n{body}\n}}\n\n"
+            f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\n"
+            f"entry:\n{loads}  call void @{name}_body({args}i64 %lo, i64 %hi)\n  ret void\n}}")
         return name
 
 
@@ -443,27 +452,40 @@ def _find(kernel, tid):
 
 
 def _reduce_acc(mb, f, kernel, ptrs):
-    """Reduction over leading/middle axes: initialize the output, then accumulate in natural order."""
-    (ph,) = kernel.phases
-    (v, tree), = ph.outputs
-    shape, axes = kernel.shape, set(ph.axes)
-    keep = [d for d in range(len(shape)) if d not in axes]
-    out_strides_kept = contiguous_strides(tuple(shape[d] for d in keep))
-    ostrides = [0] * len(shape)
-    for d, s in zip(keep, out_strides_kept):
-        ostrides[d] = s
-    ty = regtype(v.dtype)
-    oshape = tuple(shape[d] for d in keep)
-
-    def init(f, idx):
-        _store(f, ptrs, v, _linear(f, idx, contiguous_strides(oshape)), _identity(ph.op, v.dtype))
-    _loops(f, oshape, init)
+    """Reductions over leading or all axes: one loop nest in natural order over the input space,
+    accumulating every phase's output (shared subexpressions computed once). Scalar results
+    accumulate in a register, others in their output buffer after an initializing loop."""
+    shape = kernel.shape
+    phases = []
+    for ph in kernel.phases:
+        (v, tree), = ph.outputs
+        keep = [d for d in range(len(shape)) if d not in set(ph.axes)]
+        oshape = tuple(shape[d] for d in keep)
+        ostrides = [0] * len(shape)
+        for d, st in zip(keep, contiguous_strides(oshape)):
+            ostrides[d] = st
+        acc = None
+        if not oshape:
+            acc = f.alloca(regtype(v.dtype))
+            f.emit(f"store {regtype(v.dtype)} {_identity(ph.op, v.dtype)}, ptr {acc}")
+        else:
+            def init(f, idx, v=v, oshape=oshape, op=ph.op):
+                _store(f, ptrs, v, _linear(f, idx, contiguous_strides(oshape)), _identity(op, v.dtype))
+            _loops(f, oshape, init)
+        phases.append((ph.op, v, tree, ostrides, acc))
 
     def body(f, idx):
         em = Emitter(mb, f, ptrs, idx)
-        x = em.value(tree)
-        off = _linear(f, idx, ostrides)
-        p = f.assign(f"getelementptr inbounds {lltype(v.dtype)}, ptr {ptrs[id(v)]}, i64 {off}")
-        cur = f.assign(f"load {ty}, ptr {p}")
-        f.emit(f"store {ty} {_combine(f, ph.op, cur, x, v.dtype)}, ptr {p}")
+        for op, v, tree, ostrides, acc in phases:
+            x, ty = em.value(tree), regtype(v.dtype)
+            if acc is None:
+                off = _linear(f, idx, ostrides)
+                acc_ptr = f.assign(f"getelementptr inbounds {lltype(v.dtype)}, ptr {ptrs[id(v)]}, i64 {off}")
+            else:
+                acc_ptr = acc
+            cur = f.assign(f"load {ty}, ptr {acc_ptr}")
+            f.emit(f"store {ty} {_combine(f, op, cur, x, v.dtype)}, ptr {acc_ptr}")
     _loops(f, shape, body)
+    for op, v, tree, ostrides, acc in phases:
+        if acc is not None:
+            _store(f, ptrs, v, "0", f.assign(f"load {regtype(v.dtype)}, ptr {acc}"))

@@ -30,26 +30,27 @@ class _Pool:
 
     def __init__(self, n):
         self.n = n
-        self.jobs, self.done = queue.SimpleQueue(), queue.SimpleQueue()
+        self.jobs = queue.SimpleQueue()
         for _ in range(n - 1):
             threading.Thread(target=self._work, daemon=True).start()
 
     def _work(self):
         while True:
-            fn, table, lo, hi = self.jobs.get()
+            fn, table, lo, hi, done = self.jobs.get()
             try:
                 fn(table, lo, hi)
             finally:
-                self.done.put(None)
+                done.put(None)
 
     def run(self, fn, table, extent):
         n = min(self.n, extent)
         bounds = [extent * i // n for i in range(n + 1)]
+        done = queue.SimpleQueue()       # per call: concurrent callers must not take each other's signals
         for i in range(1, n):
-            self.jobs.put((fn, table, bounds[i], bounds[i + 1]))
+            self.jobs.put((fn, table, bounds[i], bounds[i + 1], done))
         fn(table, bounds[0], bounds[1])
         for _ in range(n - 1):
-            self.done.get()
+            done.get()
 
 
 _POOL = []
@@ -77,6 +78,7 @@ class Program:
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots)
         self.table = (ctypes.c_void_p * max(1, self.n_slots))()
+        self.lock = threading.Lock()
         self.template = [None] * self.n_slots
         values = {vid: v for vid, v in _values(graph, kernels)}
         out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
@@ -111,7 +113,12 @@ class Program:
 
     def run(self, arrays, timings=None, capture=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
-        `capture` dict, fills it with {id(Value): array} for every buffer (check mode)."""
+        `capture` dict, fills it with {id(Value): array} for every buffer (check mode). Calls from
+        several threads take turns: the pointer table and the intermediate buffers are shared."""
+        with self.lock:
+            return self._run(arrays, timings, capture)
+
+    def _run(self, arrays, timings, capture):
         cur, table = list(self.template), self.table
         for (slot, shape, dtype), a in zip(self.inputs, arrays):
             if a.dtype != dtype or a.shape != shape:

@@ -14,7 +14,9 @@ Rules
   *row* reductions; consecutive row reductions and maps over the same iteration space that read
   each other only within the same row merge into one kernel of phases (outer loop over rows, one
   inner loop per phase): a softmax or a layernorm forward is one kernel and one pass over memory.
-  Reductions over leading axes accumulate in natural loop order (kind "reduce_acc").
+  Reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
+  consecutive ones over the same space share one loop nest (the three gradient sums of a
+  broadcast op are one kernel).
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing,
   scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
   implementation as "host" kernels on strided views of their input buffers.
@@ -292,7 +294,7 @@ def fuse(graph):
             axes = n.attrs["axis"]
             tree = expr[id(src)]
             nd = len(src.shape)
-            if axes == tuple(range(nd - len(axes), nd)):
+            if axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
                 k = nd - len(axes)
                 kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes)]))
             else:
@@ -360,6 +362,11 @@ def merge_rows(kernels):
     """Merge consecutive loop kernels over the same space into one kernel of phases (see rules)."""
     out, group, produced = [], None, {}
     for k in kernels:
+        if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
+                and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
+            out[-1].phases.extend(k.phases)       # one loop nest accumulates several reductions
+            group = None
+            continue
         row_reduce = k.kind == "loop" and k.phases[0].kind == "reduce"
         can = (group is not None and k.kind == "loop" and k.shape == group.shape
                and (not row_reduce or k.split == group.split) and group.split > 0
