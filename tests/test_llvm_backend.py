@@ -358,3 +358,33 @@ def test_concurrent_calls_from_threads_get_their_own_results():
     for t in threads:
         t.join()
     assert not bad
+
+
+@pytest.mark.parametrize("n", [5, 300])
+def test_reading_another_rows_reduction_is_not_merged(n):
+    x = rnd(n, n)
+    f = lambda x: (x - x.sum(axis=-1, keepdims=True).permute(1, 0),  # noqa: E731
+                   x * x.max(axis=-1).reshape(1, n).exp())
+    a, b = tg.compile(f)(x)
+    xn = x.numpy().astype(np.float64)
+    close32(a.numpy(), xn - xn.sum(-1, keepdims=True).T)
+    close32(b.numpy(), xn * np.exp(xn.max(-1)).reshape(1, n))
+
+
+def test_captured_tensor_changes_retrace_or_are_read_correctly():
+    W = tg.tensor(np.ones((3, 4), np.float32))
+    f = tg.compile(lambda x: (x @ W).relu() + W.sum())
+    x = tg.tensor(np.ones((2, 3), np.float32))
+    f(x)
+    news = [tg.tensor(np.full((3, 5), 2.0, np.float32)),                           # new shape: retrace
+            tg.tensor(np.full((3, 5), 2.0)),                                       # new dtype: retrace
+            tg.tensor(np.arange(15, dtype=np.float32).reshape(5, 3)).permute(1, 0),  # transposed view
+            tg.tensor(np.arange(30, dtype=np.float32).reshape(6, 5))[::2]]          # stepped view
+    assert not news[2].numpy().flags.c_contiguous and not news[3].numpy().flags.c_contiguous
+    for w in news:
+        W.data = w
+        wn = W.numpy().astype(np.float64)
+        out = f(x)
+        assert out.dtype == w.dtype
+        np.testing.assert_allclose(out.numpy(), np.maximum(np.ones((2, 3)) @ wn, 0) + wn.sum(), rtol=1e-6)
+    assert f.stats()["traces"] == 4

@@ -454,7 +454,8 @@ def _find(kernel, tid):
 def _reduce_acc(mb, f, kernel, ptrs):
     """Reductions over leading or all axes: one loop nest in natural order over the input space,
     accumulating every phase's output (shared subexpressions computed once). Scalar results
-    accumulate in a register, others in their output buffer after an initializing loop."""
+    accumulate in a register, others in their output buffer after an initializing loop. The
+    outermost loop runs over [lo, hi): threads reduce slices into private outputs (runtime.py)."""
     shape = kernel.shape
     phases = []
     for ph in kernel.phases:
@@ -485,7 +486,7 @@ def _reduce_acc(mb, f, kernel, ptrs):
                 acc_ptr = acc
             cur = f.assign(f"load {ty}, ptr {acc_ptr}")
             f.emit(f"store {ty} {_combine(f, op, cur, x, v.dtype)}, ptr {acc_ptr}")
-    _loops(f, shape, body)
+    _loops(f, shape, body, lo_hi=("%lo", "%hi") if shape else None)
     for op, v, tree, ostrides, acc in phases:
         if acc is not None:
             _store(f, ptrs, v, "0", f.assign(f"load {regtype(v.dtype)}, ptr {acc}"))

@@ -43,13 +43,18 @@ class _Pool:
                 done.put(None)
 
     def run(self, fn, table, extent):
+        """Split [0, extent) of fn's outer loop evenly across the threads."""
         n = min(self.n, extent)
-        bounds = [extent * i // n for i in range(n + 1)]
+        self.run_jobs([(fn, table, extent * i // n, extent * (i + 1) // n) for i in range(n)])
+
+    def run_jobs(self, jobs):
+        """Run (fn, table, lo, hi) jobs, the first on this thread, and wait for all."""
         done = queue.SimpleQueue()       # per call: concurrent callers must not take each other's signals
-        for i in range(1, n):
-            self.jobs.put((fn, table, bounds[i], bounds[i + 1], done))
-        fn(table, bounds[0], bounds[1])
-        for _ in range(n - 1):
+        for job in jobs[1:]:
+            self.jobs.put(job + (done,))
+        fn, table, lo, hi = jobs[0]
+        fn(table, lo, hi)
+        for _ in jobs[1:]:
             done.get()
 
 
@@ -103,9 +108,13 @@ class Program:
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
                 fn = KERNEL(engine_ref.address(names[id(k)]))
-                extent = k.shape[0] if k.kind == "loop" and k.split > 0 else 1
-                par = k.kind == "loop" and k.split > 0 and extent > 1 and math.prod(k.shape) >= PARALLEL_MIN_ELEMENTS
-                self.steps.append(("kernel", fn, extent, par))
+                split = k.split > 0 if k.kind == "loop" else bool(k.shape)
+                extent = k.shape[0] if split else 1
+                par = split and extent > 1 and math.prod(k.shape) >= PARALLEL_MIN_ELEMENTS and threads() > 1
+                if par and k.kind == "reduce_acc":
+                    self.steps.append(("reduce", fn, extent, _PartialReduce(self, k, slots)))
+                else:
+                    self.steps.append(("kernel", fn, extent, par))
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
@@ -140,6 +149,9 @@ class Program:
                     pool().run(fn, table, extent)
                 else:
                     fn(table, 0, extent)
+            elif step[0] == "reduce":
+                _, fn, extent, partial = step
+                partial.run(fn, table, extent, cur)
             else:
                 _, node, ins, out = step
                 args = [view(cur[s], ld, shape) for s, ld, shape in ins]
@@ -154,6 +166,37 @@ class Program:
         if capture is not None:
             capture.update({vid: np.array(cur[slot]) for vid, slot in self.slots.items()})
         return tuple(cur[s] if cur[s].shape == shape else cur[s].reshape(shape) for s, shape in self.outputs)
+
+
+class _PartialReduce:
+    """A reduce_acc kernel split across threads: thread 0 reduces its slice into the real outputs,
+    the others into private outputs (their own pointer tables), then the partials are combined."""
+
+    def __init__(self, prog, kernel, slots):
+        n = threads()
+        self.outs = [(slots[id(v)], ph.op) for ph in kernel.phases for v, _ in ph.outputs]
+        self.private = []
+        for _ in range(n - 1):
+            table = (ctypes.c_void_p * max(1, prog.n_slots))()
+            bufs = [np.empty(v.shape, v.dtype.np) for ph in kernel.phases for v, _ in ph.outputs]
+            self.private.append((table, bufs))
+        self.nbytes = ctypes.sizeof(prog.table)
+
+    def run(self, fn, table, extent, cur):
+        n = min(len(self.private) + 1, extent)
+        bounds = [extent * i // n for i in range(n + 1)]
+        jobs = [(fn, table, bounds[0], bounds[1])]
+        for i in range(1, n):
+            t, bufs = self.private[i - 1]
+            ctypes.memmove(t, table, self.nbytes)
+            for (slot, _), arr in zip(self.outs, bufs):
+                t[slot] = arr.ctypes.data
+            jobs.append((fn, t, bounds[i], bounds[i + 1]))
+        pool().run_jobs(jobs)
+        for i in range(1, n):
+            for (slot, op), arr in zip(self.outs, self.private[i - 1][1]):
+                out = cur[slot]
+                (np.add if op == "sum" else np.maximum if op == "max" else np.minimum)(out, arr, out=out)
 
 
 def _values(graph, kernels):
