@@ -259,10 +259,22 @@ def _assert_close(got, want, dtype, what):
 
 @settings(max_examples=LLVM_EXAMPLES, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(prog=programs(sizes=ODD_SIZES), seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(["float32", "float64"]))
-def test_llvm_matches_interpret_and_eager(prog, seed, dtype):
+@given(prog=programs(sizes=ODD_SIZES), seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(["float32", "float64"]),
+       threaded=st.booleans())
+def test_llvm_matches_interpret_and_eager(prog, seed, dtype, threaded):
     """Odd sizes (1, 3, 17, 1023), empty tensors, float32 and float64: the llvm backend agrees with the
-    interpret backend and with eager, in values and in gradients."""
+    interpret backend and with eager, in values and in gradients. `threaded` splits every kernel
+    across the thread pool, however small."""
+    from tracegrad.codegen import runtime
+    saved = runtime.PARALLEL_MIN_ELEMENTS
+    runtime.PARALLEL_MIN_ELEMENTS = 1 if threaded else saved
+    try:
+        _llvm_vs_interpret_vs_eager(prog, seed, dtype)
+    finally:
+        runtime.PARALLEL_MIN_ELEMENTS = saved
+
+
+def _llvm_vs_interpret_vs_eager(prog, seed, dtype):
     shapes, steps, outs = prog
     rng = np.random.default_rng(seed)
     fn = build(steps, outs, len(shapes))
