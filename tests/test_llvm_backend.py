@@ -388,3 +388,11 @@ def test_captured_tensor_changes_retrace_or_are_read_correctly():
         assert out.dtype == w.dtype
         np.testing.assert_allclose(out.numpy(), np.maximum(np.ones((2, 3)) @ wn, 0) + wn.sum(), rtol=1e-6)
     assert f.stats()["traces"] == 4
+
+
+def test_fuse_false_runs_one_kernel_per_op_with_the_same_results():
+    x = tg.randn(100)
+    fused = tg.compile(lambda x: (x * 2 + 1).tanh().sum())
+    unfused = tg.compile(lambda x: (x * 2 + 1).tanh().sum(), fuse=False)
+    np.testing.assert_allclose(fused(x).numpy(), unfused(x).numpy(), rtol=1e-5)
+    assert fused.stats()["kernels"] == 1 and unfused.stats()["kernels"] == 4

@@ -238,7 +238,7 @@ class Entry:
         self.llvm_text, self.disk_hit = None, False
         if cf.backend == "llvm":
             from .codegen import build_programs
-            progs, self.llvm_text, engine = build_programs([self.fwd, self.bwd])
+            progs, self.llvm_text, engine = build_programs([self.fwd, self.bwd], cf.fuse)
             self.programs, self.disk_hit = progs, engine.disk_hit
             self.run_fwd = progs[0].run
             self.run_bwd = progs[1].run if progs[1] is not None else None
@@ -592,7 +592,7 @@ def _annotate(e, name):
 def kernels_text(entry):
     """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved."""
     from .ir.passes.fusion import fuse, kernels_text as text
-    return "\n".join(text(f"{g.name} ({label})", fuse(g)[0]) for label, g in
+    return "\n".join(text(f"{g.name} ({label})", fuse(g, entry.cf.fuse)[0]) for label, g in
                      (("forward", entry.fwd), ("backward", entry.bwd)) if g is not None)
 
 

@@ -6,7 +6,7 @@ from .llvm import ModuleBuilder
 from .runtime import Program
 
 
-def build_programs(graphs):
+def build_programs(graphs, fuse_kernels=True):
     """[Program or None] for each graph (None passes through), and the module's LLVM text."""
     mb = ModuleBuilder()
     plans = []
@@ -14,7 +14,7 @@ def build_programs(graphs):
         if g is None:
             plans.append(None)
             continue
-        kernels, aliases = fuse(g)
+        kernels, aliases = fuse(g, fuse_kernels)
         slots = {}
         for v in g.inputs:
             slots.setdefault(id(v), len(slots))

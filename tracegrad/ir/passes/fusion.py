@@ -247,9 +247,10 @@ def lowerable(node):
     return True
 
 
-def fuse(graph):
+def fuse(graph, enabled=True):
     """The kernels computing `graph`, in execution order, and {id(output): buffer} for outputs that
-    are reshapes of a kernel's buffer (no copy)."""
+    are reshapes of a kernel's buffer (no copy). With enabled=False (`tg.compile(fuse=False)`)
+    every op is its own kernel: the baseline fusion is measured against."""
     consumers = {}
     for n in graph.nodes:
         for i in n.inputs:
@@ -306,7 +307,9 @@ def fuse(graph):
             kernels.append(Kernel("extern" if p is not None and p.kind == "extern" else "host", v.shape,
                                   node=n, args=args))
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
-        if id(v) in outputs and not isinstance(expr[id(v)], Load):
+        if (id(v) in outputs or not enabled) and isinstance(expr[id(v)], Op):
+            materialize(v)
+        elif id(v) in outputs and isinstance(expr[id(v)], Const):
             materialize(v)
     aliases = {}
     for v in graph.outputs:          # outputs that are reshapes of a buffer alias it; other views copy
@@ -318,7 +321,7 @@ def fuse(graph):
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
-    return merge_rows(kernels), aliases
+    return (merge_rows(kernels) if enabled else kernels), aliases
 
 
 def lowerable_reduce(n):
