@@ -396,3 +396,15 @@ def test_fuse_false_runs_one_kernel_per_op_with_the_same_results():
     unfused = tg.compile(lambda x: (x * 2 + 1).tanh().sum(), fuse=False)
     np.testing.assert_allclose(fused(x).numpy(), unfused(x).numpy(), rtol=1e-5)
     assert fused.stats()["kernels"] == 1 and unfused.stats()["kernels"] == 4
+
+
+def test_large_leading_axis_reductions_split_across_threads():
+    x = rnd(300, 1023)                     # above the parallel threshold: partial results combined
+    i = tg.tensor(np.random.default_rng(1).integers(-1000, 1000, (300, 257)))
+    f = tg.compile(lambda x: (x.sum(axis=0), x.max(axis=0), x.min(axis=0), (x * x).sum(), x.mean(axis=0)))
+    xn = x.numpy().astype(np.float64)
+    for got, want in zip(f(x), (xn.sum(0), xn.max(0), xn.min(0), (xn * xn).sum(), xn.mean(0))):
+        close32(got.numpy(), want)
+    g = tg.compile(lambda i: (i.sum(axis=0), i.max(axis=0), i.sum()))
+    for got, want in zip(g(i), (i.numpy().sum(0), i.numpy().max(0), i.numpy().sum())):
+        np.testing.assert_array_equal(got.numpy(), want)

@@ -72,10 +72,10 @@ class Node:
     .grad), or None when input i needs no gradient."""
 
     __slots__ = ("prim", "attrs", "shapes", "dtypes", "saved", "versions", "out", "out_version",
-                 "edges", "freed", "n_out", "out_meta", "__weakref__")
+                 "edges", "freed", "n_out", "out_meta", "loc", "__weakref__")
 
     def __init__(self, prim, inputs, attrs, out):
-        self.prim, self.attrs, self.n_out, self.freed = prim, attrs, 1, False
+        self.prim, self.attrs, self.n_out, self.freed, self.loc = prim, attrs, 1, False, None
         self.shapes = [t._shape for t in inputs]
         self.dtypes = [t._dtype for t in inputs]
         save = prim.save
@@ -168,8 +168,9 @@ def _accumulate(a, b):
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
-    if Hooks.tracer is not None:
-        Hooks.tracer.ran_backward = True
+    tracer = Hooks.tracer
+    if tracer is not None:
+        tracer.ran_backward = True
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
         if not out.requires_grad:
@@ -203,6 +204,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             node.check_saved()
             if any(g is None for g in grads):
                 grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
+            if tracer is not None:          # backward ops point at the forward op they differentiate
+                tracer.loc = getattr(node, "loc", None)
             in_grads = node.apply(grads)
             for e, g in zip(node.edges, in_grads):
                 if e is None or g is None:

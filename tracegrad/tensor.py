@@ -53,7 +53,9 @@ def dispatch(p, inputs, attrs):
         for t in inputs:
             if t._requires_grad:
                 out._requires_grad = True
-                out.grad_fn = Node(p, inputs, attrs, out)
+                out.grad_fn = node = Node(p, inputs, attrs, out)
+                if tracer is not None:
+                    node.loc = out._ir.node.loc
                 break
     if Hooks.jvp_depth and any(t._tangent is not None for t in inputs):
         out._tangent = _jvp(p, inputs, attrs, out)

@@ -41,6 +41,7 @@ class Tracer:
         self.saved = []            # backward graphs: the forward Values they read
         self._saved = {}
         self.ran_backward = False
+        self.loc = None            # while the engine runs a VJP: the forward op's file:line
 
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
@@ -84,12 +85,12 @@ class Tracer:
         return tuple(t if t._data is None and t._ir.graph is self.graph else self.lift(t) for t in inputs)
 
     def emit(self, p, inputs, attrs, shape, dtype, dev):
-        out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, location())
+        out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         return Tensor._symbolic(shape, dtype, dev, out)
 
     def constant(self, v, dtype, dev, shape=()):
         v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
-        out = self.graph.add("const", [], {"value": v}, shape, dtype, location())
+        out = self.graph.add("const", [], {"value": v}, shape, dtype, self.loc or location())
         return Tensor._symbolic(shape, dtype, dev, out)
 
     def constant_array(self, arr, dtype, dev):
