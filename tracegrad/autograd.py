@@ -176,7 +176,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
         if not out.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         if out.grad_fn is None:
-            leaf_grads[id(out)] = (out, _accumulate(leaf_grads.get(id(out), (None, None))[1], g))
+            prev = leaf_grads.get(id(out))
+            leaf_grads[id(out)] = (out, g, False) if prev is None else (out, prev[1] + g, True)
             continue
         slot = pending.setdefault(id(out.grad_fn), [None] * out.grad_fn.n_out)
         slot[out._oi] = _accumulate(slot[out._oi], g)
@@ -207,6 +208,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             if tracer is not None:          # backward ops point at the forward op they differentiate
                 tracer.loc = getattr(node, "loc", None)
             in_grads = node.apply(grads)
+            owned = getattr(node, "owned_grads", False)
             for e, g in zip(node.edges, in_grads):
                 if e is None or g is None:
                     continue
@@ -214,16 +216,19 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                     slot = pending.setdefault(id(e[0]), [None] * e[0].n_out)
                     slot[e[1]] = _accumulate(slot[e[1]], g)
                 else:
-                    prev = leaf_grads.get(id(e), (e, None))[1]
-                    leaf_grads[id(e)] = (e, _accumulate(prev, g))
+                    prev = leaf_grads.get(id(e))
+                    if prev is None:
+                        leaf_grads[id(e)] = (e, g, owned)
+                    else:                    # a sum is a new tensor: owned by the engine
+                        leaf_grads[id(e)] = (e, prev[1] + g, True)
             if not retain_graph:
                 node.release()
     if inputs is None:
-        for leaf, g in leaf_grads.values():
+        for leaf, g, owned in leaf_grads.values():
             if g is not None:
-                _into_grad(leaf, g, create_graph)
+                _into_grad(leaf, g, create_graph, owned)
         return None
-    for leaf, g in leaf_grads.values():
+    for leaf, g, _ in leaf_grads.values():
         if id(leaf) in wanted:
             results[id(leaf)] = g
     out = []
@@ -242,9 +247,10 @@ def _zeros(meta):
     return zeros(shape, dtype=dtype, device=dev)
 
 
-def _into_grad(leaf, g, create_graph):
-    """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy, so
-    later in-place updates of .grad never alias another tensor."""
+def _into_grad(leaf, g, create_graph, owned=False):
+    """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy (unless
+    `owned`: freshly made for this leaf alone), so in-place updates of .grad never alias another
+    tensor."""
     if Hooks.tracer is not None:  # the tracer decides which tensor owns a traced leaf's .grad
         leaf = Hooks.tracer.grad_owner(leaf)
     if g.shape != leaf.shape:
@@ -252,7 +258,7 @@ def _into_grad(leaf, g, create_graph):
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
     elif leaf.grad is None:
-        leaf.grad = g.detach().clone()
+        leaf.grad = g.detach() if owned and g._base is None else g.detach().clone()
     else:
         with no_grad():
             leaf.grad.add_(g)

@@ -452,11 +452,13 @@ class _Fresh:
         for a in self.inputs:
             if arr is a or np.may_share_memory(arr, a):
                 return np.array(arr)
-        return arr
+        return arr if arr.flags.writeable else np.array(arr)
 
 
 class CompiledNode:
     """The autograd node of a compiled call: its backward runs the compiled backward graph."""
+
+    owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
 
     def __init__(self, entry, leaves, saved, outputs, inputs):
         self.entry, self.saved, self.freed, self.n_out = entry, list(saved), False, len(outputs)
@@ -492,8 +494,8 @@ class CompiledNode:
             outs = _checked_run(self.entry, 1, self.entry.bwd, arrays)
         else:
             outs = self.entry.run_bwd(arrays)
-        return [Tensor._wrap(np.array(o) if not o.flags.writeable else o, t._dtype, t._device)
-                for o, t in zip(outs, self.reals)]
+        fresh = _Fresh(arrays)          # a gradient that is an input (a cotangent) is copied
+        return [Tensor._wrap(fresh(o), t._dtype, t._device) for o, t in zip(outs, self.reals)]
 
     def release(self):
         self.saved, self.freed = None, True

@@ -829,7 +829,8 @@ class Tensor:
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            gradient = ones_like(self)
+            gradient = ones_like(self) if self._data is None else \
+                Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self._dtype)
         if gradient.shape != self.shape:

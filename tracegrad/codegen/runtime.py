@@ -100,7 +100,7 @@ class Program:
                 arr = np.empty(v.shape, v.dtype.np)
                 self.template[slot] = arr
                 self.table[slot] = arr.ctypes.data
-        self.outputs = []
+        self.outputs = []               # outputs that are inputs come back as the input arrays
         for v in graph.outputs:
             b = aliases.get(id(v))
             self.outputs.append((slots[id(b if b is not None else v)], v.shape))
