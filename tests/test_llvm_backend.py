@@ -34,7 +34,7 @@ def kernels(cf, *args, which="forward"):
     return out
 
 
-def kernel_body(text, name="k0"):
+def kernel_body(text, name="forward_k0"):
     """The LLVM function holding kernel `name`'s loops (its `_body` helper where there is one)."""
     m = (re.search(r"define [^\n]*@%s_body\(.*?\n}" % name, text, re.S)
          or re.search(r"define [^\n]*@%s\(.*?\n}" % name, text, re.S))
@@ -82,7 +82,7 @@ def test_stage_llvm_plain_vs_optimized():
     opt = cf.ir(x, stage="llvm", optimized=True)
     assert plain == cf.ir(x, stage="llvm", optimized=False)
     for text in (plain, opt):
-        assert "define void @k0(" in text
+        assert "define void @forward_k0(" in text
     assert "alloca i64" in kernel_body(plain)            # loop counters before SROA
     assert "alloca" not in kernel_body(opt)               # promoted to registers
     assert not re.search(r"<\d+ x ", kernel_body(plain))   # the generator emits scalar code

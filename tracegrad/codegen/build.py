@@ -21,7 +21,9 @@ def build_programs(graphs, fuse_kernels=True):
         for k in kernels:
             for v in k.outputs:
                 slots.setdefault(id(v), len(slots))
-        names = {id(k): mb.kernel(k, slots) for k in kernels if k.kind in ("loop", "reduce_acc")}
+        label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
+        names = {id(k): mb.kernel(k, slots, f"{label}_k{j}") for j, k in enumerate(kernels)
+                 if k.kind in ("loop", "reduce_acc")}
         plans.append((g, kernels, aliases, slots, names))
     text = mb.text()
     engine = compile_module(text)

@@ -83,7 +83,6 @@ class ModuleBuilder:
 
     def __init__(self):
         self.functions, self.math = [], set()
-        self.count = 0
 
     def text(self):
         head = "; tracegrad kernels\n"
@@ -93,14 +92,13 @@ class ModuleBuilder:
         return (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(self.functions) + "\n\nattributes #1 = { nounwind }\n")
 
-    def kernel(self, kernel, slots):
+    def kernel(self, kernel, slots, name):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices.
 
         The body takes each buffer as a `noalias` pointer argument (buffers never overlap: outputs
         are fresh or private), so loops vectorize without runtime alias checks; the exported
-        `@kN(table, lo, hi)` loads the pointers from the table and calls it (inlined)."""
-        name = f"k{self.count}"
-        self.count += 1
+        `@<name>(table, lo, hi)` loads the pointers from the table and calls it (inlined). Names
+        follow `stage="kernels"`: `forward_k3` is kernel k3 of the forward program."""
         f = Fn()
         bufs = sorted(set((slots[id(v)], id(v)) for v in _buffers(kernel)))
         ptrs = {vid: f"%b{slot}" for slot, vid in bufs}
