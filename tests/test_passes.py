@@ -310,3 +310,23 @@ def test_every_pass_preserves_the_spec_example(p):
   return %3
 }"""
     assert print_graph(p(parse(text))) == print_graph(parse(text))
+
+
+def test_transposed_product_is_computed_in_the_transposed_layout():
+    from tracegrad.ir.passes import simplify, dce
+    g = parse("""graph t(%a: f32[3,4], %b: f32[4,5]) {
+  %0: f32[3,5] = matmul(%a, %b)
+  %1: f32[5,3] = permute(%0) {perm=(1, 0)}
+  return %1
+}""")
+    out = dce(simplify(g))
+    assert [n.op for n in out.nodes] == ["permute", "permute", "matmul"], str(out)
+    a, b = np.random.rand(3, 4).astype(np.float32), np.random.rand(4, 5).astype(np.float32)
+    np.testing.assert_allclose(run(out, a, b)[0], (a @ b).T, rtol=1e-6)
+    # a product that is also used untransposed is left alone
+    g2 = parse("""graph t(%a: f32[3,4], %b: f32[4,5]) {
+  %0: f32[3,5] = matmul(%a, %b)
+  %1: f32[5,3] = permute(%0) {perm=(1, 0)}
+  return %1, %0
+}""")
+    assert [n.op for n in dce(simplify(g2)).nodes] == ["matmul", "permute"]

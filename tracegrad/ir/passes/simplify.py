@@ -1,6 +1,7 @@
 """Algebraic simplification: x*1, x+0, x-0, x/1, neg(neg x), copy, cast to the same dtype,
 reshape∘reshape, permute∘permute, expand of a constant, x**1, x**2 and x**3 as products, where with a
-constant condition."""
+constant condition, and (A @ B)^T as B^T @ A^T when the product is used only transposed (the
+product then comes out in the layout its consumer reads; the operand transposes are free views)."""
 from .rewrite import Builder
 
 
@@ -10,6 +11,12 @@ def _const(v):
 
 def simplify(graph):
     b = Builder(graph)
+    b.uses = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            b.uses[id(i)] = b.uses.get(id(i), 0) + 1
+    for v in graph.outputs:
+        b.uses[id(v)] = b.uses.get(id(v), 0) + 1
     for n in graph.nodes:
         ins = [b.get(i) for i in n.inputs]
         b.env[id(n.out)] = _rule(b, n, ins) or b.copy(n, ins)
@@ -42,6 +49,11 @@ def _rule(b, n, ins):
             if src.node.inputs[0].shape == n.out.shape:
                 return src.node.inputs[0]
             return b.emit("reshape", [src.node.inputs[0]], n.attrs, n.out.shape, n.out.dtype, n.loc)
+    if op == "permute" and _transposes_product(b, n, ins[0]):
+        a, c = ins[0].node.inputs
+        ta = b.emit("permute", [a], {"perm": _swap(a)}, _swapped(a.shape), a.dtype, n.loc)
+        tc = b.emit("permute", [c], {"perm": _swap(c)}, _swapped(c.shape), c.dtype, n.loc)
+        return b.emit("matmul", [tc, ta], {}, n.out.shape, n.out.dtype, n.loc)
     if op == "permute":
         src, perm = ins[0], n.attrs["perm"]
         if perm == tuple(range(len(perm))):
@@ -63,3 +75,22 @@ def _rule(b, n, ins):
         sq = b.emit("mul", [x, x], {}, n.out.shape, n.out.dtype, n.loc)
         return sq if _const(ins[1]) == 2 else b.emit("mul", [sq, x], {}, n.out.shape, n.out.dtype, n.loc)
     return None
+
+
+def _swap(v):
+    k = len(v.shape)
+    return tuple(range(k - 2)) + (k - 1, k - 2)
+
+
+def _swapped(shape):
+    return tuple(shape[:-2]) + (shape[-1], shape[-2])
+
+
+def _transposes_product(b, n, src):
+    """n swaps the last two axes of a matmul result that nothing else uses, with equal ranks."""
+    node = src.node
+    if node is None or node.op != "matmul" or b.uses.get(id(n.inputs[0]), 0) != 1:
+        return False
+    k = len(n.attrs["perm"])
+    return (n.attrs["perm"] == tuple(range(k - 2)) + (k - 1, k - 2)
+            and all(len(i.shape) == k for i in node.inputs))
