@@ -266,12 +266,12 @@ def test_llvm_matches_interpret_and_eager(prog, seed, dtype, threaded):
     interpret backend and with eager, in values and in gradients. `threaded` splits every kernel
     across the thread pool, however small."""
     from tracegrad.codegen import runtime
-    saved = runtime.PARALLEL_MIN_ELEMENTS
-    runtime.PARALLEL_MIN_ELEMENTS = 1 if threaded else saved
+    saved = runtime.PARALLEL_MIN_WORK
+    runtime.PARALLEL_MIN_WORK = 1 if threaded else saved
     try:
         _llvm_vs_interpret_vs_eager(prog, seed, dtype)
     finally:
-        runtime.PARALLEL_MIN_ELEMENTS = saved
+        runtime.PARALLEL_MIN_WORK = saved
 
 
 def _llvm_vs_interpret_vs_eager(prog, seed, dtype):

@@ -17,7 +17,13 @@ from ..ir.passes.fusion import contiguous_strides
 from ..ops import PRIMS
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-PARALLEL_MIN_ELEMENTS = 1 << 16
+PARALLEL_MIN_WORK = 1 << 20   # element-ops; waking a worker costs ~10-80 us here: only big loops pay
+_HEAVY = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf", "div", "sqrt"}
+
+
+def work(kernel):
+    """A rough cost of a loop kernel: elements times ops, transcendentals counting 8."""
+    return math.prod(kernel.shape) * sum(8 if op in _HEAVY else 1 for op in kernel.ops())
 
 
 def threads():
@@ -26,21 +32,32 @@ def threads():
 
 
 class _Pool:
-    """Worker threads that run slices of a kernel's outer loop (ctypes releases the GIL)."""
+    """Worker threads that run slices of a kernel's outer loop (ctypes releases the GIL).
+
+    Each worker owns a job slot and two locks (go, done): handing over a job is a lock release,
+    a few microseconds, where a queue round trip costs tens. Calls from several threads take
+    turns on the pool (the lock `busy`)."""
 
     def __init__(self, n):
-        self.n = n
-        self.jobs = queue.SimpleQueue()
+        self.n, self.busy = n, threading.Lock()
+        self.workers = []
         for _ in range(n - 1):
-            threading.Thread(target=self._work, daemon=True).start()
+            w = [None, threading.Lock(), threading.Lock(), None]     # job, go, done, error
+            w[1].acquire()
+            w[2].acquire()
+            threading.Thread(target=self._work, args=(w,), daemon=True).start()
+            self.workers.append(w)
 
-    def _work(self):
+    @staticmethod
+    def _work(w):
         while True:
-            fn, table, lo, hi, done = self.jobs.get()
+            w[1].acquire()
+            fn, table, lo, hi = w[0]
             try:
                 fn(table, lo, hi)
-            finally:
-                done.put(None)
+            except BaseException as e:  # handed to the caller, which re-raises it
+                w[3] = e
+            w[2].release()
 
     def run(self, fn, table, extent):
         """Split [0, extent) of fn's outer loop evenly across the threads."""
@@ -49,13 +66,18 @@ class _Pool:
 
     def run_jobs(self, jobs):
         """Run (fn, table, lo, hi) jobs, the first on this thread, and wait for all."""
-        done = queue.SimpleQueue()       # per call: concurrent callers must not take each other's signals
-        for job in jobs[1:]:
-            self.jobs.put(job + (done,))
-        fn, table, lo, hi = jobs[0]
-        fn(table, lo, hi)
-        for _ in jobs[1:]:
-            done.get()
+        with self.busy:
+            used = self.workers[:len(jobs) - 1]
+            for w, job in zip(used, jobs[1:]):
+                w[0], w[3] = job, None
+                w[1].release()
+            fn, table, lo, hi = jobs[0]
+            fn(table, lo, hi)
+            for w in used:
+                w[2].acquire()
+            for w in used:
+                if w[3] is not None:
+                    raise w[3]
 
 
 _POOL = []
@@ -110,7 +132,7 @@ class Program:
                 fn = KERNEL(engine_ref.address(names[id(k)]))
                 split = k.split > 0 if k.kind == "loop" else bool(k.shape)
                 extent = k.shape[0] if split else 1
-                par = split and extent > 1 and math.prod(k.shape) >= PARALLEL_MIN_ELEMENTS and threads() > 1
+                par = split and extent > 1 and threads() > 1 and work(k) >= PARALLEL_MIN_WORK
                 if par and k.kind == "reduce_acc":
                     self.steps.append(("reduce", fn, extent, _PartialReduce(self, k, slots)))
                 else:
