@@ -337,6 +337,29 @@ def test_outputs_are_never_reused_across_calls():
     assert cf.stats()["traces"] == 1
 
 
+def test_each_call_reads_the_arrays_it_is_given():
+    """The program remembers the address of the array it last bound: a new array (same shape) or
+    new contents in the same array must be read."""
+    cf = tg.compile(lambda x: (x * 2.0).sum())
+    x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    assert cf(x).item() == 12.0
+    x.data = tg.tensor([10.0, 20.0, 30.0])
+    assert cf(x).item() == 120.0
+    with tg.no_grad():
+        x.fill_(1.0)
+    assert cf(x).item() == 6.0
+    for _ in range(3):                     # backward's implicit gradient is shared; stored grads are not
+        x.grad = None
+        cf(x).backward()
+        x.grad.add_(tg.ones(3))
+        np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 3.0])
+    s, s2 = tg.tensor(3.0, requires_grad=True), tg.tensor(4.0, requires_grad=True)
+    s.backward()
+    s.grad.add_(tg.tensor(1.0))
+    s2.backward()
+    assert s.grad.item() == 2.0 and s2.grad.item() == 1.0
+
+
 def test_concurrent_calls_from_threads_get_their_own_results():
     import threading
     f = tg.compile(lambda x: F.softmax(x * 2.0, axis=-1).sum(axis=-1) + x.mean(axis=-1))

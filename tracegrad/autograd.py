@@ -1,7 +1,7 @@
 """Reverse mode: graph nodes, the iterative backward engine, grad modes, version checks."""
 import functools
 
-from .broadcast import quiet
+from .broadcast import _quiet
 
 
 class Hooks:
@@ -145,6 +145,12 @@ def _edge(t):
 
 def _toposort(roots):
     """Nodes reachable from `roots` in reverse topological order (outputs first), iteratively."""
+    if len(roots) == 1:
+        for e in roots[0].edges:
+            if isinstance(e, tuple):
+                break
+        else:
+            return roots            # one node whose inputs are all leaves
     order, seen, stack = [], set(), [(r, False) for r in roots]
     while stack:
         node, done = stack.pop()
@@ -173,23 +179,28 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
         tracer.ran_backward = True
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
-        if not out.requires_grad:
+        if not out._requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        if out.grad_fn is None:
+        fn = out.grad_fn
+        if fn is None:
             prev = leaf_grads.get(id(out))
             leaf_grads[id(out)] = (out, g, False) if prev is None else (out, prev[1] + g, True)
             continue
-        slot = pending.setdefault(id(out.grad_fn), [None] * out.grad_fn.n_out)
+        slot = pending.get(id(fn))
+        if slot is None:
+            slot = pending[id(fn)] = [None] * fn.n_out
+            roots.append(fn)
         slot[out._oi] = _accumulate(slot[out._oi], g)
-        roots.append(out.grad_fn)
-    wanted = None if inputs is None else {id(t) for t in inputs}
-    targets = {}
+    wanted = targets = None
     if inputs is not None:
+        wanted, targets = {id(t) for t in inputs}, {}
         for t in inputs:
             if t.grad_fn is not None:
                 targets[(id(t.grad_fn), t._oi)] = t
     results = {}
-    with set_grad_enabled(create_graph), quiet():
+    prev_mode, _Mode.grad = _Mode.grad, bool(create_graph)
+    _quiet[0] += 1                 # VJP rules broadcast on purpose: no suspicious-broadcast warnings
+    try:
         for node in _toposort(roots):
             grads = pending.pop(id(node), None)
             if grads is None:
@@ -200,11 +211,11 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                     if t is not None and g is not None:
                         results[id(t)] = _accumulate(results.get(id(t)), g)
                         # a non-leaf input: its gradient is captured here; still propagate for others
-            if all(g is None for g in grads):
-                continue
-            node.check_saved()
-            if any(g is None for g in grads):
+            if len(grads) != 1 or grads[0] is None:     # the common case is one output with a gradient
+                if all(g is None for g in grads):
+                    continue
                 grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
+            node.check_saved()
             if tracer is not None:          # backward ops point at the forward op they differentiate
                 tracer.loc = getattr(node, "loc", None)
             in_grads = node.apply(grads)
@@ -223,6 +234,9 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                         leaf_grads[id(e)] = (e, prev[1] + g, True)
             if not retain_graph:
                 node.release()
+    finally:
+        _Mode.grad = prev_mode
+        _quiet[0] -= 1
     if inputs is None:
         for leaf, g, owned in leaf_grads.values():
             if g is not None:
@@ -253,12 +267,16 @@ def _into_grad(leaf, g, create_graph, owned=False):
     tensor."""
     if Hooks.tracer is not None:  # the tracer decides which tensor owns a traced leaf's .grad
         leaf = Hooks.tracer.grad_owner(leaf)
-    if g.shape != leaf.shape:
-        g = g.expand(*leaf.shape)
+    if g._shape != leaf._shape:
+        g = g.expand(*leaf._shape)
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
     elif leaf.grad is None:
-        leaf.grad = g.detach() if owned and g._base is None else g.detach().clone()
+        if not owned or g._base is not None:
+            g = g.detach().clone()
+        elif g.grad_fn is not None or g._requires_grad or g._tangent is not None:
+            g = g.detach()              # an owned plain tensor is stored as it is
+        leaf.grad = g
     else:
         with no_grad():
             leaf.grad.add_(g)

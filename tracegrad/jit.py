@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from . import dtypes as D
-from .autograd import _edge, is_grad_enabled, run_backward
+from .autograd import _edge, _Mode, is_grad_enabled, run_backward
 from .device import CPU
 from .ir import Graph, print_graph
 from .ir.interpret import run as interpret_run
@@ -98,18 +98,21 @@ class CompiledFunction:
             bound_layout(args, kwargs, named)
 
     def _fast_key(self, args, kwargs):
-        """The signature of a call whose arguments are all tensors and numbers (the hot path), else None."""
+        """The signature of a call whose arguments are all tensors and numbers (the hot path), else None:
+        one flat tuple (a tensor's part starts with its shape, a number's with its type), the device as
+        its fields (hashing a device object runs Python code)."""
         if kwargs:
             return None
-        parts = []
+        key = [_Mode.grad]
         for x in args:
             if type(x) is Tensor and x._data is not None:
-                parts.append((x._shape, x._dtype, x._device, x.requires_grad, x._grad is None))
+                dev = x._device
+                key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None)
             elif type(x) in (int, float, bool):
-                parts.append((type(x), x))
+                key += (type(x), x)
             else:
                 return None
-        return tuple(parts), is_grad_enabled()
+        return tuple(key)
 
     def __call__(self, *args, **kwargs):
         if Hooks.tracer is not None:       # called while tracing another function: inline it
@@ -246,6 +249,25 @@ class Entry:
             self.programs = None
             self.run_fwd = _executable(self.fwd, cf.backend)
             self.run_bwd = _executable(self.bwd, cf.backend) if self.bwd is not None else None
+        self._plan_calls()
+
+    def _plan_calls(self):
+        """What each call does, decided once: where inputs come from, which outputs need the aliasing
+        check (those a program does not allocate itself), what the autograd node needs."""
+        self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None
+        fwd_fresh = self.programs[0].fresh_outputs if self.programs is not None else frozenset()
+        self.out_items = [(kind, x, x not in fwd_fresh, st._dtype, st._device) if kind == "tensor" else
+                          (kind, x, False, None, None) for kind, x, st in self.out_plan]
+        self.fwd_checks = bool(self.grad_writes) or any(check for _, _, check, _, _ in self.out_items)
+        if self.run_bwd is None:
+            return
+        tensor_pos = [k for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
+        self.diff_pos = [tensor_pos[i] for i in self.diff_outputs]
+        self.diff_meta = [(st._shape, st._dtype, st._device) for st in
+                          (self.out_plan[k][2] for k in self.diff_pos)]
+        self.bwd_fresh = self.programs[1].fresh_outputs if self.programs is not None else frozenset()
+        self.bwd_arg_targets = [s[1] for s in self.bwd_targets] if all(s[0] == "arg" for s in self.bwd_targets) \
+            else None
 
     def _trace(self, args, kwargs, leaves, paths):
         graph = Graph(self.name)
@@ -384,17 +406,21 @@ class Entry:
         return real
 
     def call(self, leaves):
-        sources = [self._resolve(s, r, leaves) for s, r in self.inputs]
+        if self.arg_inputs is not None:
+            sources = [leaves[k] for k in self.arg_inputs]
+        else:
+            sources = [self._resolve(s, r, leaves) for s, r in self.inputs]
         arrays = [t._data for t in sources]
         if self.cf.check:
             outs = _checked_run(self, 0, self.fwd, arrays)
         else:
             outs = self.run_fwd(arrays)
-        fresh = _Fresh(arrays)
-        for (source, real), arr in zip(self.mutations, outs[self.n_user:]):
-            t = self._resolve(source, real, leaves)
-            np.copyto(t._data, arr)
-            t._ver[0] += 1
+        fresh = _Fresh(arrays) if self.fwd_checks else None
+        if self.mutations:
+            for (source, real), arr in zip(self.mutations, outs[self.n_user:]):
+                t = self._resolve(source, real, leaves)
+                np.copyto(t._data, arr)
+                t._ver[0] += 1
         for (target, j) in self.grad_writes:
             t = leaves[target[1]] if target[0] == "arg" else target[1]
             if j is None:
@@ -404,15 +430,13 @@ class Entry:
                 t._grad._ver[0] += 1
             else:
                 t._grad = Tensor._wrap(fresh(outs[j]), t._dtype, t._device)
-        results = []
-        for kind, x, st in self.out_plan:
-            results.append(Tensor._wrap(fresh(outs[x]), st._dtype, st._device) if kind == "tensor" else x)
-        if self.run_bwd is not None and is_grad_enabled():
-            tensors = [results[k] for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
-            node = CompiledNode(self, leaves, outs[self.saved_at:], [tensors[i] for i in self.diff_outputs], sources)
-            for oi, t in enumerate(tensors[i] for i in self.diff_outputs):
-                object.__setattr__(t, "requires_grad", True)
-                t.grad_fn, t._oi = node, oi
+        results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
+                   for kind, x, check, dtype, dev in self.out_items]
+        if self.run_bwd is not None and _Mode.grad:
+            node = CompiledNode(self, leaves, outs[self.saved_at:], sources)
+            for oi, k in enumerate(self.diff_pos):
+                t = results[k]
+                t._requires_grad, t.grad_fn, t._oi = True, node, oi
         return unflatten(self.out_struct, results)
 
     def kernel_count(self):
@@ -460,14 +484,16 @@ class CompiledNode:
 
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
 
-    def __init__(self, entry, leaves, saved, outputs, inputs):
-        self.entry, self.saved, self.freed, self.n_out = entry, list(saved), False, len(outputs)
-        self.out_meta = [(t._shape, t._dtype, t._device) for t in outputs]
-        self.reals = [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
+    def __init__(self, entry, leaves, saved, inputs):
+        self.entry, self.saved, self.freed = entry, saved, False
+        self.out_meta, self.n_out = entry.diff_meta, len(entry.diff_meta)
+        idx = entry.bwd_arg_targets
+        self.reals = [leaves[k] for k in idx] if idx is not None else \
+            [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
         self.watched = inputs          # the backward may read any forward input: watch their versions
         self.versions = [t._ver[0] for t in inputs]
         self.edges = [_edge(t) for t in self.reals]
-        self.const_arrays = [e.real._data for e in entry.bwd_inputs]
+        self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
 
     def name(self):
         return f"Compiled{''.join(w.capitalize() for w in self.entry.name.split('_'))}Backward"
@@ -486,16 +512,21 @@ class CompiledNode:
                                    f"{self.entry.name}, is at version {t._ver[0]}; expected version {v} instead.")
 
     def apply(self, grads):
-        if is_grad_enabled():
+        if _Mode.grad:
             raise RuntimeError(f"create_graph=True (double backward) through compiled function {self.entry.name} "
                                f"is not supported; call the function without tg.compile for higher-order grads")
-        arrays = [g._data for g in grads] + self.saved + self.const_arrays
-        if self.entry.cf.check:
-            outs = _checked_run(self.entry, 1, self.entry.bwd, arrays)
+        entry = self.entry
+        arrays = [g._data for g in grads]
+        arrays += self.saved
+        arrays += self.const_arrays
+        if entry.cf.check:
+            outs = _checked_run(entry, 1, entry.bwd, arrays)
         else:
-            outs = self.entry.run_bwd(arrays)
-        fresh = _Fresh(arrays)          # a gradient that is an input (a cotangent) is copied
-        return [Tensor._wrap(fresh(o), t._dtype, t._device) for o, t in zip(outs, self.reals)]
+            outs = entry.run_bwd(arrays)
+        known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
+        fresh = _Fresh(arrays) if len(known) < len(outs) else None
+        return [Tensor._wrap(o if j in known else fresh(o), t._dtype, t._device)
+                for j, (o, t) in enumerate(zip(outs, self.reals))]
 
     def release(self):
         self.saved, self.freed = None, True

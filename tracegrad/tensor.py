@@ -829,15 +829,33 @@ class Tensor:
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            gradient = ones_like(self) if self._data is None else \
-                Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
+            if self._data is None:
+                gradient = ones_like(self)
+            elif create_graph:      # the gradient may be stored as a .grad: a private array
+                gradient = Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
+            else:
+                gradient = Tensor._wrap(_implicit_gradient(self._shape, self._dtype), self._dtype, self._device)
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self._dtype)
-        if gradient.shape != self.shape:
+        if gradient._shape != self._shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {gradient.shape} and output[0] "
                                f"has a shape of {self.shape}.")
         retain = create_graph if retain_graph is None else retain_graph
         run_backward([self], [gradient], retain, create_graph)
+
+
+_ONES = {}
+
+
+def _implicit_gradient(shape, dtype):
+    """A shared read-only ones array of `shape`: backward()'s gradient (VJP rules only read their
+    cotangents, the engine copies one before storing it as a .grad, and a compiled backward binds
+    the same array each call)."""
+    arr = _ONES.get((shape, dtype))
+    if arr is None:
+        arr = _ONES[(shape, dtype)] = np.ones(shape, dtype.np)
+        arr.flags.writeable = False
+    return arr
 
 
 class _nullctx:

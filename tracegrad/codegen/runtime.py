@@ -10,6 +10,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from ..ir.passes.fusion import contiguous_strides
 from ..ops import PRIMS
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops; waking a worker costs ~10-80 us here: only big loops pay
 _HEAVY = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf", "div", "sqrt"}
 
@@ -89,6 +91,18 @@ def pool():
     return _POOL[0]
 
 
+def _dead():
+    return None
+
+
+def _address(a):
+    """The address of contiguous array `a`'s data (a.ctypes.data costs three times more)."""
+    try:
+        return _addressof(_c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):     # read-only or empty
+        return a.ctypes.data
+
+
 def view(arr, ld, shape):
     """The strided view of buffer `arr` that a Load describes (no copy)."""
     if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and arr.shape == tuple(shape):
@@ -110,7 +124,8 @@ class Program:
         values = {vid: v for vid, v in _values(graph, kernels)}
         out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
         in_ids = {id(v) for v in graph.inputs}
-        self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
+        # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
+        self.inputs = [[slots[id(v)], v.shape, v.dtype.np, _dead, 0] for v in graph.inputs]
         self.fresh = []
         for vid, slot in slots.items():
             v = values[vid]
@@ -125,8 +140,13 @@ class Program:
         self.outputs = []               # outputs that are inputs come back as the input arrays
         for v in graph.outputs:
             b = aliases.get(id(v))
-            self.outputs.append((slots[id(b if b is not None else v)], v.shape))
+            src = b if b is not None else v
+            self.outputs.append((slots[id(src)], v.shape if src.shape != v.shape else None))
+        fresh_slots = {slot for slot, _, _ in self.fresh}
+        # positions of the outputs allocated by each run: they never share memory with an input
+        self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
         self.steps = []
+        table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
                 fn = KERNEL(engine_ref.address(names[id(k)]))
@@ -135,8 +155,10 @@ class Program:
                 par = split and extent > 1 and threads() > 1 and work(k) >= PARALLEL_MIN_WORK
                 if par and k.kind == "reduce_acc":
                     self.steps.append(("reduce", fn, extent, _PartialReduce(self, k, slots)))
-                else:
-                    self.steps.append(("kernel", fn, extent, par))
+                elif par:
+                    self.steps.append(("kernel", fn, extent, None))
+                else:               # on this thread: the arguments converted once (a third of the call's cost)
+                    self.steps.append(("call", fn, (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)), None))
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
@@ -150,27 +172,29 @@ class Program:
             return self._run(arrays, timings, capture)
 
     def _run(self, arrays, timings, capture):
-        cur, table = list(self.template), self.table
-        for (slot, shape, dtype), a in zip(self.inputs, arrays):
+        cur, table = self.template.copy(), self.table
+        for spec, a in zip(self.inputs, arrays):
+            slot, shape, dtype, ref, ptr = spec
             if a.dtype != dtype or a.shape != shape:
                 raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
+            if ref() is not a:          # an array's data never moves: reuse the address of the last one
+                ptr = _address(a)
+                spec[3:] = weakref.ref(a), ptr
             cur[slot] = a
-            table[slot] = a.ctypes.data
+            table[slot] = ptr
         for slot, shape, dtype in self.fresh:
             a = np.empty(shape, dtype)
             cur[slot] = a
-            table[slot] = a.ctypes.data
+            table[slot] = _address(a)
         for step in self.steps:
             if timings is not None:
                 t0 = time.perf_counter()
-            if step[0] == "kernel":
-                _, fn, extent, par = step
-                if par:
-                    pool().run(fn, table, extent)
-                else:
-                    fn(table, 0, extent)
+            if step[0] == "call":
+                step[1](*step[2])
+            elif step[0] == "kernel":
+                pool().run(step[1], table, step[2])
             elif step[0] == "reduce":
                 _, fn, extent, partial = step
                 partial.run(fn, table, extent, cur)
@@ -187,7 +211,7 @@ class Program:
                 timings.append(time.perf_counter() - t0)
         if capture is not None:
             capture.update({vid: np.array(cur[slot]) for vid, slot in self.slots.items()})
-        return tuple(cur[s] if cur[s].shape == shape else cur[s].reshape(shape) for s, shape in self.outputs)
+        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
 
 class _PartialReduce:
