@@ -241,7 +241,7 @@ class Entry:
         self.llvm_text, self.disk_hit = None, False
         if cf.backend == "llvm":
             from .codegen import build_programs
-            progs, self.llvm_text, engine = build_programs([self.fwd, self.bwd], cf.fuse)
+            progs, self.llvm_text, engine = build_programs([self.fwd, self.bwd], cf.fuse, [self.inplace, ()])
             self.programs, self.disk_hit = progs, engine.disk_hit
             self.run_fwd = progs[0].run
             self.run_bwd = progs[1].run if progs[1] is not None else None
@@ -317,10 +317,11 @@ class Entry:
                                 f"Python numbers, None, or tuples/lists/dicts of them")
         self.n_user = len(values)
         # in-place updates of real tensors, then .grad assignments
-        self.mutations = []
-        for e in tracer.order:
+        self.mutations, self.inplace = [], []      # inplace: (output index, input index) candidates
+        for i, e in enumerate(tracer.order):
             if e.standin._ir is not e.value and e.source[0] != "const":
                 self.mutations.append((e.source, e.real))
+                self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
         self.grad_writes = []
         standins = {id(e.standin): e for e in tracer.order}
@@ -419,7 +420,8 @@ class Entry:
         if self.mutations:
             for (source, real), arr in zip(self.mutations, outs[self.n_user:]):
                 t = self._resolve(source, real, leaves)
-                np.copyto(t._data, arr)
+                if arr is not t._data:          # unless the kernel already wrote in place
+                    np.copyto(t._data, arr)
                 t._ver[0] += 1
         for (target, j) in self.grad_writes:
             t = leaves[target[1]] if target[0] == "arg" else target[1]

@@ -6,11 +6,13 @@ from .llvm import ModuleBuilder
 from .runtime import Program
 
 
-def build_programs(graphs, fuse_kernels=True):
-    """[Program or None] for each graph (None passes through), and the module's LLVM text."""
+def build_programs(graphs, fuse_kernels=True, inplace=None):
+    """[Program or None] for each graph (None passes through), and the module's LLVM text.
+    inplace[g]: (output index, input index) pairs of graph g that may share memory (see
+    inplace_slots)."""
     mb = ModuleBuilder()
     plans = []
-    for g in graphs:
+    for gi, g in enumerate(graphs):
         if g is None:
             plans.append(None)
             continue
@@ -24,7 +26,8 @@ def build_programs(graphs, fuse_kernels=True):
         label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
         names = {id(k): mb.kernel(k, slots, f"{label}_k{j}") for j, k in enumerate(kernels)
                  if k.kind in ("loop", "reduce_acc")}
-        plans.append((g, kernels, aliases, slots, names))
+        pairs = inplace[gi] if inplace else ()
+        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs)))
     text = mb.text()
     engine = compile_module(text)
     progs = [None if p is None else Program(*p, engine) for p in plans]

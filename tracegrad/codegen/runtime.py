@@ -115,7 +115,7 @@ def view(arr, ld, shape):
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, names, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, names, inplace, engine_ref):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots)
         self.table = (ctypes.c_void_p * max(1, self.n_slots))()
@@ -127,9 +127,10 @@ class Program:
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
         self.inputs = [[slots[id(v)], v.shape, v.dtype.np, _dead, 0] for v in graph.inputs]
         self.fresh = []
+        self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         for vid, slot in slots.items():
             v = values[vid]
-            if vid in in_ids:
+            if vid in in_ids or slot in inplace:
                 continue
             if vid in out_ids:
                 self.fresh.append((slot, v.shape, v.dtype.np))
@@ -184,6 +185,9 @@ class Program:
                 spec[3:] = weakref.ref(a), ptr
             cur[slot] = a
             table[slot] = ptr
+        for o, i in self.inplace:
+            cur[o] = cur[i]
+            table[o] = table[i]
         for slot, shape, dtype in self.fresh:
             a = np.empty(shape, dtype)
             cur[slot] = a
