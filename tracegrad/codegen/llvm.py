@@ -455,8 +455,10 @@ def _reduce_acc(mb, f, kernel, ptrs):
     accumulate in a register, others in their output buffer after an initializing loop. The
     outermost loop runs over [lo, hi): threads reduce slices into private outputs (runtime.py)."""
     shape = kernel.shape
-    phases = []
+    phases, maps = [], [ph for ph in kernel.phases if ph.kind == "map"]
     for ph in kernel.phases:
+        if ph.kind == "map":
+            continue
         (v, tree), = ph.outputs
         keep = [d for d in range(len(shape)) if d not in set(ph.axes)]
         oshape = tuple(shape[d] for d in keep)
@@ -475,6 +477,11 @@ def _reduce_acc(mb, f, kernel, ptrs):
 
     def body(f, idx):
         em = Emitter(mb, f, ptrs, idx)
+        if maps:
+            off = _linear(f, idx, contiguous_strides(shape))
+            for ph in maps:
+                for v, tree in ph.outputs:
+                    _store(f, ptrs, v, off, em.value(tree))
         for op, v, tree, ostrides, acc in phases:
             x, ty = em.value(tree), regtype(v.dtype)
             if acc is None:

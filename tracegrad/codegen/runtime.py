@@ -224,11 +224,12 @@ class _PartialReduce:
 
     def __init__(self, prog, kernel, slots):
         n = threads()
-        self.outs = [(slots[id(v)], ph.op) for ph in kernel.phases for v, _ in ph.outputs]
+        reduced = [v for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
+        self.outs = [(slots[id(v)], ph.op) for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
         self.private = []
         for _ in range(n - 1):
             table = (ctypes.c_void_p * max(1, prog.n_slots))()
-            bufs = [np.empty(v.shape, v.dtype.np) for ph in kernel.phases for v, _ in ph.outputs]
+            bufs = [np.empty(v.shape, v.dtype.np) for v in reduced]
             self.private.append((table, bufs))
         self.nbytes = ctypes.sizeof(prog.table)
 

@@ -16,7 +16,8 @@ Rules
   inner loop per phase): a softmax or a layernorm forward is one kernel and one pass over memory.
   Reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
-  broadcast op are one kernel).
+  broadcast op are one kernel), and so does a map over that space that follows them (a relu
+  backward's masked gradient and its bias-gradient sum).
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing,
   scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
   implementation as "host" kernels on strided views of their input buffers.
@@ -368,6 +369,12 @@ def merge_rows(kernels):
         if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
                 and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
             out[-1].phases.extend(k.phases)       # one loop nest accumulates several reductions
+            group = None
+            continue
+        if k.kind == "loop" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
+                and all(ph.kind == "map" for ph in k.phases) \
+                and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
+            out[-1].phases.extend(k.phases)       # a map over the same space rides along
             group = None
             continue
         row_reduce = k.kind == "loop" and k.phases[0].kind == "reduce"
