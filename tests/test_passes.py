@@ -330,3 +330,23 @@ def test_transposed_product_is_computed_in_the_transposed_layout():
   return %1, %0
 }""")
     assert [n.op for n in dce(simplify(g2)).nodes] == ["matmul", "permute"]
+
+
+def _forward_outputs(f, *args):
+    text = tg.compile(f, backend="interpret").ir(*args, stage="forward")
+    return text.strip().splitlines()[-2]            # the "return ..." line
+
+
+def test_remat_recomputes_a_small_elementwise_chain_from_its_input():
+    x = tg.randn(8, requires_grad=True)
+    ret = _forward_outputs(lambda x: ((x * 0.5 + 0.1).tanh() * 1.5).exp().sum(), x)
+    assert ret.replace("return", "").split(",")[1:] == [" %x"], ret     # only x is saved
+
+
+def test_remat_saves_a_large_transcendental_and_a_many_input_residual():
+    a = tg.randn(256, 512, requires_grad=True)
+    ret = _forward_outputs(lambda a: (a * 2.0).tanh().sum(), a)
+    assert "%a" not in ret.split(",")[1:] and len(ret.split(",")) == 2, ret   # tanh(2a) saved
+    x, w, b, y = (tg.randn(5, requires_grad=r) for r in (False, True, True, False))
+    ret = _forward_outputs(lambda x, w, b, y: ((x * w + b - y) ** 2).sum(), x, w, b, y)
+    assert len(ret.split(",")) == 3, ret                                     # loss, residual, x

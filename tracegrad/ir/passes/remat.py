@@ -7,7 +7,9 @@ MAX_RECOMPUTE_OPS of them) from a *frontier* of forward inputs and results of ex
 v does: saving costs a write in the forward and a read in the backward (2·|v| bytes); recomputing
 costs reading the frontier values that are not saved anyway. The frontier values are then saved in
 v's place. So a chain of elementwise ops is recomputed from its one input (a tanh chain from x, a
-relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved.
+relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved. A chain
+with a transcendental (tanh, exp, ...) applied per element, producing more than
+HEAVY_RECOMPUTE_BYTES, is saved: there recomputing costs more time than the traffic it avoids.
 """
 import math
 
@@ -17,6 +19,8 @@ from ..graph import Graph
 CHEAP_KINDS = ("elementwise",)
 VIEW_OPS = ("reshape", "permute", "expand", "slice")
 MAX_RECOMPUTE_OPS = 64
+HEAVY_OPS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf")
+HEAVY_RECOMPUTE_BYTES = 256 * 1024   # above this, a chain with a transcendental is saved, not redone
 
 
 def _cheap(node):
@@ -37,7 +41,6 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
     saved = fwd.outputs[first_saved:]
     n_saved = len(saved)
     inputs = {id(v) for v in fwd.inputs}
-    keep_saved = set()            # ids of forward values that stay saved
     plan = {}                     # id(saved value) -> frontier values, or None to keep it saved
 
     def frontier(v, acc, seen, count):
@@ -48,6 +51,8 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
             acc.append(v)
             return count
         count += 1
+        if v.node.op in HEAVY_OPS:
+            heavy.append(v)
         if count > MAX_RECOMPUTE_OPS:
             return count
         for i in v.node.inputs:
@@ -59,10 +64,12 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
         if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op == "const":
             plan[id(v)] = None
             continue
-        acc = []
+        acc, heavy = [], []
         count = frontier(v, acc, set(), 0)
         read = sum(_nbytes(f) for f in acc if id(f) not in saved_ids)
-        plan[id(v)] = acc if count <= MAX_RECOMPUTE_OPS and read <= 2 * _nbytes(v) else None
+        full = [h for h in heavy if 2 * math.prod(h.shape) >= math.prod(v.shape)]   # per element, not per row
+        cheap_enough = not full or _nbytes(v) <= HEAVY_RECOMPUTE_BYTES
+        plan[id(v)] = acc if count <= MAX_RECOMPUTE_OPS and read <= 2 * _nbytes(v) and cheap_enough else None
     if all(p is None for p in plan.values()):
         return fwd, bwd
     # the new saved list: kept values, then frontier values, in first-seen order
