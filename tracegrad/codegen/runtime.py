@@ -7,7 +7,6 @@ threads, for kernels large enough to split) or one NumPy call per extern/host st
 import ctypes
 import math
 import os
-import queue
 import threading
 import time
 import weakref
@@ -16,79 +15,18 @@ import numpy as np
 
 from ..ir.passes.fusion import contiguous_strides
 from ..ops import PRIMS
+from .threads import _POOL as _POOLS
+from .threads import pool, threads
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
-PARALLEL_MIN_WORK = 1 << 20   # element-ops; waking a worker costs ~10-80 us here: only big loops pay
+PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
 _HEAVY = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf", "div", "sqrt"}
 
 
 def work(kernel):
     """A rough cost of a loop kernel: elements times ops, transcendentals counting 8."""
     return math.prod(kernel.shape) * sum(8 if op in _HEAVY else 1 for op in kernel.ops())
-
-
-def threads():
-    n = os.environ.get("TRACEGRAD_THREADS")
-    return max(1, int(n)) if n else (os.cpu_count() or 1)
-
-
-class _Pool:
-    """Worker threads that run slices of a kernel's outer loop (ctypes releases the GIL).
-
-    Each worker owns a job slot and two locks (go, done): handing over a job is a lock release,
-    a few microseconds, where a queue round trip costs tens. Calls from several threads take
-    turns on the pool (the lock `busy`)."""
-
-    def __init__(self, n):
-        self.n, self.busy = n, threading.Lock()
-        self.workers = []
-        for _ in range(n - 1):
-            w = [None, threading.Lock(), threading.Lock(), None]     # job, go, done, error
-            w[1].acquire()
-            w[2].acquire()
-            threading.Thread(target=self._work, args=(w,), daemon=True).start()
-            self.workers.append(w)
-
-    @staticmethod
-    def _work(w):
-        while True:
-            w[1].acquire()
-            fn, table, lo, hi = w[0]
-            try:
-                fn(table, lo, hi)
-            except BaseException as e:  # handed to the caller, which re-raises it
-                w[3] = e
-            w[2].release()
-
-    def run(self, fn, table, extent):
-        """Split [0, extent) of fn's outer loop evenly across the threads."""
-        n = min(self.n, extent)
-        self.run_jobs([(fn, table, extent * i // n, extent * (i + 1) // n) for i in range(n)])
-
-    def run_jobs(self, jobs):
-        """Run (fn, table, lo, hi) jobs, the first on this thread, and wait for all."""
-        with self.busy:
-            used = self.workers[:len(jobs) - 1]
-            for w, job in zip(used, jobs[1:]):
-                w[0], w[3] = job, None
-                w[1].release()
-            fn, table, lo, hi = jobs[0]
-            fn(table, lo, hi)
-            for w in used:
-                w[2].acquire()
-            for w in used:
-                if w[3] is not None:
-                    raise w[3]
-
-
-_POOL = []
-
-
-def pool():
-    if not _POOL:
-        _POOL.append(_Pool(threads()))
-    return _POOL[0]
 
 
 def _dead():
@@ -205,6 +143,8 @@ class Program:
             else:
                 _, node, ins, out = step
                 args = [view(cur[s], ld, shape) for s, ld, shape in ins]
+                if _POOLS:
+                    _POOLS[0].park()            # spinning workers leave the cores to BLAS
                 if node.op == "matmul":
                     np.matmul(args[0], args[1], out=cur[out])
                 else:
