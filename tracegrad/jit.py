@@ -19,7 +19,6 @@ import numpy as np
 
 from . import dtypes as D
 from .autograd import _edge, _Mode, is_grad_enabled, run_backward
-from .device import CPU
 from .ir import Graph, print_graph
 from .ir.interpret import run as interpret_run
 from .ir.passes import optimize
@@ -32,10 +31,6 @@ from .trace import Tracer
 
 BACKENDS = ("llvm", "interpret")
 _STATIC = (int, float, bool, str, type(None), D.DType)
-
-
-class _Retrace(Exception):
-    """A guard failed: the reason is the message."""
 
 
 def compile(fn=None, *, backend=None, fuse=True, check=False):
@@ -94,8 +89,7 @@ class CompiledFunction:
             desc.update({(p, a): v for a, v in d.items()})
         grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
         desc[("grad mode", "enabled")] = grad_mode
-        return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc, \
-            bound_layout(args, kwargs, named)
+        return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc
 
     def _fast_key(self, args, kwargs):
         """The signature of a call whose arguments are all tensors and numbers (the hot path), else None:
@@ -122,7 +116,7 @@ class CompiledFunction:
         if entry is not None and (not entry.guards and not entry.grad_guards or entry.guard_failure() is None):
             self._stats["cache_hits"] += 1
             return entry.call(args)
-        leaves, paths, key, desc, layout = self._flatten(args, kwargs)
+        leaves, paths, key, desc = self._flatten(args, kwargs)
         entry = self.cache.get(key)
         if entry is not None:
             reason = entry.guard_failure()
@@ -168,7 +162,7 @@ class CompiledFunction:
         return entry
 
     def _entry_for(self, args, kwargs):
-        leaves, paths, key, desc, _ = self._flatten(args, kwargs)
+        leaves, paths, key, desc = self._flatten(args, kwargs)
         entry = self.cache.get(key)
         if entry is None or entry.guard_failure() is not None:
             self._fast.clear()
@@ -208,10 +202,6 @@ class CompiledFunction:
 
     def stats(self):
         return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]))
-
-
-def bound_layout(args, kwargs, named):
-    return [n for n, _ in named]
 
 
 def _name_path(named, p):

@@ -15,7 +15,8 @@ from . import dtypes as D
 from . import ops
 from .autograd import Hooks, Node, _Mode, is_grad_enabled, no_grad, run_backward
 from .broadcast import BroadcastError
-from .device import CPU, device, mismatch_error, to_device
+from .device import CPU, mismatch_error, to_device
+from .device import device as Device
 from .ops import PRIMS, normalize_axes
 from .printing import format_tensor
 
@@ -182,7 +183,7 @@ def _float_operand(x):
 def _axis_kw(axis, dim, name="axis"):
     if dim is not None:
         if axis is not None:
-            raise TypeError(f"give either axis= or dim=, not both")
+            raise TypeError("give either axis= or dim=, not both")
         return dim
     return axis
 
@@ -394,7 +395,7 @@ class Tensor:
         if arr.size != 1:
             raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar"
                                if what != "bool()" else
-                               f"Boolean value of Tensor with more than one value is ambiguous")
+                               "Boolean value of Tensor with more than one value is ambiguous")
         return arr.reshape(()).item()
 
     def __repr__(self):
@@ -437,7 +438,7 @@ class Tensor:
     # ------------------------------------------------------------ conversions
     def to(self, *args, dtype=None, device=None, copy=False):
         for a in args:
-            if isinstance(a, (str, globals()["device"])):
+            if isinstance(a, (str, Device)):
                 device = a
             elif isinstance(a, Tensor):
                 dtype, device = a._dtype, a._device

@@ -17,7 +17,6 @@ from . import mathlib
 
 LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
 SHORT = {"float32": "f32", "float64": "f64"}
-_INTRINSICS = {"sqrt", "fabs", "maximum", "minimum"}
 
 
 def lltype(dtype):
@@ -243,7 +242,7 @@ class Emitter:
             if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
                 node = ast.BinOp(node.left, ast.BitOr(), node.right)
             op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
-                  ast.Div: ("fdiv arcp", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
+                  ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
             return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
         if isinstance(node, ast.Compare):
             a, d = self._val(node.left, names, t)

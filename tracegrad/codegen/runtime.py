@@ -6,7 +6,6 @@ threads, for kernels large enough to split) or one NumPy call per extern/host st
 """
 import ctypes
 import math
-import os
 import threading
 import time
 import weakref

@@ -15,9 +15,8 @@ import math
 
 from ...ops import PRIMS
 from ..graph import Graph
+from .fusion import VIEW_OPS
 
-CHEAP_KINDS = ("elementwise",)
-VIEW_OPS = ("reshape", "permute", "expand", "slice")
 MAX_RECOMPUTE_OPS = 64
 HEAVY_OPS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf")
 HEAVY_RECOMPUTE_BYTES = 256 * 1024   # above this, a chain with a transcendental is saved, not redone
@@ -27,7 +26,7 @@ def _cheap(node):
     if node.op == "const":
         return True
     p = PRIMS.get(node.op)
-    return p is not None and (p.kind in CHEAP_KINDS and p.lower is not None or node.op in VIEW_OPS)
+    return p is not None and (p.kind == "elementwise" and p.lower is not None or node.op in VIEW_OPS)
 
 
 def _nbytes(v):
