@@ -12,9 +12,11 @@ aside for their own threads). Posting writes the job then increments gen (seq_cs
 a worker stopping sets state = 0 then re-reads gen (seq_cst): one of the two always sees the
 other, so a job is never missed (an extra wake-up is harmless).
 """
+import atexit
 import ctypes
 import os
 import threading
+import time
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -133,6 +135,14 @@ class Pool:
         self._fn_addr = {}
         for i in range(n - 1):
             threading.Thread(target=self._work, args=(i,), daemon=True, name=f"tracegrad-worker-{i}").start()
+        atexit.register(self.quiesce)
+
+    def quiesce(self, timeout=0.5):
+        """Park the workers and wait until none runs native code (at exit, before the code is freed)."""
+        self.park()
+        deadline = time.monotonic() + timeout
+        while self.slots[:, 6].any() and time.monotonic() < deadline:
+            time.sleep(0.0005)
 
     def _slot(self, i):
         return self.slots[i].ctypes.data
