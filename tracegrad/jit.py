@@ -92,9 +92,9 @@ class CompiledFunction:
         return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc
 
     def _fast_key(self, args, kwargs):
-        """The signature of a call whose arguments are all tensors and numbers (the hot path), else None:
-        one flat tuple (a tensor's part starts with its shape, a number's with its type), the device as
-        its fields (hashing a device object runs Python code)."""
+        """The signature of a call whose arguments are tensors, numbers, modules and optimizers (the hot
+        path), else None: one flat tuple (a tensor's part starts with its shape, a number's with its
+        type), the device as its fields (hashing a device object runs Python code)."""
         if kwargs:
             return None
         key = [_Mode.grad]
@@ -104,6 +104,8 @@ class CompiledFunction:
                 key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None)
             elif type(x) in (int, float, bool):
                 key += (type(x), x)
+            elif isinstance(x, (Module, Optimizer)):     # by identity, as in the full signature
+                key += (Module, id(x))
             else:
                 return None
         return tuple(key)
