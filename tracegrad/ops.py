@@ -514,14 +514,18 @@ def _index_tuple(ndim, axes, idx):
 
 
 def _index_impl(x, *idx, axes):
-    for a, i in zip(axes, idx):
-        if i.size and (i.max() >= x.shape[a] or i.min() < -x.shape[a]):
-            bad = i.max() if i.max() >= x.shape[a] else i.min()
-            raise IndexError(f"index {bad} is out of bounds for dimension {a} with size {x.shape[a]}")
-    return x[_index_tuple(x.ndim, axes, idx)]
+    try:
+        return x[_index_tuple(x.ndim, axes, idx)]
+    except IndexError as e:          # NumPy checks the bounds; say it in PyTorch's words
+        raise IndexError(str(e).replace("for axis", "for dimension")) from None
 
 
 def _index_add_impl(g, *idx, shape, axes):
+    """Scatter-add g into zeros of `shape`; repeated indices accumulate."""
+    if len(axes) == len(shape) and g.size:     # every axis indexed: one bincount over flat positions
+        idx = [np.where(i < 0, i + n, i) for i, n in zip(np.broadcast_arrays(*idx), shape)]
+        flat = np.ravel_multi_index(idx, shape).ravel()
+        return np.bincount(flat, weights=g.ravel(), minlength=math.prod(shape)).astype(g.dtype).reshape(shape)
     out = np.zeros(shape, g.dtype)
     np.add.at(out, _index_tuple(len(shape), axes, idx), g)
     return out
