@@ -192,3 +192,13 @@ def test_device_misuse():
         tg.tensor([1.0], device=0)
     with pytest.raises(RuntimeError, match="gpu"):
         T().to("gpu")
+
+
+def test_value_errors_are_runtime_errors_too_as_in_pytorch():
+    import tracegrad.nn.functional as F
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        tg.zeros(-1)
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        tg.ones(2, 3).sum((1, 1))
+    with pytest.raises(RuntimeError, match="approximate"):
+        F.gelu(tg.ones(2), approximate="fast")

@@ -737,3 +737,74 @@ def test_float16_elementwise_and_gelu():
     check(F.gelu(T(a)), (a.astype(np.float64) * 0.5 * (1 + _erf(a.astype(np.float64) / math.sqrt(2))))
           .astype(np.float16), dtype=tg.float16, rtol=2e-3, atol=1e-3)
     check(T(a).exp(), np.exp(a), dtype=tg.float16, rtol=2e-3)
+
+
+# ---------------------------------------------------------------- PyTorch parity fixes (differential review)
+
+def test_float_floor_division_is_exact_and_reflected():
+    # floor(1/0.1) is 10 in float32, but the exact quotient 9.99999985... floors to 9 (Python, NumPy, PyTorch)
+    a, b = np.float32([1.0, -7.5, 7.0]), np.float32([0.1, 2.0, -2.0])
+    check(T(a) // T(b), np.floor_divide(a, b), dtype=tg.float32)
+    check(2.5 // T(b), np.floor_divide(np.float32(2.5), b), dtype=tg.float32)
+    check(7 // T([2, -3, 4]), np.array([3, -3, 1]), dtype=tg.int64)
+    check(T([1, 2]) // 2.0, np.array([0.0, 1.0]), dtype=tg.float32)   # int // float scalar: a float result
+
+
+def test_remainder_takes_the_divisor_sign():
+    check(T([7, -7, 8]) % 3, np.array([1, 2, 2]), dtype=tg.int64)
+    check(T(np.float32([7.5, -7.5, 8.0])) % 3, np.float32([1.5, 1.5, 2.0]), dtype=tg.float32)
+    check(10 % T([3, -4]), np.array([1, -2]), dtype=tg.int64)
+
+
+def test_integer_division_by_zero_raises():
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        T([1, 2]) // T([1, 0])
+
+
+def test_prod_of_small_integer_types_is_int64():
+    check(T(np.int32([2, 3])).prod(), np.int64(6), dtype=tg.int64)
+    check(T([True, True]).prod(), np.int64(1), dtype=tg.int64)
+
+
+def test_log_softmax_of_large_equal_logits_keeps_precision():
+    # shifting by the max first makes x - max exact: log_softmax = -log(2), not -log(2) + float32 noise at 1000
+    out = F.log_softmax(T(np.float32([[-1000.0, -1000.0], [1000.0, 0.0]])), -1)
+    np.testing.assert_allclose(out.numpy(), [[-math.log(2)] * 2, [0.0, -1000.0]], rtol=1e-7)
+
+
+def test_integer_index_beside_tensor_index_selects_first():
+    # PyTorch applies x[1] first, so x[1, :, idx] == x[1][:, idx] of shape (3, 2); NumPy would give (2, 3)
+    a = rnd((2, 3, 4))
+    idx = np.array([1, 2])
+    check(T(a)[1, :, T(idx)], a[1][:, idx])
+    t = T(a)
+    t[1, :, T(idx)] = T(np.arange(6.0).reshape(3, 2))
+    expected = a.copy()
+    expected[1][:, idx] = np.arange(6.0).reshape(3, 2)
+    check(t, expected)
+
+
+def test_zero_dim_bool_index_adds_a_full_or_empty_axis():
+    a = rnd((2, 3))
+    check(T(a)[T(True)], a[None])
+    assert T(a)[T(False)].shape == (0, 2, 3) and T(a)[False].shape == (0, 2, 3)
+    assert T(a)[:, False].shape == (2, 0, 3)
+
+
+def test_setitem_casts_the_value_to_the_tensor_dtype():
+    t = tg.zeros(2, 2, dtype=tg.int64)
+    t[0] = T([3.7, -1.2])
+    t[T([1]), T([1])] = 2.9
+    check(t, np.array([[3, -1], [0, 2]]), dtype=tg.int64)
+
+
+def test_cat_skips_empty_1d_tensors():
+    a = rnd((2, 3))
+    check(tg.cat([T(a), tg.zeros(0, dtype=tg.float64), T(a)]), np.concatenate([a, a]))
+
+
+def test_clamp_needs_a_bound_and_negating_bool_raises():
+    with pytest.raises(RuntimeError, match="min.*max"):
+        T([1.0]).clamp()
+    with pytest.raises(RuntimeError, match="~"):
+        -T([True, False])

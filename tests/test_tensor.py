@@ -298,3 +298,48 @@ def test_setitem_on_a_non_leaf_routes_gradient_around_overwritten_positions():
     y[1] = 0.0
     (y * tg.tensor([1.0, 10.0, 100.0])).sum().backward()
     assert x.grad.tolist() == [3.0, 0.0, 300.0]
+
+
+# ---------------------------------------------------------------- PyTorch parity fixes (differential review)
+
+@pytest.mark.parametrize("make, name", [
+    (lambda x: x.mean(), "MeanBackward"),
+    (lambda x: x.var(1), "VarBackward"),
+    (lambda x: x @ x.T, "MmBackward"),
+    (lambda x: x @ x[0], "MvBackward"),
+    (lambda x: x[0] @ x[0], "DotBackward"),
+    (lambda x: x.view(6), "ViewBackward"),
+    (lambda x: x.reshape(3, 2), "ViewBackward"),
+    (lambda x: x.transpose(0, 1), "TransposeBackward"),
+    (lambda x: x.T, "PermuteBackward"),
+    (lambda x: x[0], "SelectBackward"),
+    (lambda x: x[:, 1:], "SliceBackward"),
+    (lambda x: x[None], "UnsqueezeBackward"),
+    (lambda x: x.unsqueeze(0), "UnsqueezeBackward"),
+    (lambda x: x.clone(), "CloneBackward"),
+    (lambda x: x.double(), "ToCopyBackward"),
+    (lambda x: 1 - x, "RsubBackward"),
+    (lambda x: x.clamp(0, 1), "ClampBackward"),
+    (lambda x: x.softmax(-1), "SoftmaxBackward"),
+    (lambda x: tg.nn.functional.mse_loss(x, x.detach()), "MseLossBackward"),
+    (lambda x: tg.nn.functional.cross_entropy(x, tg.tensor([0, 2])), "NllLossBackward"),
+])
+def test_grad_fn_names_follow_pytorch(make, name):
+    y = make(tg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True))
+    assert y.grad_fn.name() == name and repr(y).endswith(f"grad_fn=<{name}>)")
+
+
+def test_version_counter_and_where_method():
+    t = tg.zeros(3)
+    assert t._version == 0
+    t[0] = 1.0
+    t.add_(1)
+    assert t._version == 2 and t.detach()._version == 2
+    assert t.where(t > 1.5, -1.0).tolist() == [2.0, -1.0, -1.0]
+
+
+def test_requires_grad_flag_of_a_non_leaf_cannot_be_cleared():
+    y = tg.ones(2, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="leaf variables"):
+        y.requires_grad = False
+    y.requires_grad = True   # no change: allowed

@@ -72,10 +72,10 @@ class Node:
     .grad), or None when input i needs no gradient."""
 
     __slots__ = ("prim", "attrs", "shapes", "dtypes", "saved", "versions", "out", "out_version",
-                 "edges", "freed", "n_out", "out_meta", "loc", "__weakref__")
+                 "edges", "freed", "n_out", "out_meta", "loc", "label", "__weakref__")
 
     def __init__(self, prim, inputs, attrs, out):
-        self.prim, self.attrs, self.n_out, self.freed, self.loc = prim, attrs, 1, False, None
+        self.prim, self.attrs, self.n_out, self.freed, self.loc, self.label = prim, attrs, 1, False, None, None
         self.shapes = [t._shape for t in inputs]
         self.dtypes = [t._dtype for t in inputs]
         save = prim.save
@@ -96,7 +96,9 @@ class Node:
         return self.saved[i]
 
     def name(self):
-        return self.prim.backward_name
+        """PyTorch's node name without its overload digit ("MulBackward"); composite operations
+        label their last node with the name PyTorch gives the whole operation ("MeanBackward")."""
+        return self.label or self.prim.backward_name
 
     def __repr__(self):
         return f"<{self.name()}>"

@@ -81,6 +81,10 @@ def _norm_axis(axis, ndim):
     return axis % max(ndim, 1)
 
 
+class _RepeatedAxis(ValueError, RuntimeError):
+    """RuntimeError as PyTorch raises, ValueError as NumPy does."""
+
+
 def normalize_axes(axis, ndim):
     """None | int | sequence -> a sorted tuple of non-negative axes; IndexError when out of range."""
     if axis is None:
@@ -92,7 +96,8 @@ def normalize_axes(axis, ndim):
     except TypeError:
         raise TypeError(f"axis must be None, an int or a tuple of ints, not {axis!r}") from None
     if len(set(axes)) != len(axes):
-        raise ValueError(f"axis {axis} repeats a dimension")
+        raise _RepeatedAxis(f"dim {axis} repeats a dimension: dim {next(a for a in axes if axes.count(a) > 1)} appears multiple times in the "
+                            f"list of dims")
     return tuple(sorted(a for a in axes if a < ndim or ndim == 0))[:ndim] if ndim else ()
 
 
@@ -196,7 +201,11 @@ _binary("mul", np.multiply,
 
 
 def _div_impl(a, b):
-    return np.floor_divide(a, b) if a.dtype.kind in "iu" else np.true_divide(a, b)
+    if a.dtype.kind in "iub":
+        if not np.all(b):       # NumPy would give 0 with a warning; PyTorch raises
+            raise RuntimeError("ZeroDivisionError")
+        return np.floor_divide(a, b)
+    return np.true_divide(a, b)
 
 
 _binary("div", _div_impl,

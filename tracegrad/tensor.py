@@ -28,6 +28,10 @@ class TraceError(RuntimeError):
     """Python control flow or data access that depends on traced tensor values."""
 
 
+class _ArgError(ValueError, RuntimeError):
+    """A bad argument value (a negative size, an unknown mode): RuntimeError as PyTorch raises, ValueError too."""
+
+
 def dispatch(p, inputs, attrs):
     """Apply primitive `p` to tensors `inputs`: the single path of every operation."""
     dev = inputs[0]._device if inputs else CPU
@@ -175,6 +179,24 @@ def _binary(name, a, b):
     return dispatch(_P[name], (a, b), {})
 
 
+def _named(out, name, *inputs):
+    """Label the node that produced `out` with PyTorch's name for the whole (composite) operation,
+    e.g. mean = sum / n shows `grad_fn=<MeanBackward>`. Nothing to label when `out` is an input."""
+    g = out.grad_fn
+    if type(g) is Node and all(out is not x for x in inputs):
+        g.label = name
+    return out
+
+
+def _exact_float_op(f, a, b):
+    """A piecewise-constant float op by NumPy (no gradient, as PyTorch's floor_divide)."""
+    from .broadcast import broadcast_shapes
+    broadcast_shapes(a._shape, b._shape)
+    with np.errstate(all="ignore"):
+        arr = f(a._concrete("//"), b._concrete("//"))
+    return Tensor._wrap(np.asarray(arr, dtype=a._dtype.np), a._dtype, a._device)
+
+
 def _float_operand(x):
     """Ops such as exp promote integer tensors to the default float dtype, as PyTorch does."""
     return x if x._dtype.is_floating_point else x.to(D.default_float)
@@ -244,6 +266,8 @@ class Tensor:
     itemsize = property(lambda self: self._dtype.itemsize)
     nbytes = property(lambda self: self.numel() * self._dtype.itemsize)
 
+    _version = property(lambda self: self._ver[0], doc="the in-place version counter, as PyTorch's")
+
     def dim(self):
         return len(self._shape)
 
@@ -312,6 +336,10 @@ class Tensor:
     def requires_grad(self, value):
         if value and self._dtype is not None and not self._dtype.is_floating_point:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self._dtype}")
+        if self.grad_fn is not None and not value:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
+                               "computed variable in a subgraph that doesn't require differentiation use "
+                               "var_no_grad = var.detach().")
         self._requires_grad = value
 
     @property
@@ -332,10 +360,6 @@ class Tensor:
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):
-        if self.grad_fn is not None and not requires_grad:
-            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
-                               "computed variable in a subgraph that doesn't require differentiation use "
-                               "var_no_grad = var.detach().")
         self.requires_grad = bool(requires_grad)
         return self
 
@@ -448,7 +472,7 @@ class Tensor:
         if dtype is not None:
             dtype = D.to_dtype(dtype)
             if dtype is not self._dtype:
-                out = dispatch(_P["cast"], (self,), {"dtype": dtype})
+                out = _named(dispatch(_P["cast"], (self,), {"dtype": dtype}), "ToCopyBackward")
         if device is not None:
             dev = to_device(device)
             if dev != out._device:
@@ -485,7 +509,7 @@ class Tensor:
         return self.to(device)
 
     def clone(self):
-        return dispatch(_P["copy"], (self,), {})
+        return _named(dispatch(_P["copy"], (self,), {}), "CloneBackward")
 
     def contiguous(self):
         if self._data is not None and self._data.flags.c_contiguous:
@@ -499,7 +523,6 @@ class Tensor:
     def __add__(self, o): return _binary("add", self, o)
     def __radd__(self, o): return _binary("add", o, self)
     def __sub__(self, o): return _binary("sub", self, o)
-    def __rsub__(self, o): return _binary("sub", o, self)
     def __mul__(self, o): return _binary("mul", self, o)
     def __rmul__(self, o): return _binary("mul", o, self)
 
@@ -516,8 +539,24 @@ class Tensor:
         return dispatch(_P["div"], (a, b), {})
 
     def __floordiv__(self, o):
-        q = self / o
-        return q.floor() if self._dtype.is_floating_point else dispatch(_P["div"], tuple(_operands(self, o)), {})
+        a, b = _promote(self, o)
+        if a._dtype.is_floating_point:   # NumPy's floor_divide is exact, as PyTorch's (floor(a / b) is not)
+            return _exact_float_op(np.floor_divide, a, b)
+        return dispatch(_P["div"], (a, b), {})
+
+    def __rfloordiv__(self, o):
+        return _promote(o, self)[0] // self
+
+    def __mod__(self, o):
+        """Python's (and PyTorch's) remainder: the result takes the divisor's sign."""
+        a, b = _promote(self, o)
+        if a._dtype.is_floating_point:
+            out = _exact_float_op(np.remainder, a, b)
+            return out + (a - a.detach()) if a.requires_grad and is_grad_enabled() else out   # d/da = 1
+        return a - dispatch(_P["div"], (a, b), {}) * b
+
+    def __rmod__(self, o):
+        return _promote(o, self)[0] % self
 
     def __pow__(self, o): return _binary("pow", self, o)
     def __rpow__(self, o): return _binary("pow", o, self)
@@ -525,6 +564,9 @@ class Tensor:
     def __rmatmul__(self, o): return matmul(o, self)
 
     def __neg__(self):
+        if self._dtype is D.bool_:
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
         return dispatch(_P["neg"], (self,), {})
 
     def __pos__(self):
@@ -548,6 +590,8 @@ class Tensor:
             raise TypeError(f"~ is defined for bool tensors only, got {self._dtype}")
         return dispatch(_P["logical_not"], (self,), {})
 
+    def __rsub__(self, o): return _named(_binary("sub", o, self), "RsubBackward")
+
     def add(self, o, alpha=1):
         return self + (o * alpha if alpha != 1 else o)
 
@@ -564,14 +608,19 @@ class Tensor:
     def clamp(self, min=None, max=None):
         """Selects rather than takes maximum/minimum: the gradient passes where min <= x <= max,
         boundaries included, as in PyTorch (maximum would split it at a tie)."""
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         out = self
         if min is not None:
             out = where(out < min, min, out)
         if max is not None:
             out = where(out > max, max, out)
-        return out
+        return _named(out, "ClampBackward", self)
 
     clip = clamp
+
+    def where(self, condition, other):
+        return where(condition, self, other)
 
     # ------------------------------------------------------------ unary
     def _unary(self, name):
@@ -588,9 +637,9 @@ class Tensor:
     def relu(self): return dispatch(_P["relu"], (self,), {})
     def abs(self): return dispatch(_P["abs"], (self,), {})
     def sign(self): return dispatch(_P["sign"], (self,), {})
-    def rsqrt(self): return 1.0 / self.sqrt()
-    def reciprocal(self): return 1.0 / self
-    def square(self): return self * self
+    def rsqrt(self): return _named(1.0 / self.sqrt(), "RsqrtBackward")
+    def reciprocal(self): return _named(1.0 / self, "ReciprocalBackward")
+    def square(self): return _named(self * self, "PowBackward")
     def log1p(self): return (self + 1.0).log()
     def expm1(self): return self.exp() - 1.0
 
@@ -614,7 +663,8 @@ class Tensor:
                                f"or complex dtype. Got: {x._dtype}")
         axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
         n = math.prod(x._shape[a] for a in axis)
-        return x._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / (n if n else float("nan"))
+        return _named(x._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / (n if n else float("nan")),
+                      "MeanBackward")
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         if isinstance(axis, Tensor):
@@ -626,9 +676,15 @@ class Tensor:
             return self.minimum(axis)
         return self._reduce("min", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
-    amax, amin = max, min
+    def amax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _named(self.max(axis, keepdims, dim=dim, keepdim=keepdim), "AmaxBackward", self)
+
+    def amin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _named(self.min(axis, keepdims, dim=dim, keepdim=keepdim), "AminBackward", self)
 
     def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        if self._dtype in (D.bool_, D.int32):   # as sum: small integer types multiply in int64
+            return self.to(D.int64).prod(axis, keepdims, dim=dim, keepdim=keepdim)
         return self._reduce("prod", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
     def var(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
@@ -638,10 +694,12 @@ class Tensor:
         n = math.prod(x._shape[a] for a in axis)
         ddof = correction if correction is not None else int(bool(unbiased))
         d = x - x.mean(axis, keepdims=True)
-        return (d * d)._reduce("sum", axis, keep) / (float(n - ddof) if n - ddof > 0 else float("nan"))
+        return _named((d * d)._reduce("sum", axis, keep) / (float(n - ddof) if n - ddof > 0 else float("nan")),
+                      "VarBackward")
 
     def std(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
-        return self.var(axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction).sqrt()
+        return _named(self.var(axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction).sqrt(),
+                      "StdBackward")
 
     def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         x = _float_operand(self)
@@ -649,20 +707,24 @@ class Tensor:
         m = x._reduce("max", axis, True).detach()
         m = where(m.abs() == float("inf"), 0.0, m)
         out = (x - m).exp()._reduce("sum", axis, True).log() + m
-        return out if _keep_kw(keepdims, keepdim) else out.reshape(ops._reduce_shape(x._shape, axis, False))
+        out = out if _keep_kw(keepdims, keepdim) else out.reshape(ops._reduce_shape(x._shape, axis, False))
+        return _named(out, "LogsumexpBackward")
 
     def softmax(self, axis=None, *, dim=None):
         axis = _axis_kw(axis, dim)
         axis = -1 if axis is None else axis
         x = _float_operand(self)
         e = (x - x._reduce("max", axis, True).detach()).exp()
-        return e / e.sum(axis, keepdims=True)
+        return _named(e / e.sum(axis, keepdims=True), "SoftmaxBackward")
 
     def log_softmax(self, axis=None, *, dim=None):
         axis = _axis_kw(axis, dim)
         axis = -1 if axis is None else axis
         x = _float_operand(self)
-        return x - x.logsumexp(axis, keepdims=True)
+        axis = normalize_axes(axis, x.ndim)
+        m = x._reduce("max", axis, True).detach()    # shift first, as PyTorch: x - m is exact
+        d = x - where(m.abs() == float("inf"), 0.0, m)
+        return _named(d - d.exp()._reduce("sum", axis, True).log(), "LogSoftmaxBackward")
 
     def _arg(self, name, axis, keepdims):
         if axis is not None:
@@ -686,7 +748,9 @@ class Tensor:
         shape = _infer_shape(_shape_arg(shape), self.numel())
         if shape == self._shape:
             return self
-        return dispatch(_P["reshape"], (self,), {"shape": shape})
+        out = dispatch(_P["reshape"], (self,), {"shape": shape})
+        return _named(out, "ViewBackward" if self._data is None or self._data.flags.c_contiguous
+                      else "UnsafeViewBackward")
 
     def view(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (D.DType, type)) or shape and isinstance(shape[0], str):
@@ -700,7 +764,8 @@ class Tensor:
                     f"view size is not compatible with input tensor's size and stride (shape {self._shape}, "
                     f"stride {self.stride()}): at least one dimension spans across two contiguous subspaces. "
                     f"Use .reshape(...) instead.") from None
-        return self if shape == self._shape else dispatch(_P["reshape"], (self,), {"shape": shape})
+        return self if shape == self._shape else _named(dispatch(_P["reshape"], (self,), {"shape": shape}),
+                                                        "ViewBackward")
 
     def view_as(self, other):
         return self.view(other.shape)
@@ -734,7 +799,7 @@ class Tensor:
         if self.ndim == 0:
             return self
         perm[a], perm[b] = perm[b], perm[a]
-        return self.permute(*perm)
+        return _named(self.permute(*perm), "TransposeBackward", self)
 
     swapaxes = transpose
 
@@ -768,11 +833,11 @@ class Tensor:
         else:
             dims = normalize_axes(dim, self.ndim)
             shape = tuple(s for i, s in enumerate(self._shape) if not (i in dims and s == 1))
-        return self.reshape(shape)
+        return _named(self.reshape(shape), "SqueezeBackward", self)
 
     def unsqueeze(self, dim):
         d = ops._norm_axis(dim, self.ndim + 1)
-        return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+        return _named(self.reshape(self._shape[:d] + (1,) + self._shape[d:]), "UnsqueezeBackward")
 
     def __getitem__(self, index):
         return _getitem(self, index)
@@ -946,6 +1011,9 @@ def _index_tensor(i, dev):
     return Tensor._wrap(arr if arr.dtype.kind == "b" else arr.astype(np.int64), D.from_numpy(arr.dtype), dev)
 
 
+_EMPTY_AXIS = object()   # x[False]: a new axis of size 0
+
+
 def _parse_index(x, index):
     """Split an index into (basic slices per dim, positions of new axes, tensor indices per dim)."""
     if not isinstance(index, tuple):
@@ -957,10 +1025,11 @@ def _parse_index(x, index):
             if t._dtype is D.bool_:
                 if t._data is None:
                     raise _trace_error("boolean-mask indexing (its result shape depends on the values)")
+                if t.ndim == 0:     # as a Python bool
+                    items.append(None if t._data else _EMPTY_AXIS)
+                    continue
                 nz = np.nonzero(t._data)
                 items.extend(Tensor._wrap(a.astype(np.int64), D.int64, x._device) for a in nz)
-                if t.ndim == 0:
-                    items.append(None)
                 continue
             if t._dtype.is_floating_point:
                 raise IndexError("tensors used as indices must be long, int or bool tensors")
@@ -968,13 +1037,13 @@ def _parse_index(x, index):
         elif i is None or i is Ellipsis or isinstance(i, slice) or _is_int(i):
             items.append(i)
         elif isinstance(i, (bool, np.bool_)):
-            items.append(None)  # x[True] adds an axis, as in NumPy
+            items.append(None if i else _EMPTY_AXIS)  # x[True] adds an axis, x[False] an empty one, as in NumPy
         else:
             raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer or boolean tensors "
                              f"are valid indices, got {type(i).__name__}")
     if items.count(Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    used = sum(1 for i in items if i is not None and i is not Ellipsis and i is not _EMPTY_AXIS)
     if used > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
     if Ellipsis in items:
@@ -989,13 +1058,22 @@ def _getitem(x, index):
     items = _parse_index(x, index)
     advanced = any(isinstance(i, Tensor) for i in items)
     bounds, shape, adv_axes, adv = [], [], [], []
-    dim = 0
+    dim, label = 0, None
+    if _EMPTY_AXIS in items:   # index as for True, then take nothing along that new axis
+        k = items.index(_EMPTY_AXIS)
+        out = _getitem(x, tuple(None if i is _EMPTY_AXIS else i for i in items))
+        if any(isinstance(i, Tensor) for i in items):
+            raise IndexError("indexing with False together with tensor indices is not supported")
+        axis = sum(1 for i in items[:k] if i is None or isinstance(i, slice))
+        return out[(slice(None),) * axis + (slice(0, 0),)]
     for i in items:
         if i is None:
             shape.append(1)
+            label = "UnsqueezeBackward"
             continue
         size = x._shape[dim]
-        if _is_int(i) and not advanced:
+        if _is_int(i):   # PyTorch selects integer indices first, also beside tensor indices (NumPy does not)
+            label = "SelectBackward"
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
             i = int(i) % size
@@ -1006,6 +1084,8 @@ def _getitem(x, index):
                 raise ValueError("step must be greater than zero")
             stop = builtins.max(stop, start)
             bounds.append((start, stop, step))
+            if (start, stop, step) != (0, size, 1):
+                label = "SliceBackward"
             shape.append(len(range(start, stop, step)))
         else:
             bounds.append((0, size, 1))
@@ -1021,8 +1101,8 @@ def _getitem(x, index):
         if out._device != adv[0]._device and adv[0]._shape:
             raise mismatch_error(out._device, adv[0]._device)
         adv = [a if a._dtype is D.int64 or a._dtype is D.int32 else a.to(D.int64) for a in adv]
-        out = dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)})
-    return out
+        return dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)})
+    return _named(out, label, x) if label else out
 
 
 def _setitem(x, index, value):
@@ -1032,14 +1112,19 @@ def _setitem(x, index, value):
     recording = is_grad_enabled() and (x.requires_grad or isinstance(value, Tensor) and value.requires_grad)
     if not recording and Hooks.tracer is None and x._data is not None:
         view = _getitem(x.detach(), index)
-        v = value if isinstance(value, Tensor) else full((), value, dtype=x._dtype)
+        v = value.detach() if isinstance(value, Tensor) else full((), value, dtype=x._dtype)
+        v = v.to(x._dtype)      # setitem copies, casting as copy_ does (float into int truncates)
         if view._data is not None and np.may_share_memory(view._data, x._data):
-            _write(view, v.detach(), False)     # a basic index: write through the view
-            x._ver[0] += 0
+            _write(view, v, False)     # a basic index: write through the view
             return
-        np_index = _numpy_index(x, index)
-        vals = v._data if v._dtype is x._dtype else v.to(x._dtype)._data
-        x._data[np_index] = vals
+        # an advanced index: the flat positions it selects (PyTorch's order of result axes) take value
+        pos = _getitem(Tensor._wrap(np.arange(x.numel()).reshape(x._shape), D.int64, x._device), index)._data
+        try:
+            vals = np.broadcast_to(v._data, pos.shape)
+        except ValueError:
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be broadcast to "
+                               f"indexing result of shape {list(pos.shape)}") from None
+        x._data[np.unravel_index(pos.ravel(), x._shape)] = vals.ravel()
         x._ver[0] += 1
         return
     # Functional form, differentiable in both x and value: positions hit by the index take value.
@@ -1054,12 +1139,8 @@ def _setitem(x, index, value):
                         {"shape": (x.numel(),), "axes": (0,)}) > 0
     scattered = dispatch(_P["index_add"], (v, flat_hit), {"shape": (x.numel(),), "axes": (0,)})
     x._inplace(lambda s, sc: where(mask, sc, s.reshape(-1)).reshape(x._shape), scattered)
-
-
-def _numpy_index(x, index):
-    if not isinstance(index, tuple):
-        index = (index,)
-    return tuple(i._data if isinstance(i, Tensor) else i for i in index)
+    if x.grad_fn is not None:
+        _named(x, "CopySlices")
 
 
 # ---------------------------------------------------------------- free functions
@@ -1078,7 +1159,9 @@ def matmul(a, b):
         out = out.squeeze(-2)
     if b.ndim == 1:
         out = out.squeeze(-1)
-    return out
+    name = {(2, 2): "MmBackward", (2, 1): "MvBackward", (1, 1): "DotBackward", (1, 2): "SqueezeBackward",
+            (3, 3): "BmmBackward"}.get((a.ndim, b.ndim), "UnsafeViewBackward")
+    return _named(out, name)
 
 
 def where(cond, a, b):
@@ -1100,6 +1183,8 @@ def cat(tensors, axis=None, *, dim=None):
     if ref.ndim == 0:
         raise RuntimeError("zero-dimensional tensor cannot be concatenated")
     axis = ops._norm_axis(axis, ref.ndim)
+    if ref.ndim != 1:   # PyTorch skips empty 1-D tensors (the legacy "no data" tensor) beside others
+        tensors = [t for t in tensors if t._shape != (0,)] or tensors[:1]
     tensors = _operands(*tensors)
     return dispatch(_P["cat"], tuple(tensors), {"axis": axis})
 
@@ -1113,7 +1198,7 @@ def stack(tensors, axis=None, *, dim=None):
         raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")
     axis = _axis_kw(axis, dim)
     axis = ops._norm_axis(0 if axis is None else axis, tensors[0].ndim + 1)
-    return cat([t.unsqueeze(axis) for t in tensors], axis)
+    return _named(cat([t.unsqueeze(axis) for t in tensors], axis), "StackBackward")
 
 
 # ---------------------------------------------------------------- factories
@@ -1152,7 +1237,7 @@ def _alloc(shape, fn, dtype):
 def _sizes(size):
     shape = _shape_arg(size, "size")
     if any(s < 0 for s in shape):
-        raise ValueError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+        raise _ArgError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
     return shape
 
 

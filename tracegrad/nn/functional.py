@@ -2,7 +2,7 @@
 import math
 
 from .. import dtypes as D
-from ..tensor import Tensor, rand, where
+from ..tensor import Tensor, _ArgError, _named, rand, where
 
 
 def relu(x):
@@ -20,10 +20,11 @@ def tanh(x):
 def gelu(x, approximate="none"):
     """GELU: x·Φ(x) exactly ("none", via erf) or with the tanh approximation ("tanh")."""
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+        return _named(0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh()),
+                      "GeluBackward")
     if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+        raise _ArgError(f"gelu: approximate argument must be either 'none' or 'tanh', got {approximate!r}")
+    return _named(0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0)))), "GeluBackward")
 
 
 def erf(x):
@@ -51,7 +52,7 @@ def _reduce(loss, reduction):
 
 def mse_loss(input, target, reduction="mean"):
     d = input - target
-    return _reduce(d * d, reduction)
+    return _named(_reduce(d * d, reduction), "MseLossBackward")
 
 
 def cross_entropy(logits, target, reduction="mean"):
@@ -65,14 +66,14 @@ def cross_entropy(logits, target, reduction="mean"):
         if target.shape != logits.shape:
             raise ValueError(f"cross_entropy: probability targets must have the logits' shape {logits.shape}, "
                              f"got {target.shape}")
-        return _reduce(-(logp * target).sum(axis), reduction)
+        return _named(_reduce(-(logp * target).sum(axis), reduction), "NllLossBackward")
     if target.dtype not in (D.int64, D.int32):
         raise TypeError(f"cross_entropy: class labels must be an int64 tensor, got {target.dtype}")
     expected = logits.shape[:axis] + logits.shape[axis + 1:]
     if target.shape != expected:
         raise ValueError(f"cross_entropy: labels of shape {target.shape} do not match logits of shape "
                          f"{logits.shape}; expected labels of shape {expected}")
-    return _reduce(-_take_along(logp, target, axis), reduction)
+    return _named(_reduce(-_take_along(logp, target, axis), reduction), "NllLossBackward")
 
 
 def _take_along(x, idx, axis):
@@ -107,12 +108,14 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return _named(y, "NativeLayerNormBackward")
 
 
 def linear(x, weight, bias=None):
     y = x @ weight.mT
-    return y + bias if bias is not None else y
+    if bias is None:
+        return y
+    return _named(y + bias, "AddmmBackward") if x.ndim == 2 else y + bias
 
 
 def dropout(x, p=0.5, training=True):
@@ -123,4 +126,4 @@ def dropout(x, p=0.5, training=True):
     if p == 1.0:
         return x * 0.0
     keep = rand(x.shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
-    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    return _named(where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
