@@ -808,3 +808,20 @@ def test_clamp_needs_a_bound_and_negating_bool_raises():
         T([1.0]).clamp()
     with pytest.raises(RuntimeError, match="~"):
         -T([True, False])
+
+
+def test_floor_divide_remainder_and_floor_are_primitives_that_compile():
+    a = tg.tensor(np.array([1.0, -3.5, 7.25, 0.7], np.float32))
+    b = tg.tensor(np.array([0.1, 2.0, -1.5, 0.3], np.float32))
+    an, bn = a.numpy(), b.numpy()
+    for backend in ("interpret", "llvm"):
+        f = tg.compile(lambda a, b: (a // b, a % b, a.floor()), backend=backend)
+        q, r, fl = f(a, b)
+        np.testing.assert_array_equal(q.numpy(), np.floor_divide(an, bn))
+        np.testing.assert_array_equal(r.numpy(), np.remainder(an, bn))
+        np.testing.assert_array_equal(fl.numpy(), np.floor(an))
+    x = tg.tensor([5.5, -2.25], requires_grad=True)
+    y = tg.tensor([2.0, 1.5], requires_grad=True)
+    (x % y).sum().backward()                      # d(x % y)/dx = 1, d/dy = -floor(x / y)
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [-2.0, 2.0])

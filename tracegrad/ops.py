@@ -208,6 +208,25 @@ def _div_impl(a, b):
     return np.true_divide(a, b)
 
 
+def _floordiv_impl(a, b):
+    return _div_impl(a, b) if a.dtype.kind in "iub" else np.floor_divide(a, b)   # exact, as PyTorch's
+
+
+def _remainder_impl(a, b):
+    if a.dtype.kind in "iub" and not np.all(b):
+        raise RuntimeError("ZeroDivisionError")
+    return np.remainder(a, b)          # the divisor's sign, as Python and PyTorch
+
+
+_binary("floordiv", _floordiv_impl)    # piecewise constant: no gradient, as PyTorch's floor_divide
+_binary("remainder", _remainder_impl,
+        (lambda n, g: unbroadcast(g, n.shapes[0]),
+         lambda n, g: unbroadcast(-(g * bind("floordiv", n.x(0), n.x(1))), n.shapes[1])),
+        save={1: (0, 1)})
+prim("floor", "elementwise", _ew_rule("floor"), np.floor, vjp=(lambda n, g: g * 0.0,),
+     jvp=lambda n, ts: ts[0] * 0.0, save=())
+
+
 _binary("div", _div_impl,
         (lambda n, g: unbroadcast(g / n.x(1), n.shapes[0]),
          lambda n, g: unbroadcast(-(g * n.x(0)) / (n.x(1) * n.x(1)), n.shapes[1])),

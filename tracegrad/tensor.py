@@ -188,15 +188,6 @@ def _named(out, name, *inputs):
     return out
 
 
-def _exact_float_op(f, a, b):
-    """A piecewise-constant float op by NumPy (no gradient, as PyTorch's floor_divide)."""
-    from .broadcast import broadcast_shapes
-    broadcast_shapes(a._shape, b._shape)
-    with np.errstate(all="ignore"):
-        arr = f(a._concrete("//"), b._concrete("//"))
-    return Tensor._wrap(np.asarray(arr, dtype=a._dtype.np), a._dtype, a._device)
-
-
 def _float_operand(x):
     """Ops such as exp promote integer tensors to the default float dtype, as PyTorch does."""
     return x if x._dtype.is_floating_point else x.to(D.default_float)
@@ -539,21 +530,14 @@ class Tensor:
         return dispatch(_P["div"], (a, b), {})
 
     def __floordiv__(self, o):
-        a, b = _promote(self, o)
-        if a._dtype.is_floating_point:   # NumPy's floor_divide is exact, as PyTorch's (floor(a / b) is not)
-            return _exact_float_op(np.floor_divide, a, b)
-        return dispatch(_P["div"], (a, b), {})
+        return dispatch(_P["floordiv"], _promote(self, o), {})
 
     def __rfloordiv__(self, o):
         return _promote(o, self)[0] // self
 
     def __mod__(self, o):
         """Python's (and PyTorch's) remainder: the result takes the divisor's sign."""
-        a, b = _promote(self, o)
-        if a._dtype.is_floating_point:
-            out = _exact_float_op(np.remainder, a, b)
-            return out + (a - a.detach()) if a.requires_grad and is_grad_enabled() else out   # d/da = 1
-        return a - dispatch(_P["div"], (a, b), {}) * b
+        return dispatch(_P["remainder"], _promote(self, o), {})
 
     def __rmod__(self, o):
         return _promote(o, self)[0] % self
@@ -644,7 +628,7 @@ class Tensor:
     def expm1(self): return self.exp() - 1.0
 
     def floor(self):
-        return Tensor._wrap(np.floor(self._concrete("floor()")), self._dtype, self._device)
+        return dispatch(_P["floor"], (self,), {})
 
     # ------------------------------------------------------------ reductions
     def _reduce(self, name, axis, keepdims):
@@ -1056,7 +1040,6 @@ def _parse_index(x, index):
 
 def _getitem(x, index):
     items = _parse_index(x, index)
-    advanced = any(isinstance(i, Tensor) for i in items)
     bounds, shape, adv_axes, adv = [], [], [], []
     dim, label = 0, None
     if _EMPTY_AXIS in items:   # index as for True, then take nothing along that new axis
