@@ -790,3 +790,27 @@ def test_traced_tensor_escaping_is_an_error(backend):
     g = tg.compile(lambda x: x + leaked[0], backend=backend)
     with pytest.raises(tg.TraceError):
         g(rnd(3))
+
+
+def test_graph_inputs_are_named_after_arguments_modules_and_captured_variables():
+    import tracegrad.nn as nn
+    model = nn.Linear(3, 2)
+    x = tg.randn(4, 3)
+    scale = tg.tensor(2.0)
+
+    def f(m, x):
+        return (m(x) * scale * x.sum()).sum()
+    text = tg.compile(f, backend="interpret").ir(model, x)
+    header = text.splitlines()[0]
+    for name in ("%x", "%m.weight", "%m.bias", "%scale"):
+        assert name in header, header
+    parse(text)                                   # the names round-trip
+
+
+def test_input_names_stay_unique():
+    # the tuple argument's first tensor is named x_0, and so is the captured global
+    f = eval("lambda x: x[0] + x[1] + x_0", {"x_0": tg.randn(3)})
+    text = tg.compile(f, backend="interpret").ir((tg.randn(3), tg.randn(3)))
+    names = [p.split(":")[0] for p in text.splitlines()[0].split("(", 1)[1].split(", ")]
+    assert len(names) == 3 and len(set(names)) == 3, text
+    parse(text)

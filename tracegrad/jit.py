@@ -10,6 +10,7 @@ guarded (shape, dtype, requires_grad, .grad identity): a change retraces.
 import functools
 import inspect
 import os
+import re
 import sys
 import time
 import warnings
@@ -221,7 +222,7 @@ class Entry:
     """Graphs and executables for one signature, and the plan for inputs, outputs and write-backs."""
 
     def __init__(self, cf, args, kwargs, leaves, paths):
-        self.cf, self.name = cf, cf.__name__
+        self.cf, self.name = cf, re.sub(r"[^\w.]", "", cf.__name__) or "f"   # <lambda> -> lambda
         self.n_leaves = len(leaves)
         self._trace(args, kwargs, leaves, paths)
         self.fwd = optimize(self.traced.copy())
@@ -271,17 +272,10 @@ class Entry:
                 st = tracer.lift(x, ("arg", k), name=p)
                 new_leaves[k] = st
                 tracer.arg_grads[id(st)] = (k, x, p)
-            elif isinstance(x, Module):
-                for n, prm in x.named_parameters():
-                    names.setdefault(id(prm), f"{p}.{n}")
-                    if prm._grad is not None:
-                        names.setdefault(id(prm._grad), f"{p}.{n}.grad")
-            elif isinstance(x, Optimizer):
-                for i, prm in enumerate(x.params):
-                    names.setdefault(id(prm), f"{p}.param{i}")
-                    for sk, sv in x.state.get(id(prm), {}).items():
-                        if isinstance(sv, Tensor):
-                            names.setdefault(id(sv), f"{p}.param{i}.{sk}")
+            else:
+                _name_tensors_of(x, p, names)
+        for _, n, _, obj in _free_objects(self.cf.fn):     # captured modules, optimizers, tensors
+            _name_tensors_of(obj, n, names)
         _, _, struct = flatten(tuple(a for a in _positional(args, kwargs)), "")
         call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
         prev, Hooks.tracer = Hooks.tracer, tracer
@@ -526,9 +520,9 @@ class CompiledNode:
         self.saved, self.freed = None, True
 
 
-def _captured_bindings(fn, tracer):
-    """Globals and closure variables of `fn` (and the code nested in it) that held a tensor the trace
-    lifted: rebinding one to another object must retrace, as eager code would read the new one."""
+def _free_objects(fn):
+    """(kind, name, holder, object) for the globals and closure variables that `fn`'s code (nested
+    code included) reads."""
     import types
     if not isinstance(fn, types.FunctionType):
         return []
@@ -537,16 +531,33 @@ def _captured_bindings(fn, tracer):
         c = codes.pop()
         names.update(c.co_names)
         codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    out = []
-    for n in sorted(names):
-        obj = fn.__globals__.get(n)
-        if isinstance(obj, Tensor) and id(obj) in tracer.lifted:
-            out.append(("global", n, fn.__globals__, obj))
+    out = [("global", n, fn.__globals__, fn.__globals__[n]) for n in sorted(names) if n in fn.__globals__]
     for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        obj = _cell_value(cell)
-        if isinstance(obj, Tensor) and id(obj) in tracer.lifted:
-            out.append(("closure variable", n, cell, obj))
+        out.append(("closure variable", n, cell, _cell_value(cell)))
     return out
+
+
+def _captured_bindings(fn, tracer):
+    """Globals and closure variables of `fn` that held a tensor the trace lifted: rebinding one to
+    another object must retrace, as eager code would read the new one."""
+    return [b for b in _free_objects(fn) if isinstance(b[3], Tensor) and id(b[3]) in tracer.lifted]
+
+
+def _name_tensors_of(obj, prefix, names):
+    """Readable graph-input names for the tensors a module, optimizer or tensor holds."""
+    if isinstance(obj, Tensor):
+        names.setdefault(id(obj), prefix)
+    elif isinstance(obj, Module):
+        for n, prm in obj.named_parameters():
+            names.setdefault(id(prm), f"{prefix}.{n}")
+            if prm._grad is not None:
+                names.setdefault(id(prm._grad), f"{prefix}.{n}.grad")
+    elif isinstance(obj, Optimizer):
+        for i, prm in enumerate(obj.params):
+            names.setdefault(id(prm), f"{prefix}.param{i}")
+            for key, val in obj.state.get(id(prm), {}).items():
+                if isinstance(val, Tensor):
+                    names.setdefault(id(val), f"{prefix}.param{i}.{key}")
 
 
 def _cell_value(cell):

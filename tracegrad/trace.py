@@ -35,7 +35,7 @@ class Tracer:
         self.graph, self.parent = graph, parent
         self.lifted = {}           # id(real tensor) -> Lifted
         self.order = []            # Lifted, in graph-input order
-        self.names = names or {}   # id(real tensor) -> preferred input name
+        self.names = {} if names is None else names   # id(real tensor) -> preferred input name
         self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
         self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
         self.saved = []            # backward graphs: the forward Values they read
@@ -55,6 +55,9 @@ class Tracer:
             st = self._from_parent(self.parent.lifted[id(t)].standin)
         else:
             name = name or self.names.get(id(t)) or f"{'k' if source[0] == 'const' else 'c'}{len(self.order)}"
+            taken = {v.name for v in self.graph.inputs}
+            if name in taken:                  # e.g. a global and an argument of the same name
+                name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
             value = self.graph.add_input(name, t._shape, t._dtype)
             st = Tensor._symbolic(t._shape, t._dtype, t._device, value)
             st._requires_grad = t.requires_grad
