@@ -368,23 +368,31 @@ _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.
           5.0000001201e-1)
 
 
-def _exp_f32_lines(x: str, p: str) -> tuple[list, str]:
+def _exp_f32_lines(x: str, p: str, moderate: bool = False) -> tuple[list, str]:
+    """IR lines computing exp(x); `moderate`: the caller guarantees 0 <= x <= 20 (tanh), so the clamps
+    and the two-step scaling for denormal results are left out."""
     f, L = _f32, []
     fma = lambda a, b, c: f"call float @llvm.fma.f32(float {a}, float {b}, float {c})"  # noqa: E731
-    L += [f"%{p}hi = fcmp ogt float {x}, {f(88.8)}", f"%{p}x1 = select i1 %{p}hi, float {f(88.8)}, float {x}",
-          f"%{p}lo = fcmp olt float %{p}x1, {f(-104.0)}",
-          f"%{p}xc = select i1 %{p}lo, float {f(-104.0)}, float %{p}x1",
-          f"%{p}t = {fma(f'%{p}xc', f(1.44269504088896341), f(12582912.0))}",
+    xc = x
+    if not moderate:
+        xc = f"%{p}xc"
+        L += [f"%{p}hi = fcmp ogt float {x}, {f(88.8)}", f"%{p}x1 = select i1 %{p}hi, float {f(88.8)}, float {x}",
+              f"%{p}lo = fcmp olt float %{p}x1, {f(-104.0)}", f"{xc} = select i1 %{p}lo, float {f(-104.0)}, float %{p}x1"]
+    L += [f"%{p}t = {fma(xc, f(1.44269504088896341), f(12582912.0))}",
           f"%{p}n = fsub float %{p}t, {f(12582912.0)}",
-          f"%{p}r1 = {fma(f'%{p}n', f(-0.693359375), f'%{p}xc')}",
+          f"%{p}r1 = {fma(f'%{p}n', f(-0.693359375), xc)}",
           f"%{p}r = {fma(f'%{p}n', f(2.12194440e-4), f'%{p}r1')}",
           f"%{p}q0 = {fma(f(_EXP_P[0]), f'%{p}r', f(_EXP_P[1]))}"]
     for i in range(2, 6):
         L.append(f"%{p}q{i - 1} = {fma(f'%{p}q{i - 2}', f'%{p}r', f(_EXP_P[i]))}")
     L += [f"%{p}r2 = fmul float %{p}r, %{p}r", f"%{p}s1 = {fma(f'%{p}q4', f'%{p}r2', f'%{p}r')}",
           f"%{p}pp = fadd float %{p}s1, {f(1.0)}",
-          f"%{p}tb = bitcast float %{p}t to i32", f"%{p}ni = sub i32 %{p}tb, 1262485504",
-          f"%{p}n1 = ashr i32 %{p}ni, 1", f"%{p}n2 = sub i32 %{p}ni, %{p}n1",
+          f"%{p}tb = bitcast float %{p}t to i32", f"%{p}ni = sub i32 %{p}tb, 1262485504"]
+    if moderate:
+        L += [f"%{p}e1 = add i32 %{p}ni, 127", f"%{p}b1 = shl i32 %{p}e1, 23", f"%{p}s1f = bitcast i32 %{p}b1 to float",
+              f"%{p}res = fmul float %{p}pp, %{p}s1f"]
+        return L, f"%{p}res"
+    L += [f"%{p}n1 = ashr i32 %{p}ni, 1", f"%{p}n2 = sub i32 %{p}ni, %{p}n1",
           f"%{p}e1 = add i32 %{p}n1, 127", f"%{p}e2 = add i32 %{p}n2, 127",
           f"%{p}b1 = shl i32 %{p}e1, 23", f"%{p}b2 = shl i32 %{p}e2, 23",
           f"%{p}s1f = bitcast i32 %{p}b1 to float", f"%{p}s2f = bitcast i32 %{p}b2 to float",
@@ -411,7 +419,7 @@ def _tanh_f32() -> str:
     L = ["%xb = bitcast float %x to i32", "%ab = and i32 %xb, 2147483647", "%sb = and i32 %xb, -2147483648",
          "%ax = bitcast i32 %ab to float", f"%axc0 = fcmp olt float %ax, {f(9.1)}",
          f"%axc = select i1 %axc0, float %ax, float {f(9.1)}", "%ax2 = fadd float %axc, %axc"]
-    E, e = _exp_f32_lines("%ax2", "e")
+    E, e = _exp_f32_lines("%ax2", "e", moderate=True)
     L += E
     L += [f"%den = fadd float {e}, {f(1.0)}", f"%q = fdiv float {f(2.0)}, %den", f"%big = fsub float {f(1.0)}, %q",
           "%bigb = bitcast float %big to i32", "%bigs = or i32 %bigb, %sb", "%bigf = bitcast i32 %bigs to float",
