@@ -16,8 +16,8 @@ Rules
   inner loop per phase): a softmax or a layernorm forward is one kernel and one pass over memory.
   Reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
-  broadcast op are one kernel), and so does a map over that space that follows them (a relu
-  backward's masked gradient and its bias-gradient sum).
+  broadcast op are one kernel), and so does a map over that space next to them (a relu
+  backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it).
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing,
   scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
   implementation as "host" kernels on strided views of their input buffers.
@@ -377,6 +377,13 @@ def merge_rows(kernels):
             out[-1].phases.extend(k.phases)       # a map over the same space rides along
             group = None
             continue
+        if k.kind == "reduce_acc" and out and out[-1].kind == "loop" and out[-1].shape == k.shape \
+                and all(ph.kind == "map" for ph in out[-1].phases) \
+                and all(ld.offset == 0 and tuple(ld.strides) == contiguous_strides(k.shape)
+                        for ld in k.reads if ld.buf in out[-1].outputs):
+            prev = out.pop()                      # the reduction reads the map's values where they are made
+            k.phases[:0] = prev.phases
+            group = None
         row_reduce = k.kind == "loop" and k.phases[0].kind == "reduce"
         can = (group is not None and k.kind == "loop" and k.shape == group.shape
                and (not row_reduce or k.split == group.split) and group.split > 0
