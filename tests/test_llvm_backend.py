@@ -1,7 +1,9 @@
 """The llvm backend (SPEC §5): vectorized LLVM IR, stage="llvm" and stage="kernels", f.profile,
 check=True, fusion expectations, dtypes, views, empty tensors, odd sizes, and the compiled boundary
 (non-contiguous inputs, dtype/shape changes, output buffers never reused)."""
+import os
 import re
+import signal
 import warnings
 
 import numpy as np
@@ -440,3 +442,17 @@ def test_exact_division_keeps_ties_as_in_eager():
     g_eager, = tg.grad(f(x), [x])
     g_comp, = tg.grad(tg.compile(f)(x), [x])
     np.testing.assert_array_equal(g_comp.numpy(), g_eager.numpy())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_threaded_kernels():
+    x = tg.from_numpy(np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32))
+    f = tg.compile(lambda x: (x * 2.0).tanh())
+    want = f(x).numpy().copy()                     # the parent's pool exists (and may be spinning)
+    pid = os.fork()
+    if pid == 0:                                   # child: exit 0 only if the threaded kernel ran right
+        signal.alarm(30)                           # a hang (waiting on the parent's workers) kills it
+        ok = np.array_equal(f(x).numpy(), want)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

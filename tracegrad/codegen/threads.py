@@ -190,6 +190,9 @@ def threads():
 
 
 _POOL = []
+# a forked child has none of the parent's worker threads (and may have copied a "spinning" state):
+# it starts its own pool on first use
+os.register_at_fork(after_in_child=_POOL.clear)
 
 
 def pool():
