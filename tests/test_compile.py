@@ -814,3 +814,17 @@ def test_input_names_stay_unique():
     names = [p.split(":")[0] for p in text.splitlines()[0].split("(", 1)[1].split(", ")]
     assert len(names) == 3 and len(set(names)) == 3, text
     parse(text)
+
+
+def test_updating_a_tensor_that_another_input_views_is_refused(backend):
+    w = tg.randn(4, 3)
+    row = w[0]
+
+    def f(x):
+        y = (x * row).sum()
+        w.add_(1.0)
+        return y
+    before = w.numpy().copy()
+    with pytest.raises(tg.TraceError, match="shares its memory"):
+        tg.compile(f, backend=backend)(tg.randn(3))
+    np.testing.assert_array_equal(w.numpy(), before)     # nothing was written

@@ -309,6 +309,7 @@ class Entry:
                 self.mutations.append((e.source, e.real))
                 self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
+        _refuse_aliased_updates(tracer, self.name)
         self.grad_writes = []
         standins = {id(e.standin): e for e in tracer.order}
         for t, before, after in changes:
@@ -518,6 +519,20 @@ class CompiledNode:
 
     def release(self):
         self.saved, self.freed = None, True
+
+
+def _refuse_aliased_updates(tracer, name):
+    """The graph treats every input as its own value, so an in-place update of a tensor that another
+    input views (a parameter and a slice of it, both read) would be missed: refuse it clearly."""
+    lifted = [e for e in tracer.order if e.source[0] != "const"]
+    for e in lifted:
+        if e.standin._ir is e.value:
+            continue
+        for o in lifted:
+            if o is not e and np.may_share_memory(e.real._data, o.real._data):
+                raise TraceError(f"compiled function {name} updates {e.value.name} in place while it also reads "
+                                 f"{o.value.name}, which shares its memory (a view of it or its base); compute the "
+                                 f"view inside the function from the updated tensor instead")
 
 
 def _free_objects(fn):
