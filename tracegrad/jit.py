@@ -179,8 +179,9 @@ class CompiledFunction:
         return entry.stage_text(stage, source, optimized)
 
     def profile(self, *args, repeat=5, **kwargs):
-        """Per kernel of the forward program: its ops, median seconds over `repeat` runs, bytes moved
-        and achieved GB/s (the memory-bandwidth roofline). Needs backend="llvm"."""
+        """Per kernel of the forward program, a dict: "kernel", "kind", "ops", "time" (median seconds
+        over `repeat` runs), "bytes" moved and achieved "GB/s" (the memory-bandwidth roofline).
+        Needs backend="llvm"."""
         entry = self._entry_for(args, kwargs)
         if entry.programs is None:
             raise ValueError(f"profile() needs backend='llvm'; {self.__name__} uses {self.backend!r}")
@@ -196,7 +197,7 @@ class CompiledFunction:
         for j, k in enumerate(prog.kernels):
             sec = float(np.median([r[j] for r in runs]))
             moved = k.bytes_moved()
-            rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "seconds": sec, "bytes": moved,
+            rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "time": sec, "bytes": moved,
                          "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
         return rows
 
