@@ -271,18 +271,20 @@ def w5_inputs(seed=5):
     return {"x": _rng(seed).standard_normal(8).astype(np.float32)}
 
 
+def _step(x, op, c, tanh, exp):
+    """One op of CHAIN applied to x."""
+    if op == "mul":
+        return x * c[0]
+    if op == "add":
+        return x + c[0]
+    if op == "sub":
+        return x - c[0]
+    return tanh(x) if op == "tanh" else exp(x)
+
+
 def _chain(x, tanh, exp):
     for op, *c in CHAIN:
-        if op == "mul":
-            x = x * c[0]
-        elif op == "add":
-            x = x + c[0]
-        elif op == "sub":
-            x = x - c[0]
-        elif op == "tanh":
-            x = tanh(x)
-        else:
-            x = exp(x)
+        x = _step(x, op, c, tanh, exp)
     return x.sum()
 
 
@@ -292,16 +294,7 @@ def w5_numpy(inp):
     def run():
         outs, x = [], x0
         for op, *c in CHAIN:                           # forward, keeping each op's output
-            if op == "mul":
-                x = x * c[0]
-            elif op == "add":
-                x = x + c[0]
-            elif op == "sub":
-                x = x - c[0]
-            elif op == "tanh":
-                x = np.tanh(x)
-            else:
-                x = np.exp(x)
+            x = _step(x, op, c, np.tanh, np.exp)
             outs.append(x)
         loss = x.sum()
         g = np.ones_like(x0)

@@ -259,7 +259,8 @@ class Emitter:
             return f.assign(f"icmp {pred} {regtype(d)} {a}, {b}"), t.dtype
         if isinstance(node, ast.Call):
             return self._call(node.func.id, node.args, names, t)
-        raise NotImplementedError(f"lowering {t.lower!r}")
+        raise RuntimeError(f"the LLVM generator does not understand the scalar lowering {t.lower!r} "
+                           f"of {t.op} (ops.py)")
 
     def _val(self, node, names, t, like=None):
         v, d = self._ast(node, names, t)
