@@ -42,23 +42,53 @@ def test_elementwise_result_shape_and_values_agree_with_numpy(a, b):
     np.testing.assert_array_equal(out.numpy(), expected)
 
 
+def _summary(e):
+    return str(e.value).splitlines()[0]
+
+
 def test_broadcast_error_type_and_exact_message():
     assert issubclass(tg.BroadcastError, ValueError) and issubclass(tg.BroadcastError, RuntimeError)
     with pytest.raises(tg.BroadcastError) as e:
         tg.broadcast_shapes((3, 4), (5,))
-    assert str(e.value) == "shapes (3, 4) and (5,) cannot be broadcast: dimension -1 has sizes 4 and 5"
+    assert _summary(e) == "shapes (3, 4) and (5,) cannot be broadcast: dimension -1 has sizes 4 and 5"
+    assert e.value.args[0] == _summary(e)
+    assert str(e.value) == (
+        "shapes (3, 4) and (5,) cannot be broadcast: dimension -1 has sizes 4 and 5\n"
+        "  dim       -2  -1\n"
+        "  (3, 4)     3  4!\n"
+        "  (5,)    .->3  5!\n"
+        "  result     3   ?\n"
+        "  .->n missing dimension (counts as 1) stretched; n! sizes differ and neither is 1")
 
 
 def test_broadcast_error_names_first_mismatch_from_the_right():
     with pytest.raises(tg.BroadcastError) as e:
         tg.broadcast_shapes((2, 3, 4), (5, 4))
-    assert str(e.value) == "shapes (2, 3, 4) and (5, 4) cannot be broadcast: dimension -2 has sizes 3 and 5"
+    assert _summary(e) == "shapes (2, 3, 4) and (5, 4) cannot be broadcast: dimension -2 has sizes 3 and 5"
+    with pytest.raises(tg.BroadcastError) as e:      # both dimensions mismatch: the right one is named
+        tg.ones(2, 3) + tg.ones(3, 2)
+    assert _summary(e) == "shapes (2, 3) and (3, 2) cannot be broadcast: dimension -1 has sizes 3 and 2"
+
+
+@settings(max_examples=200, deadline=None)
+@given(_shape, _shape)
+def test_error_names_the_rightmost_mismatch_of_any_pair(a, b):
+    mismatches = [d for d in range(-1, -min(len(a), len(b)) - 1, -1)
+                  if a[d] != b[d] and a[d] != 1 and b[d] != 1]
+    if not mismatches:
+        assert tg.broadcast_shapes(a, b) == np.broadcast_shapes(a, b)
+        return
+    d = mismatches[0]
+    with pytest.raises(tg.BroadcastError) as e:
+        tg.broadcast_shapes(a, b)
+    assert _summary(e) == f"shapes {a} and {b} cannot be broadcast: dimension {d} has sizes {a[d]} and {b[d]}"
 
 
 def test_three_shapes_error_names_shape_so_far_and_offending_one():
     with pytest.raises(tg.BroadcastError) as e:
         tg.broadcast_shapes((2, 1), (1, 4), (3, 1, 5))
-    assert str(e.value) == "shapes (2, 4) and (3, 1, 5) cannot be broadcast: dimension -1 has sizes 4 and 5"
+    assert _summary(e) == "shapes (2, 4) and (3, 1, 5) cannot be broadcast: dimension -1 has sizes 4 and 5"
+    assert "(2, 1)" in e.value.picture and "(1, 4)" in e.value.picture     # the picture shows all three
 
 
 def test_eager_ops_raise_broadcast_error():
@@ -129,6 +159,79 @@ def test_rank_mismatch_broadcast_warns_naming_shapes_result_and_call_site():
     assert f"{__file__}:{line}" in msg
     assert hits[0].filename == __file__ and hits[0].lineno == line
     assert issubclass(tg.BroadcastWarning, UserWarning)
+
+
+def test_warning_exact_text():
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tg.zeros(3, 1) * tg.zeros(3); line = __import__("inspect").currentframe().f_lineno  # noqa: E702
+    (hit,) = [x for x in w if issubclass(x.category, tg.BroadcastWarning)]
+    assert str(hit.message) == (
+        f"operands of shapes (3, 1) and (3,) of different ranks were both stretched to (3, 3) at {__file__}:{line}: "
+        "the length 3 became two axes. This is often a bug (predictions (N, 1) with targets (N,) give (N, N)); "
+        "if it is not intended, make the ranks match (e.g. .squeeze(-1) or [:, None]). "
+        "tg.explain_broadcast((3, 1), (3,)) shows how the axes line up.")
+
+
+def _broadcast_warnings(fn):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [x for x in w if issubclass(x.category, tg.BroadcastWarning)]
+
+
+def test_deliberate_broadcasts_do_not_warn():
+    cases = {
+        "matmul batch dims": lambda: tg.ones(5, 1, 2, 3) @ tg.ones(4, 3, 2),
+        "matmul batch dims of equal length": lambda: tg.ones(4, 1, 2, 3) @ tg.ones(4, 3, 2),
+        "PyTorch tutorial design matrix": lambda: tg.linspace(-1, 1, 2000).unsqueeze(-1) ** tg.tensor([1, 2, 3]),
+        "outer product of different lengths": lambda: tg.ones(2000, 1) * tg.ones(3),
+        "index tensors": lambda: tg.ones(4, 4)[tg.arange(4)[:, None], tg.arange(4)],
+    }
+    shapes = {"matmul batch dims": (5, 4, 2, 2), "matmul batch dims of equal length": (4, 4, 2, 2),
+              "PyTorch tutorial design matrix": (2000, 3), "outer product of different lengths": (2000, 3),
+              "index tensors": (4, 4)}
+    for name, fn in cases.items():
+        out, hits = _broadcast_warnings(fn)
+        assert out.shape == shapes[name], name
+        assert not hits, f"{name}: {hits[0].message}"
+
+
+def test_traced_code_follows_the_same_rule():
+    def design(x, p):
+        return x ** p
+    _, hits = _broadcast_warnings(lambda: tg.make_ir(design)(tg.ones(2000, 1), tg.ones(3)))
+    assert not hits
+    _, hits = _broadcast_warnings(lambda: tg.make_ir(design)(tg.ones(7, 1), tg.ones(7)))
+    assert len(hits) == 1 and "(7, 7)" in str(hits[0].message)
+
+
+_sizes = st.lists(st.integers(1, 5), max_size=2).map(tuple)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_sizes, st.integers(2, 5), st.integers(2, 5), _sizes, st.booleans())
+def test_warns_exactly_when_one_length_becomes_two_axes(lead, m, n, tail, swap):
+    """a = (*lead, m, 1, *tail) with b = (n, *tail): b's n stretches a's 1, and a's m and lead stretch b's
+    missing axes; one length becomes two axes exactly when n equals m or one of the lead sizes."""
+    a, b = lead + (m, 1) + tail, (n,) + tail
+    x, y = (tg.ones(*b), tg.ones(*a)) if swap else (tg.ones(*a), tg.ones(*b))
+    out, hits = _broadcast_warnings(lambda: x + y)
+    assert out.shape == np.broadcast_shapes(a, b)
+    assert bool(hits) == (n == m or n in lead)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_shape, _shape)
+def test_no_warning_when_ranks_match_or_one_operand_is_not_stretched(a, b):
+    try:
+        result = np.broadcast_shapes(a, b)
+    except ValueError:
+        return
+    if len(a) != len(b) and result not in (a, b):
+        return
+    _, hits = _broadcast_warnings(lambda: tg.ones(*a) - tg.ones(*b))
+    assert not hits
 
 
 def test_equal_rank_outer_product_does_not_warn():

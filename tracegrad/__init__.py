@@ -14,6 +14,8 @@ from . import nn, optim  # noqa: E402  (they build on the names above)
 from . import ir  # noqa: E402
 from .errors import CheckError  # noqa: E402
 from .jit import compile, make_ir  # noqa: E402
+from . import viz  # noqa: E402
+from .viz import explain_broadcast  # noqa: E402
 
 half, float, double, long, int = float16, float32, float64, int64, int32
 

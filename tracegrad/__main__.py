@@ -4,6 +4,7 @@
     python -m tracegrad bench --quick --workload W5
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad dump examples/mlp_train.py --quick
+    python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
 """
 import argparse
 import os
@@ -37,6 +38,15 @@ def _dump(args):
     return 0
 
 
+def _broadcast(args):
+    from .viz import explain
+    try:
+        return explain.main(args.shapes)
+    except (ValueError, TypeError) as e:
+        print(f"tracegrad broadcast: {e}", file=sys.stderr)
+        return 2
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -54,6 +64,10 @@ def main(argv=None):
     d.add_argument("--stages", default=DUMP_STAGES, help=f"TRACEGRAD_DUMP stages (default {DUMP_STAGES})")
     d.add_argument("--dir", help="write the stages as files into this folder (TRACEGRAD_DUMP_DIR)")
     d.set_defaults(func=_dump)
+
+    bc = sub.add_parser("broadcast", help="show how shapes broadcast, aligned from the right (e.g. 3,1 4)")
+    bc.add_argument("shapes", nargs="+", help="shapes as comma-separated sizes: 3,1  4  () for a scalar")
+    bc.set_defaults(func=_broadcast)
 
     args = ap.parse_args(argv)
     if getattr(args, "repeats", None) is not None and args.repeats < 1:

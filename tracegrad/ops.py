@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from . import dtypes as D
-from .broadcast import elementwise_shape, unbroadcast
+from .broadcast import broadcast_shapes, elementwise_shape, unbroadcast
 
 PRIMS = {}
 RNG = [np.random.default_rng()]   # the generator behind tg.manual_seed, rand/randn and dropout
@@ -524,7 +524,7 @@ def _index_rule(shapes, dtypes, axes):
     for d in dtypes[1:]:
         if d not in (D.int32, D.int64):
             raise IndexError(f"tensors used as indices must be int32 or int64 tensors, got {d}")
-    bshape = elementwise_shape(list(idx)) if idx else ()
+    bshape = broadcast_shapes(*idx)
     rest = [s for i, s in enumerate(x) if i not in axes]
     adjacent = list(axes) == list(range(axes[0], axes[0] + len(axes)))
     if adjacent:
@@ -587,7 +587,7 @@ def _matmul_rule(shapes, dtypes):
     if a[-1] != b[-2]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a[-2]}x{a[-1]} and {b[-2]}x{b[-1]}): "
                            f"operand shapes {a} and {b}")
-    return elementwise_shape([a[:-2], b[:-2]]) + (a[-2], b[-1]), d
+    return broadcast_shapes(a[:-2], b[:-2]) + (a[-2], b[-1]), d   # batch dims: never a BroadcastWarning
 
 
 prim("matmul", "extern", _matmul_rule, np.matmul,
