@@ -33,3 +33,25 @@ def _build(s, it):
         return {k: _build(c, it) for k, c in zip(s[1], s[2])}
     items = [_build(c, it) for c in s[1]]
     return tuple(items) if s[0] == "tuple" else items
+
+
+# ---------------------------------------------------------------------- objects with state
+# Modules and optimizers pass through flatten as leaves: a compiled function identifies them by
+# identity and reads the tensors they hold while it runs. Each registers here how to list what it
+# holds, so the compiler needs no import of nn or optim.
+_OBJECTS = {}      # class -> function(obj) yielding (name, value) for what obj holds
+
+
+def register_object(cls, state):
+    """Objects of `cls` (and subclasses) are leaves identified by identity; `state(obj)` yields
+    (relative name, value) pairs: the tensors the object holds, in a stable order."""
+    _OBJECTS[cls] = state
+
+
+def object_state(obj):
+    """The registered state function of obj's class, or None when obj is no registered object."""
+    for cls in type(obj).__mro__:
+        state = _OBJECTS.get(cls)
+        if state is not None:
+            return state
+    return None

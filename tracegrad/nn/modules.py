@@ -4,6 +4,7 @@ from collections import OrderedDict
 
 from .. import dtypes as D
 from ..autograd import no_grad
+from ..pytree import register_object
 from ..tensor import Tensor, _rng, ones, tensor, zeros
 from . import functional as F
 
@@ -200,3 +201,14 @@ class LayerNorm(Module):
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def _module_state(m):
+    """What a compiled function may read from a module: its parameters and their gradients."""
+    for n, p in m.named_parameters():
+        yield n, p
+        if p._grad is not None:
+            yield n + ".grad", p._grad
+
+
+register_object(Module, _module_state)

@@ -1,5 +1,6 @@
 """tg.optim: SGD (momentum, weight decay) and Adam, updating parameters in place."""
 from ..autograd import no_grad
+from ..pytree import register_object
 from ..tensor import Tensor, zeros, zeros_like
 
 
@@ -84,3 +85,14 @@ class Adam(Optimizer):
             step_size = self.lr / (1.0 - b1 ** t)
             denom = (v / (1.0 - b2 ** t)).sqrt() + self.eps
             p.sub_(m / denom * step_size)
+
+
+def _optimizer_state(opt):
+    """What a compiled function may read from an optimizer: its parameters and their state tensors."""
+    for i, p in enumerate(opt.params):
+        yield f"param{i}", p
+        for key, val in opt.state.get(id(p), {}).items():
+            yield f"param{i}.{key}", val
+
+
+register_object(Optimizer, _optimizer_state)

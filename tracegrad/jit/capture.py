@@ -1,0 +1,139 @@
+"""Trace one call of the user function into a forward graph and the plan of its effects.
+
+Tensor arguments become graph inputs; tensors read through closures, globals, modules and
+optimizers are lifted as they are read (trace.py). The result records the outputs (tensors and
+static values), the in-place updates of real tensors and the .grad assignments to write back
+after each call, and the guards on the state read.
+"""
+import os
+
+import numpy as np
+
+from ..ir import Graph
+from ..pytree import flatten, object_state, unflatten
+from ..tensor import Hooks, Tensor, TraceError
+from ..trace import Tracer
+from .guards import Guards, free_objects
+from .signature import STATIC
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Capture:
+    """The traced forward graph of one signature and what a call must do around it.
+
+    graph.outputs: the user's tensor outputs, then the new values of updated inputs, then the new
+    .grad values (the reverse-mode pass appends the values saved for backward)."""
+
+    def __init__(self, fn, name, args, kwargs, leaves, paths):
+        self.graph = graph = Graph(name)
+        names = {}
+        self.tracer = tracer = Tracer(graph, names=names)
+        new_leaves = list(leaves)
+        for k, (x, p) in enumerate(zip(leaves, paths)):
+            if isinstance(x, Tensor):
+                st = tracer.lift(x, ("arg", k), name=p)
+                new_leaves[k] = st
+                tracer.arg_grads[id(st)] = (k, x, p)
+            else:
+                _name_tensors_of(x, p, names)
+        for _, n, _, obj in free_objects(fn):     # captured modules, optimizers, tensors
+            _name_tensors_of(obj, n, names)
+        _, _, struct = flatten(tuple(list(args) + list(kwargs.values())), "")
+        call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
+        prev, Hooks.tracer = Hooks.tracer, tracer
+        try:
+            out = fn(*call_args, **call_kwargs)
+        except Exception as e:
+            _annotate(e, name)
+            raise
+        finally:
+            Hooks.tracer = prev
+            grad_changes = tracer.grad_changes()
+        self._plan_outputs(out, name)
+        self._plan_writes(grad_changes, name)
+        self.inputs = [(e.source, e.real) for e in tracer.order]
+        self.guards = Guards(fn, tracer)
+
+    def _plan_outputs(self, out, name):
+        out_leaves, _, self.out_struct = flatten(out, "out")
+        self.out_plan, values = [], []
+        for x in out_leaves:
+            if isinstance(x, Tensor):
+                st = self.tracer.lift(x)
+                self.out_plan.append(("tensor", len(values), st))
+                values.append(st._ir)
+            elif isinstance(x, STATIC):
+                self.out_plan.append(("static", x, None))
+            else:
+                raise TypeError(f"compiled function {name} returned a {type(x).__name__}; return tensors, "
+                                f"Python numbers, None, or tuples/lists/dicts of them")
+        self.n_user = len(values)
+        self.graph.outputs = values
+
+    def _plan_writes(self, grad_changes, name):
+        """In-place updates of real tensors, then .grad assignments, as extra graph outputs."""
+        tracer, values = self.tracer, self.graph.outputs
+        self.mutations, self.inplace = [], []      # inplace: (output index, input index) candidates
+        for i, e in enumerate(tracer.order):
+            if e.standin._ir is not e.value and e.source[0] != "const":
+                self.mutations.append((e.source, e.real))
+                self.inplace.append((len(values), i))
+                values.append(e.standin._ir)
+        _refuse_aliased_updates(tracer, name)
+        self.grad_writes = []
+        standins = {id(e.standin): e for e in tracer.order}
+        for t, before, after in grad_changes:
+            e = standins.get(id(t))
+            target = ("arg", e.source[1]) if e is not None else ("captured", t)
+            if after is None:
+                self.grad_writes.append((target, None))
+            else:
+                self.grad_writes.append((target, len(values)))
+                values.append(tracer.lift(after)._ir)
+
+
+def _refuse_aliased_updates(tracer, name):
+    """The graph treats every input as its own value, so an in-place update of a tensor that another
+    input views (a parameter and a slice of it, both read) would be missed: refuse it clearly."""
+    lifted = [e for e in tracer.order if e.source[0] != "const"]
+    for e in lifted:
+        if e.standin._ir is e.value:
+            continue
+        for o in lifted:
+            if o is not e and np.may_share_memory(e.real._data, o.real._data):
+                raise TraceError(f"compiled function {name} updates {e.value.name} in place while it also reads "
+                                 f"{o.value.name}, which shares its memory (a view of it or its base); compute the "
+                                 f"view inside the function from the updated tensor instead")
+
+
+def _name_tensors_of(obj, prefix, names):
+    """Readable graph-input names for the tensors a module, optimizer or tensor holds."""
+    if isinstance(obj, Tensor):
+        names.setdefault(id(obj), prefix)
+        return
+    state = object_state(obj)
+    if state is not None:
+        for n, val in state(obj):
+            if isinstance(val, Tensor):
+                names.setdefault(id(val), f"{prefix}.{n}")
+
+
+def _rebuild_call(args, kwargs, new_leaves, struct):
+    rebuilt = unflatten(struct, new_leaves)
+    n = len(args)
+    return list(rebuilt[:n]), dict(zip(kwargs, rebuilt[n:]))
+
+
+def _annotate(e, name):
+    """Make an error raised while tracing name the user's line, not tracegrad's internals."""
+    if isinstance(e, TraceError) or not e.args or not isinstance(e.args[0], str):
+        return
+    tb, where = e.__traceback__, None
+    while tb is not None:
+        fname = tb.tb_frame.f_code.co_filename
+        if not os.path.abspath(fname).startswith(_PKG_DIR):
+            where = f"{fname}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if where and where not in e.args[0]:
+        e.args = (f"{e.args[0]} (while tracing {name}, at {where})",) + e.args[1:]

@@ -1,0 +1,79 @@
+"""One compiled signature: its graphs and executables, and the plan of a call (where inputs come
+from, which outputs need the aliasing check, what the autograd node needs)."""
+import re
+
+from ..autograd import _Mode
+from ..pytree import unflatten
+from ..tensor import Tensor
+from .check import checked_run
+from .node import CompiledNode
+from .pipeline import compile_call
+from .writeback import Fresh, resolve, write_back
+
+
+class Entry:
+    def __init__(self, cf, args, kwargs, leaves, paths):
+        self.cf, self.check = cf, cf.check
+        self.name = re.sub(r"[^\w.]", "", cf.__name__) or "f"   # <lambda> -> lambda
+        self.n_leaves = len(leaves)
+        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths)
+        cap = s.capture
+        self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
+        self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
+        self.run_fwd, self.run_bwd = s.run_fwd, s.run_bwd
+        self.tracer, self.guards = cap.tracer, cap.guards
+        self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
+        self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
+        self._kernels = None
+        self._plan_calls(s.backward)
+
+    def _plan_calls(self, backward):
+        self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None
+        fwd_fresh = self.programs[0].fresh_outputs if self.programs is not None else frozenset()
+        self.out_items = [(kind, x, x not in fwd_fresh, st._dtype, st._device) if kind == "tensor" else
+                          (kind, x, False, None, None) for kind, x, st in self.out_plan]
+        self.fwd_checks = bool(self.grad_writes) or any(check for _, _, check, _, _ in self.out_items)
+        if self.run_bwd is None:
+            return
+        self.diff_outputs = backward.diff_outputs
+        self.bwd_targets = [e.source if e.source[0] == "arg" else ("captured", e.real) for e in backward.targets]
+        self.bwd_inputs = backward.reads       # tensors the backward reads directly (constants)
+        tensor_pos = [k for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
+        self.diff_pos = [tensor_pos[i] for i in self.diff_outputs]
+        self.diff_meta = [(st._shape, st._dtype, st._device) for st in
+                          (self.out_plan[k][2] for k in self.diff_pos)]
+        self.bwd_fresh = self.programs[1].fresh_outputs if self.programs is not None else frozenset()
+        self.bwd_arg_targets = [s[1] for s in self.bwd_targets] if all(s[0] == "arg" for s in self.bwd_targets) \
+            else None
+
+    def guard_failure(self):
+        return self.guards.failure()
+
+    def input_tensors(self, leaves):
+        """The caller's tensors feeding the forward graph's inputs, in order."""
+        if self.arg_inputs is not None:
+            return [leaves[k] for k in self.arg_inputs]
+        return [resolve(s, r, leaves) for s, r in self.inputs]
+
+    def call(self, leaves):
+        sources = self.input_tensors(leaves)
+        arrays = [t._data for t in sources]
+        if self.check:
+            outs = checked_run(self.programs, 0, self.fwd, arrays)
+        else:
+            outs = self.run_fwd(arrays)
+        fresh = Fresh(arrays) if self.fwd_checks else None
+        write_back(self, outs, leaves, fresh)
+        results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
+                   for kind, x, check, dtype, dev in self.out_items]
+        if self.run_bwd is not None and _Mode.grad:
+            node = CompiledNode(self, leaves, outs[self.saved_at:], sources)
+            for oi, k in enumerate(self.diff_pos):
+                t = results[k]
+                t._requires_grad, t.grad_fn, t._oi = True, node, oi
+        return unflatten(self.out_struct, results)
+
+    def kernel_count(self):
+        if self.programs is not None:
+            return sum(len(p.kernels) for p in self.programs if p is not None)
+        return len(self.fwd.nodes) + (len(self.bwd.nodes) if self.bwd is not None else 0)

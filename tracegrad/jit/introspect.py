@@ -1,0 +1,111 @@
+"""What a compiled signature looks like inside: IR text of each stage, kernels, DOT, profiles, dumps."""
+import os
+import sys
+
+import numpy as np
+
+from ..ir import print_graph
+
+STAGES = "traced, forward, backward, kernels, llvm"
+
+
+def stage_text(entry, stage, source=False, optimized=False):
+    """The text of one stage of `entry` (see SPEC §5)."""
+    if stage == "traced":
+        return print_graph(entry.traced, source=source)
+    if stage == "forward":
+        return print_graph(entry.fwd, source=source)
+    if stage == "backward":
+        if entry.bwd is None:
+            raise ValueError(f"{entry.name} has no backward graph for these arguments: no output needs a "
+                             f"gradient (pass tensors with requires_grad=True)")
+        return print_graph(entry.bwd, source=source)
+    if stage == "kernels":
+        return kernels_text(entry)
+    if stage == "llvm":
+        if entry.llvm_text is None:
+            raise ValueError(f"stage 'llvm' needs backend='llvm'; {entry.name} uses {entry.cf.backend!r}")
+        if optimized:
+            from ..codegen.engine import optimize
+            return str(optimize(entry.llvm_text))
+        return entry.llvm_text
+    raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+
+
+def fused_kernels(entry):
+    """[(label, graph, kernels)] of the forward and backward graphs: the programs' own kernels; for
+    the interpret backend, fused once on first request."""
+    if entry._kernels is None:
+        graphs = [("forward", entry.fwd), ("backward", entry.bwd)]
+        if entry.programs is not None:
+            entry._kernels = [(label, g, p.kernels) for (label, g), p in zip(graphs, entry.programs) if g is not None]
+        else:
+            from ..ir.passes.fusion import fuse
+            entry._kernels = [(label, g, fuse(g, entry.cf.fuse)[0]) for label, g in graphs if g is not None]
+    return entry._kernels
+
+
+def kernels_text(entry):
+    """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved."""
+    from ..ir.passes.fusion import kernels_text as text
+    return "\n".join(text(f"{g.name} ({label})", kernels) for label, g, kernels in fused_kernels(entry))
+
+
+def profile_rows(entry, leaves, repeat):
+    """Per kernel of the forward program: kernel, kind, ops, median time, bytes moved, GB/s."""
+    if entry.programs is None:
+        raise ValueError(f"profile() needs backend='llvm'; {entry.name} uses {entry.cf.backend!r}")
+    arrays = [t._data for t in entry.input_tensors(leaves)]
+    prog = entry.programs[0]
+    runs = []
+    for _ in range(repeat):
+        t = []
+        prog.run(arrays, timings=t)
+        runs.append(t)
+    rows = []
+    for j, k in enumerate(prog.kernels):
+        sec = float(np.median([r[j] for r in runs]))
+        moved = k.bytes_moved()
+        rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "time": sec, "bytes": moved,
+                     "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
+    return rows
+
+
+def to_dot(graph):
+    """Graphviz DOT text of a graph; edges labelled with value types."""
+    from ..ir.printer import names
+    nm = names(graph)
+    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;"]
+    for v in graph.inputs:
+        lines.append(f'  "v{id(v)}" [shape=box, label="%{nm[id(v)]}: {v.type}"];')
+    for n in graph.nodes:
+        lines.append(f'  "v{id(n.out)}" [label="%{nm[id(n.out)]} = {n.op}\\n{n.out.type}"];')
+        for i in n.inputs:
+            lines.append(f'  "v{id(i)}" -> "v{id(n.out)}" [label="{i.type}"];')
+    for k, v in enumerate(graph.outputs):
+        lines.append(f'  "out{k}" [shape=doublecircle, label="out {k}"];')
+        lines.append(f'  "v{id(v)}" -> "out{k}";')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def dump(entry, n):
+    """TRACEGRAD_DUMP=stage,...: print each stage of a new entry to stderr, or write it under
+    TRACEGRAD_DUMP_DIR as NAME.N.STAGE.txt (N: the trace count)."""
+    want = os.environ.get("TRACEGRAD_DUMP", "")
+    if not want:
+        return
+    out_dir = os.environ.get("TRACEGRAD_DUMP_DIR")
+    for stage in [s.strip() for s in want.split(",") if s.strip()]:
+        if stage == "backward" and entry.bwd is None:
+            continue
+        try:
+            text = stage_text(entry, stage)
+        except ValueError as e:
+            text = f"# {e}"
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, f"{entry.name}.{n}.{stage}.txt"), "w") as fh:
+                fh.write(text + "\n")
+        else:
+            print(f"# ---- {entry.name}: {stage}\n{text}", file=sys.stderr)

@@ -1,0 +1,56 @@
+"""The autograd node of a compiled call: its backward runs the compiled backward graph."""
+from ..autograd import _edge, _Mode
+from ..tensor import Tensor
+from .check import checked_run
+from .writeback import Fresh
+
+
+class CompiledNode:
+    owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
+
+    def __init__(self, entry, leaves, saved, inputs):
+        self.entry, self.saved, self.freed = entry, saved, False
+        self.out_meta, self.n_out = entry.diff_meta, len(entry.diff_meta)
+        idx = entry.bwd_arg_targets
+        self.reals = [leaves[k] for k in idx] if idx is not None else \
+            [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
+        self.watched = inputs          # the backward may read any forward input: watch their versions
+        self.versions = [t._ver[0] for t in inputs]
+        self.edges = [_edge(t) for t in self.reals]
+        self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
+
+    def name(self):
+        return f"Compiled{''.join(w.capitalize() for w in self.entry.name.split('_'))}Backward"
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    def check_saved(self):
+        if self.freed:
+            raise RuntimeError("Trying to backward through the graph of a compiled call a second time; specify "
+                               "retain_graph=True on the first backward if you need to.")
+        for t, v in zip(self.watched, self.versions):
+            if t._ver[0] != v:
+                raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
+                                   f"inplace operation: [{t.dtype} {list(t.shape)}], an input of compiled "
+                                   f"{self.entry.name}, is at version {t._ver[0]}; expected version {v} instead.")
+
+    def apply(self, grads):
+        if _Mode.grad:
+            raise RuntimeError(f"create_graph=True (double backward) through compiled function {self.entry.name} "
+                               f"is not supported; call the function without tg.compile for higher-order grads")
+        entry = self.entry
+        arrays = [g._data for g in grads]
+        arrays += self.saved
+        arrays += self.const_arrays
+        if entry.check:
+            outs = checked_run(entry.programs, 1, entry.bwd, arrays)
+        else:
+            outs = entry.run_bwd(arrays)
+        known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
+        fresh = Fresh(arrays) if len(known) < len(outs) else None
+        return [Tensor._wrap(o if j in known else fresh(o), t._dtype, t._device)
+                for j, (o, t) in enumerate(zip(outs, self.reals))]
+
+    def release(self):
+        self.saved, self.freed = None, True

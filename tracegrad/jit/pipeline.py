@@ -1,0 +1,48 @@
+"""The stage list of one compiled signature, top to bottom."""
+from ..ir.interpret import run as interpret_run
+from ..ir.passes import optimize
+from ..ir.passes.autodiff import reverse_mode
+from ..ir.passes.remat import rematerialize
+from ..autograd import is_grad_enabled
+from .capture import Capture
+
+
+class Stages:
+    """What the pipeline produced: the capture, each stage's graphs, the executables."""
+
+
+def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
+    s = Stages()
+    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths)            # trace
+    s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
+    s.backward = None
+    if not cap.tracer.ran_backward and is_grad_enabled():                      # reverse mode
+        tensor_outs = [(i, st) for kind, i, st in cap.out_plan if kind == "tensor"]
+        s.backward = reverse_mode(cap.tracer, tensor_outs, name)
+    if s.backward is not None:
+        cap.graph.outputs.extend(s.backward.saved)
+    fwd = optimize(s.traced.copy())                                            # optimize
+    bwd = optimize(s.backward.graph) if s.backward is not None else None
+    if bwd is not None:                                                        # remat, optimize
+        new_fwd, new_bwd = rematerialize(fwd, bwd, s.saved_at, len(s.backward.diff_outputs))
+        if new_bwd is not bwd:
+            fwd, bwd = optimize(new_fwd), optimize(new_bwd)
+    s.fwd, s.bwd = fwd, bwd
+    s.programs, s.llvm_text, s.disk_hit = None, None, False
+    if backend == "llvm":                                                      # fuse, lower
+        from ..codegen import build_programs
+        s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fuse, [cap.inplace, ()])
+        s.disk_hit = engine.disk_hit
+        s.run_fwd = s.programs[0].run
+        s.run_bwd = s.programs[1].run if s.programs[1] is not None else None
+    else:
+        s.run_fwd = executable(fwd, backend)
+        s.run_bwd = executable(bwd, backend) if bwd is not None else None
+    return s
+
+
+def executable(graph, backend):
+    """The callable running `graph` on a list of arrays with the chosen backend."""
+    if backend == "interpret":
+        return lambda arrays: interpret_run(graph, *arrays)
+    raise ValueError(f"backend {backend!r} is not available")

@@ -1,0 +1,85 @@
+"""The signature of a call: what must match for a compiled entry to be reused.
+
+Pytree structure; per tensor its shape, dtype, device, requires_grad and whether .grad is None; the
+values of other arguments; the identity of modules and optimizers (objects registered with pytree);
+the grad mode. Each part comes with a readable description, so a retrace can say what changed.
+"""
+import inspect
+
+from .. import dtypes as D
+from ..autograd import _Mode, is_grad_enabled
+from ..pytree import flatten, object_state
+from ..tensor import Tensor, TraceError
+
+STATIC = (int, float, bool, str, type(None), D.DType)
+
+
+def leaf_key(x, path):
+    """Signature component and a readable description of one flattened argument."""
+    if isinstance(x, Tensor):
+        if x._data is None:
+            raise TraceError(f"argument {path} is a traced tensor of another function; pass real tensors")
+        return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None), \
+            {"shape": x._shape, "dtype": x._dtype.name, "device": str(x._device),
+             "requires_grad": x.requires_grad, "grad is None": x._grad is None}
+    if object_state(x) is not None:
+        return (type(x).__name__, id(x)), {"object": f"{type(x).__name__} at {id(x):#x}"}
+    if isinstance(x, STATIC):
+        return ("S", type(x).__name__, x), {"value": repr(x)}
+    raise TypeError(f"compiled functions take tensors, Python numbers, strings, None, tg.nn.Module, tg.optim "
+                    f"optimizers and tuples/lists/dicts of them; argument {path} is a {type(x).__name__}")
+
+
+def call_signature(fn, args, kwargs):
+    """(leaves, paths, key, desc) of a call: the flattened arguments, their readable paths, the
+    signature key and its description {(path, attribute): value}."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        named = list(bound.arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    leaves, paths, struct = flatten(tuple(v for _, v in named), "")
+    paths = [_name_path(named, p) for p in paths]
+    keys, desc = [], {}
+    for x, p in zip(leaves, paths):
+        k, d = leaf_key(x, p)
+        keys.append(k)
+        desc.update({(p, a): v for a, v in d.items()})
+    grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
+    desc[("grad mode", "enabled")] = grad_mode
+    return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc
+
+
+def fast_key(args, kwargs):
+    """The signature of a call whose arguments are tensors, numbers, modules and optimizers (the hot
+    path), else None: one flat tuple (a tensor's part starts with its shape, a number's with its
+    type), the device as its fields (hashing a device object runs Python code)."""
+    if kwargs:
+        return None
+    key = [_Mode.grad]
+    for x in args:
+        if type(x) is Tensor and x._data is not None:
+            dev = x._device
+            key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None)
+        elif type(x) in (int, float, bool):
+            key += (type(x), x)
+        elif object_state(x) is not None:     # by identity, as in the full signature
+            key += (object_state, id(x))
+        else:
+            return None
+    return tuple(key)
+
+
+def changes(before, now):
+    """Readable reasons for a retrace: what differs between two signature descriptions."""
+    return [f"{p}: {a} {before[(p, a)]} -> {v}" if (p, a) in before else f"{p}: new argument"
+            for (p, a), v in now.items() if before.get((p, a)) != v]
+
+
+def _name_path(named, p):
+    """'_0_1' -> 'x_1' (the argument's name, then the positions inside it)."""
+    parts = p.split("_")[1:]
+    if not parts:
+        return "arg"
+    base = named[int(parts[0])][0]
+    return "_".join([base] + parts[1:])
