@@ -1,6 +1,6 @@
 """tracegrad: eager tensors with reverse-mode autograd, and a tracing JIT for their graphs."""
 from . import cuda, dtypes
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .broadcast import BroadcastError, BroadcastWarning, broadcast_shapes
 from .device import device
 from .dtypes import bool_ as bool

@@ -1,68 +1,8 @@
-"""Reverse mode: graph nodes, the iterative backward engine, grad modes, version checks."""
-import functools
+"""Reverse mode: graph nodes, the iterative backward engine, version checks."""
+import numpy as np
 
 from .broadcast import _quiet
-
-
-class Hooks:
-    """What the tracer and forward mode plug in; None when not active (tensor.py's dispatch reads it)."""
-    tracer = None      # an object with .emit(prim, inputs, attrs, shape, dtype, device) -> Tensor
-    jvp_depth = 0      # > 0 while tg.jvp runs (tensors may carry ._tangent)
-
-
-class _Mode:
-    grad = True
-
-
-def is_grad_enabled():
-    return _Mode.grad
-
-
-class _GradMode:
-    """Context manager and decorator that sets whether autograd records."""
-
-    enabled = True
-
-    def __new__(cls, *args, **kwargs):
-        # `@tg.no_grad` without parentheses decorates directly, as in PyTorch
-        if cls in (no_grad, enable_grad) and len(args) == 1 and not kwargs and callable(args[0]):
-            return cls()(args[0])
-        return super().__new__(cls)
-
-    def __enter__(self):
-        self._prev, _Mode.grad = _Mode.grad, self.enabled
-
-    def __exit__(self, *exc):
-        _Mode.grad = self._prev
-
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*a, **kw):
-            with type(self)():
-                return fn(*a, **kw)
-        return wrapper
-
-
-class no_grad(_GradMode):
-    enabled = False
-
-
-class enable_grad(_GradMode):
-    enabled = True
-
-
-class set_grad_enabled(_GradMode):
-    def __init__(self, mode):
-        self.enabled = bool(mode)
-
-    def __call__(self, fn):
-        mode = self.enabled
-
-        @functools.wraps(fn)
-        def wrapper(*a, **kw):
-            with set_grad_enabled(mode):
-                return fn(*a, **kw)
-        return wrapper
+from .modes import Hooks, _Mode, enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
 
 class Node:
@@ -216,7 +156,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             if len(grads) != 1 or grads[0] is None:     # the common case is one output with a gradient
                 if all(g is None for g in grads):
                     continue
-                grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
+                like = next(g for g in grads if g is not None)
+                grads = [g if g is not None else _zeros(meta, like) for g, meta in zip(grads, node.out_meta)]
             node.check_saved()
             if tracer is not None:          # backward ops point at the forward op they differentiate
                 tracer.loc = getattr(node, "loc", None)
@@ -257,10 +198,10 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     return tuple(out)
 
 
-def _zeros(meta):
-    from .tensor import zeros  # the engine only needs a zero cotangent for unused outputs
+def _zeros(meta, like):
+    """The zero cotangent of an output nothing used, of the type of the cotangent `like`."""
     shape, dtype, dev = meta
-    return zeros(shape, dtype=dtype, device=dev)
+    return type(like)._wrap(np.zeros(shape, dtype.np), dtype, dev)
 
 
 def _into_grad(leaf, g, create_graph, owned=False):

@@ -2,8 +2,9 @@
 import numpy as np
 
 from . import dtypes as D
-from .autograd import enable_grad, no_grad, run_backward
-from .tensor import Hooks, Tensor, ones_like, tensor, zeros_like
+from .autograd import run_backward
+from .modes import Hooks, enable_grad, no_grad
+from .tensor import Tensor, ones_like, tensor, zeros_like
 
 
 class GradcheckError(RuntimeError):

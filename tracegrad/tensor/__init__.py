@@ -1,0 +1,18 @@
+"""Tensors: the Tensor class and the functions that make and combine tensors.
+
+base.py          what a tensor holds (storage, shape, dtype, autograd state); conversions to Python
+dispatch.py      how an op reaches the primitive table: dispatch, dtype promotion, argument conventions
+tensor_class.py  the Tensor class: every method a thin call (add new methods there)
+functions.py     ops over several tensors: matmul, where, cat, stack
+indexing.py      x[index] and x[index] = value
+inplace.py       in-place writes (add_, mul_, fill_, copy_, ...) and version counters
+factories.py     tensor, from_numpy, zeros, ones, full, arange, eye, rand, randn, ...
+"""
+from ..modes import Hooks  # noqa: F401  (jit and functional read the tracer hook through here)
+from .base import TraceError, _ArgError, _trace_error  # noqa: F401
+from .dispatch import _named, _operands, _promote, dispatch  # noqa: F401
+from .factories import (_rebuild, _rng, arange, as_tensor, empty, eye, from_numpy, full, full_like,  # noqa: F401
+                        linspace, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
+                        zeros_like)
+from .functions import cat, matmul, stack, where  # noqa: F401
+from .tensor_class import Tensor  # noqa: F401

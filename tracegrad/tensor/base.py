@@ -1,0 +1,291 @@
+"""What a tensor holds: storage, shape, dtype, device, autograd state; its conversions to Python.
+
+`TensorBase` has no operations; the `Tensor` class (tensor_class.py) adds them as thin calls into
+the modules of this package. Modules below the class make eager tensors with `new`.
+"""
+import builtins
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from .. import ops
+from ..broadcast import user_frame
+from ..device import CPU
+from ..modes import Hooks
+from ..printing import format_tensor
+
+
+class TraceError(RuntimeError):
+    """Python control flow or data access that depends on traced tensor values."""
+
+
+class _ArgError(ValueError, RuntimeError):
+    """A bad argument value (a negative size, an unknown mode): RuntimeError as PyTorch raises, ValueError too."""
+
+
+_EAGER = []   # [the Tensor class]: registered by tensor_class.py, which is defined above this module
+
+
+def new(arr, dtype, dev=CPU):
+    """An eager tensor over the NumPy array `arr`."""
+    return _EAGER[0]._wrap(arr, dtype, dev)
+
+
+def register(cls):
+    """Make `cls` the class of the tensors `new` returns."""
+    _EAGER[:] = [cls]
+    return cls
+
+
+class TensorBase:
+    """The state of a tensor and its attributes; see Tensor for the operations."""
+
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "_requires_grad", "_grad", "grad_fn",
+                 "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
+    __array_priority__ = 1000
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with tg.tensor(data), tg.zeros(...), tg.from_numpy(array), ...")
+
+    @classmethod
+    def _wrap(cls, arr, dtype, dev=CPU):
+        t = object.__new__(cls)
+        t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
+            arr, arr.shape if arr is not None else None, dtype, dev, [0], None
+        t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
+            False, None, None, 0, None, None, False
+        return t
+
+    @classmethod
+    def _symbolic(cls, shape, dtype, dev, ir):
+        """A tensor without data that stands for an IR value (used by the tracer)."""
+        t = cls._wrap(None, dtype, dev)
+        t._shape, t._ir = tuple(shape), ir
+        return t
+
+    @classmethod
+    def _wrap(cls, arr, dtype, dev=CPU):
+        t = object.__new__(cls)
+        t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
+            arr, arr.shape if arr is not None else None, dtype, dev, [0], None
+        t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
+            False, None, None, 0, None, None, False
+        return t
+
+    @classmethod
+    def _symbolic(cls, shape, dtype, dev, ir):
+        """A tensor without data that stands for an IR value (used by the tracer)."""
+        t = cls._wrap(None, dtype, dev)
+        t._shape, t._ir = tuple(shape), ir
+        return t
+
+    # ------------------------------------------------------------ attributes
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    device = property(lambda self: self._device)
+    ndim = property(lambda self: len(self._shape))
+    is_leaf = property(lambda self: self.grad_fn is None)
+    is_cuda = property(lambda self: self._device.type == "cuda")
+    T = property(lambda self: self.permute(*range(self.ndim - 1, -1, -1)))
+    mT = property(lambda self: self.transpose(-2, -1))
+    itemsize = property(lambda self: self._dtype.itemsize)
+    nbytes = property(lambda self: self.numel() * self._dtype.itemsize)
+
+    _version = property(lambda self: self._ver[0], doc="the in-place version counter, as PyTorch's")
+
+    def dim(self):
+        return len(self._shape)
+
+    def numel(self):
+        return math.prod(self._shape)
+
+    def size(self, dim=None):
+        return self._shape if dim is None else self._shape[ops._norm_axis(dim, self.ndim)]
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def element_size(self):
+        return self._dtype.itemsize
+
+    def _concrete(self, what):
+        if self._data is None:
+            raise _trace_error(what)
+        return self._data
+
+    def stride(self, dim=None):
+        arr = self._concrete("stride()")
+        if arr.flags.c_contiguous:  # PyTorch's strides (NumPy's differ for size-0 and size-1 dims)
+            s, acc = [], 1
+            for n in reversed(self._shape):
+                s.insert(0, acc)
+                acc *= builtins.max(n, 1)
+            s = tuple(s)
+        else:
+            s = tuple(b // self.itemsize for b in arr.strides)
+        return s if dim is None else s[ops._norm_axis(dim, self.ndim)]
+
+    def is_contiguous(self):
+        return bool(self._concrete("is_contiguous()").flags.c_contiguous)
+
+    def data_ptr(self):
+        return self._concrete("data_ptr()").ctypes.data
+
+    def storage_offset(self):
+        arr = self._concrete("storage_offset()")
+        root = arr
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return (arr.ctypes.data - root.ctypes.data) // self.itemsize
+
+    @property
+    def data(self):
+        t = new(self._data, self._dtype, self._device)
+        t._shape, t._ir = self._shape, self._ir
+        return t
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, TensorBase):
+            raise TypeError(f"data must be a tensor, not {type(value).__name__}")
+        self._data, self._shape, self._dtype, self._device = value._data, value._shape, value._dtype, value._device
+        self._ir = value._ir
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if value and self._dtype is not None and not self._dtype.is_floating_point:
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self._dtype}")
+        if self.grad_fn is not None and not value:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to use a "
+                               "computed variable in a subgraph that doesn't require differentiation use "
+                               "var_no_grad = var.detach().")
+        self._requires_grad = value
+
+    @property
+    def grad(self):
+        if Hooks.tracer is not None:
+            Hooks.tracer.grad_access(self)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, TensorBase):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
+            if value._shape != self._shape:
+                raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
+        if Hooks.tracer is not None:
+            Hooks.tracer.grad_access(self)
+        self._grad = value
+
+    def requires_grad_(self, requires_grad=True):
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self):
+        self._retains_grad = True
+        return self
+
+    def detach(self):
+        if Hooks.tracer is not None and self._data is not None:
+            return Hooks.tracer.lift(self).detach()
+        t = new(self._data, self._dtype, self._device)
+        t._shape, t._ver, t._base, t._ir = self._shape, self._ver, self._base, self._ir
+        return t
+
+    def detach_(self):
+        self.grad_fn, self.requires_grad = None, False
+        return self
+
+    # ------------------------------------------------------------ out to Python / NumPy
+    def numpy(self):
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._device != CPU:
+            raise TypeError(f"can't convert {self._device} tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                            f"to host memory first.")
+        return self._concrete("numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._concrete("conversion to a NumPy array")
+        return arr if dtype is None else arr.astype(dtype)
+
+    def item(self):
+        arr = self._concrete("item()")
+        if arr.size != 1:
+            raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar")
+        return arr.reshape(()).item()
+
+    def tolist(self):
+        return self._concrete("tolist()").tolist()
+
+    def __float__(self):
+        return float(self._scalar_value("float()"))
+
+    def __int__(self):
+        return int(self._scalar_value("int()"))
+
+    def __index__(self):
+        if self._dtype.is_floating_point or self._dtype is D.bool_:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self._scalar_value("an index"))
+
+    def __bool__(self):
+        return bool(self._scalar_value("bool()"))
+
+    def _scalar_value(self, what):
+        arr = self._concrete(what)
+        if arr.size != 1:
+            raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar"
+                               if what != "bool()" else
+                               "Boolean value of Tensor with more than one value is ambiguous")
+        return arr.reshape(()).item()
+
+    def __repr__(self):
+        if self._data is None:
+            return f"Tensor(traced, shape={self._shape}, dtype={self._dtype})"
+        suffixes = []
+        if self._device != CPU:
+            suffixes.append(f"device='{self._device}'")
+        if self.numel() == 0:
+            if self.ndim != 1:
+                suffixes.append(f"size={self._shape}")
+            if self._dtype is not D.float32:
+                suffixes.append(f"dtype={self._dtype}")
+        elif self._dtype not in (D.float32, D.int64, D.bool_):
+            suffixes.append(f"dtype={self._dtype}")
+        if self.grad_fn is not None:
+            suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self.requires_grad:
+            suffixes.append("requires_grad=True")
+        return format_tensor(self._data, suffixes)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self._data is not None and self.numel() == 1 and spec:
+            return format(self.item(), spec)
+        return repr(self) if not spec else format(repr(self), spec)
+
+    def __hash__(self):
+        return id(self)
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._shape[0]))
+
+
+def _trace_error(what):
+    f = user_frame()
+    where = f" at {f.f_code.co_filename}:{f.f_lineno}" if f else ""
+    return TraceError(f"{what} needs the value of a traced tensor{where}; control flow that depends on tensor "
+                      f"values cannot be compiled. Use tg.where(cond, a, b) to select values instead.")
+

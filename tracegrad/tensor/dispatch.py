@@ -1,0 +1,233 @@
+"""How an operation reaches the primitive table: dispatch, dtype promotion, argument conventions.
+
+Every operation goes through `dispatch`: it checks devices, applies the primitive's type rule
+(broadcasting lives there), runs the NumPy implementation (or, while a function is being traced,
+asks the tracer to record the op), records an autograd node, and propagates forward-mode tangents.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from .. import dtypes as D
+from .. import ops
+from ..autograd import Node
+from .. import cuda
+from ..device import CPU, mismatch_error
+from ..modes import Hooks, _Mode
+from ..ops import PRIMS
+from .base import TensorBase, new
+
+_P = PRIMS
+_SCALARS = (numbers.Number, np.bool_, np.number)
+
+def dispatch(p, inputs, attrs):
+    """Apply primitive `p` to tensors `inputs`: the single path of every operation."""
+    dev = inputs[0]._device if inputs else CPU
+    for t in inputs:
+        if t._device is not dev and t._device != dev:
+            dev = _common_device(inputs)
+            break
+    shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
+    tracer = Hooks.tracer
+    if tracer is not None:
+        inputs = tracer.substitute(inputs)
+        out = tracer.emit(p, inputs, attrs, shape, dtype, dev)
+        if p.kind == "movement" and p.name != "unslice":   # traced views, so in-place on them is refused
+            out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+    else:
+        arr = p.impl(*[t._data for t in inputs], **attrs)
+        if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
+            arr = np.asarray(arr).astype(dtype.np, copy=False)
+        out = new(arr, dtype, dev)
+        if p.kind == "movement" and p.name != "unslice" and arr.base is not None \
+                and np.may_share_memory(arr, inputs[0]._data):
+            out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
+    if p.differentiable and _Mode.grad:
+        for t in inputs:
+            if t._requires_grad:
+                out._requires_grad = True
+                out.grad_fn = node = Node(p, inputs, attrs, out)
+                if tracer is not None:
+                    node.loc = out._ir.node.loc
+                break
+    if Hooks.jvp_depth and any(t._tangent is not None for t in inputs):
+        out._tangent = _jvp(p, inputs, attrs, out)
+    return out
+
+
+def _bind(p, inputs, attrs):
+    """`ops.bind`: VJP/JVP rules may pass Python scalars (`where(c, g, 0.0)`); lift them to tensors
+    of the other operands' dtype (for `where`, of the branches, not of the bool condition)."""
+    if any(not isinstance(t, TensorBase) for t in inputs):
+        if p.name == "where":
+            inputs = (inputs[0], *_operands(*inputs[1:]))
+        else:
+            inputs = tuple(_operands(*inputs))
+    return dispatch(p, inputs, attrs)
+
+
+ops._dispatch = _bind
+
+
+def _common_device(inputs):
+    """The device of a mixed-device op: 0-d cpu tensors (lifted scalars) go anywhere."""
+    real = [t for t in inputs if not (t._device == CPU and t._shape == ())] or list(inputs)
+    dev = real[0]._device
+    for t in real[1:]:
+        if t._device != dev:
+            raise mismatch_error(dev, t._device)
+    return dev
+
+
+class _JvpCtx:
+    """What a JVP rule sees: the same interface as an autograd node."""
+    __slots__ = ("prim_name", "attrs", "shapes", "dtypes", "xs", "out", "out_shape")
+
+    def __init__(self, p, inputs, attrs, out):
+        self.prim_name, self.attrs, self.xs, self.out, self.out_shape = p.name, attrs, inputs, out, out._shape
+        self.shapes, self.dtypes = [t._shape for t in inputs], [t._dtype for t in inputs]
+
+    def x(self, i):
+        return self.xs[i]
+
+
+def _jvp(p, inputs, attrs, out):
+    if not p.differentiable or not out.dtype.is_floating_point:
+        return None
+    ts = [t._tangent for t in inputs]
+    saved = [t._tangent for t in inputs]
+    plain = [_untangled(t) for t in inputs]
+    try:
+        t = p.jvp(_JvpCtx(p, plain, attrs, _untangled(out)), ts)
+    finally:
+        for x, s in zip(inputs, saved):
+            x._tangent = s
+    if t is not None and t.shape != out.shape:
+        t = t.expand(*out.shape)
+    return t
+
+
+def _untangled(t):
+    """`t` without its tangent, so a JVP rule's own ops do not recurse into forward mode."""
+    if t._tangent is None:
+        return t
+    u = new(t._data, t._dtype, t._device) if t._data is not None else t.detach()
+    u._ir = t._ir
+    return u
+
+
+def _scalar_tensor(v, dtype, dev):
+    tracer = Hooks.tracer
+    if tracer is not None:
+        return tracer.constant(v, dtype, dev)
+    return new(np.array(v, dtype=dtype.np), dtype, dev)
+
+
+def _operands(*xs, device=None):
+    """Promote a mix of tensors and Python scalars to tensors of one dtype (PyTorch's rules).
+    Scalars go to the tensors' device, or to `device` (default cpu) when all operands are scalars."""
+    dims, zero, scalars, dev = [], [], [], None
+    for x in xs:
+        if isinstance(x, TensorBase):
+            (dims if x._shape else zero).append(x._dtype)
+            if dev is None or dev == CPU and x._shape:
+                dev = x._device
+        elif isinstance(x, _SCALARS):
+            scalars.append(D.scalar_dtype(x))
+        else:
+            raise TypeError(f"unsupported operand type {type(x).__name__!r}; expected a tensor or a Python number")
+    dtype = D.result_type(dims, zero, scalars)
+    out = []
+    for x in xs:
+        if isinstance(x, TensorBase):
+            out.append(x if x._dtype is dtype else x.to(dtype))
+        else:
+            out.append(_scalar_tensor(x, dtype, dev if dev is not None else device or CPU))
+    return out
+
+
+_KIND = {bool: 0, int: 1, float: 2}   # a Python scalar's dtype kind (DType.kind)
+
+
+def _promote(a, b, device=None):
+    """`_operands(a, b)`, with shortcuts for the common cases: two tensors of one dtype, and a tensor
+    with a Python scalar of a kind no higher than the tensor's (the scalar takes the tensor's dtype)."""
+    ta, tb = isinstance(a, TensorBase), isinstance(b, TensorBase)
+    if ta and tb and a._dtype is b._dtype:
+        return a, b
+    if ta and _KIND.get(type(b), 3) <= a._dtype.kind:
+        return a, _scalar_tensor(b, a._dtype, a._device)
+    if tb and _KIND.get(type(a), 3) <= b._dtype.kind:
+        return _scalar_tensor(a, b._dtype, b._device), b
+    return _operands(a, b, device=device)
+
+
+def _binary(name, a, b):
+    a, b = _promote(a, b)
+    return dispatch(_P[name], (a, b), {})
+
+
+def _named(out, name, *inputs):
+    """Label the node that produced `out` with PyTorch's name for the whole (composite) operation,
+    e.g. mean = sum / n shows `grad_fn=<MeanBackward>`. Nothing to label when `out` is an input."""
+    g = out.grad_fn
+    if type(g) is Node and all(out is not x for x in inputs):
+        g.label = name
+    return out
+
+
+def _float_operand(x):
+    """Ops such as exp promote integer tensors to the default float dtype, as PyTorch does."""
+    return x if x._dtype.is_floating_point else x.to(D.default_float)
+
+
+def _axis_kw(axis, dim, name="axis"):
+    if dim is not None:
+        if axis is not None:
+            raise TypeError("give either axis= or dim=, not both")
+        return dim
+    return axis
+
+
+def _keep_kw(keepdims, keepdim):
+    return bool(keepdim) if keepdim is not None else bool(keepdims)
+
+
+def _is_int(i):
+    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+
+def _shape_arg(args, what="shape"):
+    """Accept f(2, 3), f((2, 3)) and f([2, 3]); validate the sizes."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    out = []
+    for s in args:
+        if isinstance(s, TensorBase) and s.numel() == 1 and not s.dtype.is_floating_point:
+            s = int(s.item())
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise TypeError(f"{what} must be a sequence of ints, got {args!r}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _infer_shape(shape, numel):
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if any(s < -1 for s in shape):
+        raise RuntimeError(f"invalid shape dimension {min(shape)}")
+    if -1 in shape:
+        rest = math.prod(s for s in shape if s != -1)
+        if rest == 0 or numel % rest:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape = tuple(numel // rest if s == -1 else s for s in shape)
+    if math.prod(shape) != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return shape
+
+
+def _to_device(t, dev):
+    cuda.require(dev)
+    raise RuntimeError(f"moving tensors to {dev} needs the CUDA backend, which this version of tracegrad does "
+                       f"not implement yet; keep tensors on the cpu")

@@ -1,0 +1,211 @@
+"""Factories: tensors from data (tensor, from_numpy), filled (zeros, ones, full, arange, eye, ...)
+and random (rand, randn, randint, randperm, manual_seed)."""
+import builtins
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from .. import ops
+from ..device import CPU, to_device
+from ..modes import Hooks
+from .base import TensorBase, _ArgError, new
+from .dispatch import _P, _SCALARS, _is_int, _shape_arg, _to_device, dispatch
+
+_rng = ops.RNG
+
+
+def manual_seed(seed):
+    _rng[0] = np.random.default_rng(int(seed))
+
+
+def _factory_args(dtype, dev, default):
+    dt = D.to_dtype(dtype) if dtype is not None else default
+    dev = to_device(dev) if dev is not None else CPU
+    if dev != CPU:
+        _to_device(None, dev)
+    return dt, dev
+
+
+def _make(arr, dtype, dev, requires_grad):
+    if Hooks.tracer is not None:   # a tensor created inside a traced function is a constant of the graph
+        return Hooks.tracer.constant_array(arr, dtype, dev)
+    t = new(arr, dtype, dev)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def _alloc(shape, fn, dtype):
+    try:
+        return fn(shape, dtype.np)
+    except (MemoryError, ValueError) as e:
+        raise ValueError(f"cannot allocate a tensor of shape {shape} and dtype {dtype}: {e}") from None
+
+
+def _sizes(size):
+    shape = _shape_arg(size, "size")
+    if any(s < 0 for s in shape):
+        raise _ArgError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    return shape
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays or tensors)."""
+    if isinstance(data, TensorBase):
+        arr = np.array(data._concrete("tg.tensor(traced)"))
+    elif isinstance(data, (str, bytes)) or data is None:
+        raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, not {type(data).__name__}")
+    else:
+        try:
+            arr = np.array(data)
+        except ValueError as e:
+            raise ValueError(f"tg.tensor(): data is ragged or malformed (every row must have the same length): "
+                             f"{e}") from None
+        if arr.dtype == object or arr.dtype.kind not in "biuf":
+            raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, got data of type "
+                            f"{type(data).__name__} (NumPy kind {arr.dtype})")
+        if not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f":
+            arr = arr.astype(D.default_float.np)
+    dt, dev = _factory_args(dtype, device, D.from_numpy(arr.dtype))
+    return _make(np.array(arr, dtype=dt.np, order="C"), dt, dev, requires_grad)  # 0-d stays 0-d
+
+
+def as_tensor(data, dtype=None, device=None):
+    if isinstance(data, TensorBase) and dtype is None:
+        return data
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(arr):
+    """A tensor sharing memory with the NumPy array `arr`."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(arr).__name__})")
+    if any(s < 0 for s in arr.strides):
+        raise ValueError("from_numpy: arrays with negative strides are not supported; copy the array first")
+    return new(arr, D.from_numpy(arr.dtype), CPU)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    shape = _sizes(size)
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    return _make(_alloc(shape, np.zeros, dt), dt, dev, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    shape = _sizes(size)
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    return _make(_alloc(shape, np.ones, dt), dt, dev, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    shape = _sizes(size)
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    return _make(_alloc(shape, np.empty, dt), dt, dev, requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    if not isinstance(fill_value, _SCALARS):
+        raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
+    dt, dev = _factory_args(dtype, device, D.scalar_dtype(fill_value))
+    arr = _alloc(shape, np.empty, dt)
+    arr.fill(fill_value)
+    return _make(arr, dt, dev, requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    for v in (start, end, step):
+        if not isinstance(v, _SCALARS) or isinstance(v, bool):
+            raise TypeError(f"arange expects numbers, got {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    all_int = all(_is_int(v) for v in (start, end, step))
+    dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
+    n = builtins.max(0, math.ceil((end - start) / step))
+    arr = (np.arange(n, dtype=np.float64 if not all_int else np.int64) * step + start).astype(dt.np)
+    return _make(arr, dt, dev, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    return _make(np.linspace(start, end, int(steps)).astype(dt.np), dt, dev, requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    _sizes((n,) if m is None else (n, m))
+    return _make(np.eye(n, m, dtype=dt.np), dt, dev, requires_grad)
+
+
+def _random(name, shape, dtype, dev, requires_grad):
+    """Random tensors come from a primitive, so a compiled function draws fresh values per call."""
+    t = dispatch(_P[name], (), {"shape": shape, "dtype": dtype})
+    if t._device != dev:
+        _to_device(t, dev)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    shape = _sizes(size)
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    if not dt.is_floating_point:
+        raise TypeError(f"randn needs a floating-point dtype, got {dt}")
+    return _random("randn", shape, dt, dev, requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    shape = _sizes(size)
+    dt, dev = _factory_args(dtype, device, D.default_float)
+    if not dt.is_floating_point:
+        raise TypeError(f"rand needs a floating-point dtype, got {dt}")
+    return _random("rand", shape, dt, dev, requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None):
+    if high is None:
+        low, high = 0, low
+    dt, dev = _factory_args(dtype, device, D.int64)
+    return _make(_rng[0].integers(low, high, _sizes((size,) if _is_int(size) else tuple(size))).astype(dt.np),
+                 dt, dev, False)
+
+
+def randperm(n, dtype=None, device=None):
+    dt, dev = _factory_args(dtype, device, D.int64)
+    return _make(_rng[0].permutation(int(n)).astype(dt.np), dt, dev, False)
+
+
+def _rebuild(arr, requires_grad):
+    """Unpickle a tensor."""
+    return tensor(arr, requires_grad=requires_grad)
+
+
+_ONES = {}
+
+
+def _implicit_gradient(shape, dtype):
+    """A shared read-only ones array of `shape`: backward()'s gradient (VJP rules only read their
+    cotangents, the engine copies one before storing it as a .grad, and a compiled backward binds
+    the same array each call)."""
+    arr = _ONES.get((shape, dtype))
+    if arr is None:
+        arr = _ONES[(shape, dtype)] = np.ones(shape, dtype.np)
+        arr.flags.writeable = False
+    return arr
+

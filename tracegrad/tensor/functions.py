@@ -1,0 +1,62 @@
+"""Operations over several tensors: matmul, where, cat, stack."""
+from .. import dtypes as D
+from .. import ops
+from .base import TensorBase
+from .dispatch import _P, _axis_kw, _named, _operands, _promote, dispatch
+
+
+def matmul(a, b):
+    """NumPy's matmul semantics: 1-D operands are promoted and the added axis removed."""
+    if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
+        raise TypeError(f"matmul expects tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    a, b = _operands(a, b)
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    out = dispatch(_P["matmul"], (a2, b2), {})
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    name = {(2, 2): "MmBackward", (2, 1): "MvBackward", (1, 1): "DotBackward", (1, 2): "SqueezeBackward",
+            (3, 3): "BmmBackward"}.get((a.ndim, b.ndim), "UnsafeViewBackward")
+    return _named(out, name)
+
+
+def where(cond, a, b):
+    if not isinstance(cond, TensorBase):
+        raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
+    if cond._dtype is not D.bool_:
+        cond = cond != 0
+    a, b = _promote(a, b, device=cond._device)
+    return dispatch(_P["where"], (cond, a, b), {})
+
+
+def cat(tensors, axis=None, *, dim=None):
+    tensors = list(tensors)
+    if not tensors or not all(isinstance(t, TensorBase) for t in tensors):
+        raise TypeError("cat expects a non-empty sequence of tensors")
+    axis = _axis_kw(axis, dim)
+    axis = 0 if axis is None else axis
+    ref = tensors[0]
+    if ref.ndim == 0:
+        raise RuntimeError("zero-dimensional tensor cannot be concatenated")
+    axis = ops._norm_axis(axis, ref.ndim)
+    if ref.ndim != 1:   # PyTorch skips empty 1-D tensors (the legacy "no data" tensor) beside others
+        tensors = [t for t in tensors if t._shape != (0,)] or tensors[:1]
+    tensors = _operands(*tensors)
+    return dispatch(_P["cat"], tuple(tensors), {"axis": axis})
+
+
+def stack(tensors, axis=None, *, dim=None):
+    tensors = list(tensors)
+    if not tensors or not all(isinstance(t, TensorBase) for t in tensors):
+        raise TypeError("stack expects a non-empty sequence of tensors")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")
+    axis = _axis_kw(axis, dim)
+    axis = ops._norm_axis(0 if axis is None else axis, tensors[0].ndim + 1)
+    return _named(cat([t.unsqueeze(axis) for t in tensors], axis), "StackBackward")
+

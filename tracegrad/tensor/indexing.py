@@ -1,0 +1,155 @@
+"""Indexing: x[index] (basic slices, None, ..., integer and boolean tensor indices, PyTorch's order
+of result axes) and x[index] = value (written through a view, or differentiably by scatter)."""
+import builtins
+
+import numpy as np
+
+from .. import dtypes as D
+from ..device import mismatch_error
+from ..modes import Hooks, is_grad_enabled, no_grad
+from .base import TensorBase, _trace_error, new
+from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
+from .factories import arange, full, ones, tensor, zeros
+from .functions import where
+from .inplace import inplace, write
+
+
+def _index_tensor(i, dev):
+    if isinstance(i, TensorBase):
+        return i
+    arr = np.asarray(i)
+    if arr.dtype == object or arr.dtype.kind not in "biu":
+        raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {i!r}")
+    return new(arr if arr.dtype.kind == "b" else arr.astype(np.int64), D.from_numpy(arr.dtype), dev)
+
+
+_EMPTY_AXIS = object()   # x[False]: a new axis of size 0
+
+
+def _parse_index(x, index):
+    """Split an index into (basic slices per dim, positions of new axes, tensor indices per dim)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    items = []
+    for i in index:
+        if isinstance(i, (list, np.ndarray)) or isinstance(i, TensorBase):
+            t = _index_tensor(i, x._device)
+            if t._dtype is D.bool_:
+                if t._data is None:
+                    raise _trace_error("boolean-mask indexing (its result shape depends on the values)")
+                if t.ndim == 0:     # as a Python bool
+                    items.append(None if t._data else _EMPTY_AXIS)
+                    continue
+                nz = np.nonzero(t._data)
+                items.extend(new(a.astype(np.int64), D.int64, x._device) for a in nz)
+                continue
+            if t._dtype.is_floating_point:
+                raise IndexError("tensors used as indices must be long, int or bool tensors")
+            items.append(t)
+        elif i is None or i is Ellipsis or isinstance(i, slice) or _is_int(i):
+            items.append(i)
+        elif isinstance(i, (bool, np.bool_)):
+            items.append(None if i else _EMPTY_AXIS)  # x[True] adds an axis, x[False] an empty one, as in NumPy
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer or boolean tensors "
+                             f"are valid indices, got {type(i).__name__}")
+    if items.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for i in items if i is not None and i is not Ellipsis and i is not _EMPTY_AXIS)
+    if used > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items[k:k + 1] = [slice(None)] * (x.ndim - used)
+    else:
+        items += [slice(None)] * (x.ndim - used)
+    return items
+
+
+def _getitem(x, index):
+    items = _parse_index(x, index)
+    bounds, shape, adv_axes, adv = [], [], [], []
+    dim, label = 0, None
+    if _EMPTY_AXIS in items:   # index as for True, then take nothing along that new axis
+        k = items.index(_EMPTY_AXIS)
+        out = _getitem(x, tuple(None if i is _EMPTY_AXIS else i for i in items))
+        if any(isinstance(i, TensorBase) for i in items):
+            raise IndexError("indexing with False together with tensor indices is not supported")
+        axis = sum(1 for i in items[:k] if i is None or isinstance(i, slice))
+        return out[(slice(None),) * axis + (slice(0, 0),)]
+    for i in items:
+        if i is None:
+            shape.append(1)
+            label = "UnsqueezeBackward"
+            continue
+        size = x._shape[dim]
+        if _is_int(i):   # PyTorch selects integer indices first, also beside tensor indices (NumPy does not)
+            label = "SelectBackward"
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+            i = int(i) % size
+            bounds.append((i, i + 1, 1))
+        elif isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            stop = builtins.max(stop, start)
+            bounds.append((start, stop, step))
+            if (start, stop, step) != (0, size, 1):
+                label = "SliceBackward"
+            shape.append(len(range(start, stop, step)))
+        else:
+            bounds.append((0, size, 1))
+            adv_axes.append(len(shape))
+            adv.append(i if isinstance(i, TensorBase) else new(np.array(i, np.int64), D.int64, x._device))
+            shape.append(size)
+        dim += 1
+    out = x
+    if any(b != (0, s, 1) for b, s in zip(bounds, x._shape)):
+        out = dispatch(_P["slice"], (out,), {"index": tuple(bounds)})
+    out = out.reshape(tuple(shape)) if tuple(shape) != out._shape else out
+    if adv:
+        if out._device != adv[0]._device and adv[0]._shape:
+            raise mismatch_error(out._device, adv[0]._device)
+        adv = [a if a._dtype is D.int64 or a._dtype is D.int32 else a.to(D.int64) for a in adv]
+        return dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)})
+    return _named(out, label, x) if label else out
+
+
+def _setitem(x, index, value):
+    if not isinstance(value, TensorBase):
+        if not isinstance(value, _SCALARS):
+            value = tensor(value, dtype=x._dtype, device=x._device)
+    recording = is_grad_enabled() and (x.requires_grad or isinstance(value, TensorBase) and value.requires_grad)
+    if not recording and Hooks.tracer is None and x._data is not None:
+        view = _getitem(x.detach(), index)
+        v = value.detach() if isinstance(value, TensorBase) else full((), value, dtype=x._dtype)
+        v = v.to(x._dtype)      # setitem copies, casting as copy_ does (float into int truncates)
+        if view._data is not None and np.may_share_memory(view._data, x._data):
+            write(view, v, False)     # a basic index: write through the view
+            return
+        # an advanced index: the flat positions it selects (PyTorch's order of result axes) take value
+        pos = _getitem(new(np.arange(x.numel()).reshape(x._shape), D.int64, x._device), index)._data
+        try:
+            vals = np.broadcast_to(v._data, pos.shape)
+        except ValueError:
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be broadcast to "
+                               f"indexing result of shape {list(pos.shape)}") from None
+        x._data[np.unravel_index(pos.ravel(), x._shape)] = vals.ravel()
+        x._ver[0] += 1
+        return
+    # Functional form, differentiable in both x and value: positions hit by the index take value.
+    pos = arange(x.numel(), device=x._device).reshape(x._shape)
+    hit = _getitem(pos, index)
+    v = value if isinstance(value, TensorBase) else full((), value, dtype=x._dtype, device=x._device)
+    v = v.to(x._dtype).expand(*hit.shape).reshape(-1)
+    flat_hit = hit.reshape(-1)
+    mask = zeros(x.numel(), dtype=D.bool_, device=x._device)
+    with no_grad():
+        mask = dispatch(_P["index_add"], (ones(flat_hit.shape, dtype=D.int64, device=x._device), flat_hit),
+                        {"shape": (x.numel(),), "axes": (0,)}) > 0
+    scattered = dispatch(_P["index_add"], (v, flat_hit), {"shape": (x.numel(),), "axes": (0,)})
+    inplace(x, lambda s, sc: where(mask, sc, s.reshape(-1)).reshape(x._shape), scattered)
+    if x.grad_fn is not None:
+        _named(x, "CopySlices")
+

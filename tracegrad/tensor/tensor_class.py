@@ -1,0 +1,437 @@
+"""The Tensor class: the operations a tensor offers, each a thin call into this package's modules
+(dispatch, indexing, inplace, factories, functions) or into tracegrad.composites.
+
+Where a new method goes: a primitive's method calls `dispatch(_P[name], ...)` in the section of its
+kind below; a composite is a function in tracegrad/composites.py with a one-line method here; a
+new in-place method is a one-line `inplace(self, ...)` call in the "in place" section.
+"""
+import math
+
+import numpy as np
+
+from .. import composites as C
+from .. import dtypes as D
+from .. import ops
+from ..autograd import run_backward
+from ..device import CPU, to_device
+from ..device import device as Device
+from ..ops import normalize_axes
+from .base import TensorBase, register
+from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
+                       _shape_arg, _to_device, dispatch)
+from .factories import _implicit_gradient, _rebuild, ones_like, tensor
+from .functions import matmul, where
+from .indexing import _getitem, _setitem
+from .inplace import copy_from, fill_with, inplace
+
+
+@register
+class Tensor(TensorBase):
+    """An n-dimensional array with autograd, like torch.Tensor."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (_rebuild, (np.array(self._concrete("pickling")), self.requires_grad))
+
+    # ------------------------------------------------------------ conversions
+    def to(self, *args, dtype=None, device=None, copy=False):
+        for a in args:
+            if isinstance(a, (str, Device)):
+                device = a
+            elif isinstance(a, Tensor):
+                dtype, device = a._dtype, a._device
+            else:
+                dtype = a
+        out = self
+        if dtype is not None:
+            dtype = D.to_dtype(dtype)
+            if dtype is not self._dtype:
+                out = _named(dispatch(_P["cast"], (self,), {"dtype": dtype}), "ToCopyBackward")
+        if device is not None:
+            dev = to_device(device)
+            if dev != out._device:
+                out = _to_device(out, dev)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def float(self):
+        return self.to(D.float32)
+
+    def double(self):
+        return self.to(D.float64)
+
+    def half(self):
+        return self.to(D.float16)
+
+    def long(self):
+        return self.to(D.int64)
+
+    def int(self):
+        return self.to(D.int32)
+
+    def bool(self):
+        return self.to(D.bool_)
+
+    def type_as(self, other):
+        return self.to(other._dtype)
+
+    def cpu(self):
+        return self.to(CPU)
+
+    def cuda(self, device="cuda"):
+        return self.to(device)
+
+    def clone(self):
+        return _named(dispatch(_P["copy"], (self,), {}), "CloneBackward")
+
+    def contiguous(self):
+        if self._data is not None and self._data.flags.c_contiguous:
+            return self
+        out = self.clone()  # clone keeps the layout (as PyTorch's does); contiguous() must be row-major
+        if out._data is not None and not out._data.flags.c_contiguous:
+            out._data = np.ascontiguousarray(out._data)
+        return out
+
+    # ------------------------------------------------------------ arithmetic
+    def __add__(self, o): return _binary("add", self, o)
+    def __radd__(self, o): return _binary("add", o, self)
+    def __sub__(self, o): return _binary("sub", self, o)
+    def __mul__(self, o): return _binary("mul", self, o)
+    def __rmul__(self, o): return _binary("mul", o, self)
+
+    def __truediv__(self, o):
+        a, b = _promote(self, o)
+        if not a._dtype.is_floating_point:
+            a, b = a.to(D.default_float), b.to(D.default_float)
+        return dispatch(_P["div"], (a, b), {})
+
+    def __rtruediv__(self, o):
+        a, b = _promote(o, self)
+        if not a._dtype.is_floating_point:
+            a, b = a.to(D.default_float), b.to(D.default_float)
+        return dispatch(_P["div"], (a, b), {})
+
+    def __floordiv__(self, o):
+        return dispatch(_P["floordiv"], _promote(self, o), {})
+
+    def __rfloordiv__(self, o):
+        return _promote(o, self)[0] // self
+
+    def __mod__(self, o):
+        """Python's (and PyTorch's) remainder: the result takes the divisor's sign."""
+        return dispatch(_P["remainder"], _promote(self, o), {})
+
+    def __rmod__(self, o):
+        return _promote(o, self)[0] % self
+
+    def __pow__(self, o): return _binary("pow", self, o)
+    def __rpow__(self, o): return _binary("pow", o, self)
+    def __matmul__(self, o): return matmul(self, o)
+    def __rmatmul__(self, o): return matmul(o, self)
+
+    def __neg__(self):
+        if self._dtype is D.bool_:
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
+        return dispatch(_P["neg"], (self,), {})
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def __lt__(self, o): return _binary("lt", self, o)
+    def __le__(self, o): return _binary("le", self, o)
+    def __gt__(self, o): return _binary("gt", self, o)
+    def __ge__(self, o): return _binary("ge", self, o)
+    def __eq__(self, o): return _binary("eq", self, o) if isinstance(o, (Tensor,) + _SCALARS) else NotImplemented
+    def __ne__(self, o): return _binary("ne", self, o) if isinstance(o, (Tensor,) + _SCALARS) else NotImplemented
+
+    def __and__(self, o): return _binary("logical_and", self, o)
+    def __or__(self, o): return _binary("logical_or", self, o)
+
+    def __invert__(self):
+        if self._dtype is not D.bool_:
+            raise TypeError(f"~ is defined for bool tensors only, got {self._dtype}")
+        return dispatch(_P["logical_not"], (self,), {})
+
+    def __rsub__(self, o): return _named(_binary("sub", o, self), "RsubBackward")
+
+    def add(self, o, alpha=1):
+        return self + (o * alpha if alpha != 1 else o)
+
+    def sub(self, o, alpha=1):
+        return self - (o * alpha if alpha != 1 else o)
+
+    def mul(self, o): return self * o
+    def div(self, o): return self / o
+    def pow(self, o): return self ** o
+    def matmul(self, o): return matmul(self, o)
+    def maximum(self, o): return _binary("maximum", self, o)
+    def minimum(self, o): return _binary("minimum", self, o)
+
+    def clamp(self, min=None, max=None):
+        """Selects rather than takes maximum/minimum: the gradient passes where min <= x <= max,
+        boundaries included, as in PyTorch (maximum would split it at a tie)."""
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        out = self
+        if min is not None:
+            out = where(out < min, min, out)
+        if max is not None:
+            out = where(out > max, max, out)
+        return _named(out, "ClampBackward", self)
+
+    clip = clamp
+
+    def where(self, condition, other):
+        return where(condition, self, other)
+
+    # ------------------------------------------------------------ unary
+    def _unary(self, name):
+        return dispatch(_P[name], (_float_operand(self),), {})
+
+    def exp(self): return self._unary("exp")
+    def log(self): return self._unary("log")
+    def sqrt(self): return self._unary("sqrt")
+    def tanh(self): return self._unary("tanh")
+    def sigmoid(self): return self._unary("sigmoid")
+    def sin(self): return self._unary("sin")
+    def cos(self): return self._unary("cos")
+    def neg(self): return -self
+    def relu(self): return dispatch(_P["relu"], (self,), {})
+    def abs(self): return dispatch(_P["abs"], (self,), {})
+    def sign(self): return dispatch(_P["sign"], (self,), {})
+    def rsqrt(self): return _named(1.0 / self.sqrt(), "RsqrtBackward")
+    def reciprocal(self): return _named(1.0 / self, "ReciprocalBackward")
+    def square(self): return _named(self * self, "PowBackward")
+    def log1p(self): return (self + 1.0).log()
+    def expm1(self): return self.exp() - 1.0
+
+    def floor(self):
+        return dispatch(_P["floor"], (self,), {})
+
+    # ------------------------------------------------------------ reductions
+    def _reduce(self, name, axis, keepdims):
+        return dispatch(_P[name], (self,), {"axis": normalize_axes(axis, self.ndim), "keepdims": keepdims})
+
+    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        if x._dtype in (D.bool_, D.int32):
+            x = x.to(D.int64)
+        return x._reduce("sum", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None, dtype=None):
+        x = self if dtype is None else self.to(dtype)
+        if not x._dtype.is_floating_point:
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                               f"or complex dtype. Got: {x._dtype}")
+        axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
+        n = math.prod(x._shape[a] for a in axis)
+        return _named(x._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / (n if n else float("nan")),
+                      "MeanBackward")
+
+    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        if isinstance(axis, Tensor):
+            return self.maximum(axis)
+        return self._reduce("max", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        if isinstance(axis, Tensor):
+            return self.minimum(axis)
+        return self._reduce("min", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def amax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _named(self.max(axis, keepdims, dim=dim, keepdim=keepdim), "AmaxBackward", self)
+
+    def amin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _named(self.min(axis, keepdims, dim=dim, keepdim=keepdim), "AminBackward", self)
+
+    def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        if self._dtype in (D.bool_, D.int32):   # as sum: small integer types multiply in int64
+            return self.to(D.int64).prod(axis, keepdims, dim=dim, keepdim=keepdim)
+        return self._reduce("prod", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def var(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
+        return C.var(self, axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction)
+
+    def std(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
+        return C.std(self, axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction)
+
+    def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return C.logsumexp(self, axis, keepdims, dim=dim, keepdim=keepdim)
+
+    def softmax(self, axis=None, *, dim=None):
+        return C.softmax(self, axis, dim=dim)
+
+    def log_softmax(self, axis=None, *, dim=None):
+        return C.log_softmax(self, axis, dim=dim)
+
+    def _arg(self, name, axis, keepdims):
+        if axis is not None:
+            axis = ops._norm_axis(axis, self.ndim) if self.ndim else None
+        return dispatch(_P[name], (self,), {"axis": axis, "keepdims": keepdims})
+
+    def argmax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return self._arg("argmax", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return self._arg("argmin", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+
+    def all(self):
+        return (self != 0).to(D.int64).sum() == self.numel()
+
+    def any(self):
+        return (self != 0).to(D.int64).sum() > 0
+
+    # ------------------------------------------------------------ shapes and views
+    def reshape(self, *shape):
+        shape = _infer_shape(_shape_arg(shape), self.numel())
+        if shape == self._shape:
+            return self
+        out = dispatch(_P["reshape"], (self,), {"shape": shape})
+        return _named(out, "ViewBackward" if self._data is None or self._data.flags.c_contiguous
+                      else "UnsafeViewBackward")
+
+    def view(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (D.DType, type)) or shape and isinstance(shape[0], str):
+            raise TypeError("view(dtype) is not supported; use .to(dtype)")
+        shape = _infer_shape(_shape_arg(shape), self.numel())
+        if self._data is not None:
+            try:
+                np.reshape(self._data, shape, copy=False)
+            except ValueError:
+                raise RuntimeError(
+                    f"view size is not compatible with input tensor's size and stride (shape {self._shape}, "
+                    f"stride {self.stride()}): at least one dimension spans across two contiguous subspaces. "
+                    f"Use .reshape(...) instead.") from None
+        return self if shape == self._shape else _named(dispatch(_P["reshape"], (self,), {"shape": shape}),
+                                                        "ViewBackward")
+
+    def view_as(self, other):
+        return self.view(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = ops._norm_axis(start_dim, self.ndim), ops._norm_axis(end_dim, self.ndim)
+        if s > e:
+            raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+        shape = self._shape[:s] + (math.prod(self._shape[s:e + 1]),) + self._shape[e + 1:]
+        return self.reshape(shape)
+
+    def permute(self, *dims):
+        dims = _shape_arg(dims, "dims")
+        if len(dims) != self.ndim:
+            raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
+                               f"length of the desired ordering of dimensions i.e. input.dim() = {self.ndim} is "
+                               f"not equal to len(dims) = {len(dims)}")
+        perm = tuple(ops._norm_axis(d, self.ndim) for d in dims)
+        if perm == tuple(range(self.ndim)):
+            return self
+        return dispatch(_P["permute"], (self,), {"perm": perm})
+
+    def transpose(self, dim0, dim1):
+        perm = list(range(self.ndim))
+        a, b = ops._norm_axis(dim0, self.ndim), ops._norm_axis(dim1, self.ndim)
+        if self.ndim == 0:
+            return self
+        perm[a], perm[b] = perm[b], perm[a]
+        return _named(self.permute(*perm), "TransposeBackward", self)
+
+    swapaxes = transpose
+
+    def t(self):
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+        return self.T
+
+    def expand(self, *shape):
+        shape = _shape_arg(shape)
+        off = len(shape) - self.ndim
+        if off < 0:
+            raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be greater or equal to "
+                               f"the number of dimensions in the tensor ({self.ndim})")
+        shape = tuple(self._shape[i - off] if s == -1 and i >= off else s for i, s in enumerate(shape))
+        if any(s < 0 for s in shape):
+            raise RuntimeError(f"expand: invalid target shape {shape}")
+        if shape == self._shape:
+            return self
+        return dispatch(_P["expand"], (self,), {"shape": shape})
+
+    def expand_as(self, other):
+        return self.expand(*other.shape)
+
+    def broadcast_to(self, shape):
+        return self.expand(*_shape_arg((shape,)))
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            shape = tuple(s for s in self._shape if s != 1)
+        else:
+            dims = normalize_axes(dim, self.ndim)
+            shape = tuple(s for i, s in enumerate(self._shape) if not (i in dims and s == 1))
+        return _named(self.reshape(shape), "SqueezeBackward", self)
+
+    def unsqueeze(self, dim):
+        d = ops._norm_axis(dim, self.ndim + 1)
+        return _named(self.reshape(self._shape[:d] + (1,) + self._shape[d:]), "UnsqueezeBackward")
+
+    def __getitem__(self, index):
+        return _getitem(self, index)
+
+    def __setitem__(self, index, value):
+        _setitem(self, index, value)
+
+    # ------------------------------------------------------------ in place
+    def _inplace(self, compute, *others):
+        return inplace(self, compute, *others)
+
+    def add_(self, o, alpha=1): return self._inplace(lambda s, o: s.add(o, alpha), o)
+    def sub_(self, o, alpha=1): return self._inplace(lambda s, o: s.sub(o, alpha), o)
+    def mul_(self, o): return self._inplace(lambda s, o: s * o, o)
+    def div_(self, o): return self._inplace(lambda s, o: s / o, o)
+    def pow_(self, o): return self._inplace(lambda s, o: s ** o, o)
+    def clamp_(self, min=None, max=None): return self._inplace(lambda s: s.clamp(min, max))
+    def relu_(self): return self._inplace(lambda s: s.relu())
+    def neg_(self): return self._inplace(lambda s: -s)
+    def exp_(self): return self._inplace(lambda s: s.exp())
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        return fill_with(self, value)
+
+    def copy_(self, src):
+        return copy_from(self, src)
+
+    def __iadd__(self, o): return self.add_(o)
+    def __isub__(self, o): return self.sub_(o)
+    def __imul__(self, o): return self.mul_(o)
+    def __itruediv__(self, o): return self.div_(o)
+
+    # ------------------------------------------------------------ autograd
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if self._data is None:
+                gradient = ones_like(self)
+            elif create_graph:      # the gradient may be stored as a .grad: a private array
+                gradient = Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
+            else:
+                gradient = Tensor._wrap(_implicit_gradient(self._shape, self._dtype), self._dtype, self._device)
+        elif not isinstance(gradient, Tensor):
+            gradient = tensor(gradient, dtype=self._dtype)
+        if gradient._shape != self._shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {gradient.shape} and output[0] "
+                               f"has a shape of {self.shape}.")
+        retain = create_graph if retain_graph is None else retain_graph
+        run_backward([self], [gradient], retain, create_graph)
