@@ -31,6 +31,8 @@ class Node:
         self.out_version = out._ver[0]
         self.out_meta = [(out._shape, out._dtype, out._device)]
         self.edges = [_edge(t) for t in inputs]
+        if Hooks.on_node is not None:
+            Hooks.on_node(self, inputs, out)
 
     def x(self, i):
         return self.saved[i]

@@ -10,6 +10,7 @@ class Hooks:
     """What the tracer and forward mode plug in; None when not active (tensor dispatch reads it)."""
     tracer = None      # an object with .emit(prim, inputs, attrs, shape, dtype, device) -> Tensor
     jvp_depth = 0      # > 0 while tg.jvp runs (tensors may carry ._tangent)
+    on_node = None     # tg.viz.record(): called as on_node(node, inputs, out) for each recorded node
 
 
 class _Mode:

@@ -1,5 +1,8 @@
 """Pictures of what tracegrad does: broadcasting explained, autograd and IR graphs drawn, kernels on a
 roofline, and an HTML page that steps through a backward pass."""
+from .autograd_graph import record
+from .dot import Drawing, GraphvizMissing
+from .draw import draw, draw_ir
 from .explain import explain_broadcast
 
-__all__ = ["explain_broadcast"]
+__all__ = ["Drawing", "GraphvizMissing", "draw", "draw_ir", "explain_broadcast", "record"]
