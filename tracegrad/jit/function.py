@@ -111,6 +111,12 @@ class CompiledFunction:
     def to_dot(self, *args, **kwargs):
         return introspect.to_dot(self._entry_for(args, kwargs)[0].fwd)
 
+    def draw(self, *args, stage="forward", **kwargs):
+        """A picture (tg.viz.Drawing) of a stage: "traced", "forward", "backward", or "kernels" (the
+        forward and backward graphs, each fused kernel a box around its ops). `str()` is DOT text;
+        `.render("graph.svg")` needs Graphviz."""
+        return introspect.drawing(self._entry_for(args, kwargs)[0], stage)
+
     def stats(self):
         return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]))
 

@@ -89,6 +89,18 @@ def to_dot(graph):
     return "\n".join(lines)
 
 
+def drawing(entry, stage):
+    """The tg.viz.Drawing of a stage (the IR graph; for "kernels", both graphs with kernel boxes)."""
+    from ..viz import draw_ir
+    if stage == "kernels":
+        return draw_ir(fused_kernels(entry), f"{entry.name} (kernels)")
+    if stage not in ("traced", "forward", "backward"):
+        raise ValueError(f"draw: unknown stage {stage!r}; expected traced, forward, backward or kernels")
+    stage_text(entry, stage)            # the same error as ir() for a missing backward graph
+    graph = {"traced": entry.traced, "forward": entry.fwd, "backward": entry.bwd}[stage]
+    return draw_ir([(stage, graph, None)], f"{entry.name} ({stage})")
+
+
 def dump(entry, n):
     """TRACEGRAD_DUMP=stage,...: print each stage of a new entry to stderr, or write it under
     TRACEGRAD_DUMP_DIR as NAME.N.STAGE.txt (N: the trace count)."""

@@ -5,11 +5,11 @@ from .dot import attrs, quote
 
 
 def kernel_members(kernels):
-    """{id(node): kernel index}: the ops each kernel computes. From each kernel output, walk back through
+    """({id(node): kernel index}, {kernel index: [nodes it recomputes]}): the ops each kernel computes. From each kernel output, walk back through
     the graph until a buffer the kernel reads (a graph input or another kernel's output); views and
     elementwise ops on the way are fused into it. A small value recomputed by several kernels belongs
-    to the first."""
-    member = {}
+    to the first; the later ones list it as recomputed."""
+    member, again = {}, {}
     for j, k in enumerate(kernels):
         if k.node is not None:                      # extern (matmul) and host kernels: one op each
             member.setdefault(id(k.node), j)
@@ -22,14 +22,15 @@ def kernel_members(kernels):
             if id(v) in seen or v.node is None:
                 continue
             seen.add(id(v))
-            member.setdefault(id(v.node), j)
+            if member.setdefault(id(v.node), j) != j:
+                again.setdefault(j, []).append(v.node)
             stack.extend(i for i in v.node.inputs if id(i) not in reads)
-    return member
+    return member, again
 
 
 def graph_dot(parts, title):
     """DOT for [(label, graph, kernels or None)]: one cluster per part when there are several."""
-    lines = [f"digraph {quote(title)} {{", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];',
+    lines = [f"digraph {quote(title)} {{", "  rankdir=TB;", '  graph [fontname="Helvetica", fontsize=11];', '  node [fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=8];']
     for p, (label, graph, kernels) in enumerate(parts):
         pad = "  "
@@ -54,7 +55,8 @@ def _graph_lines(graph, kernels, prefix):
     lines = []
     for v in graph.inputs:
         lines.append(f"{vid(v)} {attrs(shape='box', style='filled', fillcolor='#e8f0fe', label=f'%{nm[id(v)]}: {v.type}')};")
-    member = kernel_members(kernels) if kernels is not None else {}
+    member, again = kernel_members(kernels) if kernels is not None else ({}, {})
+    order = {n: k for k, n in enumerate(graph.nodes)}
     boxes = {}
     for n in graph.nodes:
         attr_text = " ".join(f"{k}={fmt_attr(a)}" for k, a in n.attrs.items() if k != "value")
@@ -67,8 +69,11 @@ def _graph_lines(graph, kernels, prefix):
     for j in sorted(boxes):
         k = kernels[j]
         space = "x".join(map(str, k.shape)) or "scalar"
+        label = f"k{j} [{k.kind}] space={space}  {k.bytes_moved()} bytes"
+        if again.get(j):
+            label += "\nalso recomputes " + " ".join(f"%{nm[id(n.out)]}" for n in sorted(again[j], key=order.get))
         lines.append(f"subgraph cluster_{prefix}_k{j} {{")
-        lines.append(f"  label={quote(f'k{j} [{k.kind}] space={space}  {k.bytes_moved()} bytes')}; "
+        lines.append(f"  label={quote(label)}; "
                      f'style="rounded,filled"; fillcolor="#fff7e0"; color="#d09000";')
         lines += ["  " + line for line in boxes[j]]
         lines.append("}")
