@@ -6,8 +6,8 @@ import weakref
 import numpy as np
 
 from ..autograd import _toposort
-from ..modes import Hooks, no_grad
 from ..broadcast import quiet
+from ..modes import Hooks, no_grad
 
 _KEPT = weakref.WeakKeyDictionary()      # autograd node -> (input arrays, output array), under record()
 
