@@ -225,3 +225,17 @@ def _into_grad(leaf, g, create_graph, owned=False):
     else:
         with no_grad():
             leaf.grad.add_(g)
+
+
+_PUBLIC_ABOVE = {"Function": "custom_function", "FunctionCtx": "custom_function", "Variable": "custom_function",
+                 "grad": "functional", "backward": "functional", "gradcheck": "functional"}
+
+
+def __getattr__(name):
+    """tg.autograd's public names defined by modules above the engine, imported on first use so the
+    engine imports nothing from above."""
+    mod = _PUBLIC_ABOVE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'tracegrad.autograd' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"{__package__}.{mod}"), name)

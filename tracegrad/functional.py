@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import dtypes as D
-from .autograd import run_backward
+from .autograd import _into_grad, run_backward
 from .modes import Hooks, enable_grad, no_grad
 from .tensor import Tensor, ones_like, tensor, zeros_like
 
@@ -32,6 +32,31 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         gouts.append(g)
     retain = create_graph if retain_graph is None else retain_graph
     return run_backward(outputs, gouts, retain, create_graph, inputs=inputs, allow_unused=allow_unused)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """torch.autograd.backward: accumulate the gradients of `tensors` into the leaves' .grad (only
+    into `inputs`, when given)."""
+    tensors = _as_tuple(tensors)
+    grad_tensors = [None] * len(tensors) if grad_tensors is None else list(_as_tuple(grad_tensors))
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(f"grad_tensors has {len(grad_tensors)} element(s) but tensors has {len(tensors)}")
+    gouts = []
+    for t, g in zip(tensors, grad_tensors):
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            g = ones_like(t)
+        gouts.append(g if isinstance(g, Tensor) else tensor(g, dtype=t.dtype))
+    retain = create_graph if retain_graph is None else retain_graph
+    if inputs is None:
+        run_backward(tensors, gouts, retain, create_graph)
+        return
+    inputs = _as_tuple(inputs)
+    grads = run_backward(tensors, gouts, retain, create_graph, inputs=inputs, allow_unused=True)
+    for t, g in zip(inputs, grads):
+        if g is not None:
+            _into_grad(t, g, create_graph)
 
 
 def _fresh(args, argnums):
@@ -136,7 +161,7 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
                for k, o in enumerate(outs)]
 
     def scalar(*args):
-        r = [o for o in _as_tuple(f(*args)) if isinstance(o, Tensor)]
+        r = _outputs(f, args)
         return sum(float((o.double() * w).sum().detach().item()) for o, w in zip(r, weights))
 
     live = [(o, w) for o, w in zip(outs, weights) if o.requires_grad]
@@ -149,24 +174,54 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     for i, a in zip(checked, analytic):
         x = xs[i]
         a = np.zeros(x.shape) if a is None else a.detach().numpy()
-        flat = x.detach().numpy().reshape(-1)
-        base = x.detach().numpy()
-        for k in range(flat.size):
-            # perturbed inputs keep requires_grad and autograd stays on, so a function that itself
-            # differentiates (tg.grad inside, as for second derivatives) evaluates as it did above
-            with enable_grad():
-                orig = flat[k]
-                plus, minus = base.copy(), base.copy()
-                plus.reshape(-1)[k], minus.reshape(-1)[k] = orig + eps, orig - eps
-                args = list(xs)
-                args[i] = tensor(plus, dtype=D.float64, requires_grad=True)
-                fp = scalar(*args)
-                args[i] = tensor(minus, dtype=D.float64, requires_grad=True)
-                fm = scalar(*args)
-            num = (fp - fm) / (2 * eps)
+        for k in range(x.numel()):
+            num = (scalar(*_nudged(xs, i, k, eps)) - scalar(*_nudged(xs, i, k, -eps))) / (2 * eps)
             ana = a.reshape(-1)[k]
             if not abs(ana - num) <= atol + rtol * abs(num):
-                idx = np.unravel_index(k, x.shape) if x.shape else ()
-                raise GradcheckError(f"Jacobian mismatch for input {i} (shape {x.shape}) at element "
-                                     f"{tuple(int(j) for j in idx)}: analytic {float(ana)!r}, numerical {float(num)!r}")
+                raise _mismatch(f, xs, i, k, eps, atol, rtol)
     return True
+
+
+def _nudged(xs, i, k, delta):
+    """The inputs with element k of input i moved by delta (a fresh leaf that requires grad, so a
+    function that itself differentiates, as for second derivatives, runs as it did unperturbed)."""
+    arr = xs[i].detach().numpy().copy()
+    arr.reshape(-1)[k] += delta
+    args = list(xs)
+    args[i] = tensor(arr, dtype=D.float64, requires_grad=True)
+    return args
+
+
+def _outputs(f, args):
+    with enable_grad():
+        return [o for o in _as_tuple(f(*args)) if isinstance(o, Tensor)]
+
+
+def _mismatch(f, xs, i, k, eps, atol, rtol):
+    """The GradcheckError for input i, element k: the Jacobian column d outputs / d xs[i][k], analytic
+    (one backward per output element) and numerical, and the entry that disagrees most."""
+    plus, minus = _outputs(f, _nudged(xs, i, k, eps)), _outputs(f, _nudged(xs, i, k, -eps))
+    args = list(xs)
+    args[i] = xs[i].detach().requires_grad_(True)
+    outs = _outputs(f, args)
+    worst = None
+    for o, (out, p, m) in enumerate(zip(outs, plus, minus)):
+        num = (p.detach().double().numpy() - m.detach().double().numpy()).reshape(-1) / (2 * eps)
+        for j in range(out.numel()):
+            ana = 0.0
+            if out.requires_grad:
+                onehot = np.zeros(out.numel())
+                onehot[j] = 1.0
+                with enable_grad():
+                    (g,) = grad(out, args[i], tensor(onehot.reshape(out.shape), dtype=out.dtype),
+                                retain_graph=True, allow_unused=True)
+                ana = 0.0 if g is None else float(g.detach().numpy().reshape(-1)[k])
+            excess = abs(ana - num[j]) - (atol + rtol * abs(num[j]))
+            if worst is None or excess > worst[0]:
+                worst = (excess, o, j, ana, float(num[j]), out.shape)
+    shape = xs[i].shape
+    idx = tuple(int(v) for v in np.unravel_index(k, shape)) if shape else ()
+    _, o, j, ana, num, oshape = worst if worst is not None else (0, 0, 0, 0.0, 0.0, ())
+    jdx = tuple(int(v) for v in np.unravel_index(j, oshape)) if oshape else ()
+    return GradcheckError(f"Jacobian mismatch for input {i} (shape {shape}) at element {idx}: analytic {ana!r}, "
+                          f"numerical {num!r} (the entry d output {o}{list(jdx)} / d input {i}{list(idx)})")

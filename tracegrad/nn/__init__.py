@@ -1,6 +1,10 @@
 """tg.nn: modules with parameters, as in torch.nn."""
 from . import functional
-from .modules import GELU, LayerNorm, Linear, Module, Parameter, ReLU, Sequential, Sigmoid, Tanh
+from .layers import Dropout, Embedding, Flatten
+from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from .modules import (GELU, Identity, LayerNorm, Linear, LogSoftmax, Module, Parameter, ReLU, Sequential, Sigmoid,
+                      Softmax, Tanh)
 
 __all__ = ["functional", "Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "GELU",
-           "LayerNorm"]
+           "LayerNorm", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Embedding", "MSELoss",
+           "L1Loss", "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss"]

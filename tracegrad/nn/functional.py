@@ -1,5 +1,7 @@
 """tg.nn.functional: PyTorch's functional forms; the composites themselves live in tracegrad.composites."""
-from ..composites import cross_entropy, erf, gelu, layer_norm, log_softmax, mse_loss, softmax  # noqa: F401
+from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, embedding,  # noqa: F401
+                          erf, gelu, l1_loss, layer_norm, legacy_reduction, log_softmax, mse_loss, nll_loss,
+                          softmax)
 from ..tensor import _named, rand, where
 
 

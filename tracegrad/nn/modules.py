@@ -186,6 +186,39 @@ class GELU(Module):
         return F.gelu(x, self.approximate)
 
 
+def _implicit_softmax_dim(name, ndim):
+    """PyTorch's legacy axis for Softmax(dim=None): 0 for 0-, 1- and 3-D inputs, else 1 (it warns)."""
+    import warnings
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  f"as an argument.", UserWarning, stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return x.softmax(self.dim if self.dim is not None else _implicit_softmax_dim("softmax", x.ndim))
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return x.log_softmax(self.dim if self.dim is not None else _implicit_softmax_dim("log_softmax", x.ndim))
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype=None, device=None):
         super().__init__()
