@@ -111,6 +111,24 @@ def test_setup_context_style_and_mark_non_differentiable():
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
 
 
+def test_non_tensor_outputs_get_none_gradients():
+    class WithCount(tg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, 7
+
+        @staticmethod
+        def backward(ctx, g, g_count):
+            assert g_count is None
+            return g * 2
+
+    x = _x([1.0, 2.0])
+    y, n = WithCount.apply(x)
+    assert n == 7
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
 def test_no_recording_without_grad_and_input_returned_unchanged():
     class Ident(tg.autograd.Function):
         @staticmethod

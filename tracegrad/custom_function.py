@@ -5,8 +5,11 @@ user's `backward` with tracegrad tensors. The same backward therefore runs on ea
 a differentiable graph under `create_graph=True`, and inside `@tg.compile` runs on traced values, so
 it becomes ops of the backward IR like any primitive's VJP rule.
 """
-from .autograd import Hooks, _edge, _Mode, _version_message, no_grad
+from . import dtypes as D
+from .autograd import _edge, _version_message
 from .broadcast import BroadcastError, broadcast_shapes, unbroadcast, user_frame
+from .device import CPU
+from .modes import Hooks, _Mode, no_grad
 from .tensor import Tensor
 
 
@@ -139,7 +142,9 @@ class FunctionNode:
     def __init__(self, cls, ctx, edges, args, outs):
         self.cls, self.ctx, self.edges, self.freed, self.label = cls, ctx, edges, False, None
         self.n_out = len(outs)
-        self.out_meta = [(o._shape, o._dtype, o._device) if isinstance(o, Tensor) else ((), None, None)
+        self.tensor_out = [isinstance(o, Tensor) for o in outs]
+        # the engine makes zero cotangents for unused outputs; a non-tensor output's is dropped in apply
+        self.out_meta = [(o._shape, o._dtype, o._device) if isinstance(o, Tensor) else ((), D.float32, CPU)
                          for o in outs]
         self.in_meta = [(a._shape, a._dtype) if isinstance(a, Tensor) else None for a in args]
         f = user_frame() if Hooks.tracer is not None else None    # the backward ops point at apply's line
@@ -169,6 +174,7 @@ class FunctionNode:
                 raise RuntimeError(_version_message(t, v, f"saved tensor {k} of {self.name()}"))
 
     def apply(self, grads):
+        grads = [g if is_t else None for g, is_t in zip(grads, self.tensor_out)]
         res = self.cls.backward(self.ctx, *grads)
         res = res if isinstance(res, tuple) else (res,)
         n = len(self.edges)
