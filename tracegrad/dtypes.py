@@ -22,12 +22,16 @@ class DType:
 
 # kind: 0 bool, 1 integer, 2 floating — promotion goes to the higher kind.
 bool_ = DType("bool", "bool", np.bool_, 0)
+uint8 = DType("uint8", "u8", np.uint8, 1)
+int8 = DType("int8", "i8", np.int8, 1)
+int16 = DType("int16", "i16", np.int16, 1)
 int32 = DType("int32", "i32", np.int32, 1)
 int64 = DType("int64", "i64", np.int64, 1)
 float16 = DType("float16", "f16", np.float16, 2)
 float32 = DType("float32", "f32", np.float32, 2)
 float64 = DType("float64", "f64", np.float64, 2)
-ALL = (bool_, int32, int64, float16, float32, float64)
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64)
+SMALL_INTS = (bool_, uint8, int8, int16, int32)   # sum/prod/cumsum accumulate these in int64, as PyTorch does
 default_float = float32
 _BY_NP = {d.np: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL} | {d.short: d for d in ALL}
@@ -49,9 +53,8 @@ def from_numpy(npdtype):
         raise TypeError(f"dtype must be a tracegrad dtype such as tg.float32, not {npdtype!r}") from None
     if npdtype in _BY_NP:
         return _BY_NP[npdtype]
-    if npdtype.kind in "iu":
-        return int64
-    raise TypeError(f"NumPy dtype {npdtype} is not supported; use one of {', '.join(d.name for d in ALL)}")
+    raise TypeError(f"NumPy dtype {npdtype} is not supported; convert the array to one of "
+                    f"{', '.join(d.name for d in ALL)} first (e.g. arr.astype(np.int64))")
 
 
 def to_dtype(d):
@@ -75,9 +78,16 @@ def to_dtype(d):
 
 
 def _wider(a, b):
+    """torch.promote_types for two dtypes: the higher kind wins; within integers NumPy's table is
+    PyTorch's (uint8 with int8 gives int16); within floats the wider one."""
     if a.kind != b.kind:
         return a if a.kind > b.kind else b
+    if a.kind == 1:
+        return _BY_NP[np.promote_types(a.np, b.np)]
     return a if a.itemsize >= b.itemsize else b
+
+
+promote_types = _wider
 
 
 def scalar_dtype(v):

@@ -1,0 +1,82 @@
+"""What a generated program (and the repro file written for it) calls: input data, the record of
+what a run observed, and `main` for running a repro file on its own."""
+import numpy as np
+
+import tracegrad as tg
+
+SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1e4, -1e-30)
+
+
+def data(rng, shape, dtype="float32", grad=False, special=False, low=None):
+    """A tensor of standard normal values (|x| + `low` when `low` is given: a positive domain);
+    `special` sprinkles NaN, ±inf, ±0 and extreme values in."""
+    a = rng.standard_normal(shape)
+    if low is not None:
+        a = np.abs(a) + low
+    if special and a.size:
+        k = max(1, a.size // 5)
+        a.flat[rng.integers(0, a.size, k)] = rng.choice(SPECIALS, k)
+    t = tg.tensor(a, dtype=getattr(tg, dtype))
+    if grad:
+        t.requires_grad = True
+    return t
+
+
+def labels(rng, n, classes):
+    return tg.tensor(rng.integers(0, classes, n), dtype=tg.int64)
+
+
+def set_lr(opt, lr):
+    """Change an optimizer's learning rate as a PyTorch user does (param_groups) or directly."""
+    for group in getattr(opt, "param_groups", ()):
+        group["lr"] = lr
+    if hasattr(opt, "lr"):
+        opt.lr = lr
+
+
+class Recorder:
+    """The observations of one run, in order: (label, array or None)."""
+
+    def __init__(self):
+        self.items = []
+
+    def __call__(self, label, value):
+        if isinstance(value, tg.Tensor):
+            value = np.array(value.detach().numpy(), copy=True)
+        elif value is not None:
+            value = np.asarray(value)
+        self.items.append((label, value))
+
+    def outputs(self, outs, prefix="out"):
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        for k, o in enumerate(outs):
+            self(f"{prefix}{k}", o)
+        return [o for o in outs if isinstance(o, tg.Tensor)]
+
+    def grads(self, outs, xs, prefix="grad", seed=0):
+        """Gradients of the outputs (seeded cotangents) with respect to the inputs that require grad."""
+        outs = [o for o in outs if o.requires_grad and o.dtype.is_floating_point]
+        xs = [x for x in xs if isinstance(x, tg.Tensor) and x.requires_grad]
+        if not outs or not xs:
+            return
+        rng = np.random.default_rng(seed)
+        cots = [tg.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
+        gs = tg.grad(outs, xs, grad_outputs=cots, allow_unused=True)
+        for k, (x, g) in enumerate(zip(xs, gs)):
+            self(f"{prefix}{k}", g if g is not None else tg.zeros_like(x))
+
+
+def main(run):
+    """Run a repro file: every backend against eager; print the differences; exit status 1 if any."""
+    import sys
+
+    from .compare import compare_runs
+    from .runner import observe
+    dtype = getattr(sys.modules["__main__"], "DTYPE", "float32")
+    obs = {m: observe(run, m, dtype) for m in ("eager", "interpret", "llvm")}
+    ref = observe(run, "eager", "float64") if dtype == "float32" else obs["eager"]
+    problems = []
+    for b in ("interpret", "llvm"):
+        problems += [f"{b}: {c}: {t}" for c, t in compare_runs(obs["eager"], obs[b], ref, dtype)]
+    print("\n".join(problems) or "no difference between eager, interpret and llvm")
+    sys.exit(1 if problems else 0)
