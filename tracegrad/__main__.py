@@ -5,6 +5,7 @@
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
+    python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
 """
 import argparse
 import os
@@ -47,6 +48,27 @@ def _broadcast(args):
         return 2
 
 
+def _fuzz(args):
+    import json
+
+    from .fuzz import fuzz
+    backends = [b for spec in args.backend or ["interpret,llvm"] for b in spec.split(",") if b]
+    try:
+        s = fuzz(args.n, args.seed, backends=backends, out=args.out, start=args.start,
+                 kinds=args.kind.split(",") if args.kind else None, dtype=args.dtype, do_shrink=not args.no_shrink,
+                 log=print if args.verbose else (lambda *a: None))
+    except ValueError as e:
+        print(f"tracegrad fuzz: {e}", file=sys.stderr)
+        return 2
+    if not args.verbose:
+        from .fuzz.runner import format_summary
+        print(format_summary(s))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(s, fh, indent=1)
+    return 1 if s["failing_programs"] else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -68,6 +90,20 @@ def main(argv=None):
     bc = sub.add_parser("broadcast", help="show how shapes broadcast, aligned from the right (e.g. 3,1 4)")
     bc.add_argument("shapes", nargs="+", help="shapes as comma-separated sizes: 3,1  4  () for a scalar")
     bc.set_defaults(func=_broadcast)
+
+    fz = sub.add_parser("fuzz", help="random programs run eagerly and compiled; values and gradients compared")
+    fz.add_argument("--n", type=int, default=200, help="how many programs (default 200)")
+    fz.add_argument("--seed", type=int, default=0, help="the program stream (program i of a seed is always the same)")
+    fz.add_argument("--start", type=int, default=0, help="first program number (to split a run into chunks)")
+    fz.add_argument("--backend", action="append", metavar="NAME",
+                    help="backend(s) compared with eager: interpret, llvm (repeat or comma-separate; default both)")
+    fz.add_argument("--kind", help="only these kinds: graph,inplace,mutate,alias,train")
+    fz.add_argument("--dtype", choices=["float32", "float64"], help="only this dtype (default: both)")
+    fz.add_argument("--out", default="fuzz-failures", help="folder for the failing programs' .py files")
+    fz.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
+    fz.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
+    fz.set_defaults(func=_fuzz)
 
     args = ap.parse_args(argv)
     if getattr(args, "repeats", None) is not None and args.repeats < 1:

@@ -6,7 +6,7 @@ import time
 import warnings
 
 from .compare import compare_runs
-from .programs import generate
+from .programs import KINDS, generate
 
 BACKENDS = ("interpret", "llvm")
 SHRINK_PER_CLASS = 3   # failing programs shrunk per class (kind, backend, category); later ones are written as is
@@ -100,6 +100,14 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
          log=print):
     """Generate and check programs start..start+n-1 of stream `seed`; write failing ones into `out`;
     return the summary (a dict) and print it."""
+    from ..jit import BACKENDS as known
+    for b in backends:
+        if b not in known:
+            raise ValueError(f"unknown backend {b!r}; expected one of {', '.join(known)}")
+    if kinds:
+        for k in kinds:
+            if k not in KINDS:
+                raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     by_kind, eager_errors = collections.Counter(), collections.Counter()
