@@ -6,6 +6,7 @@ import os
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -304,3 +305,85 @@ def _llvm_vs_interpret_vs_eager(prog, seed, dtype):
             g = grads[b][k]
             g = np.zeros(shapes[k]) if g is None else g.detach().numpy()
             _assert_close(g, ref, dtype, f"gradient of input {k}: {b} vs eager")
+
+
+# ---------------------------------------------------------------------- the stand-alone fuzzer (tracegrad.fuzz)
+
+def test_fuzz_slice_graph_and_inplace_programs_agree(tmp_path):
+    """A seed-fixed slice of `python -m tracegrad fuzz`: straight-line and in-place programs."""
+    from tracegrad.fuzz import fuzz
+    from tracegrad.fuzz.runner import format_summary
+    s = fuzz(14, 0, kinds=["graph", "inplace"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    assert s["programs"] == 14 and set(s["by_kind"]) == {"graph", "inplace"}
+    assert s["failing_programs"] == 0, format_summary(s)
+
+
+@pytest.mark.xfail(reason="issue 8 items 1-3 (aliasing arguments, state changes between calls, inputs mutated "
+                          "under no_grad): being fixed in the jit boundary", strict=False)
+def test_fuzz_slice_alias_mutate_train_programs_agree(tmp_path):
+    from tracegrad.fuzz import fuzz
+    from tracegrad.fuzz.runner import format_summary
+    s = fuzz(6, 0, kinds=["mutate", "alias", "train"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    assert s["failing_programs"] == 0, format_summary(s)
+
+
+def test_fuzz_generates_every_kind_and_the_same_program_for_a_seed():
+    from tracegrad.fuzz import KINDS, generate
+    a = [generate(i, 5).source() for i in range(30)]
+    assert a == [generate(i, 5).source() for i in range(30)]
+    assert {generate(i, 5).kind for i in range(30)} == set(KINDS)
+
+
+def test_fuzz_flags_wrong_values_and_backend_errors(monkeypatch):
+    """The comparison can fail: a backend whose values are off by 1e-3 (relative), or that raises."""
+    from tracegrad.fuzz import generate, runner
+    real = runner.observe
+
+    def skewed(run, mode, dtype):
+        obs = real(run, mode, dtype)
+        if mode == "llvm":
+            obs.items = [(k, v * (1 + 1e-3) + 1e-3 if v is not None and v.dtype.kind == "f" else v)
+                         for k, v in obs.items]
+        if mode == "interpret":
+            obs = runner.Observation(error=("KeyError", "float16"))
+        return obs
+    monkeypatch.setattr(runner, "observe", skewed)
+    program = generate(0, 0, kind="graph", dtype="float64")
+    _, problems = runner.check(program)
+    assert {b for b, c, _ in problems} == {"interpret", "llvm"}
+    assert ("interpret", "error:KeyError") in {(b, c) for b, c, _ in problems}
+    assert all(c.startswith("value:") for b, c, _ in problems if b == "llvm")
+
+
+def test_fuzz_tolerances():
+    from tracegrad.fuzz.compare import compare_values
+    e = np.array([1.0, np.nan, np.inf, 1e-3], np.float32)
+    r = e.astype(np.float64)
+    assert compare_values(e, e * np.float32(1 + 1e-5), r, "float32") is None
+    assert compare_values(e, e * np.float32(1 + 1e-2), r, "float32")[0] == "value"
+    assert compare_values(e, np.array([1.0, 0.0, np.inf, 1e-3], np.float32), r, "float32")[0] == "value"
+    assert compare_values(e, e.astype(np.float64), r, "float32")[0] == "dtype"
+    b = np.array([True, False])
+    assert compare_values(b, ~b, b, "float32")[0] == "value"
+    assert compare_values(b, ~b, ~b, "float32") is None     # where eager float32 itself disagrees with float64
+
+
+def test_fuzz_repro_file_runs_on_its_own(tmp_path):
+    import subprocess
+    import sys
+
+    from tracegrad.fuzz import generate
+    from tracegrad.fuzz.runner import write_repro
+    program = generate(3, 0, kind="graph")
+    path = write_repro(program, [("llvm", "value:out", "(example)")], str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(tg.__file__))))
+    p = subprocess.run([sys.executable, path], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no difference" in p.stdout
+
+
+def test_fuzz_command_line(tmp_path, capsys):
+    from tracegrad.__main__ import main
+    assert main(["fuzz", "--n", "2", "--kind", "graph", "--seed", "7", "--out", str(tmp_path)]) == 0
+    assert "tracegrad fuzz: 2 programs (seed 7" in capsys.readouterr().out
+    assert main(["fuzz", "--n", "1", "--backend", "nope"]) == 2

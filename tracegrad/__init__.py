@@ -4,7 +4,7 @@ from .modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .broadcast import BroadcastError, BroadcastWarning, broadcast_shapes
 from .device import device
 from .dtypes import bool_ as bool
-from .dtypes import float16, float32, float64, int32, int64
+from .dtypes import float16, float32, float64, int8, int16, int32, int64, uint8
 from .dtypes import DType as dtype
 from .functional import GradcheckError, grad, gradcheck, jvp, value_and_grad, vjp
 from .tensor import (Tensor, TraceError, arange, as_tensor, cat, empty, eye, from_numpy, full, full_like,
@@ -17,7 +17,7 @@ from .jit import compile, make_ir  # noqa: E402
 from . import viz  # noqa: E402
 from .viz import explain_broadcast  # noqa: E402
 
-half, float, double, long, int = float16, float32, float64, int64, int32
+half, float, double, long, int, short = float16, float32, float64, int64, int32, int16
 
 __version__ = "0.1.0"
 

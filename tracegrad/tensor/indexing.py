@@ -20,7 +20,7 @@ def _index_tensor(i, dev):
     arr = np.asarray(i)
     if arr.dtype == object or arr.dtype.kind not in "biu":
         raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {i!r}")
-    return new(arr if arr.dtype.kind == "b" else arr.astype(np.int64), D.from_numpy(arr.dtype), dev)
+    return new(arr, D.bool_, dev) if arr.dtype.kind == "b" else new(arr.astype(np.int64), D.int64, dev)
 
 
 _EMPTY_AXIS = object()   # x[False]: a new axis of size 0

@@ -220,7 +220,7 @@ class Tensor(TensorBase):
 
     def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None, dtype=None):
         x = self if dtype is None else self.to(dtype)
-        if x._dtype in (D.bool_, D.int32):
+        if x._dtype in D.SMALL_INTS:
             x = x.to(D.int64)
         return x._reduce("sum", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
@@ -251,7 +251,7 @@ class Tensor(TensorBase):
         return _named(self.min(axis, keepdims, dim=dim, keepdim=keepdim), "AminBackward", self)
 
     def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        if self._dtype in (D.bool_, D.int32):   # as sum: small integer types multiply in int64
+        if self._dtype in D.SMALL_INTS:   # as sum: small integer types multiply in int64
             return self.to(D.int64).prod(axis, keepdims, dim=dim, keepdim=keepdim)
         return self._reduce("prod", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
