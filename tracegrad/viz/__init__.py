@@ -4,5 +4,6 @@ from .autograd_graph import record
 from .dot import Drawing, GraphvizMissing
 from .draw import draw, draw_ir
 from .explain import explain_broadcast
+from .stepper import backward_steps
 
-__all__ = ["Drawing", "GraphvizMissing", "draw", "draw_ir", "explain_broadcast", "record"]
+__all__ = ["backward_steps", "Drawing", "GraphvizMissing", "draw", "draw_ir", "explain_broadcast", "record"]

@@ -133,9 +133,11 @@ class AutogradGraph:
                     b.value = np.asarray(b.node.prim.impl(*args, **b.node.attrs)).astype(b.dtype.np, copy=False)
 
     def steps(self, gradient=None):
-        """The backward pass, replayed: a list of (kind, key, text, array) events in order — "seed" (the
-        root's gradient), "grad" (an op's output gradient, complete), "send" (a contribution to an input,
-        "accumulate" when it adds to earlier ones). Reads saved tensors; never writes .grad."""
+        """The backward pass, replayed: a list of events in order, each a dict with "kind" ("seed": the
+        root's gradient; "grad": an op's output gradient, complete; "send": a first contribution to an
+        input; "accumulate": one added to earlier ones), "key" (the box), "via" (the backward node),
+        "input" (its input index) and "array" (the gradient, or the sum so far). Reads saved tensors;
+        never writes .grad."""
         root = self.root
         if root.grad_fn is None:
             raise ValueError("this tensor is a leaf: there is no backward pass to step through")
@@ -145,10 +147,10 @@ class AutogradGraph:
                                    f"(a tensor of shape {tuple(root.shape)})")
             from ..tensor import ones_like
             gradient = ones_like(root)
-        events = [("seed", self.root_key, f"d{self._title(self.root_key)} = 1 (the seed)", gradient._data)]
+        events = [dict(kind="seed", key=self.root_key, via=None, input=None, array=gradient._data)]
         pending = {id(root.grad_fn): [None] * root.grad_fn.n_out}
         pending[id(root.grad_fn)][root._oi] = gradient
-        contributions = {}
+        leaf_sums = {}
         with no_grad(), quiet():
             for node in _toposort([root.grad_fn]):
                 grads = pending.pop(id(node), None)
@@ -158,7 +160,7 @@ class AutogradGraph:
                     if g is not None:
                         key = f"n{id(node)}_{oi}"
                         self._by_key[key].grad = g._data
-                        events.append(("grad", key, f"gradient of {self._title(key)} complete", g._data))
+                        events.append(dict(kind="grad", key=key, via=node.name(), input=None, array=g._data))
                 grads = [g if g is not None else _zeros(meta) for g, meta in zip(grads, node.out_meta)]
                 node.check_saved()
                 for i, (edge, g) in enumerate(zip(node.edges, node.apply(grads))):
@@ -167,17 +169,14 @@ class AutogradGraph:
                     if isinstance(edge, tuple):
                         slot = pending.setdefault(id(edge[0]), [None] * edge[0].n_out)
                         prev, key = slot[edge[1]], f"n{id(edge[0])}_{edge[1]}"
-                        slot[edge[1]] = g if prev is None else prev + g
-                        total = slot[edge[1]]
+                        total = slot[edge[1]] = g if prev is None else prev + g
                     else:
                         key = f"t{id(edge)}"
-                        prev = contributions.get(key)
-                        total = contributions[key] = g if prev is None else prev + g
-                    verb = "sends" if prev is None else "adds"
-                    text = f"{node.name()} {verb} a gradient to input {i} ({self._title(key)})"
-                    events.append(("send" if prev is None else "accumulate", key, text, total._data))
-                    if not isinstance(edge, tuple):
+                        prev = leaf_sums.get(key)
+                        total = leaf_sums[key] = g if prev is None else prev + g
                         self._by_key[key].grad = total._data
+                    events.append(dict(kind="send" if prev is None else "accumulate", key=key, via=node.name(),
+                                       input=i, array=total._data))
         return events
 
     def _title(self, key):
