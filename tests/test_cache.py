@@ -144,7 +144,7 @@ def test_key_follows_ir_text_target_and_versions(cache_dir, monkeypatch):
     assert len(_entries(cache_dir)) == 2
     tg.compile(lambda x: x * 2.0)(tg.tensor(np.ones((3, 5), np.float32)))                  # shape is in the IR
     assert len(_entries(cache_dir)) == 3
-    monkeypatch.setattr(tg, "__version__", tg.__version__ + ".test")                         # tracegrad version
+    monkeypatch.setattr(tg._version, "__version__", tg.__version__ + ".test")                         # tracegrad version
     f = tg.compile(lambda x: x * 2.0)
     f(x)
     assert f.stats()["disk_hits"] == 0 and len(_entries(cache_dir)) == 4

@@ -19,7 +19,7 @@ from .viz import explain_broadcast  # noqa: E402
 
 half, float, double, long, int, short = float16, float32, float64, int64, int32, int16
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 
 def _fn(name):

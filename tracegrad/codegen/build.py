@@ -1,13 +1,14 @@
-"""Compile the graphs of one compiled signature (forward and backward) into programs sharing
-one LLVM module: fuse, assign buffer slots, emit LLVM, optimize and JIT once."""
-from ..ir.passes.fusion import contiguous_strides, fuse, loads
+"""Compile the fused graphs of one compiled signature (forward and backward) into programs
+sharing one LLVM module: assign buffer slots, emit LLVM, optimize and JIT once."""
+from ..ir.kernels import contiguous_strides, loads
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .runtime import Program
 
 
-def build_programs(graphs, fuse_kernels=True, inplace=None):
-    """[Program or None] for each graph (None passes through), and the module's LLVM text.
+def build_programs(graphs, fused, inplace=None):
+    """[Program or None] for each graph (None passes through), the module's LLVM text and its
+    engine. fused[g]: graph g's (kernels, aliases) as ir/passes/fusion.py's `fuse` returns them.
     inplace[g]: (output index, input index) pairs of graph g that may share memory (see
     inplace_slots)."""
     mb = ModuleBuilder()
@@ -16,7 +17,7 @@ def build_programs(graphs, fuse_kernels=True, inplace=None):
         if g is None:
             plans.append(None)
             continue
-        kernels, aliases = fuse(g, fuse_kernels)
+        kernels, aliases = fused[gi]
         slots = {}
         for v in g.inputs:
             slots.setdefault(id(v), len(slots))

@@ -7,6 +7,7 @@ import threading
 import llvmlite
 import llvmlite.binding as llvm
 
+from .. import _version
 from . import cache
 
 _LOCK = threading.Lock()
@@ -38,9 +39,8 @@ def target_machine():
 
 def target_id():
     """What compiled code depends on besides its IR: CPU, features, LLVM and tracegrad versions."""
-    from .. import __version__
     return (f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}|llvmlite {llvmlite.__version__}"
-            f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {__version__}")
+            f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {_version.__version__}")
 
 
 def optimize(text):

@@ -1,4 +1,4 @@
-"""Lower kernel groups (ir/passes/fusion.py) to LLVM IR text, and compile a whole graph's kernels
+"""Lower kernels of the kernel IR (ir/kernels.py) to LLVM IR text, and compile a whole graph's kernels
 as one LLVM module with llvmlite's new pass manager for the host CPU.
 
 Each loop kernel becomes `void @kN(ptr %table, i64 %lo, i64 %hi)`: `table` holds one pointer per
@@ -6,75 +6,15 @@ buffer of the program; the kernel's loop nest is fully specialized (shapes, stri
 constants), its outermost loop runs over [lo, hi) so the runtime can split it across threads, and
 the innermost loop walks the last, unit-stride axis so that LLVM vectorizes it. Values live in
 allocas that SROA turns into registers; float sums use `reassoc` adds so they vectorize too.
-Transcendentals call the inlined, branch-free routines of mathlib.py.
+One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
+routines of mathlib.py.
 """
 import ast
 import math
-import struct
 
-from ..ir.passes.fusion import Const, Load, Op, contiguous_strides
+from ..ir.kernels import Op, contiguous_strides
 from . import mathlib
-
-LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
-SHORT = {"float32": "f32", "float64": "f64"}
-
-
-def lltype(dtype):
-    return LL[dtype.name]
-
-
-def regtype(dtype):
-    return "i1" if dtype.name == "bool" else LL[dtype.name]
-
-
-def fconst(value, dtype):
-    """An LLVM float/double literal (hex of the double that holds the exactly rounded value)."""
-    v = float(value)
-    if dtype.name == "float32":
-        try:
-            v = struct.unpack("f", struct.pack("f", v))[0]
-        except OverflowError:          # beyond float32's range: NumPy rounds it to +-inf
-            v = math.copysign(math.inf, v)
-    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
-
-
-def const_text(value, dtype):
-    if dtype.is_floating_point:
-        return fconst(value, dtype)
-    if dtype.name == "bool":
-        return "true" if value else "false"
-    return str(int(value))
-
-
-class Fn:
-    """An LLVM function body under construction."""
-
-    def __init__(self):
-        self.lines, self.n, self.allocas = [], 0, []
-
-    def tmp(self):
-        self.n += 1
-        return f"%v{self.n}"
-
-    def label(self):
-        self.n += 1
-        return f"L{self.n}"
-
-    def emit(self, text):
-        self.lines.append("  " + text)
-
-    def assign(self, text):
-        t = self.tmp()
-        self.emit(f"{t} = {text}")
-        return t
-
-    def block(self, name):
-        self.lines.append(f"{name}:")
-
-    def alloca(self, ty):
-        t = self.tmp()
-        self.allocas.append(f"  {t} = alloca {ty}")
-        return t
+from .scalar import SHORT, Emitter, Fn, linear, parsed, store, const_text, fconst, lltype, regtype
 
 
 class ModuleBuilder:
@@ -157,206 +97,37 @@ def _loops(f, dims, body, lo_hi=None):
     level(0)
 
 
-def _linear(f, idx, strides, offset=0):
-    terms = [(i, s) for i, s in zip(idx, strides) if s]
-    acc = str(offset)
-    for i, s in terms:
-        m = i if s == 1 else f.assign(f"mul nsw i64 {i}, {s}")
-        acc = m if acc == "0" else f.assign(f"add nsw i64 {acc}, {m}")
-    return acc
+def _join(lower):
+    """How a reduction's lowering joins an element b to the accumulator a: "+", "maximum" or "minimum"."""
+    tree = parsed(lower)
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
+        return "+"
+    if isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == "maximum":
+        return "maximum"
+    if isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == "minimum":
+        return "minimum"
+    raise RuntimeError(f"the LLVM generator does not understand the reduction lowering {lower!r}")
 
 
-def _load(f, ptrs, ld, idx):
-    off = _linear(f, idx, ld.strides, ld.offset)
-    ty = lltype(ld.dtype)
-    p = f.assign(f"getelementptr inbounds {ty}, ptr {ptrs[id(ld.buf)]}, i64 {off}")
-    v = f.assign(f"load {ty}, ptr {p}")
-    if ld.dtype.name == "bool":
-        v = f.assign(f"icmp ne i8 {v}, 0")
-    return v
-
-
-def _store(f, ptrs, buf, off, val):
-    ty = lltype(buf.dtype)
-    if buf.dtype.name == "bool":
-        val = f.assign(f"zext i1 {val} to i8")
-    p = f.assign(f"getelementptr inbounds {ty}, ptr {ptrs[id(buf)]}, i64 {off}")
-    f.emit(f"store {ty} {val}, ptr {p}")
-
-
-# ------------------------------------------------------------------ expressions
-
-_PARSED = {}
-
-
-def _parsed(expr):
-    if expr not in _PARSED:
-        _PARSED[expr] = ast.parse(expr, mode="eval").body
-    return _PARSED[expr]
-
-
-class Emitter:
-    """Emit a tree's value for one loop-body index (each distinct node once)."""
-
-    def __init__(self, mb, f, ptrs, idx):
-        self.mb, self.f, self.ptrs, self.idx, self.memo = mb, f, ptrs, idx, {}
-
-    def value(self, t):
-        key = id(t)
-        if key not in self.memo:
-            if isinstance(t, Load):
-                self.memo[key] = _load(self.f, self.ptrs, t, self.idx)
-            elif isinstance(t, Const):
-                self.memo[key] = const_text(t.value, t.dtype)
-            else:
-                self.memo[key] = self.op(t)
-        return self.memo[key]
-
-    def op(self, t):
-        names = dict(zip("abc", t.args))
-        tree = _parsed(t.lower)
-        v, d = self._ast(tree, names, t)
-        if v is None:                      # the whole lowering is a literal
-            return const_text(d, t.dtype)
-        return _cast(self.f, v, d, t.dtype) if d is not t.dtype and d.name != t.dtype.name else v
-
-    def _ast(self, node, names, t):
-        f = self.f
-        if isinstance(node, ast.Name):
-            arg = names[node.id]
-            return (self.value(arg), arg.dtype)
-        if isinstance(node, ast.Constant):
-            return None, node.value
-        if isinstance(node, ast.UnaryOp):
-            v, d = self._val(node.operand, names, t)
-            if isinstance(node.op, ast.USub):
-                return (f.assign(f"fneg {regtype(d)} {v}") if d.is_floating_point else
-                        f.assign(f"sub {regtype(d)} 0, {v}")), d
-            return f.assign(f"xor i1 {v}, true"), d
-        if isinstance(node, ast.BinOp):
-            a, d = self._val(node.left, names, t)
-            b, db = self._val(node.right, names, t, d)
-            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # logical, not bitwise
-                a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
-            fl = d.is_floating_point
-            if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
-                node = ast.BinOp(node.left, ast.BitOr(), node.right)
-            op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
-                  ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
-            return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
-        if isinstance(node, ast.Compare):
-            a, d = self._val(node.left, names, t)
-            b, _ = self._val(node.comparators[0], names, t, d)
-            kind = type(node.ops[0])
-            if d.is_floating_point:
-                pred = {ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge", ast.Eq: "oeq",
-                        ast.NotEq: "une"}[kind]
-                return f.assign(f"fcmp {pred} {regtype(d)} {a}, {b}"), t.dtype
-            signed = d.name != "bool"
-            pred = {ast.Lt: "slt" if signed else "ult", ast.LtE: "sle" if signed else "ule",
-                    ast.Gt: "sgt" if signed else "ugt", ast.GtE: "sge" if signed else "uge",
-                    ast.Eq: "eq", ast.NotEq: "ne"}[kind]
-            return f.assign(f"icmp {pred} {regtype(d)} {a}, {b}"), t.dtype
-        if isinstance(node, ast.Call):
-            return self._call(node.func.id, node.args, names, t)
-        raise RuntimeError(f"the LLVM generator does not understand the scalar lowering {t.lower!r} "
-                           f"of {t.op} (ops.py)")
-
-    def _val(self, node, names, t, like=None):
-        v, d = self._ast(node, names, t)
-        if v is None:                       # a literal: typed like the other operand
-            d = like or t.dtype
-            return const_text(node.value, d), d
-        return v, d
-
-    def _call(self, fn, args, names, t):
-        f = self.f
-        vals = []
-        like = None
-        for a in args:
-            v, d = self._ast(a, names, t)
-            vals.append((v, d))
-            if v is not None:
-                like = like or d
-        vals = [(const_text(d, like) if v is None else v, like if v is None else d) for v, d in vals]
-        (a, d) = vals[0]
-        ty = regtype(d)
-        if fn == "where":
-            (_, _), (b, db), (c, _) = vals
-            return f.assign(f"select i1 {a}, {regtype(db)} {b}, {regtype(db)} {c}"), db
-        if fn == "cast":
-            return _cast(f, a, d, t.dtype), t.dtype
-        if fn in ("maximum", "minimum"):
-            b = vals[1][0]
-            if d.is_floating_point:
-                return f.assign(f"call {ty} @llvm.{fn}.{SHORT[d.name]}({ty} {a}, {ty} {b})"), d
-            pred = "sgt" if fn == "maximum" else "slt"
-            if d.name == "bool":
-                pred = "ugt" if fn == "maximum" else "ult"
-            c = f.assign(f"icmp {pred} {ty} {a}, {b}")
-            return f.assign(f"select i1 {c}, {ty} {a}, {ty} {b}"), d
-        if fn == "abs":
-            if d.is_floating_point:
-                return f.assign(f"call {ty} @llvm.fabs.{SHORT[d.name]}({ty} {a})"), d
-            neg = f.assign(f"sub {ty} 0, {a}")
-            c = f.assign(f"icmp slt {ty} {a}, 0")
-            return f.assign(f"select i1 {c}, {ty} {neg}, {ty} {a}"), d
-        if fn == "sign":
-            if d.is_floating_point:
-                one, mone, zero = fconst(1, d), fconst(-1, d), fconst(0, d)
-                gt = f.assign(f"fcmp ogt {ty} {a}, {zero}")
-                lt = f.assign(f"fcmp olt {ty} {a}, {zero}")
-                s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {a}")
-                return f.assign(f"select i1 {gt}, {ty} {one}, {ty} {s1}"), d
-            gt = f.assign(f"icmp sgt {ty} {a}, 0")
-            lt = f.assign(f"icmp slt {ty} {a}, 0")
-            s1 = f.assign(f"select i1 {lt}, {ty} -1, {ty} 0")
-            return f.assign(f"select i1 {gt}, {ty} 1, {ty} {s1}"), d
-        # transcendentals: mathlib routines, inlined and vectorized
-        key = (fn, SHORT[d.name])
-        self.mb.math.add(key)
-        argtext = ", ".join(f"{ty} {v}" for v, _ in vals)
-        return f.assign(f"call {ty} {mathlib.symbol(*key)}({argtext})"), d
-
-
-def _cast(f, v, src, dst):
-    s, d = regtype(src), regtype(dst)
-    if src is dst or s == d:
-        return v
-    if dst.name == "bool":
-        if src.is_floating_point:
-            return f.assign(f"fcmp une {s} {v}, 0.0")
-        return f.assign(f"icmp ne {s} {v}, 0")
-    if src.name == "bool":
-        return f.assign(f"uitofp i1 {v} to {d}") if dst.is_floating_point else f.assign(f"zext i1 {v} to {d}")
-    if src.is_floating_point and dst.is_floating_point:
-        return f.assign(f"{'fpext' if src.itemsize < dst.itemsize else 'fptrunc'} {s} {v} to {d}")
-    if src.is_floating_point:
-        return f.assign(f"fptosi {s} {v} to {d}")
-    if dst.is_floating_point:
-        return f.assign(f"sitofp {s} {v} to {d}")
-    return f.assign(f"{'sext' if src.itemsize < dst.itemsize else 'trunc'} {s} {v} to {d}")
-
-
-# ------------------------------------------------------------------ kernels
-
-def _identity(op, dtype):
-    if op == "sum":
+def _identity(lower, dtype):
+    """The accumulator's start: 0 for a sum, the lowest value for a maximum, the highest for a minimum."""
+    how = _join(lower)
+    if how == "+":
         return const_text(0, dtype)
+    low = how == "maximum"
     if dtype.is_floating_point:
-        return fconst(float("-inf") if op == "max" else float("inf"), dtype)
+        return fconst(float("-inf") if low else float("inf"), dtype)
     info = {"int32": 2 ** 31, "int64": 2 ** 63}[dtype.name]
-    return str(-info) if op == "max" else str(info - 1)
+    return str(-info) if low else str(info - 1)
 
 
-def _combine(f, op, acc, v, dtype):
-    ty = regtype(dtype)
-    if op == "sum":
+def _combine(f, lower, acc, v, dtype):
+    ty, how = regtype(dtype), _join(lower)
+    if how == "+":
         return f.assign(f"fadd reassoc nsz {ty} {acc}, {v}" if dtype.is_floating_point else f"add {ty} {acc}, {v}")
     if dtype.is_floating_point:
-        fn = "maximum" if op == "max" else "minimum"
-        return f.assign(f"call {ty} @llvm.{fn}.{SHORT[dtype.name]}({ty} {acc}, {ty} {v})")
-    c = f.assign(f"icmp {'sgt' if op == 'max' else 'slt'} {ty} {v}, {acc}")
+        return f.assign(f"call {ty} @llvm.{how}.{SHORT[dtype.name]}({ty} {acc}, {ty} {v})")
+    c = f.assign(f"icmp {'sgt' if how == 'maximum' else 'slt'} {ty} {v}, {acc}")
     return f.assign(f"select i1 {c}, {ty} {v}, {ty} {acc}")
 
 
@@ -389,28 +160,28 @@ def _loop_kernel(mb, f, kernel, ptrs):
                     em = Emitter(mb, f, ptrs, idx)
                     _seed(em, scratch, iidx, inner_strides)
                     vals = [(v, em.value(t)) for v, t in ph.outputs]
-                    off = _linear(f, idx, full)
+                    off = linear(f, idx, full)
                     for v, val in vals:
-                        _store(f, ptrs, v, off, val)
+                        store(f, ptrs, v, off, val)
                 _loops(f, inner, body)
             else:
                 (v, tree), = ph.outputs
                 acc = f.alloca(regtype(v.dtype))
-                f.emit(f"store {regtype(v.dtype)} {_identity(ph.op, v.dtype)}, ptr {acc}")
+                f.emit(f"store {regtype(v.dtype)} {_identity(ph.lower, v.dtype)}, ptr {acc}")
 
                 def body(f, iidx, tree=tree, acc=acc, ph=ph, v=v):
                     em = Emitter(mb, f, ptrs, list(oidx) + list(iidx))
                     x = em.value(tree)
                     if id(tree) in scratch:
-                        off = _linear(f, iidx, inner_strides)
+                        off = linear(f, iidx, inner_strides)
                         ty = regtype(tree.dtype)
                         p = f.assign(f"getelementptr inbounds {ty}, ptr {scratch[id(tree)]}, i64 {off}")
                         f.emit(f"store {ty} {x}, ptr {p}")
                     cur = f.assign(f"load {regtype(v.dtype)}, ptr {acc}")
-                    f.emit(f"store {regtype(v.dtype)} {_combine(f, ph.op, cur, x, v.dtype)}, ptr {acc}")
+                    f.emit(f"store {regtype(v.dtype)} {_combine(f, ph.lower, cur, x, v.dtype)}, ptr {acc}")
                 _loops(f, inner, body)
                 res = f.assign(f"load {regtype(v.dtype)}, ptr {acc}")
-                _store(f, ptrs, v, _linear(f, oidx, contiguous_strides(outer)), res)
+                store(f, ptrs, v, linear(f, oidx, contiguous_strides(outer)), res)
                 done.add(id(tree))
 
     done = set()
@@ -420,7 +191,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
             if tid in done:
                 t = _find(kernel, tid)
                 ty = regtype(t.dtype)
-                p = em.f.assign(f"getelementptr inbounds {ty}, ptr {buf}, i64 {_linear(em.f, iidx, strides)}")
+                p = em.f.assign(f"getelementptr inbounds {ty}, ptr {buf}, i64 {linear(em.f, iidx, strides)}")
                 em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
 
     if outer:
@@ -468,24 +239,24 @@ def _reduce_acc(mb, f, kernel, ptrs):
         acc = None
         if not oshape:
             acc = f.alloca(regtype(v.dtype))
-            f.emit(f"store {regtype(v.dtype)} {_identity(ph.op, v.dtype)}, ptr {acc}")
+            f.emit(f"store {regtype(v.dtype)} {_identity(ph.lower, v.dtype)}, ptr {acc}")
         else:
-            def init(f, idx, v=v, oshape=oshape, op=ph.op):
-                _store(f, ptrs, v, _linear(f, idx, contiguous_strides(oshape)), _identity(op, v.dtype))
+            def init(f, idx, v=v, oshape=oshape, op=ph.lower):
+                store(f, ptrs, v, linear(f, idx, contiguous_strides(oshape)), _identity(op, v.dtype))
             _loops(f, oshape, init)
-        phases.append((ph.op, v, tree, ostrides, acc))
+        phases.append((ph.lower, v, tree, ostrides, acc))
 
     def body(f, idx):
         em = Emitter(mb, f, ptrs, idx)
         if maps:
-            off = _linear(f, idx, contiguous_strides(shape))
+            off = linear(f, idx, contiguous_strides(shape))
             for ph in maps:
                 for v, tree in ph.outputs:
-                    _store(f, ptrs, v, off, em.value(tree))
+                    store(f, ptrs, v, off, em.value(tree))
         for op, v, tree, ostrides, acc in phases:
             x, ty = em.value(tree), regtype(v.dtype)
             if acc is None:
-                off = _linear(f, idx, ostrides)
+                off = linear(f, idx, ostrides)
                 acc_ptr = f.assign(f"getelementptr inbounds {lltype(v.dtype)}, ptr {ptrs[id(v)]}, i64 {off}")
             else:
                 acc_ptr = acc
@@ -494,4 +265,4 @@ def _reduce_acc(mb, f, kernel, ptrs):
     _loops(f, shape, body, lo_hi=("%lo", "%hi") if shape else None)
     for op, v, tree, ostrides, acc in phases:
         if acc is not None:
-            _store(f, ptrs, v, "0", f.assign(f"load {regtype(v.dtype)}, ptr {acc}"))
+            store(f, ptrs, v, "0", f.assign(f"load {regtype(v.dtype)}, ptr {acc}"))

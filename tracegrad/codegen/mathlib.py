@@ -71,13 +71,14 @@ expected to vectorize.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 import struct
 from fractions import Fraction
 
 __all__ = ["FUNCS", "TYPES", "definitions", "symbol"]
 
-FUNCS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "sqrt", "erf")
 TYPES = ("f32", "f64")
 
 _LL = {"f32": "float", "f64": "double"}
@@ -605,23 +606,18 @@ def _sqrt_f64() -> str:
     return b.text(_H64.format("sqrt"), "double " + y)
 
 
-_GEN = {(n, t): globals()[f"_{n}_{t}"] for n in FUNCS for t in TYPES}
+# the routines defined above: _<name>_<ty>(), no arguments, for every name in FUNCS and ty in TYPES
+_GEN = {(m[1], m[2]): v for k, v in list(globals().items())
+        if (m := re.fullmatch(r"_([a-z]+)_(f32|f64)", k)) and not inspect.signature(v).parameters}
+FUNCS = tuple(sorted({n for n, _ in _GEN}))
+assert len(_GEN) == len(FUNCS) * len(TYPES), "every math function has a float32 and a float64 routine"
+_CALL = re.compile(r"call (\w+) @([\w.]+)\(([^)]*)\)")
 
-# external declarations each function needs
-_DECLS = {
-    "llvm.sqrt.f32": "declare float @llvm.sqrt.f32(float)",
-    "llvm.sqrt.f64": "declare double @llvm.sqrt.f64(double)",
-    "pow": "declare double @pow(double, double)",
-    "expm1": "declare double @expm1(double)",
-    "llvm.fma.f64": "declare double @llvm.fma.f64(double, double, double)",
-    "llvm.fma.f32": "declare float @llvm.fma.f32(float, float, float)",
-    **{n: f"declare double @{n}(double)" for n in ("exp", "log", "tanh", "sin", "cos", "erf")},
-}
-_NEEDS = {("sqrt", "f32"): ("llvm.sqrt.f32",), ("sqrt", "f64"): ("llvm.sqrt.f64",),
-          ("exp", "f32"): ("llvm.fma.f32",), ("tanh", "f32"): ("llvm.fma.f32",),
-          ("sigmoid", "f64"): ("exp",), ("pow", "f64"): ("pow",),
-          ("tanh", "f64"): ("exp", "expm1", "llvm.fma.f64"),
-          **{(n, "f64"): (n,) for n in ("exp", "log", "sin", "cos", "erf")}}
+
+def _declarations(text: str) -> dict:
+    """{name: `declare` line} of the external functions (C library, LLVM intrinsics) `text` calls."""
+    return {name: f"declare {ret} @{name}({', '.join(a.split()[0] for a in args.split(', '))})"
+            for ret, name, args in _CALL.findall(text) if not name.startswith("tg_")}
 
 
 def definitions(names) -> str:
@@ -633,8 +629,9 @@ def definitions(names) -> str:
         _check(n, t)
     if not reqs:
         return ""
-    decls = sorted({d for r in reqs for d in _NEEDS.get(r, ())})
-    parts = [_DECLS[d] + "\n" for d in decls]
-    parts += [_GEN[r]() for r in reqs]
+    bodies = [_GEN[r]() for r in reqs]
+    decls = {k: d for body in bodies for k, d in _declarations(body).items()}
+    parts = [decls[k] + "\n" for k in sorted(decls)]
+    parts += bodies
     parts.append(ATTRS + "\n")
     return "\n".join(parts)

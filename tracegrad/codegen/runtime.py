@@ -4,6 +4,7 @@ Per call the only Python work is: checking and binding the input arrays, allocat
 output arrays (handed to the user, so never reused), and one ctypes call per kernel (two, on two
 threads, for kernels large enough to split) or one NumPy call per extern/host step.
 """
+import ast
 import ctypes
 import math
 import threading
@@ -12,20 +13,20 @@ import weakref
 
 import numpy as np
 
-from ..ir.passes.fusion import contiguous_strides
 from ..ops import PRIMS
+from ..ir.kernels import contiguous_strides
 from .threads import _POOL as _POOLS
 from .threads import pool, threads
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
-_HEAVY = {"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf", "div", "sqrt"}
 
 
 def work(kernel):
-    """A rough cost of a loop kernel: elements times ops, transcendentals counting 8."""
-    return math.prod(kernel.shape) * sum(8 if op in _HEAVY else 1 for op in kernel.ops())
+    """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
+    counting 8."""
+    return math.prod(kernel.shape) * sum(8 if PRIMS[op].cost == "transcendental" else 1 for op in kernel.ops())
 
 
 def _dead():
@@ -164,7 +165,8 @@ class _PartialReduce:
     def __init__(self, prog, kernel, slots):
         n = threads()
         reduced = [v for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
-        self.outs = [(slots[id(v)], ph.op) for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
+        self.outs = [(slots[id(v)], _combiner(ph.lower)) for ph in kernel.phases if ph.kind == "reduce"
+                     for v, _ in ph.outputs]
         self.private = []
         for _ in range(n - 1):
             table = (ctypes.c_void_p * max(1, prog.n_slots))()
@@ -184,9 +186,19 @@ class _PartialReduce:
             jobs.append((fn, t, bounds[i], bounds[i + 1]))
         pool().run_jobs(jobs)
         for i in range(1, n):
-            for (slot, op), arr in zip(self.outs, self.private[i - 1][1]):
+            for (slot, combine), arr in zip(self.outs, self.private[i - 1][1]):
                 out = cur[slot]
-                (np.add if op == "sum" else np.maximum if op == "max" else np.minimum)(out, arr, out=out)
+                combine(out, arr, out=out)
+
+
+def _combiner(lower):
+    """The NumPy ufunc that joins two partial results of a reduction whose lowering is `lower`."""
+    tree = ast.parse(lower, mode="eval").body
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
+        return np.add
+    if isinstance(tree, ast.Call) and isinstance(getattr(np, tree.func.id, None), np.ufunc):
+        return getattr(np, tree.func.id)         # the vocabulary's maximum/minimum are NumPy's
+    raise NotImplementedError(f"the runtime cannot combine partial reductions of lowering {lower!r}")
 
 
 def _values(graph, kernels):

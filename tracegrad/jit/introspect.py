@@ -47,7 +47,7 @@ def fused_kernels(entry):
 
 def kernels_text(entry):
     """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved."""
-    from ..ir.passes.fusion import kernels_text as text
+    from ..ir.kernels import kernels_text as text
     return "\n".join(text(f"{g.name} ({label})", kernels) for label, g, kernels in fused_kernels(entry))
 
 

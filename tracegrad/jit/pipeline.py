@@ -31,7 +31,9 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     s.programs, s.llvm_text, s.disk_hit = None, None, False
     if backend == "llvm":                                                      # fuse, lower
         from ..codegen import build_programs
-        s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fuse, [cap.inplace, ()])
+        from ..ir.passes.fusion import fuse as fuse_graph
+        fused = [None if g is None else fuse_graph(g, fuse) for g in (fwd, bwd)]
+        s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fused, [cap.inplace, ()])
         s.disk_hit = engine.disk_hit
         s.run_fwd = s.programs[0].run
         s.run_bwd = s.programs[1].run if s.programs[1] is not None else None

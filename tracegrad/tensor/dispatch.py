@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as D
-from .. import ops
+from .. import core
 from ..autograd import Node
 from .. import cuda
 from ..device import CPU, mismatch_error
@@ -33,14 +33,14 @@ def dispatch(p, inputs, attrs):
     if tracer is not None:
         inputs = tracer.substitute(inputs)
         out = tracer.emit(p, inputs, attrs, shape, dtype, dev)
-        if p.kind == "movement" and p.name != "unslice":   # traced views, so in-place on them is refused
+        if p.kind == "view":   # traced views, so in-place on them is refused
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
     else:
         arr = p.impl(*[t._data for t in inputs], **attrs)
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
         out = new(arr, dtype, dev)
-        if p.kind == "movement" and p.name != "unslice" and arr.base is not None \
+        if p.kind == "view" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
     if p.differentiable and _Mode.grad:
@@ -67,7 +67,7 @@ def _bind(p, inputs, attrs):
     return dispatch(p, inputs, attrs)
 
 
-ops._dispatch = _bind
+core._dispatch = _bind
 
 
 def _common_device(inputs):

@@ -1,16 +1,17 @@
-"""Fusion: group an optimized graph into kernels. Target-neutral: the LLVM and CUDA code
-generators lower the same groups.
+"""Fusion: group an optimized graph into kernels of the target-neutral kernel IR (ir/kernels.py),
+which the code generators lower.
 
 Rules
-- Elementwise ops with a scalar lowering (ops.py `lower`) fuse into expression trees whose leaves
-  are loads from *buffers* (graph inputs and kernel outputs) at affine indices.
-- Movement ops (reshape, permute, expand, slice) and broadcasting never copy: they rewrite the
+- Elementwise ops with a scalar lowering (the primitive's `lower`, for its operands' dtypes) fuse
+  into expression trees whose leaves are loads from *buffers* (graph inputs and kernel outputs)
+  at affine indices.
+- Views (reshape, permute, expand, slice) and broadcasting never copy: they rewrite the
   strides and offset of the leaves below them. A reshape that no strides can express (e.g. of a
   transposed value) materializes its input first.
 - A value is *materialized* (written to a buffer by a kernel) when it is a graph output, when a
   non-fusible op reads it (matmul, indexing, ...), or when it has several consumers and its
   expression is larger than RECOMPUTE_LIMIT ops; smaller shared values are recomputed.
-- A reduction (sum, max, min) fuses its elementwise prologue. Reductions over trailing axes are
+- A lowered reduction (sum, max, min) fuses its elementwise prologue. Reductions over trailing axes are
   *row* reductions; consecutive row reductions and maps over the same iteration space that read
   each other only within the same row merge into one kernel of phases (outer loop over rows, one
   inner loop per phase): a softmax or a layernorm forward is one kernel and one pass over memory.
@@ -22,47 +23,10 @@ Rules
   scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
   implementation as "host" kernels on strided views of their input buffers.
 """
-import math
-
-from ...ops import FLOAT_ONLY_LOWERING, PRIMS
+from ...ops import PRIMS
+from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, nbytes, size
 
 RECOMPUTE_LIMIT = 8
-REDUCE_OPS = ("sum", "max", "min")
-VIEW_OPS = ("reshape", "permute", "expand", "slice")
-LOWERED_DTYPES = ("float32", "float64", "int32", "int64", "bool")
-
-
-def contiguous_strides(shape):
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
-# ------------------------------------------------------------------ expression trees
-
-class Load:
-    """Read buffer `buf` (a graph Value) at offset + sum(i_d * strides[d]) of the tree's index."""
-    __slots__ = ("buf", "strides", "offset", "dtype")
-
-    def __init__(self, buf, strides, offset=0):
-        self.buf, self.strides, self.offset, self.dtype = buf, tuple(strides), offset, buf.dtype
-
-
-class Const:
-    __slots__ = ("value", "dtype")
-
-    def __init__(self, value, dtype):
-        self.value, self.dtype = value, dtype
-
-
-class Op:
-    """`op` applied to `args`; `lower` is the primitive's scalar expression."""
-    __slots__ = ("op", "args", "dtype", "lower")
-
-    def __init__(self, op, args, dtype):
-        self.op, self.args, self.dtype, self.lower = op, tuple(args), dtype, PRIMS[op].lower
 
 
 class NotAffine(Exception):
@@ -80,7 +44,7 @@ def _remap(tree, fn, memo=None):
     elif isinstance(tree, Const):
         out = tree
     else:
-        out = Op(tree.op, [_remap(a, fn, memo) for a in tree.args], tree.dtype)
+        out = Op(tree.op, [_remap(a, fn, memo) for a in tree.args], tree.dtype, tree.lower)
     memo[key] = out
     return out
 
@@ -150,102 +114,12 @@ def reshape_strides(shape, strides, new):
     return out
 
 
-def size(tree, seen=None):
-    """Number of distinct ops in a tree (DAG)."""
-    seen = set() if seen is None else seen
-    if not isinstance(tree, Op) or id(tree) in seen:
-        return 0
-    seen.add(id(tree))
-    return 1 + sum(size(a, seen) for a in tree.args)
-
-
-def loads(tree, out=None, seen=None):
-    out = [] if out is None else out
-    seen = set() if seen is None else seen
-    if id(tree) in seen:
-        return out
-    seen.add(id(tree))
-    if isinstance(tree, Load):
-        out.append(tree)
-    elif isinstance(tree, Op):
-        for a in tree.args:
-            loads(a, out, seen)
-    return out
-
-
-def ops_of(tree):
-    out, seen, stack = [], set(), [tree]
-    while stack:
-        t = stack.pop()
-        if isinstance(t, Op) and id(t) not in seen:
-            seen.add(id(t))
-            out.append(t.op)
-            stack.extend(t.args)
-    return out[::-1]
-
-
-# ------------------------------------------------------------------ kernels
-
-class Phase:
-    """kind "map": write each (value, tree) over the kernel's full space;
-    kind "reduce": reduce `tree` over the kernel's inner axes (row) or `axes` (reduce_acc) into value."""
-    __slots__ = ("kind", "outputs", "op", "axes")
-
-    def __init__(self, kind, outputs, op=None, axes=None):
-        self.kind, self.outputs, self.op, self.axes = kind, outputs, op, axes
-
-
-class Kernel:
-    """kind: "loop" (phases inside an outer loop over shape[:split]), "reduce_acc", "extern", "host".
-    `node` is set for extern/host kernels (their inputs are Loads in `args`)."""
-
-    def __init__(self, kind, shape, split=0, phases=(), node=None, args=()):
-        self.kind, self.shape, self.split, self.phases = kind, tuple(shape), split, list(phases)
-        self.node, self.args = node, list(args)
-
-    @property
-    def outputs(self):
-        if self.node is not None:
-            return [self.node.out]
-        return [v for ph in self.phases for v, _ in ph.outputs]
-
-    @property
-    def reads(self):
-        if self.node is not None:
-            return list(self.args)
-        return [ld for ph in self.phases for _, t in ph.outputs for ld in loads(t)]
-
-    def ops(self):
-        if self.node is not None:
-            return [self.node.op]
-        out = []
-        for ph in self.phases:
-            for _, t in ph.outputs:
-                out += ops_of(t)
-            if ph.kind == "reduce":
-                out.append(ph.op)
-        return out
-
-    def bytes_moved(self):
-        read = {}
-        for ld in self.reads:
-            read[id(ld.buf)] = _nbytes(ld.buf)
-        return sum(read.values()) + sum(_nbytes(v) for v in self.outputs)
-
-
-def _nbytes(v):
-    return math.prod(v.shape) * v.dtype.itemsize
-
-
 def lowerable(node):
+    """Whether `node` has a scalar lowering for the dtypes of its operands and result."""
     p = PRIMS.get(node.op)
-    if p is None or p.lower is None or node.out.dtype.name not in LOWERED_DTYPES:
+    if p is None or p.lower is None or node.out.dtype.name not in p.dtypes:
         return False
-    if any(i.dtype.name not in LOWERED_DTYPES for i in node.inputs):
-        return False
-    if node.op in FLOAT_ONLY_LOWERING and not node.out.dtype.is_floating_point:
-        return False
-    return True
+    return all(i.dtype.name in p.dtypes for i in node.inputs)
 
 
 def fuse(graph, enabled=True):
@@ -281,26 +155,26 @@ def fuse(graph, enabled=True):
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
         elif p.kind == "elementwise" and lowerable(n):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
-            expr[id(v)] = Op(n.op, args, v.dtype)
+            expr[id(v)] = Op(n.op, args, v.dtype, p.lower)
             if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > RECOMPUTE_LIMIT:
                 materialize(v)
-        elif n.op in VIEW_OPS:
+        elif p.kind == "view":
             src = n.inputs[0]
             try:
                 expr[id(v)] = _move(n, expr[id(src)])
             except NotAffine:
                 materialize(src)
                 expr[id(v)] = _move(n, expr[id(src)])
-        elif n.op in REDUCE_OPS and lowerable_reduce(n):
+        elif p.kind == "reduction" and lowerable(n):
             src = n.inputs[0]
             axes = n.attrs["axis"]
             tree = expr[id(src)]
             nd = len(src.shape)
             if axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
                 k = nd - len(axes)
-                kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes)]))
+                kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes, p.lower)]))
             else:
-                kernels.append(Kernel("reduce_acc", src.shape, 0, [Phase("reduce", [(v, tree)], n.op, axes)]))
+                kernels.append(Kernel("reduce_acc", src.shape, 0, [Phase("reduce", [(v, tree)], n.op, axes, p.lower)]))
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         else:
             args = [buffer_load(i) if not isinstance(expr[id(i)], Const) else _const_buffer(i, expr, kernels)
@@ -318,15 +192,11 @@ def fuse(graph, enabled=True):
         if isinstance(tree, Load) and tree.buf is v or v in graph.inputs:
             continue
         if isinstance(tree, Load) and tree.buf not in graph.inputs and not tree.offset and \
-                tuple(tree.strides) == contiguous_strides(v.shape) and _nbytes(v) == _nbytes(tree.buf):
+                tuple(tree.strides) == contiguous_strides(v.shape) and nbytes(v) == nbytes(tree.buf):
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
     return (merge_rows(kernels) if enabled else kernels), aliases
-
-
-def lowerable_reduce(n):
-    return n.out.dtype.name in ("float32", "float64", "int32", "int64") and n.inputs[0].dtype is n.out.dtype
 
 
 def _const_buffer(v, expr, kernels):
@@ -346,7 +216,7 @@ def _move(n, tree):
         return broadcast(tree, src.shape, v.shape)
     if n.op == "slice":
         return slice_(tree, n.attrs["index"])
-    raise NotAffine
+    raise NotImplementedError(f"fusion: the view {n.op} has no stride rule (add one to fusion._move)")
 
 
 def _row_read(ld, kernel_shape, split, produced):
@@ -398,14 +268,3 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = ph.kind
     return out
-
-
-def kernels_text(name, kernels):
-    """The `stage="kernels"` view: each kernel's kind, space, ops and bytes moved."""
-    lines = [f"kernels {name}: {len(kernels)}"]
-    for j, k in enumerate(kernels):
-        space = "x".join(map(str, k.shape)) or "scalar"
-        outs = ", ".join(f"{v.type}" for v in k.outputs)
-        lines.append(f"  k{j} [{k.kind}] space={space} split={k.split} ops={'+'.join(k.ops()) or 'copy'} "
-                     f"-> {outs}  bytes={k.bytes_moved()}")
-    return "\n".join(lines)

@@ -1,24 +1,22 @@
 """Save or recompute: which forward values the backward graph receives.
 
 Rule: a value v the backward needs is *recomputed* in the backward graph, instead of being saved
-by the forward, when it is produced by elementwise, view or constant ops (at most
+by the forward, when it is produced by lowered elementwise, view or constant ops (at most
 MAX_RECOMPUTE_OPS of them) from a *frontier* of forward inputs and results of expensive ops
 (matmul, reductions, indexing), and reading that frontier costs no more memory traffic than saving
 v does: saving costs a write in the forward and a read in the backward (2·|v| bytes); recomputing
 costs reading the frontier values that are not saved anyway. The frontier values are then saved in
 v's place. So a chain of elementwise ops is recomputed from its one input (a tanh chain from x, a
 relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved. A chain
-with a transcendental (tanh, exp, ...) applied per element, producing more than
-HEAVY_RECOMPUTE_BYTES, is saved: there recomputing costs more time than the traffic it avoids.
+with a transcendental (a primitive of cost "transcendental": tanh, exp, ...) applied per element,
+producing more than HEAVY_RECOMPUTE_BYTES, is saved: there recomputing costs more time than the traffic it avoids.
 """
 import math
 
 from ...ops import PRIMS
 from ..graph import Graph
-from .fusion import VIEW_OPS
 
 MAX_RECOMPUTE_OPS = 64
-HEAVY_OPS = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "pow", "erf")
 HEAVY_RECOMPUTE_BYTES = 256 * 1024   # above this, a chain with a transcendental is saved, not redone
 
 
@@ -26,7 +24,12 @@ def _cheap(node):
     if node.op == "const":
         return True
     p = PRIMS.get(node.op)
-    return p is not None and (p.kind == "elementwise" and p.lower is not None or node.op in VIEW_OPS)
+    return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind == "view")
+
+
+def _transcendental(node):
+    p = PRIMS.get(node.op)
+    return p is not None and p.cost == "transcendental"
 
 
 def _nbytes(v):
@@ -50,7 +53,7 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
             acc.append(v)
             return count
         count += 1
-        if v.node.op in HEAVY_OPS:
+        if _transcendental(v.node):
             heavy.append(v)
         if count > MAX_RECOMPUTE_OPS:
             return count

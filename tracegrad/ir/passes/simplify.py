@@ -29,51 +29,92 @@ def _same(v, n):
 
 
 def _rule(b, n, ins):
-    op = n.op
-    if op in ("add", "sub", "mul", "div"):
-        x, y = ins
-        cy, cx = _const(y), _const(x)
-        if op in ("add", "sub") and cy == 0 or op in ("mul", "div") and cy == 1:
-            return _same(x, n)
-        if op == "add" and cx == 0 or op == "mul" and cx == 1:
-            return _same(y, n)
-    if op == "neg" and ins[0].node is not None and ins[0].node.op == "neg":
+    """The rewrite of node n (with its inputs already rewritten to `ins`), or None."""
+    rule = _RULES.get(n.op)
+    return rule(b, n, ins) if rule is not None else None
+
+
+def _visit_add(b, n, ins):                  # x + 0, 0 + x
+    x, y = ins
+    return _same(x, n) if _const(y) == 0 else _same(y, n) if _const(x) == 0 else None
+
+
+def _visit_sub(b, n, ins):                  # x - 0
+    return _same(ins[0], n) if _const(ins[1]) == 0 else None
+
+
+def _visit_mul(b, n, ins):                  # x * 1, 1 * x
+    x, y = ins
+    return _same(x, n) if _const(y) == 1 else _same(y, n) if _const(x) == 1 else None
+
+
+def _visit_div(b, n, ins):                  # x / 1
+    return _same(ins[0], n) if _const(ins[1]) == 1 else None
+
+
+def _visit_neg(b, n, ins):                  # -(-x)
+    if ins[0].node is not None and ins[0].node.op == "neg":
         return _same(ins[0].node.inputs[0], n)
-    if op == "cast" and ins[0].dtype is n.out.dtype or op == "copy":
-        return ins[0]   # values are immutable in the IR: a copy is the value itself
-    if op == "reshape":
-        src = ins[0]
-        if src.shape == n.out.shape:
-            return src
-        if src.node is not None and src.node.op == "reshape":
-            if src.node.inputs[0].shape == n.out.shape:
-                return src.node.inputs[0]
-            return b.emit("reshape", [src.node.inputs[0]], n.attrs, n.out.shape, n.out.dtype, n.loc)
-    if op == "permute" and _transposes_product(b, n, ins[0]):
+    return None
+
+
+def _visit_cast(b, n, ins):                 # a cast to the same dtype
+    return ins[0] if ins[0].dtype is n.out.dtype else None
+
+
+def _visit_copy(b, n, ins):
+    return ins[0]   # values are immutable in the IR: a copy is the value itself
+
+
+def _visit_reshape(b, n, ins):              # to the same shape; of a reshape
+    src = ins[0]
+    if src.shape == n.out.shape:
+        return src
+    if src.node is not None and src.node.op == "reshape":
+        if src.node.inputs[0].shape == n.out.shape:
+            return src.node.inputs[0]
+        return b.emit("reshape", [src.node.inputs[0]], n.attrs, n.out.shape, n.out.dtype, n.loc)
+    return None
+
+
+def _visit_permute(b, n, ins):              # (A @ B)^T; the identity; of a permute
+    if _transposes_product(b, n, ins[0]):
         a, c = ins[0].node.inputs
         ta = b.emit("permute", [a], {"perm": _swap(a)}, _swapped(a.shape), a.dtype, n.loc)
         tc = b.emit("permute", [c], {"perm": _swap(c)}, _swapped(c.shape), c.dtype, n.loc)
         return b.emit("matmul", [tc, ta], {}, n.out.shape, n.out.dtype, n.loc)
-    if op == "permute":
-        src, perm = ins[0], n.attrs["perm"]
-        if perm == tuple(range(len(perm))):
-            return src
-        if src.node is not None and src.node.op == "permute":
-            inner = src.node.attrs["perm"]
-            composed = tuple(inner[p] for p in perm)
-            if composed == tuple(range(len(composed))):
-                return src.node.inputs[0]
-            return b.emit("permute", [src.node.inputs[0]], {"perm": composed}, n.out.shape, n.out.dtype, n.loc)
-    if op == "expand" and _const(ins[0]) is not None:
+    src, perm = ins[0], n.attrs["perm"]
+    if perm == tuple(range(len(perm))):
+        return src
+    if src.node is not None and src.node.op == "permute":
+        inner = src.node.attrs["perm"]
+        composed = tuple(inner[p] for p in perm)
+        if composed == tuple(range(len(composed))):
+            return src.node.inputs[0]
+        return b.emit("permute", [src.node.inputs[0]], {"perm": composed}, n.out.shape, n.out.dtype, n.loc)
+    return None
+
+
+def _visit_expand(b, n, ins):               # of a constant
+    if _const(ins[0]) is not None:
         return b.emit("const", [], {"value": _const(ins[0])}, n.out.shape, n.out.dtype, n.loc)
-    if op == "pow" and _const(ins[1]) == 1 and ins[1].shape == ():
+    return None
+
+
+def _visit_pow(b, n, ins):                  # x**1; x**2 and x**3 as products
+    e = _const(ins[1]) if ins[1].shape == () else None
+    if e == 1:
         return _same(ins[0], n)
-    if op == "where" and _const(ins[0]) is not None:
-        return _same(ins[1] if _const(ins[0]) else ins[2], n)
-    if op == "pow" and _const(ins[1]) in (2, 3) and ins[1].shape == () and ins[0].shape == n.out.shape:
+    if (e == 2 or e == 3) and ins[0].shape == n.out.shape:
         x = ins[0]
         sq = b.emit("mul", [x, x], {}, n.out.shape, n.out.dtype, n.loc)
-        return sq if _const(ins[1]) == 2 else b.emit("mul", [sq, x], {}, n.out.shape, n.out.dtype, n.loc)
+        return sq if e == 2 else b.emit("mul", [sq, x], {}, n.out.shape, n.out.dtype, n.loc)
+    return None
+
+
+def _visit_where(b, n, ins):                # with a constant condition
+    if _const(ins[0]) is not None:
+        return _same(ins[1] if _const(ins[0]) else ins[2], n)
     return None
 
 
@@ -94,3 +135,6 @@ def _transposes_product(b, n, src):
     k = len(n.attrs["perm"])
     return (n.attrs["perm"] == tuple(range(k - 2)) + (k - 1, k - 2)
             and all(len(i.shape) == k for i in node.inputs))
+
+
+_RULES = {name[len("_visit_"):]: f for name, f in list(globals().items()) if name.startswith("_visit_")}

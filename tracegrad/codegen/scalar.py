@@ -1,0 +1,281 @@
+"""One element of a kernel in LLVM IR: the types, literals, loads and stores, and the lowering of
+an expression tree (the primitives' target-neutral scalar expressions) to instructions."""
+import ast
+import math
+import struct
+
+from ..ir.kernels import Const, Load
+from . import mathlib
+
+LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
+SHORT = {"float32": "f32", "float64": "f64"}
+
+
+def lltype(dtype):
+    return LL[dtype.name]
+
+
+def regtype(dtype):
+    return "i1" if dtype.name == "bool" else LL[dtype.name]
+
+
+def fconst(value, dtype):
+    """An LLVM float/double literal (hex of the double that holds the exactly rounded value)."""
+    v = float(value)
+    if dtype.name == "float32":
+        try:
+            v = struct.unpack("f", struct.pack("f", v))[0]
+        except OverflowError:          # beyond float32's range: NumPy rounds it to +-inf
+            v = math.copysign(math.inf, v)
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+
+
+def const_text(value, dtype):
+    if dtype.is_floating_point:
+        return fconst(value, dtype)
+    if dtype.name == "bool":
+        return "true" if value else "false"
+    return str(int(value))
+
+
+class Fn:
+    """An LLVM function body under construction."""
+
+    def __init__(self):
+        self.lines, self.n, self.allocas = [], 0, []
+
+    def tmp(self):
+        self.n += 1
+        return f"%v{self.n}"
+
+    def label(self):
+        self.n += 1
+        return f"L{self.n}"
+
+    def emit(self, text):
+        self.lines.append("  " + text)
+
+    def assign(self, text):
+        t = self.tmp()
+        self.emit(f"{t} = {text}")
+        return t
+
+    def block(self, name):
+        self.lines.append(f"{name}:")
+
+    def alloca(self, ty):
+        t = self.tmp()
+        self.allocas.append(f"  {t} = alloca {ty}")
+        return t
+
+
+def linear(f, idx, strides, offset=0):
+    terms = [(i, s) for i, s in zip(idx, strides) if s]
+    acc = str(offset)
+    for i, s in terms:
+        m = i if s == 1 else f.assign(f"mul nsw i64 {i}, {s}")
+        acc = m if acc == "0" else f.assign(f"add nsw i64 {acc}, {m}")
+    return acc
+
+
+def load(f, ptrs, ld, idx):
+    off = linear(f, idx, ld.strides, ld.offset)
+    ty = lltype(ld.dtype)
+    p = f.assign(f"getelementptr inbounds {ty}, ptr {ptrs[id(ld.buf)]}, i64 {off}")
+    v = f.assign(f"load {ty}, ptr {p}")
+    if ld.dtype.name == "bool":
+        v = f.assign(f"icmp ne i8 {v}, 0")
+    return v
+
+
+def store(f, ptrs, buf, off, val):
+    ty = lltype(buf.dtype)
+    if buf.dtype.name == "bool":
+        val = f.assign(f"zext i1 {val} to i8")
+    p = f.assign(f"getelementptr inbounds {ty}, ptr {ptrs[id(buf)]}, i64 {off}")
+    f.emit(f"store {ty} {val}, ptr {p}")
+
+
+# ------------------------------------------------------------------ expressions
+
+_PARSED = {}
+
+
+def parsed(expr):
+    if expr not in _PARSED:
+        _PARSED[expr] = ast.parse(expr, mode="eval").body
+    return _PARSED[expr]
+
+
+class Emitter:
+    """Emit a tree's value for one loop-body index (each distinct node once)."""
+
+    def __init__(self, mb, f, ptrs, idx):
+        self.mb, self.f, self.ptrs, self.idx, self.memo = mb, f, ptrs, idx, {}
+
+    def value(self, t):
+        key = id(t)
+        if key not in self.memo:
+            if isinstance(t, Load):
+                self.memo[key] = load(self.f, self.ptrs, t, self.idx)
+            elif isinstance(t, Const):
+                self.memo[key] = const_text(t.value, t.dtype)
+            else:
+                self.memo[key] = self.op(t)
+        return self.memo[key]
+
+    def op(self, t):
+        names = dict(zip("abc", t.args))
+        tree = parsed(t.lower)
+        v, d = self._ast(tree, names, t)
+        if v is None:                      # the whole lowering is a literal
+            return const_text(d, t.dtype)
+        return _cast(self.f, v, d, t.dtype) if d is not t.dtype and d.name != t.dtype.name else v
+
+    def _ast(self, node, names, t):
+        f = self.f
+        if isinstance(node, ast.Name):
+            arg = names[node.id]
+            return (self.value(arg), arg.dtype)
+        if isinstance(node, ast.Constant):
+            return None, node.value
+        if isinstance(node, ast.UnaryOp):
+            v, d = self._val(node.operand, names, t)
+            if isinstance(node.op, ast.USub):
+                return (f.assign(f"fneg {regtype(d)} {v}") if d.is_floating_point else
+                        f.assign(f"sub {regtype(d)} 0, {v}")), d
+            return f.assign(f"xor i1 {v}, true"), d
+        if isinstance(node, ast.BinOp):
+            a, d = self._val(node.left, names, t)
+            b, db = self._val(node.right, names, t, d)
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # logical, not bitwise
+                a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
+            fl = d.is_floating_point
+            if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
+                node = ast.BinOp(node.left, ast.BitOr(), node.right)
+            op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
+                  ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
+            return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
+        if isinstance(node, ast.Compare):
+            a, d = self._val(node.left, names, t)
+            b, _ = self._val(node.comparators[0], names, t, d)
+            kind = type(node.ops[0])
+            if d.is_floating_point:
+                pred = {ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge", ast.Eq: "oeq",
+                        ast.NotEq: "une"}[kind]
+                return f.assign(f"fcmp {pred} {regtype(d)} {a}, {b}"), t.dtype
+            signed = d.name != "bool"
+            pred = {ast.Lt: "slt" if signed else "ult", ast.LtE: "sle" if signed else "ule",
+                    ast.Gt: "sgt" if signed else "ugt", ast.GtE: "sge" if signed else "uge",
+                    ast.Eq: "eq", ast.NotEq: "ne"}[kind]
+            return f.assign(f"icmp {pred} {regtype(d)} {a}, {b}"), t.dtype
+        if isinstance(node, ast.Call):
+            return self._call(node.func.id, node.args, names, t)
+        raise RuntimeError(f"the LLVM generator does not understand the scalar lowering {t.lower!r} "
+                           f"of {t.op} (tracegrad/ops)")
+
+    def _val(self, node, names, t, like=None):
+        v, d = self._ast(node, names, t)
+        if v is None:                       # a literal: typed like the other operand
+            d = like or t.dtype
+            return const_text(node.value, d), d
+        return v, d
+
+    def _call(self, fn, args, names, t):
+        f = self.f
+        vals = []
+        like = None
+        for a in args:
+            v, d = self._ast(a, names, t)
+            vals.append((v, d))
+            if v is not None:
+                like = like or d
+        vals = [(const_text(d, like) if v is None else v, like if v is None else d) for v, d in vals]
+        inline = getattr(self, "_fn_" + fn, None)
+        if inline is not None:
+            return inline(f, vals, t)
+        (a, d) = vals[0]      # the math library's routines, inlined and vectorized
+        ty = regtype(d)
+        key = (fn, SHORT[d.name])
+        self.mb.math.add(key)
+        argtext = ", ".join(f"{ty} {v}" for v, _ in vals)
+        return f.assign(f"call {ty} {mathlib.symbol(*key)}({argtext})"), d
+
+    # the vocabulary's functions that are a few instructions each: where, cast, maximum, minimum, abs, sign
+    @staticmethod
+    def _fn_where(f, vals, t):
+        (a, _), (b, db), (c, _) = vals
+        return f.assign(f"select i1 {a}, {regtype(db)} {b}, {regtype(db)} {c}"), db
+
+    @staticmethod
+    def _fn_cast(f, vals, t):
+        (a, d), = vals
+        return _cast(f, a, d, t.dtype), t.dtype
+
+    @staticmethod
+    def _fn_maximum(f, vals, t):
+        return _extreme(f, "maximum", vals)
+
+    @staticmethod
+    def _fn_minimum(f, vals, t):
+        return _extreme(f, "minimum", vals)
+
+    @staticmethod
+    def _fn_abs(f, vals, t):
+        (a, d), = vals
+        ty = regtype(d)
+        if d.is_floating_point:
+            return f.assign(f"call {ty} @llvm.fabs.{SHORT[d.name]}({ty} {a})"), d
+        neg = f.assign(f"sub {ty} 0, {a}")
+        c = f.assign(f"icmp slt {ty} {a}, 0")
+        return f.assign(f"select i1 {c}, {ty} {neg}, {ty} {a}"), d
+
+    @staticmethod
+    def _fn_sign(f, vals, t):
+        (a, d), = vals
+        ty = regtype(d)
+        if d.is_floating_point:
+            one, mone, zero = fconst(1, d), fconst(-1, d), fconst(0, d)
+            gt = f.assign(f"fcmp ogt {ty} {a}, {zero}")
+            lt = f.assign(f"fcmp olt {ty} {a}, {zero}")
+            s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {a}")
+            return f.assign(f"select i1 {gt}, {ty} {one}, {ty} {s1}"), d
+        gt = f.assign(f"icmp sgt {ty} {a}, 0")
+        lt = f.assign(f"icmp slt {ty} {a}, 0")
+        s1 = f.assign(f"select i1 {lt}, {ty} -1, {ty} 0")
+        return f.assign(f"select i1 {gt}, {ty} 1, {ty} {s1}"), d
+
+
+def _extreme(f, fn, vals):
+    """maximum/minimum of two values (NaN-propagating for floats, as NumPy)."""
+    (a, d), (b, _) = vals
+    ty = regtype(d)
+    if d.is_floating_point:
+        return f.assign(f"call {ty} @llvm.{fn}.{SHORT[d.name]}({ty} {a}, {ty} {b})"), d
+    pred = "sgt" if fn == "maximum" else "slt"
+    if d.name == "bool":
+        pred = "ugt" if fn == "maximum" else "ult"
+    c = f.assign(f"icmp {pred} {ty} {a}, {b}")
+    return f.assign(f"select i1 {c}, {ty} {a}, {ty} {b}"), d
+
+
+def _cast(f, v, src, dst):
+    s, d = regtype(src), regtype(dst)
+    if src is dst or s == d:
+        return v
+    if dst.name == "bool":
+        if src.is_floating_point:
+            return f.assign(f"fcmp une {s} {v}, 0.0")
+        return f.assign(f"icmp ne {s} {v}, 0")
+    if src.name == "bool":
+        return f.assign(f"uitofp i1 {v} to {d}") if dst.is_floating_point else f.assign(f"zext i1 {v} to {d}")
+    if src.is_floating_point and dst.is_floating_point:
+        return f.assign(f"{'fpext' if src.itemsize < dst.itemsize else 'fptrunc'} {s} {v} to {d}")
+    if src.is_floating_point:
+        return f.assign(f"fptosi {s} {v} to {d}")
+    if dst.is_floating_point:
+        return f.assign(f"sitofp {s} {v} to {d}")
+    return f.assign(f"{'sext' if src.itemsize < dst.itemsize else 'trunc'} {s} {v} to {d}")
+
+
+# ------------------------------------------------------------------ kernels

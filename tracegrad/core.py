@@ -1,0 +1,87 @@
+"""The primitive table: what a primitive is, the registry of all of them, and `bind`.
+
+Every fact about a primitive is declared once, in its `prim(...)` call (in `tracegrad/ops/`);
+fusion, remat, the runtime's work estimate, the code generators and the math library derive
+what they need from these fields and keep no list of op names of their own.
+
+- `kind` (KINDS): "elementwise" (one element out per element in, broadcasting),
+  "reduction", "view" (the result shares the input's memory: reshape, permute, expand, slice),
+  "copy" (rearranges into new memory: cat, unslice), "index" (integer-tensor indexing),
+  "extern" (a library call: matmul), "creation", "random" (never merged or folded).
+- `rule(shapes, dtypes, **attrs) -> (shape, dtype)`: the type rule (eager dispatch, shape inference).
+- `impl(*arrays, **attrs)`: the NumPy implementation (eager tensors, the `interpret` backend,
+  host kernels of compiled code).
+- `vjp`: reverse mode, one rule per input `(n, g) -> gradient` (None: not differentiable in that
+  input), or for variadic primitives one rule returning a tuple; None: not differentiable. Written
+  with tensor methods so it runs on eager tensors, builds differentiable graphs (create_graph) and
+  emits the backward IR under the tracer. `n` is the autograd node: `n.x(i)` saved input, `n.out`,
+  `n.shapes`, `n.dtypes`, `n.attrs`.
+- `jvp(n, ts)`: forward mode from the input tangents `ts` (None = zero tangent); None: none.
+- `save`: which inputs the VJP reads (their version counters are checked), `save_out` likewise; or
+  a dict {input i: inputs read by i's VJP rule}, so only what a needed rule reads is saved; or, for
+  variadic primitives, a function of the number of inputs returning one of those.
+- `lower`: the scalar lowering, one target-neutral expression (None: not lowered; the op runs its
+  NumPy implementation as a host kernel). For an elementwise primitive, one element of the result
+  from the inputs `a`, `b`, `c`; for a reduction, how an element `b` joins the accumulator `a`.
+  The vocabulary every fusing code generator implements: `+ - * /`, unary `-`, comparisons,
+  `& | ~` (logical), integer literals, and the functions where, cast (to the result dtype),
+  maximum, minimum, abs, sign, and the math-library functions exp, log, sqrt, tanh, sigmoid,
+  sin, cos, erf, pow.
+- `dtypes`: the dtype names the lowering handles, for every operand and the result (others run
+  on the host).
+- `cost` (COSTS): per element, "cheap" (a few instructions: arithmetic, compares, div, sqrt) or
+  "transcendental" (a math-library polynomial); None when not lowered. Remat recomputes cheap
+  chains freely; the runtime counts a transcendental as 8 element-ops when it decides to split a
+  kernel across threads.
+
+Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
+tensor method, and the tensor module installs the dispatcher behind `bind`.
+"""
+import numpy as np
+
+KINDS = ("elementwise", "reduction", "view", "copy", "index", "extern", "creation", "random")
+COSTS = ("cheap", "transcendental")
+FLOAT = ("float32", "float64")                                 # lowered dtypes of float-only ops
+ALL = ("float32", "float64", "int32", "int64", "bool")          # every dtype a lowering can handle
+NUMERIC = ("float32", "float64", "int32", "int64")
+
+PRIMS = {}
+RNG = [np.random.default_rng()]   # the generator behind tg.manual_seed, rand/randn and dropout
+_dispatch = None  # installed by tensor.py: _dispatch(prim, inputs, attrs) -> Tensor
+
+
+def bind(name, *inputs, **attrs):
+    """Apply primitive `name` to tensors (eager, traced or forward-mode alike)."""
+    return _dispatch(PRIMS[name], inputs, attrs)
+
+
+class Prim:
+    """One primitive: the fields are described in this module's docstring."""
+    __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
+                 "lower", "dtypes", "cost", "backward_name")
+
+    def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost):
+        if kind not in KINDS:
+            raise ValueError(f"primitive {name}: kind {kind!r} is not one of {KINDS}")
+        if (lower is None) != (cost is None) or (lower is None) != (not dtypes):
+            raise ValueError(f"primitive {name}: a lowering, its dtypes and its cost come together "
+                             f"(got lower={lower!r}, dtypes={dtypes!r}, cost={cost!r})")
+        if cost is not None and cost not in COSTS:
+            raise ValueError(f"primitive {name}: cost {cost!r} is not one of {COSTS}")
+        self.name, self.kind, self.rule, self.impl = name, kind, rule, impl
+        self.vjp, self.jvp, self.save, self.save_out = vjp, jvp, save, save_out
+        self.lower, self.dtypes, self.cost = lower, tuple(dtypes), cost
+        self.differentiable = vjp is not None
+        self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+
+    def __repr__(self):
+        return f"<prim {self.name}>"
+
+
+def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost):
+    """Declare primitive `name` with every field (see the module docstring) and register it."""
+    if name in PRIMS:
+        raise ValueError(f"primitive {name} is declared twice")
+    PRIMS[name] = p = Prim(name, kind, rule, impl, vjp=vjp, jvp=jvp, save=save, save_out=save_out,
+                           lower=lower, dtypes=dtypes, cost=cost)
+    return p

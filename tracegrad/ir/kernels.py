@@ -1,0 +1,144 @@
+"""The kernel IR: what fusion (ir/passes/fusion.py) produces and every code generator lowers.
+
+A program is a list of `Kernel`s run in order. A loop kernel is a loop nest over an iteration
+space (`shape`) whose outer `split` axes run over rows; its `Phase`s each write expression trees
+over the space ("map") or reduce one over the inner axes ("reduce"). An expression tree is a DAG
+of `Op`s (a primitive's target-neutral scalar lowering applied to its arguments) whose leaves are
+`Const`s and `Load`s: reads of a buffer (a graph Value) at an affine index (strides, offset).
+Extern and host kernels call a library or a primitive's NumPy implementation on strided views of
+their input buffers. Nothing here depends on a target or on the primitive table.
+"""
+import math
+
+
+def contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class Load:
+    """Read buffer `buf` (a graph Value) at offset + sum(i_d * strides[d]) of the tree's index."""
+    __slots__ = ("buf", "strides", "offset", "dtype")
+
+    def __init__(self, buf, strides, offset=0):
+        self.buf, self.strides, self.offset, self.dtype = buf, tuple(strides), offset, buf.dtype
+
+
+class Const:
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value, dtype):
+        self.value, self.dtype = value, dtype
+
+
+class Op:
+    """Primitive `op` applied to `args`; `lower` is its scalar lowering (one expression over a, b, c)."""
+    __slots__ = ("op", "args", "dtype", "lower")
+
+    def __init__(self, op, args, dtype, lower):
+        self.op, self.args, self.dtype, self.lower = op, tuple(args), dtype, lower
+
+
+def postorder(tree):
+    """The distinct nodes of an expression DAG, every node after its arguments (no recursion)."""
+    out, seen, stack = [], set(), [(tree, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            out.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        if isinstance(t, Op):
+            stack.extend((a, False) for a in reversed(t.args) if id(a) not in seen)
+    return out
+
+
+def size(tree):
+    """Number of distinct ops in a tree (DAG)."""
+    return sum(isinstance(t, Op) for t in postorder(tree))
+
+
+def loads(tree):
+    """The distinct Loads of a tree, in evaluation order."""
+    return [t for t in postorder(tree) if isinstance(t, Load)]
+
+
+def ops_of(tree):
+    """The op names of a tree as `stage="kernels"` lists them."""
+    out, seen, stack = [], set(), [tree]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Op) and id(t) not in seen:
+            seen.add(id(t))
+            out.append(t.op)
+            stack.extend(t.args)
+    return out[::-1]
+
+
+class Phase:
+    """kind "map": write each (value, tree) over the kernel's full space;
+    kind "reduce": reduce `tree` over the kernel's inner axes (row) or `axes` (reduce_acc) into
+    value, with primitive `op` whose lowering `lower` joins an element b to the accumulator a."""
+    __slots__ = ("kind", "outputs", "op", "axes", "lower")
+
+    def __init__(self, kind, outputs, op=None, axes=None, lower=None):
+        self.kind, self.outputs, self.op, self.axes, self.lower = kind, outputs, op, axes, lower
+
+
+class Kernel:
+    """kind: "loop" (phases inside an outer loop over shape[:split]), "reduce_acc", "extern", "host".
+    `node` is set for extern/host kernels (their inputs are Loads in `args`)."""
+
+    def __init__(self, kind, shape, split=0, phases=(), node=None, args=()):
+        self.kind, self.shape, self.split, self.phases = kind, tuple(shape), split, list(phases)
+        self.node, self.args = node, list(args)
+
+    @property
+    def outputs(self):
+        if self.node is not None:
+            return [self.node.out]
+        return [v for ph in self.phases for v, _ in ph.outputs]
+
+    @property
+    def reads(self):
+        if self.node is not None:
+            return list(self.args)
+        return [ld for ph in self.phases for _, t in ph.outputs for ld in loads(t)]
+
+    def ops(self):
+        if self.node is not None:
+            return [self.node.op]
+        out = []
+        for ph in self.phases:
+            for _, t in ph.outputs:
+                out += ops_of(t)
+            if ph.kind == "reduce":
+                out.append(ph.op)
+        return out
+
+    def bytes_moved(self):
+        read = {}
+        for ld in self.reads:
+            read[id(ld.buf)] = nbytes(ld.buf)
+        return sum(read.values()) + sum(nbytes(v) for v in self.outputs)
+
+
+def nbytes(v):
+    return math.prod(v.shape) * v.dtype.itemsize
+
+
+def kernels_text(name, kernels):
+    """The `stage="kernels"` view: each kernel's kind, space, ops and bytes moved."""
+    lines = [f"kernels {name}: {len(kernels)}"]
+    for j, k in enumerate(kernels):
+        space = "x".join(map(str, k.shape)) or "scalar"
+        outs = ", ".join(f"{v.type}" for v in k.outputs)
+        lines.append(f"  k{j} [{k.kind}] space={space} split={k.split} ops={'+'.join(k.ops()) or 'copy'} "
+                     f"-> {outs}  bytes={k.bytes_moved()}")
+    return "\n".join(lines)

@@ -1,0 +1,15 @@
+"""The primitives, one complete `prim(...)` declaration each (the fields: tracegrad/core.py).
+
+elementwise.py  math, arithmetic, comparisons, logic, where, cast, copy
+reductions.py   sum, max, min, prod, argmax, argmin
+layout.py       views (reshape, permute, expand, slice) and rearranging copies (unslice, cat)
+indexing.py     integer-tensor indexing and its scatter-add
+matmul.py       the matrix product (extern: BLAS)
+creation.py     zeros_like, rand, randn
+rules.py        the type rules and axis helpers they share
+"""
+from ..core import PRIMS, RNG, Prim, bind
+from . import creation, elementwise, indexing, layout, matmul, reductions  # noqa: F401  (each registers its prims)
+from .rules import _norm_axis, _reduce_shape, normalize_axes
+
+__all__ = ["PRIMS", "RNG", "Prim", "bind", "normalize_axes", "_norm_axis", "_reduce_shape"]

@@ -1,0 +1,66 @@
+"""Integer-tensor indexing (gather) and its transpose, the scatter-add."""
+import math
+
+import numpy as np
+
+from .. import dtypes as D
+from ..broadcast import broadcast_shapes
+from ..core import bind, prim
+
+
+def _index_rule(shapes, dtypes, axes):
+    x, idx = shapes[0], shapes[1:]
+    for d in dtypes[1:]:
+        if d not in (D.int32, D.int64):
+            raise IndexError(f"tensors used as indices must be int32 or int64 tensors, got {d}")
+    bshape = broadcast_shapes(*idx)
+    rest = [s for i, s in enumerate(x) if i not in axes]
+    adjacent = list(axes) == list(range(axes[0], axes[0] + len(axes)))
+    if adjacent:
+        before = [s for i, s in enumerate(x) if i < axes[0]]
+        after = [s for i, s in enumerate(x) if i > axes[-1]]
+        return tuple(before) + tuple(bshape) + tuple(after), dtypes[0]
+    return tuple(bshape) + tuple(rest), dtypes[0]
+
+
+def _index_tuple(ndim, axes, idx):
+    t = [slice(None)] * ndim
+    for a, i in zip(axes, idx):
+        t[a] = i
+    return tuple(t)
+
+
+def _index_impl(x, *idx, axes):
+    try:
+        return x[_index_tuple(x.ndim, axes, idx)]
+    except IndexError as e:          # NumPy checks the bounds; say it in PyTorch's words
+        raise IndexError(str(e).replace("for axis", "for dimension")) from None
+
+
+def _index_add_impl(g, *idx, shape, axes):
+    """Scatter-add g into zeros of `shape`; repeated indices accumulate."""
+    if len(axes) == len(shape) and g.size:     # every axis indexed: one bincount over flat positions
+        idx = [np.where(i < 0, i + n, i) for i, n in zip(np.broadcast_arrays(*idx), shape)]
+        flat = np.ravel_multi_index(idx, shape).ravel()
+        return np.bincount(flat, weights=g.ravel(), minlength=math.prod(shape)).astype(g.dtype).reshape(shape)
+    out = np.zeros(shape, g.dtype)
+    np.add.at(out, _index_tuple(len(shape), axes, idx), g)
+    return out
+
+
+def _indices_only(n_inputs):
+    """index/index_add backward needs the index tensors, not the data (so, as in PyTorch, writing
+    into the indexed tensor afterwards does not invalidate the gradient)."""
+    return range(1, n_inputs)
+
+
+prim("index", "index", _index_rule, _index_impl,
+     vjp=lambda n, g: (bind("index_add", g, *[n.x(i) for i in range(1, len(n.shapes))],
+                            shape=n.shapes[0], axes=n.attrs["axes"]),) + (None,) * (len(n.shapes) - 1),
+     jvp=lambda n, ts: bind("index", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),
+     save=_indices_only, lower=None, dtypes=(), cost=None)
+prim("index_add", "index", lambda shapes, dtypes, shape, axes: (tuple(shape), dtypes[0]), _index_add_impl,
+     vjp=lambda n, g: (bind("index", g, *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),)
+     + (None,) * (len(n.shapes) - 1),
+     jvp=lambda n, ts: bind("index_add", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], **n.attrs),
+     save=_indices_only, lower=None, dtypes=(), cost=None)

@@ -1,0 +1,103 @@
+"""Views (reshape, permute, expand, slice: the result shares the input's memory) and the copies
+that rearrange into new memory (unslice, cat)."""
+import math
+
+import numpy as np
+
+from ..broadcast import unbroadcast
+from ..core import bind, prim
+from .rules import same_dtype
+
+_NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; copies run on the host
+
+
+def _reshape_rule(shapes, dtypes, shape):
+    if math.prod(shapes[0]) != math.prod(shape):
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {math.prod(shapes[0])}")
+    return tuple(shape), dtypes[0]
+
+
+prim("reshape", "view", _reshape_rule, lambda x, shape: x.reshape(shape),
+     vjp=(lambda n, g: g.reshape(n.shapes[0]),), jvp=lambda n, ts: ts[0].reshape(n.attrs["shape"]),
+     save=(), **_NOT_LOWERED)
+
+
+def _permute_rule(shapes, dtypes, perm):
+    if sorted(perm) != list(range(len(shapes[0]))):
+        raise RuntimeError(f"permute: dims {perm} are not a permutation of the {len(shapes[0])} "
+                           f"dimensions of shape {shapes[0]}")
+    return tuple(shapes[0][p] for p in perm), dtypes[0]
+
+
+prim("permute", "view", _permute_rule, lambda x, perm: x.transpose(perm),
+     vjp=(lambda n, g: g.permute(*np.argsort(n.attrs["perm"]).tolist()),),
+     jvp=lambda n, ts: ts[0].permute(*n.attrs["perm"]), save=(), **_NOT_LOWERED)
+
+
+def _expand_rule(shapes, dtypes, shape):
+    src = shapes[0]
+    if len(shape) < len(src):
+        raise RuntimeError(f"expand: the target shape {shape} has fewer dimensions than the tensor's {src}")
+    off = len(shape) - len(src)
+    for i, s in enumerate(src):
+        if s != 1 and s != shape[off + i]:
+            raise RuntimeError(f"The expanded size of the tensor ({shape[off + i]}) must match the existing size "
+                               f"({s}) at non-singleton dimension {off + i}.  Target sizes: {list(shape)}.  "
+                               f"Tensor sizes: {list(src)}")
+    return tuple(shape), dtypes[0]
+
+
+prim("expand", "view", _expand_rule, lambda x, shape: np.broadcast_to(x, shape),
+     vjp=(lambda n, g: unbroadcast(g, n.shapes[0]),), jvp=lambda n, ts: ts[0].expand(*n.attrs["shape"]),
+     save=(), **_NOT_LOWERED)
+
+
+def _slice_rule(shapes, dtypes, index):
+    out = []
+    for size, (start, stop, step) in zip(shapes[0], index):
+        out.append(len(range(start, stop, step)))
+    return tuple(out) + tuple(shapes[0][len(index):]), dtypes[0]
+
+
+def _slices(index):
+    return tuple(slice(a, b, c) for a, b, c in index)
+
+
+prim("slice", "view", _slice_rule, lambda x, index: x[_slices(index)],
+     vjp=(lambda n, g: bind("unslice", g, shape=n.shapes[0], index=n.attrs["index"]),),
+     jvp=lambda n, ts: bind("slice", ts[0], index=n.attrs["index"]), save=(), **_NOT_LOWERED)
+
+
+def _unslice_impl(g, shape, index):
+    out = np.zeros(shape, g.dtype)
+    out[_slices(index)] = g
+    return out
+
+
+prim("unslice", "copy", lambda shapes, dtypes, shape, index: (tuple(shape), dtypes[0]), _unslice_impl,
+     vjp=(lambda n, g: bind("slice", g, index=n.attrs["index"]),),
+     jvp=lambda n, ts: bind("unslice", ts[0], **n.attrs), save=(), **_NOT_LOWERED)
+
+
+def _cat_rule(shapes, dtypes, axis):
+    ref = shapes[0]
+    for s in shapes[1:]:
+        if len(s) != len(ref) or any(a != b for i, (a, b) in enumerate(zip(s, ref)) if i != axis):
+            raise RuntimeError(f"cat: tensors must have the same shape except in dimension {axis}; "
+                               f"got {ref} and {s}")
+    return ref[:axis] + (sum(s[axis] for s in shapes),) + ref[axis + 1:], same_dtype("cat", dtypes)
+
+
+def _cat_vjp(n, g):
+    axis, out, start = n.attrs["axis"], [], 0
+    for shape in n.shapes:
+        index = tuple((start, start + s, 1) if i == axis else (0, s, 1) for i, s in enumerate(shape))
+        out.append(bind("slice", g, index=index))
+        start += shape[axis]
+    return tuple(out)
+
+
+prim("cat", "copy", _cat_rule, lambda *xs, axis: np.concatenate(xs, axis),
+     vjp=_cat_vjp, jvp=lambda n, ts: bind("cat", *[t if t is not None else bind("zeros_like", n.x(i))
+                                                   for i, t in enumerate(ts)], axis=n.attrs["axis"]),
+     save=(), **_NOT_LOWERED)
