@@ -20,7 +20,7 @@ def _bench(args):
         from .bench import eager_overhead
         return eager_overhead.main(quick=args.quick, repeats=args.repeats)
     from . import bench
-    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats)
+    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats, plot=args.plot)
 
 
 def _dump(args):
@@ -77,6 +77,7 @@ def main(argv=None):
     b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W6 or its name, e.g. softmax_fwd")
     b.add_argument("--quick", action="store_true", help="fewer, shorter rounds (about 30 s in all)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
+    b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")
     b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")
     b.set_defaults(func=_bench)
 
@@ -106,6 +107,8 @@ def main(argv=None):
     fz.set_defaults(func=_fuzz)
 
     args = ap.parse_args(argv)
+    if getattr(args, "plot", None) and args.eager:
+        ap.error("--plot draws the workload table; it does not apply to --eager")
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
         ap.error("--repeats must be >= 1")
     if getattr(args, "workload", None):

@@ -155,7 +155,7 @@ def blas_info():
         return "unknown (pip install threadpoolctl to see the kernel)"
 
 
-def main(workload=None, quick=False, repeats=None, out=print):
+def main(workload=None, quick=False, repeats=None, out=print, plot=None):
     import tracegrad as tg
     columns = available_columns()
     selected = [find(workload)] if workload else WORKLOADS
@@ -175,6 +175,11 @@ def main(workload=None, quick=False, repeats=None, out=print):
         print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     out("")
     print_table(rows, columns, out=out)
+    if plot:
+        from ..viz.bars import write_bench
+        write_bench([(f"{w.id} {w.name}", {c: None if res[c].failure else res[c].median for c in columns})
+                     for w, res in rows], columns, plot)
+        out(f"\nwrote {plot}")
     failures = [(w, c, res[c].failure) for w, res in rows for c in columns if res[c].failure]
     if failures:
         out("")

@@ -101,12 +101,14 @@ class CompiledFunction:
         """The IR text of a stage: traced, forward, backward, kernels, llvm (see SPEC §5)."""
         return introspect.stage_text(self._entry_for(args, kwargs)[0], stage, source, optimized)
 
-    def profile(self, *args, repeat=5, **kwargs):
+    def profile(self, *args, repeat=5, plot=None, **kwargs):
         """Per kernel of the forward program, a dict: "kernel", "kind", "ops", "time" (median seconds
-        over `repeat` runs), "bytes" moved and achieved "GB/s" (the memory-bandwidth roofline).
+        over `repeat` runs), "bytes" moved, achieved "GB/s", "flops", "GFLOP/s", "intensity" (flop per
+        byte), and its "bandwidth share" and "compute share" of this machine's measured peaks
+        (tg.viz.roofline.peaks()). `plot="profile.svg"` also writes the kernels on an SVG roofline.
         Needs backend="llvm"."""
         entry, leaves = self._entry_for(args, kwargs)
-        return introspect.profile_rows(entry, leaves, repeat)
+        return introspect.profile_rows(entry, leaves, repeat, plot)
 
     def to_dot(self, *args, **kwargs):
         return introspect.to_dot(self._entry_for(args, kwargs)[0].fwd)

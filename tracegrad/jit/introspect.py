@@ -51,8 +51,9 @@ def kernels_text(entry):
     return "\n".join(text(f"{g.name} ({label})", kernels) for label, g, kernels in fused_kernels(entry))
 
 
-def profile_rows(entry, leaves, repeat):
-    """Per kernel of the forward program: kernel, kind, ops, median time, bytes moved, GB/s."""
+def profile_rows(entry, leaves, repeat, plot=None):
+    """Per kernel of the forward program: kernel, kind, ops, median time, bytes moved, GB/s, and the
+    roofline figures (tg.viz.roofline); `plot` is a path for the roofline SVG."""
     if entry.programs is None:
         raise ValueError(f"profile() needs backend='llvm'; {entry.name} uses {entry.cf.backend!r}")
     arrays = [t._data for t in entry.input_tensors(leaves)]
@@ -68,6 +69,10 @@ def profile_rows(entry, leaves, repeat):
         moved = k.bytes_moved()
         rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "time": sec, "bytes": moved,
                      "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
+    from ..viz import roofline
+    roofline.annotate(rows, prog.kernels)
+    if plot:
+        roofline.write_roofline(rows, plot, f"{entry.name}: forward kernels on the roofline")
     return rows
 
 
