@@ -66,7 +66,7 @@ def _fuzz(args):
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(s, fh, indent=1)
-    return 1 if s["failing_programs"] else 0
+    return 1 if s["mismatch_programs"] or s["error_programs"] else 0
 
 
 def main(argv=None):

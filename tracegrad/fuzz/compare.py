@@ -78,9 +78,12 @@ def compare_values(e, c, r, dtype):
 def _where(bad, e, c):
     idx = np.argwhere(bad)
     first = tuple(int(i) for i in idx[0])
-    return (f"{len(idx)} of {e.size} elements differ; first at {first}: backend {c[first]!r}, eager {e[first]!r}"
-            + (f" (max |diff| {float(np.nanmax(np.abs(c.astype(float) - e.astype(float))[bad])):.3g})"
-               if e.dtype.kind == "f" else ""))
+    text = f"{len(idx)} of {e.size} elements differ; first at {first}: backend {c[first]!r}, eager {e[first]!r}"
+    if e.dtype.kind == "f":
+        d = np.abs(c.astype(np.float64) - e.astype(np.float64))[bad]
+        d = d[np.isfinite(d)]
+        text += f" (max finite |diff| {float(d.max()):.3g})" if d.size else ""
+    return text
 
 
 def _desc(v):

@@ -133,7 +133,9 @@ def _mutate(rng, index, seed, dtype):
            "for k in range(2):",
            "    rec.grads(rec.outputs(fn(*xs), f'call{k}.out'), xs, f'call{k}.grad')",
            "    rec.outputs(xs, f'call{k}.after.x')"]
-    return Program("mutate", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run)
+    program = Program("mutate", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run)
+    program.notes = ["first call", "second call (inputs updated by the first)"]
+    return program
 
 
 ALIAS_CALLS = ["(a, b)", "(a, a)", "(a, a.view(a.shape))", "(a, a.detach())", "(b, a)", "(a, b.detach())"]
@@ -163,4 +165,6 @@ def _alias(rng, index, seed, dtype):
            f"for k, args in enumerate([{', '.join(calls)}]):",
            "    rec.grads(rec.outputs(fn(*args, *xs[2:]), f'call{k}.out'), xs, f'call{k}.grad')",
            "    rec.outputs(xs, f'call{k}.after.x')"]
-    return Program("alias", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run, header)
+    program = Program("alias", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run, header)
+    program.notes = [f"f{c}" + (" with b also global G['w']" if captured else "") for c in calls]
+    return program

@@ -2,6 +2,7 @@
 import collections
 import linecache
 import os
+import re
 import time
 import warnings
 
@@ -96,6 +97,26 @@ def write_repro(program, problems, out):
     return path
 
 
+def trigger(program, label):
+    """What preceded the call whose observation `label` differs: the aliasing pattern of that call
+    (alias), the latest state change (train), which call (mutate); "" for single-call programs."""
+    m = re.match(r"call(\d+)\.", label)
+    if not m or not program.notes:
+        return ""
+    k = int(m.group(1))
+    if program.kind != "train":
+        return program.notes[min(k, len(program.notes) - 1)]
+    changes = [program.notes[j] for j in range(min(k, len(program.notes) - 1), 0, -1) if program.notes[j]]
+    return f"after {changes[0]}" if changes else ("first call" if k == 0 else "repeated call, no state change")
+
+
+def classify(program, problems):
+    """The program's class: (kind, what, trigger) of its first problem, and the backends showing it."""
+    b, cat, text = problems[0]
+    key = (program.kind, cat, trigger(program, text.split(":")[0]))
+    return key, sorted({b2 for b2, c2, t2 in problems if c2 == cat})
+
+
 def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, dtype=None, do_shrink=True,
          log=print):
     """Generate and check programs start..start+n-1 of stream `seed`; write failing ones into `out`;
@@ -104,59 +125,62 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
     for b in backends:
         if b not in known:
             raise ValueError(f"unknown backend {b!r}; expected one of {', '.join(known)}")
-    if kinds:
-        for k in kinds:
-            if k not in KINDS:
-                raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")
+    for k in kinds or ():
+        if k not in KINDS:
+            raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
-    by_kind, eager_errors = collections.Counter(), collections.Counter()
-    classes, examples, failed = collections.Counter(), {}, 0
+    by_kind, eager_refused, classes = collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):
         program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
         by_kind[program.kind] += 1
         eager_error, problems = check(program, backends)
         if eager_error:
-            eager_errors[f"{program.kind} {eager_error[0]}"] += 1
+            eager_refused[f"{program.kind} {eager_error[0]}"] += 1
         if not problems:
             continue
-        failed += 1
-        keys = sorted({(b, c) for b, c, _ in problems})
-        for b, c in keys:
-            classes[(program.kind, b, c)] += 1
-        b, c = keys[0]
-        small = shrink(program, b, c) if do_shrink and classes[(program.kind, b, c)] <= SHRINK_PER_CLASS else program
+        key, shown_by = classify(program, problems)
+        entry = classes.setdefault(key, {"programs": 0, "backends": set(), "example": None})
+        entry["programs"] += 1
+        entry["backends"].update(shown_by)
+        small = program
+        if do_shrink and entry["programs"] <= SHRINK_PER_CLASS:
+            small = shrink(program, problems[0][0], problems[0][1])
         _, small_problems = check(small, backends) if small is not program else (None, problems)
         path = write_repro(small, small_problems or problems, out)
-        for b, c in keys:
-            examples.setdefault((program.kind, b, c), path)
-        log(f"  program {i} ({program.kind}, {program.dtype}): {'; '.join(f'{b} {c}' for b, c in keys)} -> {path}")
-    summary = dict(seed=seed, start=start, programs=n, seconds=round(time.time() - t0, 1), by_kind=dict(by_kind),
-                   failing_programs=failed, classes={" | ".join(k): v for k, v in classes.items()},
-                   examples={" | ".join(k): v for k, v in examples.items()}, eager_errors=dict(eager_errors),
-                   backends=list(backends))
+        entry["example"] = entry["example"] or path
+        log(f"  program {i} ({program.kind}, {program.dtype}): {' | '.join(key)} [{', '.join(shown_by)}] -> {path}")
+    summary = dict(seed=seed, start=start, programs=n, seconds=round(time.time() - t0, 1), backends=list(backends),
+                   by_kind=dict(by_kind), eager_refused=dict(eager_refused),
+                   classes={" | ".join(k): dict(v, backends=sorted(v["backends"])) for k, v in classes.items()})
+    for name, test in (("mismatch", _is_mismatch), ("error", lambda c: c.startswith("error:")),
+                       ("accepted", lambda c: c == "accepted")):
+        summary[f"{name}_programs"] = sum(v["programs"] for k, v in classes.items() if test(k[1]))
     log(format_summary(summary))
     return summary
 
 
+def _is_mismatch(cat):
+    return not cat.startswith("error:") and cat != "accepted"
+
+
 def format_summary(s):
-    mism = {k: v for k, v in s["classes"].items() if " | error:" not in k and not k.endswith("| accepted")}
-    errs = {k: v for k, v in s["classes"].items() if " | error:" in k}
-    acc = {k: v for k, v in s["classes"].items() if k.endswith("| accepted")}
     lines = [f"tracegrad fuzz: {s['programs']} programs (seed {s['seed']}, from {s['start']}; "
              f"eager vs {', '.join(s['backends'])}) in {s['seconds']} s",
              "  by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(s["by_kind"].items())),
-             f"  programs with a difference: {s['failing_programs']}; "
-             f"mismatches (silent wrong results): {sum(mism.values())}; "
-             f"errors (backend raised, eager did not): {sum(errs.values())}; "
-             f"accepted (eager raised, backend did not): {sum(acc.values())}"]
-    for title, group in (("mismatches by class (kind | backend | what)", mism),
-                         ("errors by type (kind | backend | error)", errs),
-                         ("accepted (kind | backend)", acc)):
-        if group:
-            lines.append(f"  {title}:")
-            lines += [f"    {v:5d}  {k}   e.g. {s['examples'][k]}" for k, v in sorted(group.items(), key=lambda kv: -kv[1])]
-    if s["eager_errors"]:
-        lines.append("  programs eager itself refused (same error expected from backends): " +
-                     ", ".join(f"{k} {v}" for k, v in sorted(s["eager_errors"].items())))
+             f"  programs with a mismatch (silent wrong result): {s['mismatch_programs']}; "
+             f"with an error (a backend raised, eager did not): {s['error_programs']}; "
+             f"accepted (eager raised, a backend did not): {s['accepted_programs']}"]
+    groups = {"mismatches": [], "errors": [], "accepted": []}
+    for k, v in s["classes"].items():
+        cat = k.split(" | ")[1]
+        groups["errors" if cat.startswith("error:") else "accepted" if cat == "accepted" else "mismatches"].append((k, v))
+    for title, items in groups.items():
+        if items:
+            lines.append(f"  {title} by class (kind | what | trigger) [backends], programs, example:")
+            lines += [f"    {v['programs']:5d}  {k} [{', '.join(v['backends'])}]  {v['example']}"
+                      for k, v in sorted(items, key=lambda kv: -kv[1]["programs"])]
+    if s["eager_refused"]:
+        lines.append("  programs eager itself refused (the backends must raise the same error type): " +
+                     ", ".join(f"{k} {v}" for k, v in sorted(s["eager_refused"].items())))
     return "\n".join(lines)

@@ -8,6 +8,7 @@ class Program:
         self.kind, self.index, self.seed, self.dtype, self.stream = kind, index, seed, dtype, None
         self.inputs, self.body, self.returns, self.run = inputs, list(body), list(returns), list(run)
         self.calls = list(calls)   # blocks of run() after `run`: each a call and what it records
+        self.notes = []            # per call: what precedes it (a state change, an aliasing pattern)
         self.header = list(header)
         self.params = [n for n, _, _ in inputs] if params is None else params   # [] : no function f
 
@@ -15,7 +16,7 @@ class Program:
         p = Program(self.kind, self.index, self.seed, self.dtype, self.inputs,
                     self.body if body is None else body, self.returns if returns is None else returns,
                     self.run, self.header, self.params, self.calls if calls is None else calls)
-        p.stream = self.stream
+        p.stream, p.notes = self.stream, self.notes
         return p
 
     def source(self):

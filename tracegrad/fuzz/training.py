@@ -57,9 +57,9 @@ def _train(rng, index, seed, dtype):
            "", sig, *("    " + line for line in body), "    return loss", "",
            "fn = step if mode == 'eager' else tg.compile(step, backend=mode)",
            "evalfn = model if mode == 'eager' else tg.compile(lambda x: model(x), backend=mode)"]
-    calls = []
+    calls, notes = [], []
     for k in range(int(rng.integers(2, 6))):
-        block = []
+        block, change = [], ""
         if k and rng.random() < 0.6:
             change = pick(CHANGES).format(h=h, o=o)
             if change == "eval_call":
@@ -69,4 +69,7 @@ def _train(rng, index, seed, dtype):
         block += [f"rec('call{k}.loss', {call})",
                   "for name, q in model.named_parameters():", f"    rec('call{k}.param.' + name, q)"]
         calls.append("\n".join(block))
-    return Program("train", index, seed, dtype, inputs, [], [], run, header, params=[], calls=calls)
+        notes.append(change.replace("\n    ", ": ").replace("eval_call", "an eval call under no_grad"))
+    program = Program("train", index, seed, dtype, inputs, [], [], run, header, params=[], calls=calls)
+    program.notes = notes
+    return program
