@@ -55,6 +55,9 @@ class Builder:
         self.rng, self.max_elems = rng, max_elems
         self.inputs, self.lines, self.pool = [], [], []
         self.zero_sizes = rng.random() < 0.15
+        self.big = rng.random() < 0.08          # one axis of 257 or 1023: vector loops, threads, long sums
+        if self.big:
+            self.max_elems = 40000
 
     # ---------------------------------------------------------------- helpers
     def pick(self, seq):
@@ -70,6 +73,8 @@ class Builder:
             n = int(self.pick(SIZES if self.zero_sizes else SIZES[:-1]))
             if n == 17 and any(m == 17 for m in out):
                 n = 3
+            if self.big and not any(m > 17 for m in out) and self.chance(0.4):
+                n = int(self.pick([257, 1023]))
             out.append(n)
         return tuple(out)
 

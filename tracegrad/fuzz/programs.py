@@ -25,10 +25,11 @@ WEIGHTS = (0.35, 0.15, 0.15, 0.15, 0.2)
 
 
 def generate(index, seed, dtype=None, kind=None):
-    """Program number `index` of the stream `seed` (the same pair gives the same program)."""
+    """Program number `index` of the stream `seed` (the same pair gives the same program; `kind` and
+    `dtype` override what was drawn, the rest of the program stays as drawn)."""
     rng = np.random.default_rng([seed, index])
-    kind = kind or KINDS[int(rng.choice(len(KINDS), p=WEIGHTS))]
-    dtype = dtype or ("float32" if rng.random() < 0.6 else "float64")
+    drawn_kind, drawn_dtype = KINDS[int(rng.choice(len(KINDS), p=WEIGHTS))], rng.random()
+    kind, dtype = kind or drawn_kind, dtype or ("float32" if drawn_dtype < 0.6 else "float64")
     pseed = int(rng.integers(2**31))
     make = _train if kind == "train" else globals()["_" + kind]
     program = make(rng, index, pseed, dtype)

@@ -10,14 +10,16 @@ from .compare import compare_runs
 from .programs import KINDS, generate
 
 BACKENDS = ("interpret", "llvm")
-SHRINK_PER_CLASS = 3   # failing programs shrunk per class (kind, backend, category); later ones are written as is
+SHRINK_PER_CLASS = 2   # failing programs shrunk per class (kind, backend, category); later ones are written as is
 
 
 class Observation:
-    """What one run recorded: items [(label, array)], or the error it raised (type name, message)."""
+    """What one run recorded: items [(label, array)], or the error it raised (type name, message);
+    `kinds`: the names of the error's classes (its MRO), so that a subclass counts as the same error."""
 
-    def __init__(self, items=(), error=None):
+    def __init__(self, items=(), error=None, kinds=()):
         self.items, self.error = list(items), error
+        self.kinds = set(kinds) or ({error[0]} if error else set())
 
 
 def observe(run, mode, dtype):
@@ -25,10 +27,9 @@ def observe(run, mode, dtype):
         warnings.simplefilter("ignore")
         try:
             return Observation(run(mode, dtype).items)
-        except RecursionError as e:
-            return Observation(error=("RecursionError", str(e)[:200]))
         except Exception as e:  # noqa: BLE001 -- any error is an observation to compare
-            return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]))
+            return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]),
+                               kinds=[c.__name__ for c in type(e).__mro__])
 
 
 def load(program):
@@ -53,36 +54,28 @@ def check(program, backends=BACKENDS):
     return eager.error, problems
 
 
-def shrink(program, backend, cat, budget=60):
-    """Remove statements and returned values while `backend` still shows a problem of class `cat`."""
+def shrink(program, backend, cat, budget=40):
+    """Remove statements, calls and returned values while `backend` still shows a problem of class
+    `cat` and eager still succeeds (or fails) as it did."""
+    eager_error = check(program, ())[0]
+
     def fails(p):
         nonlocal budget
         budget -= 1
-        try:
-            _, probs = check(p, (backend,))
-        except SyntaxError:
-            return False
-        return any(c == cat for _, c, _ in probs)
+        err, probs = check(p, (backend,))
+        return (err and err[0]) == (eager_error and eager_error[0]) and any(c == cat for _, c, _ in probs)
 
     changed = True
     while changed and budget > 0:
         changed = False
-        for i in reversed(range(len(program.body))):
-            if budget <= 0:
-                break
-            cand = program.replace(body=program.body[:i] + program.body[i + 1:])
-            if fails(cand):
-                program, changed = cand, True
-        for i in reversed(range(len(program.calls))):
-            if len(program.calls) > 1 and budget > 0:
-                cand = program.replace(calls=program.calls[:i] + program.calls[i + 1:])
+        for field in ("body", "calls", "returns"):
+            items = getattr(program, field)
+            for i in reversed(range(len(items))):
+                if budget <= 0 or field != "body" and len(items) == 1:
+                    break
+                cand = program.replace(**{field: items[:i] + items[i + 1:]})
                 if fails(cand):
-                    program, changed = cand, True
-        for name in list(program.returns):
-            if len(program.returns) > 1 and budget > 0:
-                cand = program.replace(returns=[r for r in program.returns if r != name])
-                if fails(cand):
-                    program, changed = cand, True
+                    program, changed, items = cand, True, getattr(cand, field)
     return program
 
 
@@ -132,6 +125,8 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
     t0 = time.time()
     by_kind, eager_refused, classes = collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):
+        if (i - start) % 500 == 0 and i > start:
+            log(f"  ... {i - start} programs, {time.time() - t0:.0f} s")
         program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
         by_kind[program.kind] += 1
         eager_error, problems = check(program, backends)

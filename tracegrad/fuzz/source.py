@@ -29,8 +29,10 @@ class Program:
                 ins.append(f"data(rng, {shape!r}, dtype{opts})")
         body = "\n".join("    " + line.replace("\n", "\n    ") for line in self.body) or "    pass"
         ret = ", ".join(self.returns)
-        lines = [f'"""tracegrad fuzz: program {self.index} of `--seed {self.stream}` (kind {self.kind}, {self.dtype}).',
-                 "Run it: `python THIS_FILE.py` compares eager, interpret and llvm and prints the differences."
+        lines = [f'"""tracegrad fuzz: program {self.index} of `--seed {self.stream}` ({self.kind}, {self.dtype}).',
+                 "Run it: `python THIS_FILE.py` compares eager, interpret and llvm and prints the differences.",
+                 f"Regenerate: python -m tracegrad fuzz --seed {self.stream} --start {self.index} --n 1 "
+                 f"--kind {self.kind} --dtype {self.dtype}"
                  '"""',
                  "import numpy as np", "", "import tracegrad as tg",
                  "from tracegrad.fuzz.harness import Recorder, data, labels, main, set_lr  # noqa: F401", "",
