@@ -36,22 +36,24 @@ def _build(s, it):
 
 
 # ---------------------------------------------------------------------- objects with state
-# Modules and optimizers pass through flatten as leaves: a compiled function identifies them by
-# identity and reads the tensors they hold while it runs. Each registers here how to list what it
-# holds, so the compiler needs no import of nn or optim.
-_OBJECTS = {}      # class -> function(obj) yielding (name, value) for what obj holds
+# Modules and optimizers pass through flatten as leaves. A compiled function identifies them by
+# identity, reads the tensors they hold while it runs, and guards the Python values they hold. Each
+# class registers here how to list what it holds, so the compiler needs no import of nn or optim.
+_OBJECTS = {}      # class -> (state function, names of dynamic attributes)
 
 
-def register_object(cls, state):
-    """Objects of `cls` (and subclasses) are leaves identified by identity; `state(obj)` yields
-    (relative name, value) pairs: the tensors the object holds, in a stable order."""
-    _OBJECTS[cls] = state
+def register_object(cls, state, dynamic=()):
+    """Objects of `cls` (and subclasses) are leaves identified by identity. `state(obj)` yields
+    (name, value) for what obj holds, in a stable order: tensors, registered objects, Python values.
+    `dynamic` names attributes holding numbers that may change every call (a learning rate): a
+    compiled function reads them at each call instead of retracing."""
+    _OBJECTS[cls] = (state, tuple(dynamic))
 
 
 def object_state(obj):
-    """The registered state function of obj's class, or None when obj is no registered object."""
+    """(state function, dynamic attribute names) of obj's class, or None for no registered object."""
     for cls in type(obj).__mro__:
-        state = _OBJECTS.get(cls)
-        if state is not None:
-            return state
+        reg = _OBJECTS.get(cls)
+        if reg is not None:
+            return reg
     return None

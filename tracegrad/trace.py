@@ -115,15 +115,21 @@ class Tracer:
         return st
 
     def grad_access(self, t):
-        """Note the .grad of a tensor before the trace first reads or writes it; an argument's
-        stand-in gets the argument's .grad, lifted as an input, on first access."""
+        """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the
+        trace first reads or writes it. A tensor argument is one tensor however the function reaches
+        it (the argument, a module, an optimizer): its stand-in holds the .grad, which starts as the
+        argument's .grad, lifted as an input, on first access."""
+        e = self.lifted.get(id(t)) if t._data is not None else None
+        if e is not None and e.source[0] == "arg":
+            t = e.standin
         if id(t) in self.grads:
-            return
+            return t
         arg = self.arg_grads.get(id(t))
         if arg is not None and arg[1]._grad is not None:
             k, real, name = arg
             t._grad = self.lift(real._grad, ("grad", k), name=name + ".grad")
         self.grads[id(t)] = (t, t._grad)
+        return t
 
     def grad_owner(self, standin):
         """Where the engine accumulates a leaf's gradient: the real tensor the user code holds (a

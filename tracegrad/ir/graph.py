@@ -37,6 +37,7 @@ class Graph:
 
     def __init__(self, name="f"):
         self.name, self.inputs, self.nodes, self.outputs = name, [], [], []
+        self.n_saved = 0        # the last n_saved outputs are values saved for the backward graph
 
     def add_input(self, name, shape, dtype):
         v = Value(shape, dtype, name=name, graph=self)
@@ -60,4 +61,5 @@ class Graph:
         for n in self.nodes:
             env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], n.attrs, n.out.shape, n.out.dtype, n.loc)
         g.outputs = [env[id(v)] for v in self.outputs]
+        g.n_saved = self.n_saved
         return g

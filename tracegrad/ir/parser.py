@@ -74,8 +74,11 @@ def parse(text):
         if s == "}":
             break
         if s.startswith("return"):
-            rest = s[len("return"):].strip()
-            g.outputs = [_ref(env, r, line) for r in _split_top(rest)] if rest else []
+            rest, _, saved = s[len("return"):].partition("; saved ")
+            g.outputs = [_ref(env, r, line) for r in _split_top(rest)] if rest.strip() else []
+            if saved.strip():
+                g.n_saved = len(_split_top(saved))
+                g.outputs += [_ref(env, r, line) for r in _split_top(saved)]
             continue
         m = _NODE.match(s)
         if not m:

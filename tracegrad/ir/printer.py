@@ -39,7 +39,12 @@ def print_graph(graph, source=False, comments=True):
         if notes:
             text = f"{text:<44} # " + "; ".join(notes)
         lines.append(text)
-    lines.append("  return" + (" " + ", ".join(ref(v) for v in graph.outputs) if graph.outputs else ""))
+    cut = len(graph.outputs) - graph.n_saved
+    results, saved = graph.outputs[:cut], graph.outputs[cut:]
+    line = "  return" + (" " + ", ".join(ref(v) for v in results) if results else "")
+    if saved:           # a forward graph: the values it saves for the backward graph, apart
+        line += "; saved " + ", ".join(ref(v) for v in saved)
+    lines.append(line)
     lines.append("}")
     return "\n".join(lines)
 

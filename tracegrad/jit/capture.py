@@ -9,12 +9,15 @@ import os
 
 import numpy as np
 
+from .. import dtypes as D
+from ..device import CPU
 from ..ir import Graph
 from ..pytree import flatten, object_state, unflatten
 from ..tensor import Hooks, Tensor, TraceError
 from ..trace import Tracer
 from .guards import Guards, free_objects
 from .signature import STATIC
+from .state import is_number, read_state, reachable
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,12 +38,14 @@ class Capture:
                 st = tracer.lift(x, ("arg", k), name=p)
                 new_leaves[k] = st
                 tracer.arg_grads[id(st)] = (k, x, p)
-            else:
-                _name_tensors_of(x, p, names)
-        for _, n, _, obj in free_objects(fn):     # captured modules, optimizers, tensors
+        self.objects = reachable(fn, leaves, paths)
+        for n, obj in self.objects:
+            _name_tensors_of(obj, n, names)
+        for _, n, _, obj in free_objects(fn):       # captured tensors
             _name_tensors_of(obj, n, names)
         _, _, struct = flatten(tuple(list(args) + list(kwargs.values())), "")
         call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
+        dynamic = _lift_dynamic(tracer, self.objects)
         prev, Hooks.tracer = Hooks.tracer, tracer
         try:
             out = fn(*call_args, **call_kwargs)
@@ -50,10 +55,11 @@ class Capture:
         finally:
             Hooks.tracer = prev
             grad_changes = tracer.grad_changes()
+            _restore_dynamic(dynamic, name)
         self._plan_outputs(out, name)
         self._plan_writes(grad_changes, name)
         self.inputs = [(e.source, e.real) for e in tracer.order]
-        self.guards = Guards(fn, tracer)
+        self.guards = Guards(fn, tracer, self.objects, self.inputs, bool(self.mutations or self.grad_writes))
 
     def _plan_outputs(self, out, name):
         out_leaves, _, self.out_struct = flatten(out, "out")
@@ -83,6 +89,10 @@ class Capture:
         _refuse_aliased_updates(tracer, name)
         self.grad_writes = []
         standins = {id(e.standin): e for e in tracer.order}
+        position = {id(e.real): i for i, e in enumerate(tracer.order)}
+        grad_inputs = {e.source[1]: i for i, e in enumerate(tracer.order) if e.source[0] == "grad"}
+        # graph inputs whose memory a call overwrites: updated tensors, and .grad arrays written into
+        self.written = {i for _, i in self.inplace}
         for t, before, after in grad_changes:
             e = standins.get(id(t))
             target = ("arg", e.source[1]) if e is not None else ("captured", t)
@@ -91,6 +101,9 @@ class Capture:
             else:
                 self.grad_writes.append((target, len(values)))
                 values.append(tracer.lift(after)._ir)
+                i = grad_inputs.get(e.source[1]) if e is not None else position.get(id(before))
+                if i is not None:
+                    self.written.add(i)
 
 
 def _refuse_aliased_updates(tracer, name):
@@ -108,15 +121,47 @@ def _refuse_aliased_updates(tracer, name):
 
 
 def _name_tensors_of(obj, prefix, names):
-    """Readable graph-input names for the tensors a module, optimizer or tensor holds."""
+    """Readable graph-input names for the tensors (and their .grad) a module, optimizer or tensor
+    holds."""
     if isinstance(obj, Tensor):
-        names.setdefault(id(obj), prefix)
+        held = [(prefix, obj)]
+    elif object_state(obj) is not None:
+        held = [(f"{prefix}.{n}", v) for n, v in object_state(obj)[0](obj) if isinstance(v, Tensor)]
+    else:
         return
-    state = object_state(obj)
-    if state is not None:
-        for n, val in state(obj):
-            if isinstance(val, Tensor):
-                names.setdefault(id(val), f"{prefix}.{n}")
+    for n, t in held:
+        names.setdefault(id(t), n)
+        if t._grad is not None:
+            names.setdefault(id(t._grad), n + ".grad")
+
+
+def _lift_dynamic(tracer, objects):
+    """Replace each dynamic number attribute (an optimizer's lr) by a graph input for the trace:
+    [(object, attribute, number, stand-in)]. A call reads the attribute again (writeback.resolve)."""
+    out = []
+    for name, obj in objects:
+        for attr in object_state(obj)[1]:
+            v = getattr(obj, attr, None)
+            if not is_number(v):
+                continue
+            like = next((t for _, t, _ in read_state([(name, obj)]) if isinstance(t, Tensor)
+                         and t._dtype.is_floating_point), None)
+            dtype, dev = (like._dtype, like._device) if like is not None else (D.float32, CPU)
+            holder = Tensor._wrap(np.array(v, dtype.np), dtype, dev)
+            st = tracer.lift(holder, ("dynamic", obj, attr, dtype, dev), name=f"{name}.{attr}")
+            setattr(obj, attr, st)
+            out.append((obj, attr, v, st))
+    return out
+
+
+def _restore_dynamic(dynamic, name):
+    for obj, attr, v, st in dynamic:
+        now = getattr(obj, attr, None)
+        setattr(obj, attr, v)
+        if now is not st:
+            raise TraceError(f"compiled function {name} assigned {type(obj).__name__}.{attr}; it is read at each "
+                             f"call, so set it outside the compiled function (e.g. a learning-rate schedule "
+                             f"between steps)")
 
 
 def _rebuild_call(args, kwargs, new_leaves, struct):

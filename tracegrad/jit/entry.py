@@ -24,6 +24,7 @@ class Entry:
         self.tracer, self.guards = cap.tracer, cap.guards
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
+        self.updated = [(ii, self.tracer.order[ii].value.name) for _, ii in cap.inplace]
         self._kernels = None
         self._plan_calls(s.backward)
 
@@ -46,8 +47,8 @@ class Entry:
         self.bwd_arg_targets = [s[1] for s in self.bwd_targets] if all(s[0] == "arg" for s in self.bwd_targets) \
             else None
 
-    def guard_failure(self):
-        return self.guards.failure()
+    def guard_failure(self, leaves):
+        return self.guards.failure(leaves)
 
     def input_tensors(self, leaves):
         """The caller's tensors feeding the forward graph's inputs, in order."""
@@ -58,6 +59,9 @@ class Entry:
     def call(self, leaves):
         sources = self.input_tensors(leaves)
         arrays = [t._data for t in sources]
+        for i, name in self.updated:
+            if not arrays[i].flags.writeable:
+                raise_read_only(self.name, name, sources[i])
         if self.check:
             outs = checked_run(self.programs, 0, self.fwd, arrays)
         else:
@@ -77,3 +81,12 @@ class Entry:
         if self.programs is not None:
             return sum(len(p.kernels) for p in self.programs if p is not None)
         return len(self.fwd.nodes) + (len(self.bwd.nodes) if self.bwd is not None else 0)
+
+
+def raise_read_only(fn_name, name, t):
+    expanded = any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape))
+    what = ("an expanded tensor (several elements share one memory location)" if expanded else
+            "read-only memory (a NumPy array with writeable=False, np.frombuffer over bytes, a read-only mmap)")
+    raise RuntimeError(f"compiled function {fn_name} updates {name} in place, but {name} "
+                       f"{[*t._shape]} {t._dtype.name} is over {what}; nothing was run. Pass a writable copy "
+                       f"({name}.clone(), or tg.tensor(array) for NumPy data)")

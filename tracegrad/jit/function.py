@@ -1,6 +1,8 @@
 """tg.compile: the compiled function, its cache of entries (one per signature) and its stats."""
 import functools
+import threading
 import time
+import types
 import warnings
 from collections import Counter
 
@@ -12,29 +14,73 @@ from .signature import call_signature, changes, fast_key
 BACKENDS = ("llvm", "interpret")
 
 
-def compile(fn=None, *, backend=None, fuse=True, check=False):
-    """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False)`."""
+CACHE_SIZE = 64     # compiled signatures kept in memory per function (least recently used go first)
+
+
+def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_SIZE):
+    """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False)`.
+
+    Works on functions, methods (`self` is bound) and modules (`tg.compile(model)` stands in for
+    the model). The first call with a new *signature* traces fn; later calls with the same
+    signature run the compiled code. What a call depends on, and how:
+
+    - retraced when it changes (the signature and guards; `stats()["retrace_reasons"]` says which):
+      each tensor argument's shape, dtype, device, requires_grad, whether its .grad is None, and
+      which arguments are the same tensor; the values of number, string and None arguments; the
+      identity of module and optimizer arguments; grad mode; the globals and closure variables the
+      code reads (a tensor, module or optimizer by identity, a number or string by value); for
+      every reachable module and optimizer, each submodule, parameter and held tensor by identity
+      and each plain attribute by value (`training`, so `model.eval()` retraces; momentum, betas,
+      eps, weight_decay); the shape, dtype and requires_grad of tensors read through closures and
+      objects; and, for a function that writes to its inputs, which inputs share memory.
+    - read at every call, never retraced: tensor values, and numbers registered as dynamic
+      (an optimizer's `lr`, so a learning-rate schedule costs no retrace).
+    Python code around tensor ops (prints, appends, random draws) runs only while tracing.
+
+    The `cache_size` most recently used signatures stay in memory per function; an evicted one is
+    traced again on its next call and its machine code reloads from the disk cache.
+    """
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, fuse, check)
+        return lambda f: CompiledFunction(f, backend, fuse, check, cache_size)
     if not callable(fn):
         raise TypeError(f"tg.compile expects a function, got {type(fn).__name__}")
-    return CompiledFunction(fn, backend, fuse, check)
+    return CompiledFunction(fn, backend, fuse, check, cache_size)
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend, fuse, check):
+    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE):
         backend = backend or "llvm"
         if backend not in BACKENDS:
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(BACKENDS)}")
-        self.fn, self.backend, self.fuse, self.check = fn, backend, fuse, check
-        self.cache = {}
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"tg.compile: cache_size must be a positive int, got {cache_size!r}")
+        self.fn, self.backend, self.fuse, self.check, self.cache_size = fn, backend, fuse, check, cache_size
+        self.cache = {}      # signature -> entry, at most cache_size (least recently used evicted)
         self._fast = {}      # hot-path signature (all-tensor/number arguments) -> entry
         self._stats = {"traces": 0, "cache_hits": 0, "disk_hits": 0, "compile_seconds": 0.0, "kernels": 0,
                        "retrace_reasons": []}
         self._last_desc = None
         self._changes = Counter()
         self._warned = False
-        functools.update_wrapper(self, fn)
+        self._clock = 0
+        self._lock = threading.RLock()     # one trace at a time: racing first calls compile once
+        if isinstance(fn, (types.FunctionType, types.MethodType)):
+            functools.update_wrapper(self, fn)
+            self._signature_of = fn
+        else:                               # a module (tg.compile(model)) or another callable object
+            self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+            self.__doc__ = getattr(fn, "__doc__", None)
+            self._signature_of = getattr(fn, "forward", fn)
+
+    def __getattr__(self, name):
+        """tg.compile(model) stands in for the model: its other attributes are the model's."""
+        if name == "fn" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def __get__(self, obj, objtype=None):
+        """@tg.compile on a method: instance.method binds the instance as the first argument."""
+        return self if obj is None else types.MethodType(self, obj)
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
@@ -42,26 +88,43 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         fast = fast_key(args, kwargs)
         entry = self._fast.get(fast) if fast is not None else None
-        if entry is not None and (not entry.guards or entry.guard_failure() is None):
+        if entry is not None and (not entry.guards or entry.guard_failure(args) is None):
             self._stats["cache_hits"] += 1
+            self._clock += 1
+            entry.last_used = self._clock
             return entry.call(args)
-        leaves, paths, key, desc = call_signature(self.fn, args, kwargs)
-        entry = self.cache.get(key)
-        if entry is not None:
-            reason = entry.guard_failure()
-            if reason is None:
-                self._stats["cache_hits"] += 1
-                if fast is not None:
-                    self._fast[fast] = entry
-                return entry.call(leaves)
-            del self.cache[key]
-            self._fast.clear()
-            self._note_retrace([reason])
-            self._last_desc = None
-        entry = self._build(args, kwargs, leaves, paths, key, desc)
+        leaves, paths, key, desc = call_signature(self._signature_of, args, kwargs)
+        entry = self._lookup(key, leaves)
+        if entry is None:
+            with self._lock:               # another thread may have built it meanwhile
+                entry = self._lookup(key, leaves)
+                if entry is None:
+                    entry = self._build(args, kwargs, leaves, paths, key, desc)
+                else:
+                    self._stats["cache_hits"] += 1
+        else:
+            self._stats["cache_hits"] += 1
         if fast is not None:
             self._fast[fast] = entry
         return entry.call(leaves)
+
+    def _lookup(self, key, leaves):
+        """The cached entry for `key` whose guards hold, else None (a failed guard drops the entry)."""
+        entry = self.cache.get(key)
+        if entry is None:
+            return None
+        reason = entry.guard_failure(leaves)
+        if reason is None:
+            self._clock += 1
+            entry.last_used = self._clock
+            return entry
+        with self._lock:
+            if self.cache.get(key) is entry:
+                del self.cache[key]
+                self._fast = {}
+                self._note_retrace([reason])
+                self._last_desc = None
+        return None
 
     def _note_retrace(self, reasons):
         self._stats["retrace_reasons"].extend(reasons)
@@ -78,6 +141,12 @@ class CompiledFunction:
         self._stats["compile_seconds"] += time.perf_counter() - t0
         self._stats["kernels"] = entry.kernel_count()
         self._stats["disk_hits"] += int(entry.disk_hit)
+        self._clock += 1
+        entry.last_used = self._clock
+        if len(self.cache) >= self.cache_size:     # evict the least recently used signature
+            old = min(self.cache, key=lambda k: self.cache[k].last_used)
+            del self.cache[old]
+            self._fast = {}
         self.cache[key] = entry
         if self._stats["traces"] > 8 and not self._warned:
             self._warned = True
@@ -89,11 +158,11 @@ class CompiledFunction:
         return entry
 
     def _entry_for(self, args, kwargs):
-        leaves, paths, key, desc = call_signature(self.fn, args, kwargs)
-        entry = self.cache.get(key)
-        if entry is None or entry.guard_failure() is not None:
-            self._fast.clear()
-            entry = self._build(args, kwargs, leaves, paths, key, desc)
+        leaves, paths, key, desc = call_signature(self._signature_of, args, kwargs)
+        with self._lock:
+            entry = self._lookup(key, leaves)
+            if entry is None:
+                entry = self._build(args, kwargs, leaves, paths, key, desc)
         return entry, leaves
 
     # ------------------------------------------------------------------ introspection

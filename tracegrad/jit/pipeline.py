@@ -5,6 +5,7 @@ from ..ir.passes.autodiff import reverse_mode
 from ..ir.passes.remat import rematerialize
 from ..autograd import is_grad_enabled
 from .capture import Capture
+from .writeback import protect_saved
 
 
 class Stages:
@@ -27,7 +28,11 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
         new_fwd, new_bwd = rematerialize(fwd, bwd, s.saved_at, len(s.backward.diff_outputs))
         if new_bwd is not bwd:
             fwd, bwd = optimize(new_fwd), optimize(new_bwd)
+    if bwd is not None:                                                        # snapshot saved values
+        fwd = protect_saved(fwd, s.saved_at, cap.written)
     s.fwd, s.bwd = fwd, bwd
+    for g in (s.traced, fwd):       # printed apart: `return results; saved values`
+        g.n_saved = len(g.outputs) - s.saved_at
     s.programs, s.llvm_text, s.disk_hit = None, None, False
     if backend == "llvm":                                                      # fuse, lower
         from ..codegen import build_programs

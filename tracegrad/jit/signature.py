@@ -1,6 +1,7 @@
 """The signature of a call: what must match for a compiled entry to be reused.
 
-Pytree structure; per tensor its shape, dtype, device, requires_grad and whether .grad is None; the
+Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None and
+which earlier argument is the same tensor (one tensor passed twice is one graph input); the
 values of other arguments; the identity of modules and optimizers (objects registered with pytree);
 the grad mode. Each part comes with a readable description, so a retrace can say what changed.
 """
@@ -40,9 +41,13 @@ def call_signature(fn, args, kwargs):
         named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
     leaves, paths, struct = flatten(tuple(v for _, v in named), "")
     paths = [_name_path(named, p) for p in paths]
-    keys, desc = [], {}
+    keys, desc, first = [], {}, {}
     for x, p in zip(leaves, paths):
         k, d = leaf_key(x, p)
+        if isinstance(x, Tensor):       # the aliasing pattern: f(x, x) is not f(x, z)
+            same = first.setdefault(id(x), p)
+            k += (same,)
+            d["same tensor as"] = same
         keys.append(k)
         desc.update({(p, a): v for a, v in d.items()})
     grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
@@ -56,11 +61,12 @@ def fast_key(args, kwargs):
     type), the device as its fields (hashing a device object runs Python code)."""
     if kwargs:
         return None
-    key = [_Mode.grad]
-    for x in args:
+    key, first = [_Mode.grad], {}
+    for i, x in enumerate(args):
         if type(x) is Tensor and x._data is not None:
             dev = x._device
-            key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None)
+            key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None,
+                    first.setdefault(id(x), i))
         elif type(x) in (int, float, bool):
             key += (type(x), x)
         elif object_state(x) is not None:     # by identity, as in the full signature

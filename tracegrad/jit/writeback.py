@@ -1,18 +1,23 @@
 """After a compiled call: write the new values of updated tensors and .grad fields back into the
-caller's tensors, as the eager function would have left them."""
+caller's tensors, as the eager function would have left them — and keep the values the backward
+reads safe from those writes."""
 import numpy as np
 
+from ..ops import PRIMS
 from ..tensor import Tensor
 
 
 def resolve(source, real, leaves):
-    """The caller's tensor behind a graph input: an argument, an argument's .grad, or the captured
-    tensor itself."""
+    """The caller's tensor behind a graph input: an argument, an argument's .grad, a dynamic number
+    attribute, or the captured tensor itself."""
     kind = source[0]
     if kind == "arg":
         return leaves[source[1]]
     if kind == "grad":
         return leaves[source[1]]._grad
+    if kind == "dynamic":           # a number attribute read per call: (object, attribute, dtype, device)
+        _, obj, attr, dtype, dev = source
+        return Tensor._wrap(np.array(getattr(obj, attr), dtype.np), dtype, dev)
     return real
 
 
@@ -46,3 +51,38 @@ class Fresh:
             if arr is a or np.may_share_memory(arr, a):
                 return np.array(arr)
         return arr if arr.flags.writeable else np.array(arr)
+
+
+def protect_saved(fwd, saved_at, written):
+    """Saved values (fwd.outputs[saved_at:]) that are, or view, a graph input the call overwrites
+    (an in-place update, a .grad written into) become copies taken in the forward: the backward
+    must see the values the forward saw, not what was written afterwards."""
+    if not written:
+        return fwd
+    clobbered = {id(fwd.inputs[i]) for i in written}
+    producer = {id(n.out): k for k, n in enumerate(fwd.nodes)}
+    copies = {}
+    for j in range(saved_at, len(fwd.outputs)):
+        v = fwd.outputs[j]
+        if not _views_of(v, clobbered):
+            continue
+        if id(v) not in copies:
+            c = fwd.add("copy", [v], {}, v.shape, v.dtype)
+            node = fwd.nodes.pop()
+            at = producer[id(v)] + 1 if id(v) in producer else 0
+            fwd.nodes.insert(at, node)
+            producer = {id(n.out): k for k, n in enumerate(fwd.nodes)}
+            copies[id(v)] = c
+        fwd.outputs[j] = copies[id(v)]
+    return fwd
+
+
+def _views_of(v, values):
+    """Whether v is one of `values` or a view of one (through movement ops)."""
+    while True:
+        if id(v) in values:
+            return True
+        n = v.node
+        if n is None or len(n.inputs) != 1 or PRIMS.get(n.op) is None or PRIMS[n.op].kind not in ("movement", "view"):
+            return False
+        v = n.inputs[0]

@@ -237,11 +237,15 @@ class LayerNorm(Module):
 
 
 def _module_state(m):
-    """What a compiled function may read from a module: its parameters and their gradients."""
-    for n, p in m.named_parameters():
-        yield n, p
-        if p._grad is not None:
-            yield n + ".grad", p._grad
+    """What a module holds, for tg.compile: each submodule, and each module's attributes (training
+    flag, parameters, tensors, numbers and strings), named by their path."""
+    for prefix, mod in m.named_modules():
+        base = prefix + "." if prefix else ""
+        if prefix:
+            yield prefix, mod
+        for k, v in mod.__dict__.items():
+            if k not in ("_params", "_modules") and not isinstance(v, Module):
+                yield base + k, v
 
 
 register_object(Module, _module_state)

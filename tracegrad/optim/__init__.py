@@ -88,11 +88,15 @@ class Adam(Optimizer):
 
 
 def _optimizer_state(opt):
-    """What a compiled function may read from an optimizer: its parameters and their state tensors."""
+    """What an optimizer holds, for tg.compile: its parameters, their state tensors and the
+    hyperparameters (lr is registered as dynamic: a compiled step reads it at each call)."""
     for i, p in enumerate(opt.params):
         yield f"param{i}", p
         for key, val in opt.state.get(id(p), {}).items():
             yield f"param{i}.{key}", val
+    for k, v in vars(opt).items():
+        if k not in ("params", "state", "defaults", "lr"):
+            yield k, v
 
 
-register_object(Optimizer, _optimizer_state)
+register_object(Optimizer, _optimizer_state, dynamic=("lr",))

@@ -171,7 +171,7 @@ class TensorBase:
     @property
     def grad(self):
         if Hooks.tracer is not None:
-            Hooks.tracer.grad_access(self)
+            return Hooks.tracer.grad_access(self)._grad
         return self._grad
 
     @grad.setter
@@ -182,7 +182,7 @@ class TensorBase:
             if value._shape != self._shape:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
         if Hooks.tracer is not None:
-            Hooks.tracer.grad_access(self)
+            self = Hooks.tracer.grad_access(self)
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):

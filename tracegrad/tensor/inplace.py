@@ -60,6 +60,10 @@ def write(self, new, recording):
         self = Hooks.tracer.mutate(self, new)   # functionalized: the stand-in takes the new value
     else:
         if not self._data.flags.writeable:
+            if not any(s == 0 and n > 1 for s, n in zip(self._data.strides, self._shape)):
+                raise RuntimeError(f"in-place update of a tensor over read-only memory (shape {list(self._shape)}, "
+                                   f"{self._dtype}; a NumPy array with writeable=False, np.frombuffer over bytes "
+                                   f"or a read-only mmap); clone() the tensor, or make it from a writable copy")
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location (an expanded tensor). Please clone() the tensor before "
                                "performing the operation.")

@@ -23,7 +23,8 @@ class Backward:
 
 def reverse_mode(tracer, outputs, name):
     """The Backward of the stand-ins `outputs` [(index among tensor outputs, stand-in)] with respect
-    to every lifted input that requires grad, or None when nothing needs a gradient."""
+    to every lifted input that requires grad and that they depend on, or None when nothing needs a
+    gradient."""
     diff = [(i, st) for i, st in outputs if st.requires_grad and st._dtype.is_floating_point]
     targets = [e for e in tracer.order if e.standin.requires_grad and e.source[0] in ("arg", "captured")]
     if not diff or not targets:
@@ -36,13 +37,14 @@ def reverse_mode(tracer, outputs, name):
     try:
         grads = run_backward([st for _, st in diff], cots, False, False,
                              inputs=[e.standin for e in targets], allow_unused=True)
-        outs = []
-        for e, g in zip(targets, grads):
-            g = g if g is not None else btr.constant(0.0, e.standin._dtype, e.standin._device,
-                                                     e.standin._shape)
-            outs.append(btr.lift(g)._ir)
+        # an input the outputs do not depend on gets no gradient (None, as eagerly): no output
+        used = [(e, g) for e, g in zip(targets, grads) if g is not None]
+        outs = [btr.lift(g)._ir for _, g in used]
     finally:
         Hooks.tracer = prev
+    if not used:
+        return None
+    targets = [e for e, _ in used]
     bgraph.outputs = outs
     # inputs in the order the compiled node passes them: cotangents, saved values, constants
     bgraph.inputs = ([c._ir for c in cots] + [btr._saved[id(v)]._ir for v in btr.saved]

@@ -1,0 +1,73 @@
+"""What a traced function can reach besides its tensor arguments: the objects registered with
+pytree (modules, optimizers) among its arguments, its globals and closure variables, or the
+function itself (`tg.compile(model)`, a method's `self`), and what they hold.
+
+A compiled entry guards this state: a tensor or object held is compared by identity, a Python value
+(a module's training flag, an optimizer's momentum) by value. Attributes registered as dynamic (an
+optimizer's lr) are runtime inputs instead: read at each call, never baked into the graph.
+"""
+import types
+
+from ..pytree import object_state
+from ..tensor import Tensor
+from .guards import free_objects
+from .signature import STATIC
+
+
+def is_static(v):
+    return isinstance(v, STATIC) or isinstance(v, tuple) and all(is_static(x) for x in v)
+
+
+def reachable(fn, leaves, paths):
+    """[(name, object)] for the registered objects a call of fn can reach, each once."""
+    found = [(p, x) for x, p in zip(leaves, paths) if object_state(x) is not None]
+    if isinstance(fn, types.MethodType):
+        found.append(("self", fn.__self__))
+        fn = fn.__func__
+    found.append(("self", fn))
+    found += [(n, obj) for _, n, _, obj in free_objects(fn)]
+    out, seen = [], set()
+    for name, obj in found:
+        if object_state(obj) is not None and id(obj) not in seen:
+            seen.add(id(obj))
+            out.append((name, obj))
+    return out
+
+
+def read_state(objects):
+    """[(name, value, by_identity)] of everything the objects hold that a guard compares."""
+    out = []
+    for name, obj in objects:
+        state, dynamic = object_state(obj)
+        for n, v in state(obj):
+            if isinstance(v, Tensor) or object_state(v) is not None:
+                out.append((f"{name}.{n}", v, True))
+            elif is_static(v):
+                out.append((f"{name}.{n}", v, False))
+        for attr in dynamic:
+            v = getattr(obj, attr, None)
+            if isinstance(v, Tensor):
+                out.append((f"{name}.{attr}", v, True))
+            else:           # a number read per call: only its kind is guarded
+                out.append((f"{name}.{attr}", "a number" if is_number(v) else type(v).__name__, False))
+    return out
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def state_change(before, now):
+    """None when two readings of the state agree, else a readable reason for the first difference."""
+    for (n, a, ident), (m, b, _) in zip(before, now):
+        if n != m:
+            return f"{n}: no longer held (now {m})"
+        if ident:
+            if a is not b:
+                return f"{n}: replaced by another {'tensor' if isinstance(a, Tensor) else type(a).__name__}"
+        elif a is not b and (type(a) is not type(b) or a != b):
+            return f"{n}: {a!r} -> {b!r}"
+    if len(before) != len(now):
+        longer = before if len(before) > len(now) else now
+        return f"{longer[min(len(before), len(now))][0]}: {'removed' if longer is before else 'added'}"
+    return None
