@@ -64,7 +64,8 @@ def state_change(before, now):
             return f"{n}: no longer held (now {m})"
         if ident:
             if a is not b:
-                return f"{n}: replaced by another {'tensor' if isinstance(a, Tensor) else type(a).__name__}"
+                return f"{n}: replaced by another " + ("tensor" if isinstance(a, Tensor) else
+                                                       f"object ({type(a).__name__} -> {type(b).__name__})")
         elif a is not b and (type(a) is not type(b) or a != b):
             return f"{n}: {a!r} -> {b!r}"
     if len(before) != len(now):
