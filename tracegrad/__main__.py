@@ -1,6 +1,6 @@
 """The command line: `python -m tracegrad bench ...` and `python -m tracegrad dump SCRIPT.py ...`.
 
-    python -m tracegrad bench                    # W1-W6: numpy, tracegrad eager/compiled, peers if installed
+    python -m tracegrad bench                    # W1-W8: numpy, tracegrad eager/compiled, peers if installed
     python -m tracegrad bench --quick --workload W5
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad dump examples/mlp_train.py --quick
@@ -73,8 +73,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("bench", help="run the reference workloads W1-W6 (or --eager: eager op overhead)")
-    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W6 or its name, e.g. softmax_fwd")
+    b = sub.add_parser("bench", help="run the reference workloads W1-W8 (or --eager: eager op overhead)")
+    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W8 or its name, e.g. softmax_fwd")
     b.add_argument("--quick", action="store_true", help="fewer, shorter rounds (about 30 s in all)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
     b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")

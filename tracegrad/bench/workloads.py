@@ -1,4 +1,4 @@
-"""The six reference workloads of shared/bench/WORKLOADS.md, one small function per column.
+"""The eight reference workloads of shared/bench/WORKLOADS.md, one small function per column.
 
 Every workload has
   - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
@@ -8,8 +8,9 @@ Every workload has
     outputs that are checked against the reference: [loss or y, grads ...].
 
 Columns: "numpy" (hand-written backward; x**3 written x*x*x), "tg eager", "tg compiled"
-(only when `tg.compile` exists), "torch eager", "torch.compile", "jax.jit" (only when
-importable). Framework modules are imported lazily, inside the setup functions.
+(only when `tg.compile` exists), and the peers of peers.py: "torch eager", "torch.compile",
+"jax.jit" (only when importable). Framework modules are imported lazily, inside the setup
+functions.
 """
 import math
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ class Workload:
     reference: callable
     columns: dict = field(default_factory=dict)     # column name -> setup(inp) -> run
     implied: callable = None                        # (inp, outputs) -> outputs to check (W4: params -> grads)
+    tolerances: tuple = None                        # per output max rel error (default: the bench's TOLERANCE)
+    floor_bytes: int = None                         # memory-bound: bytes that must move per call
 
 
 def _rng(seed):
@@ -358,93 +361,126 @@ def w6_tg_compiled(inp):
     return _tg_fwd_bwd(f, ts, ts)
 
 
-# ================================================================== optional peers: torch, jax
-# The same math functions as tracegrad's columns (_gelu, _softmax, ...); torch.compile and
-# jax.jit wrap the forward (jax: value_and_grad), the backward runs as each framework does it.
-
-def _torch_layernorm_loss(x, w, b, g):
-    mean = x.mean(dim=1, keepdim=True)
-    d = x - mean
-    var = (d * d).mean(dim=1, keepdim=True)
-    return ((d / (var + EPS_LN).sqrt() * w + b) * g).sum()
+# ================================================================== W7 column_center_fwd_bwd
+W7_N = 8192
 
 
-def _torch_setup(wid, inp, compiled):
-    import torch
-    t = {k: torch.from_numpy(v.copy()) for k, v in inp.items()}
-    wrap = torch.compile if compiled else (lambda f: f)
-    if wid == "W1":
-        f = wrap(lambda x: _gelu(x, torch.tanh))
-        return lambda: [f(t["x"])]
-    if wid == "W2":
-        f = wrap(lambda x: (lambda e: e / e.sum(dim=1, keepdim=True))((x - x.amax(dim=1, keepdim=True)).exp()))
-        return lambda: [f(t["x"])]
-    if wid == "W4":
-        params = [t[k].requires_grad_() for k in PARAMS]
-        x, y = t["x"], t["y"]
-
-        def fwd(x, y, W0, b0, W1, b1, W2, b2):
-            h = torch.relu(x @ W0.T + b0)
-            h = torch.relu(h @ W1.T + b1)
-            return torch.nn.functional.cross_entropy(h @ W2.T + b2, y)
-        f = wrap(fwd)
-
-        def run():
-            for p in params:
-                p.grad = None
-            loss = f(x, y, *params)
-            loss.backward()
-            with torch.no_grad():
-                for p in params:
-                    p -= LR * p.grad
-            return [loss] + params
-        return run
-    names, fn = {"W3": (("x", "w", "b"), _torch_layernorm_loss),
-                 "W5": (("x",), lambda x: _chain(x, torch.tanh, torch.exp)),
-                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, torch.tanh))}[wid]
-    leaves = [t[n].requires_grad_() for n in names]
-    return _tg_fwd_bwd(wrap(fn), list(t.values()), leaves)
+def w7_inputs(seed=7):
+    r = _rng(seed)
+    return {"x": (r.standard_normal((W7_N, 512)) + 0.25).astype(np.float32),
+            "w": r.standard_normal(512).astype(np.float32)}
 
 
-def _jax_setup(wid, inp):
-    import jax
-    import jax.numpy as jnp
-    t = {k: jnp.asarray(v) for k, v in inp.items()}
-    block = jax.block_until_ready
-    if wid == "W1":
-        f = jax.jit(lambda x: _gelu(x, jnp.tanh))
-        return lambda: [block(f(t["x"]))]
-    if wid == "W2":
-        f = jax.jit(lambda x: (lambda e: e / e.sum(axis=1, keepdims=True))(jnp.exp(x - x.max(axis=1, keepdims=True))))
-        return lambda: [block(f(t["x"]))]
-    if wid == "W4":
-        def loss_fn(params, x, y):
-            W0, b0, W1, b1, W2, b2 = params
-            h = jax.nn.relu(x @ W0.T + b0)
-            h = jax.nn.relu(h @ W1.T + b1)
-            logp = jax.nn.log_softmax(h @ W2.T + b2, axis=1)
-            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
-
-        @jax.jit
-        def step(params, x, y):
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            return loss, [p - LR * g for p, g in zip(params, grads)]
-        state = [[t[k] for k in PARAMS]]
-
-        def run():
-            loss, state[0] = block(step(state[0], t["x"], t["y"]))
-            return [loss] + state[0]
-        return run
-    names, fn = {"W3": (("x", "w", "b"), lambda x, w, b, g: _layernorm_loss(x, w, b, g, jnp.sqrt)),
-                 "W5": (("x",), lambda x: _chain(x, jnp.tanh, jnp.exp)),
-                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, jnp.tanh))}[wid]
-    keys = list(t)
-    f = jax.jit(jax.value_and_grad(fn, argnums=tuple(keys.index(n) for n in names)))
+def w7_numpy(inp):
+    x, w = inp["x"], inp["w"]
 
     def run():
-        loss, grads = block(f(*t.values()))
-        return [loss] + list(grads)
+        z = x.T
+        d = z - z.mean(axis=1, keepdims=True)
+        y = d * w[:, None]
+        loss = (y * y).sum() / W7_N
+        # backward
+        dy = y * (2.0 / W7_N)
+        dw = (dy * d).sum(axis=1)
+        dd = dy * w[:, None]
+        dz = dd - dd.mean(axis=1, keepdims=True)
+        return [loss, dz.T, dw]
     return run
+
+
+def _center_loss(x, w):
+    z = x.T                                          # a transposed view
+    y = (z - z.mean(axis=1, keepdims=True)) * w[:, None]
+    return (y * y).sum() / W7_N
+
+
+def w7_tg_eager(inp):
+    import tracegrad as tg
+    ts = _tg_leaves(tg, inp, ("x", "w"))
+    return _tg_fwd_bwd(_center_loss, ts, ts)
+
+
+def w7_tg_compiled(inp):
+    import tracegrad as tg
+    ts = _tg_leaves(tg, inp, ("x", "w"))
+    return _tg_fwd_bwd(tg.compile(_center_loss), ts, ts)
+
+
+# ================================================================== W8 mlp_deep_narrow_adam
+W8_SIZES = (64,) + (32,) * 11 + (10,)                 # 12 Linear layers
+W8_PARAMS = tuple(f"{k}{i}" for i in range(len(W8_SIZES) - 1) for k in ("W", "b"))
+ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+
+
+def w8_inputs(seed=8):
+    r = _rng(seed)
+    inp = {"x": r.standard_normal((128, 64)).astype(np.float32),
+           "y": r.integers(0, 10, 128).astype(np.int64)}
+    for i, (fi, fo) in enumerate(zip(W8_SIZES[:-1], W8_SIZES[1:])):
+        inp[f"W{i}"] = (r.standard_normal((fo, fi)) * math.sqrt(2.0 / fi)).astype(np.float32)
+        inp[f"b{i}"] = (0.01 * r.standard_normal(fo)).astype(np.float32)
+    return inp
+
+
+def w8_numpy(inp):
+    x, y = inp["x"], inp["y"]
+    p = {k: inp[k].copy() for k in W8_PARAMS}          # updated in place, step after step
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(a) for k, a in p.items()}
+    t, n, layers = [0], len(y), len(W8_SIZES) - 1
+    (b1, b2), lr, eps = ADAM["betas"], ADAM["lr"], ADAM["eps"]
+
+    def run():
+        hs, acts = [], [x]
+        for i in range(layers):
+            h = acts[-1] @ p[f"W{i}"].T + p[f"b{i}"]
+            hs.append(h)
+            if i < layers - 1:
+                acts.append(np.maximum(h, 0))
+        z = hs[-1] - hs[-1].max(axis=1, keepdims=True)
+        ez = np.exp(z)
+        s = ez.sum(axis=1, keepdims=True)
+        loss = -(z[np.arange(n), y] - np.log(s[:, 0])).mean()
+        # backward
+        dh = ez / s
+        dh[np.arange(n), y] -= 1.0
+        dh /= n
+        g = {}
+        for i in reversed(range(layers)):
+            g[f"W{i}"], g[f"b{i}"] = dh.T @ acts[i], dh.sum(axis=0)
+            if i:
+                dh = (dh @ p[f"W{i}"]) * (hs[i - 1] > 0)
+        t[0] += 1                                      # Adam, PyTorch's formulation
+        for k in W8_PARAMS:
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            v[k] = b2 * v[k] + (1 - b2) * g[k] * g[k]
+            denom = np.sqrt(v[k] / (1 - b2 ** t[0])) + eps
+            p[k] -= lr / (1 - b1 ** t[0]) * m[k] / denom
+        return [loss] + [p[k] for k in W8_PARAMS]
+    return run
+
+
+def _tg_deep_mlp(tg, inp):
+    layers = []
+    for i, (fi, fo) in enumerate(zip(W8_SIZES[:-1], W8_SIZES[1:])):
+        layers += [tg.nn.Linear(fi, fo), tg.nn.ReLU()]
+    model = tg.nn.Sequential(*layers[:-1])
+    model.load_state_dict({f"{2 * int(k[1:])}.{'weight' if k[0] == 'W' else 'bias'}": tg.from_numpy(inp[k])
+                           for k in W8_PARAMS})
+    return model, tg.optim.Adam(model.parameters(), **ADAM), tg.from_numpy(inp["x"]), tg.from_numpy(inp["y"])
+
+
+def w8_tg_eager(inp):
+    import tracegrad as tg
+    model, opt, x, y = _tg_deep_mlp(tg, inp)
+    return lambda: [_tg_train_step(model, opt, x, y)] + model.parameters()
+
+
+def w8_tg_compiled(inp):
+    import tracegrad as tg
+    model, opt, x, y = _tg_deep_mlp(tg, inp)
+    step = tg.compile(_tg_train_step)                # the whole step: forward, backward, Adam update
+    return lambda: [step(model, opt, x, y)] + model.parameters()
 
 
 # ================================================================== the table of workloads
@@ -456,17 +492,23 @@ def _reference(numpy_setup):
     return ref
 
 
+def _peer(name):
+    from . import peers                              # imports this module: loaded on first use
+    return getattr(peers, name)
+
+
 def _workload(wid, name, what, mod=globals()):
     n = wid.lower()
     w = Workload(wid, name, what, mod[f"{n}_inputs"], _reference(mod[f"{n}_numpy"]))
     w.columns = {"numpy": mod[f"{n}_numpy"], "tg eager": mod[f"{n}_tg_eager"],
                  "tg compiled": mod[f"{n}_tg_compiled"],
-                 "torch eager": lambda inp: _torch_setup(wid, inp, compiled=False),
-                 "torch.compile": lambda inp: _torch_setup(wid, inp, compiled=True),
-                 "jax.jit": lambda inp: _jax_setup(wid, inp)}
+                 "torch eager": lambda inp: _peer("torch_setup")(wid, inp, compiled=False),
+                 "torch.compile": lambda inp: _peer("torch_setup")(wid, inp, compiled=True),
+                 "jax.jit": lambda inp: _peer("jax_setup")(wid, inp)}
     return w
 
 
+MB16 = 4096 * 1024 * 4          # one (4096, 1024) or (8192, 512) float32 array, or W1's 4M elements
 WORKLOADS = [
     _workload("W1", "gelu_fwd", "4M elements, 0.5*x*(1+tanh(0.7978845608*(x+0.044715*x**3))), forward"),
     _workload("W2", "softmax_fwd", "(4096, 1024) row softmax from primitives, forward"),
@@ -474,8 +516,17 @@ WORKLOADS = [
     _workload("W4", "mlp_train_step", "MLP 784-256-256-10, batch 256, cross-entropy, fwd+bwd+SGD(0.01)"),
     _workload("W5", "tiny_overhead", "x (8,), chain of 20 elementwise ops, fwd+bwd: per-call overhead"),
     _workload("W6", "broadcast_grad", "a (64,1,128) * b (1,32,128) + c (128,), tanh, sum; grads a, b, c"),
+    _workload("W7", "column_center_fwd_bwd", "x (8192, 512), z = x.T centered per row times w, loss mean of "
+              "squares; grads x, w"),
+    _workload("W8", "mlp_deep_narrow_adam", "12 Linear 64-32x11-10, batch 128, relu, cross-entropy, fwd+bwd+Adam, "
+              "one compiled step"),
 ]
 WORKLOADS[3].implied = w4_implied
+WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
+# Memory-bound workloads: bytes that must move per call (read the inputs, write the outputs; W7
+# reads x twice, for the means and then for the centered values, and writes dx).
+for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
+    _w.floor_bytes = _bytes
 
 
 def find(name):

@@ -1,0 +1,113 @@
+"""The optional peers' columns of the reference workloads: torch eager, torch.compile, jax.jit.
+
+Each runs the same math functions as tracegrad's columns (workloads.py); torch.compile and jax.jit
+wrap the forward (jax: value_and_grad, and for W4/W8 the whole training step), the backward runs as
+each framework does it. torch and jax are imported inside the setup functions.
+"""
+from .workloads import (ADAM, EPS_LN, LR, PARAMS, W7_N, W8_PARAMS, _bcast_loss, _center_loss, _chain, _gelu,
+                        _layernorm_loss, _tg_fwd_bwd)
+
+
+def _torch_layernorm_loss(x, w, b, g):
+    mean = x.mean(dim=1, keepdim=True)
+    d = x - mean
+    var = (d * d).mean(dim=1, keepdim=True)
+    return ((d / (var + EPS_LN).sqrt() * w + b) * g).sum()
+
+
+def _torch_center_loss(x, w):
+    z = x.T
+    y = (z - z.mean(dim=1, keepdim=True)) * w[:, None]
+    return (y * y).sum() / W7_N
+
+
+def _mlp_logits(x, params, relu):
+    """params: W0, b0, W1, b1, ...; relu between the Linear layers."""
+    for i in range(0, len(params), 2):
+        x = x @ params[i].T + params[i + 1]
+        if i + 2 < len(params):
+            x = relu(x)
+    return x
+
+
+def torch_setup(wid, inp, compiled):
+    import torch
+    t = {k: torch.from_numpy(v.copy()) for k, v in inp.items()}
+    wrap = torch.compile if compiled else (lambda f: f)
+    if wid == "W1":
+        f = wrap(lambda x: _gelu(x, torch.tanh))
+        return lambda: [f(t["x"])]
+    if wid == "W2":
+        f = wrap(lambda x: (lambda e: e / e.sum(dim=1, keepdim=True))((x - x.amax(dim=1, keepdim=True)).exp()))
+        return lambda: [f(t["x"])]
+    if wid in ("W4", "W8"):
+        params = [t[k].requires_grad_() for k in (PARAMS if wid == "W4" else W8_PARAMS)]
+        x, y = t["x"], t["y"]
+        f = wrap(lambda x, y, *ps: torch.nn.functional.cross_entropy(_mlp_logits(x, ps, torch.relu), y))
+        opt = torch.optim.SGD(params, lr=LR) if wid == "W4" else torch.optim.Adam(params, **ADAM)
+
+        def run():
+            opt.zero_grad()
+            loss = f(x, y, *params)
+            loss.backward()
+            opt.step()
+            return [loss] + params
+        return run
+    names, fn = {"W3": (("x", "w", "b"), _torch_layernorm_loss),
+                 "W5": (("x",), lambda x: _chain(x, torch.tanh, torch.exp)),
+                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, torch.tanh)),
+                 "W7": (("x", "w"), _torch_center_loss)}[wid]
+    leaves = [t[n].requires_grad_() for n in names]
+    return _tg_fwd_bwd(wrap(fn), list(t.values()), leaves)
+
+
+def jax_setup(wid, inp):
+    import jax
+    import jax.numpy as jnp
+    t = {k: jnp.asarray(v) for k, v in inp.items()}
+    block = jax.block_until_ready
+    if wid == "W1":
+        f = jax.jit(lambda x: _gelu(x, jnp.tanh))
+        return lambda: [block(f(t["x"]))]
+    if wid == "W2":
+        f = jax.jit(lambda x: (lambda e: e / e.sum(axis=1, keepdims=True))(jnp.exp(x - x.max(axis=1, keepdims=True))))
+        return lambda: [block(f(t["x"]))]
+    if wid in ("W4", "W8"):
+        names = PARAMS if wid == "W4" else W8_PARAMS
+
+        def loss_fn(params, x, y):
+            logp = jax.nn.log_softmax(_mlp_logits(x, params, jax.nn.relu), axis=1)
+            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+        @jax.jit
+        def step(params, opt_state, x, y):
+            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+            if wid == "W4":
+                return loss, [p - LR * g for p, g in zip(params, grads)], opt_state
+            (b1, b2), lr, eps = ADAM["betas"], ADAM["lr"], ADAM["eps"]
+            m, v, n = opt_state
+            n = n + 1
+            m = [b1 * a + (1 - b1) * g for a, g in zip(m, grads)]
+            v = [b2 * a + (1 - b2) * g * g for a, g in zip(v, grads)]
+            params = [p - lr / (1 - b1 ** n) * a / (jnp.sqrt(b / (1 - b2 ** n)) + eps)
+                      for p, a, b in zip(params, m, v)]
+            return loss, params, (m, v, n)
+        params = [t[k] for k in names]
+        state = [params, ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params],
+                          jnp.zeros((), jnp.float32))]
+
+        def run():
+            loss, state[0], state[1] = block(step(state[0], state[1], t["x"], t["y"]))
+            return [loss] + state[0]
+        return run
+    names, fn = {"W3": (("x", "w", "b"), lambda x, w, b, g: _layernorm_loss(x, w, b, g, jnp.sqrt)),
+                 "W5": (("x",), lambda x: _chain(x, jnp.tanh, jnp.exp)),
+                 "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, jnp.tanh)),
+                 "W7": (("x", "w"), _center_loss)}[wid]
+    keys = list(t)
+    f = jax.jit(jax.value_and_grad(fn, argnums=tuple(keys.index(n) for n in names)))
+
+    def run():
+        loss, grads = block(f(*t.values()))
+        return [loss] + list(grads)
+    return run
