@@ -2,15 +2,14 @@
 import ctypes
 import ctypes.util
 import hashlib
-import threading
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from .. import _version
-from . import cache
+from . import cache, forksafe
 
-_LOCK = threading.Lock()
+_LOCK = forksafe.lock()
 _TM = []
 
 

@@ -1,13 +1,13 @@
 """Run a compiled program: buffers planned once, a flat list of steps, threads for big loops.
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
-output arrays (handed to the user, so never reused), and one ctypes call per kernel (two, on two
-threads, for kernels large enough to split) or one NumPy call per extern/host step.
+output arrays (handed to the user, so never reused), and one ctypes call per kernel (a few, with
+the thread pool's bookkeeping, for kernels large enough to split into chunks) or one NumPy call
+per extern/host step.
 """
 import ast
 import ctypes
 import math
-import threading
 import time
 import weakref
 
@@ -15,12 +15,14 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..ir.kernels import contiguous_strides
+from . import forksafe
 from .threads import _POOL as _POOLS
-from .threads import pool, threads
+from .threads import Judge, pool
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
+MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
 
 
 def work(kernel):
@@ -57,7 +59,7 @@ class Program:
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots)
         self.table = (ctypes.c_void_p * max(1, self.n_slots))()
-        self.lock = threading.Lock()
+        self.lock = forksafe.lock()
         self.template = [None] * self.n_slots
         values = {vid: v for vid, v in _values(graph, kernels)}
         out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
@@ -88,16 +90,13 @@ class Program:
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
-                fn = KERNEL(engine_ref.address(names[id(k)]))
+                addr = engine_ref.address(names[id(k)])
                 split = k.split > 0 if k.kind == "loop" else bool(k.shape)
                 extent = k.shape[0] if split else 1
-                par = split and extent > 1 and threads() > 1 and work(k) >= PARALLEL_MIN_WORK
-                if par and k.kind == "reduce_acc":
-                    self.steps.append(("reduce", fn, extent, _PartialReduce(self, k, slots)))
-                elif par:
-                    self.steps.append(("kernel", fn, extent, None))
+                if split and extent > 1 and work(k) >= PARALLEL_MIN_WORK:
+                    self.steps.append(("chunks", _Chunks(self, k, slots, addr, extent), None, None))
                 else:               # on this thread: the arguments converted once (a third of the call's cost)
-                    self.steps.append(("call", fn, (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)), None))
+                    self.steps.append(("call", KERNEL(addr), (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)), None))
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
@@ -135,11 +134,8 @@ class Program:
                 t0 = time.perf_counter()
             if step[0] == "call":
                 step[1](*step[2])
-            elif step[0] == "kernel":
-                pool().run(step[1], table, step[2])
-            elif step[0] == "reduce":
-                _, fn, extent, partial = step
-                partial.run(fn, table, extent, cur)
+            elif step[0] == "chunks":
+                step[1].run(table, cur)
             else:
                 _, node, ins, out = step
                 args = [view(cur[s], ld, shape) for s, ld, shape in ins]
@@ -158,35 +154,38 @@ class Program:
         return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
 
-class _PartialReduce:
-    """A reduce_acc kernel split across threads: thread 0 reduces its slice into the real outputs,
-    the others into private outputs (their own pointer tables), then the partials are combined."""
+class _Chunks:
+    """A kernel run as chunks of its outer loop, spread over the thread pool. The chunks follow from
+    the kernel's size alone, never from the thread count or from which thread ran which chunk, so
+    results are the same on any machine and under any load. A reduce_acc kernel's chunk 0 reduces
+    into the real outputs and chunk i > 0 into private ones (its own pointer table); the partials
+    are then combined in chunk order."""
 
-    def __init__(self, prog, kernel, slots):
-        n = threads()
-        reduced = [v for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
-        self.outs = [(slots[id(v)], _combiner(ph.lower)) for ph in kernel.phases if ph.kind == "reduce"
-                     for v, _ in ph.outputs]
+    def __init__(self, prog, kernel, slots, fn, extent):
+        n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
+        reduced = [(v, _combiner(ph.lower)) for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
+        if kernel.kind == "reduce_acc":   # private partials: at most a sixteenth of the input's size
+            n = min(n, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
+        self.fn, self.n = fn, min(n, extent, MAX_CHUNKS)
+        self.bounds = np.array([extent * i // self.n for i in range(self.n + 1)], np.int64)
+        self.tables = (ctypes.c_void_p * self.n)(*[ctypes.addressof(prog.table)] * self.n)
+        self.outs = [(slots[id(v)], op) for v, op in reduced] if kernel.kind == "reduce_acc" else []
         self.private = []
-        for _ in range(n - 1):
+        for i in range(1, self.n if self.outs else 0):
             table = (ctypes.c_void_p * max(1, prog.n_slots))()
-            bufs = [np.empty(v.shape, v.dtype.np) for v in reduced]
-            self.private.append((table, bufs))
+            self.private.append((table, [np.empty(v.shape, v.dtype.np) for v, _ in reduced]))
+            self.tables[i] = ctypes.addressof(table)
         self.nbytes = ctypes.sizeof(prog.table)
+        self.judge = Judge()
 
-    def run(self, fn, table, extent, cur):
-        n = min(len(self.private) + 1, extent)
-        bounds = [extent * i // n for i in range(n + 1)]
-        jobs = [(fn, table, bounds[0], bounds[1])]
-        for i in range(1, n):
-            t, bufs = self.private[i - 1]
+    def run(self, table, cur):
+        for t, bufs in self.private:
             ctypes.memmove(t, table, self.nbytes)
             for (slot, _), arr in zip(self.outs, bufs):
                 t[slot] = arr.ctypes.data
-            jobs.append((fn, t, bounds[i], bounds[i + 1]))
-        pool().run_jobs(jobs)
-        for i in range(1, n):
-            for (slot, combine), arr in zip(self.outs, self.private[i - 1][1]):
+        pool().run(self.fn, self.tables, self.bounds, self.n, self.judge)
+        for _, bufs in self.private:
+            for (slot, combine), arr in zip(self.outs, bufs):
                 out = cur[slot]
                 combine(out, arr, out=out)
 
