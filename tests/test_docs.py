@@ -112,3 +112,10 @@ def _grouped(text, name):
     prefix = name.rsplit(".", 1)[0]
     section = re.search(rf"<!-- names: {re.escape(prefix)} -->(.*?)<!-- end -->", text, re.S)
     return set(re.findall(r"`([A-Za-z_]\w*)", section.group(1))) if section else set()
+
+
+def test_help_of_compile_explains_the_options():
+    doc = tg.compile.__doc__
+    for option in ("backend", "fuse", "check", "cache_size"):
+        assert f"- {option}:" in doc, option
+    assert '"interpret"' in doc and "tg.CheckError" in doc and "f.ir(" in doc and "f.draw(" in doc

@@ -20,6 +20,19 @@ CACHE_SIZE = 64     # compiled signatures kept in memory per function (least rec
 def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_SIZE):
     """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False)`.
 
+    Options:
+    - backend: "llvm" (the default): fused kernels compiled through llvmlite, run on all cores
+      (TRACEGRAD_THREADS), machine code cached on disk (TRACEGRAD_CACHE_DIR); "interpret": the
+      IR run op by op with NumPy, the oracle compiled code is tested against.
+    - fuse: False makes every op its own kernel (to measure what fusion buys, or to bisect a bug).
+    - check: True runs the interpreter beside every call and raises tg.CheckError at the first
+      kernel whose result differs, naming the ops fused into it (slow; for debugging).
+    - cache_size: how many signatures stay compiled in memory per function (see below).
+
+    The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"),
+    f.draw(*args, stage=...) (a picture), f.profile(*args, plot=None) (time, bytes and rates per
+    kernel), f.stats() (traces, cache hits, compile time, retrace reasons) and f.to_dot(*args).
+
     Works on functions, methods (`self` is bound) and modules (`tg.compile(model)` stands in for
     the model). The first call with a new *signature* traces fn; later calls with the same
     signature run the compiled code. What a call depends on, and how:
