@@ -42,16 +42,18 @@ def _build(s, it):
 _OBJECTS = {}      # class -> (state function, names of dynamic attributes)
 
 
-def register_object(cls, state, dynamic=()):
+def register_object(cls, state, dynamic=(), watch=None):
     """Objects of `cls` (and subclasses) are leaves identified by identity. `state(obj)` yields
     (name, value) for what obj holds, in a stable order: tensors, registered objects, Python values.
     `dynamic` names attributes holding numbers that may change every call (a learning rate): a
-    compiled function reads them at each call instead of retracing."""
-    _OBJECTS[cls] = (state, tuple(dynamic))
+    compiled function reads them at each call instead of retracing. `watch(obj)`, optional, lists
+    the dicts and lists whose contents make up the state: while each holds the same objects, the
+    state is unchanged and a guard need not read it again."""
+    _OBJECTS[cls] = (state, tuple(dynamic), watch)
 
 
 def object_state(obj):
-    """(state function, dynamic attribute names) of obj's class, or None for no registered object."""
+    """(state, dynamic, watch) as registered for obj's class, or None for no registered object."""
     for cls in type(obj).__mro__:
         reg = _OBJECTS.get(cls)
         if reg is not None:

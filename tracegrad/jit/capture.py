@@ -58,8 +58,11 @@ class Capture:
             _restore_dynamic(dynamic, name)
         self._plan_outputs(out, name)
         self._plan_writes(grad_changes, name)
-        self.inputs = [(e.source, e.real) for e in tracer.order]
-        self.guards = Guards(fn, tracer, self.objects, self.inputs, bool(self.mutations or self.grad_writes))
+        inputs = [(e.source, e.real) for e in tracer.order]
+        self.guards = Guards(fn, tracer, self.objects, inputs, bool(self.mutations or self.grad_writes))
+        # where each graph input comes from at a call; an argument (or its .grad) is read from the
+        # call's arguments, so the entry keeps no reference to the first call's tensors
+        self.inputs = [(s, None if s[0] in ("arg", "grad") else real) for s, real in inputs]
 
     def _plan_outputs(self, out, name):
         out_leaves, _, self.out_struct = flatten(out, "out")

@@ -6,7 +6,7 @@ from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
 from .check import checked_run
-from .node import CompiledNode
+from .node import CompiledNode, RefusedBackward
 from .pipeline import compile_call
 from .writeback import Fresh, resolve, write_back
 
@@ -21,11 +21,13 @@ class Entry:
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
         self.run_fwd, self.run_bwd = s.run_fwd, s.run_bwd
-        self.tracer, self.guards = cap.tracer, cap.guards
+        self.guards = cap.guards
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
-        self.updated = [(ii, self.tracer.order[ii].value.name) for _, ii in cap.inplace]
+        self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.inplace]
         self._kernels = None
+        self.refused = s.refused and (s.refused, [k for k, (kind, _, st) in enumerate(self.out_plan) if kind ==
+                                                  "tensor" and st.requires_grad and st._dtype.is_floating_point])
         self._plan_calls(s.backward)
 
     def _plan_calls(self, backward):
@@ -73,6 +75,12 @@ class Entry:
         if self.run_bwd is not None and _Mode.grad:
             node = CompiledNode(self, leaves, outs[self.saved_at:], sources)
             for oi, k in enumerate(self.diff_pos):
+                t = results[k]
+                t._requires_grad, t.grad_fn, t._oi = True, node, oi
+        elif self.refused and _Mode.grad:
+            message, positions = self.refused
+            node = RefusedBackward(message, [results[k] for k in positions])
+            for oi, k in enumerate(positions):
                 t = results[k]
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi
         return unflatten(self.out_struct, results)

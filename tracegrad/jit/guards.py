@@ -22,32 +22,41 @@ from .signature import STATIC
 
 class Guards:
     def __init__(self, fn, tracer, objects, inputs, writes):
-        from .state import read_state
-        self.tracer = tracer
+        self.names = {id(e.real): e.value.name for e in tracer.order}
+        self.input_names = [e.value.name for e in tracer.order]
+        self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
         self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
                         if e.source[0] == "captured"]
         self.grads = [(t, before) for t, before in tracer.grads.values() if t._data is not None]
         self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
         self.objects = objects
-        self.state = read_state(objects) if objects else None
-        held = self._held(self.state)
-        self.arg_links = [(s[1], held.get(id(real))) for s, real in inputs if s[0] == "arg"] if held else []
-        self.inputs = inputs if writes else None
-        self.storage = storage_pattern([real for _, real in inputs]) if writes else None
+        self._read(objects)
+        self.arg_links = [(s[1], self.held.get(id(real))) for s, real in inputs if s[0] == "arg"] \
+            if self.held else []
+        # which inputs share memory, for an entry that writes to inputs: the storage of captured
+        # tensors and constants is fixed; that of arguments and their .grad is looked up per call
+        self.storage = None
+        if writes:
+            self.storage = storage_pattern([real for _, real in inputs])
+            self.fixed = [None if s[0] in ("arg", "grad") else storage(real) for s, real in inputs]
+            self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in ("arg", "grad")]
 
     def __bool__(self):
-        return bool(self.tensors or self.grads or self.bindings or self.objects or self.inputs)
+        return bool(self.tensors or self.grads or self.bindings or self.objects or self.storage)
 
-    def _held(self, state):
-        """id(tensor) -> the names under which the reachable state and free variables hold it."""
+    def _read(self, objects):
+        """Read the reachable state: its values, the watch lists, which held tensors are where."""
+        from .state import read_state, watched
+        self.state = read_state(objects) if objects else None
+        self.watch = watched(objects) if objects else None
         held = {}
-        for name, v, ident in state or ():
+        for name, v, ident in self.state or ():
             if ident and isinstance(v, Tensor):
                 held.setdefault(id(v), []).append(name)
         for _, name, _, obj in self.bindings:
             if isinstance(obj, Tensor):
                 held.setdefault(id(obj), []).append(name)
-        return {k: tuple(v) for k, v in held.items()}
+        self.held = {k: tuple(v) for k, v in held.items()}
 
     def failure(self, leaves):
         """None when every guard holds, else the reason of the first that fails."""
@@ -58,42 +67,42 @@ class Guards:
                                              "rebound to another object")
         for t, shape, dtype, rg in self.tensors:
             if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
-                return f"captured tensor {self._name_of(t)}: {dtype.name}{list(shape)} requires_grad={rg} -> " \
-                       f"{t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
+                return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: {dtype.name}{list(shape)} " \
+                       f"requires_grad={rg} -> {t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
         for t, before in self.grads:
             if t._grad is not before:
-                return f"{self._name_of(t)}.grad: {'None' if before is None else 'a tensor'} -> " \
-                       f"{'None' if t._grad is None else 'another tensor'}"
+                return f"{self.names.get(id(t), 'a captured tensor')}.grad: " \
+                       f"{'None' if before is None else 'a tensor'} -> {'None' if t._grad is None else 'another tensor'}"
         if self.objects:
-            from .state import read_state, state_change
-            now = read_state(self.objects)
-            reason = state_change(self.state, now)
+            reason = self._state_failure()
             if reason is not None:
                 return reason
-            held = self._held(now)
             for k, names in self.arg_links:
-                if held.get(id(leaves[k])) != names:
-                    return f"{self._arg_name(k)}: held by {' and '.join(names or ('nothing reachable',))} when " \
-                           f"traced, now by {' and '.join(held.get(id(leaves[k])) or ('nothing reachable',))}"
-        if self.inputs is not None:
+                now = self.held.get(id(leaves[k]))
+                if now != names:
+                    return f"{self.input_names_of_arg(k)}: held by {' and '.join(names or ('nothing reachable',))} " \
+                           f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
+        if self.storage is not None:
             from .writeback import resolve
-            now = storage_pattern([resolve(s, r, leaves) for s, r in self.inputs])
+            roots = list(self.fixed)
+            for i, s in self.variable:
+                roots[i] = storage(resolve(s, None, leaves))
+            now = _pattern(roots)
             if now != self.storage:
-                return "inputs sharing memory: " + _sharing([e.value.name for e in self.tracer.order], now)
+                return "inputs sharing memory: " + _sharing(self.input_names, now)
         return None
 
-    def _name_of(self, t):
-        for e in self.tracer.order:
-            if e.real is t:
-                return e.value.name
-        return "a captured tensor"
+    def _state_failure(self):
+        from .state import read_state, state_change, unchanged
+        if self.watch is not None and unchanged(self.watch):
+            return None
+        reason = state_change(self.state, read_state(self.objects))
+        if reason is None:           # equal values in new objects (a float set again): re-read once
+            self._read(self.objects)
+        return reason
 
-    def _arg_name(self, k):
-        for e in self.tracer.order:
-            if e.source == ("arg", k):
-                return e.value.name
-        return f"argument {k}"
-
+    def input_names_of_arg(self, k):
+        return self.arg_names.get(k, f"argument {k}")
 
 def _guarded_binding(obj, tracer):
     """Globals and closure variables worth a guard: a tensor the trace lifted, a module or optimizer,
@@ -113,11 +122,13 @@ def storage(t):
 
 
 def storage_pattern(tensors):
-    """For each tensor, the position of the first tensor with the same storage (None: no tensor)."""
-    first, out = {}, []
-    for i, t in enumerate(tensors):
-        out.append(None if t is None else first.setdefault(id(storage(t)), i))
-    return tuple(out)
+    """For each tensor, the position of the first tensor with the same storage."""
+    return _pattern([storage(t) for t in tensors])
+
+
+def _pattern(roots):
+    first = {}
+    return tuple(first.setdefault(id(r), i) for i, r in enumerate(roots))
 
 
 def _sharing(names, pattern):

@@ -54,3 +54,25 @@ class CompiledNode:
 
     def release(self):
         self.saved, self.freed = None, True
+
+
+class RefusedBackward:
+    """The autograd node of a compiled call whose backward would read a value the call updated in
+    place: backward() raises eager's error, as the eager function would at that point."""
+
+    def __init__(self, message, outputs):
+        self.message, self.edges = message, []
+        self.out_meta = [(t._shape, t._dtype, t._device) for t in outputs]
+        self.n_out = len(outputs)
+
+    def name(self):
+        return "RefusedCompiledBackward"
+
+    def check_saved(self):
+        raise RuntimeError(self.message)
+
+    def apply(self, grads):
+        raise RuntimeError(self.message)
+
+    def release(self):
+        pass

@@ -16,10 +16,15 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     s = Stages()
     s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths)            # trace
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
-    s.backward = None
+    s.backward = s.refused = None
     if not cap.tracer.ran_backward and is_grad_enabled():                      # reverse mode
         tensor_outs = [(i, st) for kind, i, st in cap.out_plan if kind == "tensor"]
-        s.backward = reverse_mode(cap.tracer, tensor_outs, name)
+        try:
+            s.backward = reverse_mode(cap.tracer, tensor_outs, name)
+        except RuntimeError as e:   # a saved value was updated in place: eager raises at backward()
+            if "modified by an inplace operation" not in str(e):
+                raise
+            s.refused = str(e)
     if s.backward is not None:
         cap.graph.outputs.extend(s.backward.saved)
     fwd = optimize(s.traced.copy())                                            # optimize

@@ -6,7 +6,9 @@ A compiled entry guards this state: a tensor or object held is compared by ident
 (a module's training flag, an optimizer's momentum) by value. Attributes registered as dynamic (an
 optimizer's lr) are runtime inputs instead: read at each call, never baked into the graph.
 """
+import operator
 import types
+from itertools import chain
 
 from ..pytree import object_state
 from ..tensor import Tensor
@@ -38,7 +40,7 @@ def read_state(objects):
     """[(name, value, by_identity)] of everything the objects hold that a guard compares."""
     out = []
     for name, obj in objects:
-        state, dynamic = object_state(obj)
+        state, dynamic, _ = object_state(obj)
         for n, v in state(obj):
             if isinstance(v, Tensor) or object_state(v) is not None:
                 out.append((f"{name}.{n}", v, True))
@@ -72,3 +74,23 @@ def state_change(before, now):
         longer = before if len(before) > len(now) else now
         return f"{longer[min(len(before), len(now))][0]}: {'removed' if longer is before else 'added'}"
     return None
+
+
+def watched(objects):
+    """(views, items): live views of the registered objects' watch lists (a dict's values, a list
+    itself) and what they hold now; None when an object has no watch list. While the views hold
+    the same objects in the same order, the state reads the same."""
+    views = []
+    for _, obj in objects:
+        watch = object_state(obj)[2]
+        if watch is None:
+            return None              # an object without a watch list: read its state at each call
+        for c in watch(obj):
+            views.append(c.values() if isinstance(c, dict) else c)
+    return views, tuple(chain.from_iterable(views))
+
+
+def unchanged(watch):
+    views, items = watch
+    now = tuple(chain.from_iterable(views))
+    return len(now) == len(items) and all(map(operator.is_, now, items))

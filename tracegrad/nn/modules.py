@@ -248,4 +248,4 @@ def _module_state(m):
                 yield base + k, v
 
 
-register_object(Module, _module_state)
+register_object(Module, _module_state, watch=lambda m: [mod.__dict__ for _, mod in m.named_modules()])

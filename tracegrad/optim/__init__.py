@@ -99,4 +99,5 @@ def _optimizer_state(opt):
             yield k, v
 
 
-register_object(Optimizer, _optimizer_state, dynamic=("lr",))
+register_object(Optimizer, _optimizer_state, dynamic=("lr",),
+                watch=lambda o: [o.__dict__, o.params, o.state, *o.state.values()])
