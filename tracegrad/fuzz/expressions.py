@@ -53,7 +53,7 @@ class Builder:
 
     def __init__(self, rng, max_elems=1200):
         self.rng, self.max_elems = rng, max_elems
-        self.inputs, self.lines, self.pool = [], [], []
+        self.inputs, self.lines, self.pool, self.keep = [], [], [], []
         self.zero_sizes = rng.random() < 0.15
         self.big = rng.random() < 0.08          # one axis of 257 or 1023: vector loops, threads, long sums
         if self.big:
@@ -124,8 +124,9 @@ class Builder:
         self.emit(self.pick(UNARY).format(x=x.name), x.shape)
 
     def _random(self, x):
-        if self.chance(0.3):
-            self.emit(self.pick(RANDOM).format(x=x.name), x.shape)
+        if self.chance(0.3):     # returned: an unused draw may be removed, shifting the RNG stream
+            v = self.emit(self.pick(RANDOM).format(x=x.name), x.shape)
+            self.keep += [v.name] if v is not None else []
         else:
             self._unary(x)
 

@@ -54,7 +54,7 @@ def _returns(b, rng):
         v = b.emit(f"{b.pool[0].name}.tanh()", b.pool[0].shape)
         computed = [v]
     k = int(rng.integers(1, 3))
-    picks = {computed[-1].name} | {computed[int(i)].name for i in rng.integers(0, len(computed), k - 1)}
+    picks = {computed[-1].name, *b.keep} | {computed[int(i)].name for i in rng.integers(0, len(computed), k - 1)}
     return sorted(picks, key=lambda n: int(n[1:]))
 
 

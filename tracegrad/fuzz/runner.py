@@ -99,8 +99,11 @@ def trigger(program, label):
     k = int(m.group(1))
     if program.kind != "train":
         return program.notes[min(k, len(program.notes) - 1)]
-    changes = [program.notes[j] for j in range(min(k, len(program.notes) - 1), 0, -1) if program.notes[j]]
-    return f"after {changes[0]}" if changes else ("first call" if k == 0 else "repeated call, no state change")
+    form = program.notes[0]                     # train notes: "<change> (<form>)", or "(<form>)"
+    changes = [program.notes[j] for j in range(min(k, len(program.notes) - 1), 0, -1)
+               if not program.notes[j].startswith("(")]
+    return f"after {changes[0]}" if changes else \
+        ("first call " if k == 0 else "repeated call, no state change ") + form
 
 
 def classify(program, problems):

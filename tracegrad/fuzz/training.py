@@ -32,6 +32,10 @@ STEPS = {
     "args": ("def step(model, opt, x, y):", "model(x)", "fn(model, opt, *xs)"),
     "params": ("def step(x, y, *ps):", "forward(ps, x)", "fn(*xs, *model.parameters())"),
 }
+FORMS = {"closure": "step reads model and optimizer from its closure",
+         "args": "model and optimizer passed as arguments",
+         "params": "parameters passed as arguments and held by the optimizer"}
+NOTES = {"eval_call": "an eval call under no_grad", "model.l1 = tg.nn.Linear": "model.l1 replaced by a new Linear"}
 FORWARD = ["def forward(ps, x):", "    w0, b0, w1, b1 = ps[:4]", "    return {act}(x @ w0.T + b0) @ w1.T + b1"]
 
 
@@ -69,7 +73,8 @@ def _train(rng, index, seed, dtype):
         block += [f"rec('call{k}.loss', {call})",
                   "for name, q in model.named_parameters():", f"    rec('call{k}.param.' + name, q)"]
         calls.append("\n".join(block))
-        notes.append(change.replace("\n    ", ": ").replace("eval_call", "an eval call under no_grad"))
+        notes.append(NOTES.get(change.split("(")[0], change.replace("\n    ", ": ")) + f" ({FORMS[form]})"
+                     if change else f"({FORMS[form]})")
     program = Program("train", index, seed, dtype, inputs, [], [], run, header, params=[], calls=calls)
     program.notes = notes
     return program
