@@ -110,7 +110,8 @@ def _inplace(rng, index, seed, dtype):
 
 
 NOGRAD_UPDATE = ["{p}.mul_(2.0)", "{p}.add_({w})", "{p}.sub_({w} * 0.1)", "{p}.copy_({w} * 3.0)",
-                 "{p}.clamp_(-0.5, 0.5)", "{p}.zero_()", "{p}[0] = 7.0", "{p} += 1.0"]
+                 "{p}.clamp_(-0.5, 0.5)", "{p}.zero_()", "{p}[0] = 7.0", "{p} += 1.0",
+                 "{p}.detach().mul_(0.5)", "{p}.data.add_(1.0)"]   # aliases of the storage
 
 
 def _mutate(rng, index, seed, dtype):
