@@ -8,6 +8,8 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
            them afterwards; called twice; outputs, gradients and the inputs after each call.
 - alias:   one tensor passed as two arguments, a tensor with its view or detached alias, a tensor
            passed and also captured as a global; called with changing aliasing patterns.
+- state:   the function reads globals (a Python float, a flag it branches on, a tensor) that change
+           between calls: guards or runtime inputs, never baked in.
 - train:   a model and an optimizer (SGD with momentum/weight decay, Adam), a compiled training
            step called several times with state changes between calls (learning rate set to 0 or
            changed, eval()/train(), a parameter or a submodule replaced, parameters edited under
@@ -20,8 +22,8 @@ from .expressions import Builder, bshape
 from .source import Program
 from .training import _train
 
-KINDS = ("graph", "inplace", "mutate", "alias", "train")
-WEIGHTS = (0.35, 0.15, 0.15, 0.15, 0.2)
+KINDS = ("graph", "inplace", "mutate", "alias", "train", "state")
+WEIGHTS = (0.3, 0.15, 0.15, 0.15, 0.15, 0.1)
 
 
 def generate(index, seed, dtype=None, kind=None):
@@ -169,4 +171,33 @@ def _alias(rng, index, seed, dtype):
            "    rec.outputs(xs, f'call{k}.after.x')"]
     program = Program("alias", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run, header)
     program.notes = [f"f{c}" + (" with b also global G['w']" if captured else "") for c in calls]
+    return program
+
+
+STATE_CHANGES = ["G['scale'] = 2.0", "G['scale'] = -0.25", "G['flag'] = not G['flag']", "G['t'] = G['t'] * 2.0",
+                 "with tg.no_grad():\n    G['t'].add_(1.0)", "G['t'] = G['t'].double()", "G['n'] = G['n'] + 1"]
+
+
+def _state(rng, index, seed, dtype):
+    b = _graph_builder(rng, 1)
+    x = b.pool[0]
+    b.lines += [f"v0 = {x.name} * G['scale'] + G['t']",
+                "v1 = v0.tanh() if G['flag'] else v0.relu()",
+                f"v2 = v1.sum() * G['n'] if v1.ndim else v1 * G['n']"]
+    for name, shape in (("v0", x.shape), ("v1", x.shape), ("v2", ())):
+        b.pool.append(type(x)(name, shape))
+    b.lines = [line for line in b.lines]
+    for _ in range(int(rng.integers(0, 4))):
+        b.step()
+    calls, notes = [], []
+    for k in range(int(rng.integers(2, 5))):
+        change = b.pick(STATE_CHANGES) if k else ""
+        calls.append((change + "\n" if change else "") +
+                     f"rec.grads(rec.outputs(fn(*xs), 'call{k}.out'), xs, 'call{k}.grad')")
+        notes.append(f"after {change.splitlines()[-1].strip()}" if change else "first call")
+    run = ["xs = inputs(dtype)", f"G.update(scale=0.5, flag=True, n=3, t=data(np.random.default_rng(1), "
+           f"{x.shape!r}, dtype))", "fn = f if mode == 'eager' else tg.compile(f, backend=mode)"]
+    program = Program("state", index, seed, dtype, b.inputs, b.lines, _returns(b, rng), run, ["G = {}", ""],
+                      calls=calls)
+    program.notes = notes
     return program
