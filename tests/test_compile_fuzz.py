@@ -384,6 +384,10 @@ def test_fuzz_repro_file_runs_on_its_own(tmp_path):
 
 def test_fuzz_command_line(tmp_path, capsys):
     from tracegrad.__main__ import main
-    assert main(["fuzz", "--n", "2", "--kind", "graph", "--seed", "7", "--out", str(tmp_path)]) == 0
-    assert "tracegrad fuzz: 2 programs (seed 7" in capsys.readouterr().out
+    for start in (0, 2):
+        assert main(["fuzz", "--n", "2", "--kind", "graph", "--seed", "7", "--start", str(start), "--out",
+                     str(tmp_path), "--json", str(tmp_path / f"{start}.json")]) == 0
+    assert "tracegrad fuzz: 2 programs (seed 7, from 2" in capsys.readouterr().out
+    assert main(["fuzz", "--merge", str(tmp_path / "0.json"), str(tmp_path / "2.json")]) == 0
+    assert "tracegrad fuzz: 4 programs (seed 7,7, from 0,2" in capsys.readouterr().out
     assert main(["fuzz", "--n", "1", "--backend", "nope"]) == 2

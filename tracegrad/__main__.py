@@ -52,6 +52,14 @@ def _fuzz(args):
     import json
 
     from .fuzz import fuzz
+    from .fuzz.runner import format_summary, merge
+    if args.merge:
+        summaries = []
+        for path in args.merge:
+            with open(path) as fh:
+                summaries.append(json.load(fh))
+        print(format_summary(merge(summaries)))
+        return 0
     backends = [b for spec in args.backend or ["interpret,llvm"] for b in spec.split(",") if b]
     try:
         s = fuzz(args.n, args.seed, backends=backends, out=args.out, start=args.start,
@@ -61,7 +69,6 @@ def _fuzz(args):
         print(f"tracegrad fuzz: {e}", file=sys.stderr)
         return 2
     if not args.verbose:
-        from .fuzz.runner import format_summary
         print(format_summary(s))
     if args.json:
         with open(args.json, "w") as fh:
@@ -104,6 +111,7 @@ def main(argv=None):
     fz.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     fz.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
     fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
+    fz.add_argument("--merge", nargs="+", metavar="JSON", help="print one summary of several --json files and exit")
     fz.set_defaults(func=_fuzz)
 
     args = ap.parse_args(argv)

@@ -158,6 +158,25 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
     return summary
 
 
+def merge(summaries):
+    """One summary for several chunks (e.g. the --json files of runs over different seeds)."""
+    out = dict(seed=",".join(str(s["seed"]) for s in summaries), start=",".join(str(s["start"]) for s in summaries),
+               programs=sum(s["programs"] for s in summaries), seconds=round(sum(s["seconds"] for s in summaries), 1),
+               backends=sorted({b for s in summaries for b in s["backends"]}), by_kind=collections.Counter(),
+               eager_refused=collections.Counter(), classes={})
+    for s in summaries:
+        out["by_kind"].update(s["by_kind"])
+        out["eager_refused"].update(s["eager_refused"])
+        for k, v in s["classes"].items():
+            e = out["classes"].setdefault(k, {"programs": 0, "backends": [], "example": v["example"]})
+            e["programs"] += v["programs"]
+            e["backends"] = sorted(set(e["backends"]) | set(v["backends"]))
+    for name in ("mismatch", "error", "accepted"):
+        out[f"{name}_programs"] = sum(s[f"{name}_programs"] for s in summaries)
+    out["by_kind"], out["eager_refused"] = dict(out["by_kind"]), dict(out["eager_refused"])
+    return out
+
+
 def _is_mismatch(cat):
     return not cat.startswith("error:") and cat != "accepted"
 
