@@ -1,6 +1,7 @@
 """The disk cache of compiled code (SPEC §5, codegen/cache.py): a new process skips LLVM, corrupt
-entries are rebuilt with one warning, concurrent writers leave valid entries, and the key follows
-the IR text, the target and the versions."""
+entries are rebuilt with one warning, concurrent writers leave valid entries, the key follows
+the IR text, the target and the versions, and the size cap prunes least recently used entries."""
+import hashlib
 import os
 import subprocess
 import sys
@@ -168,3 +169,93 @@ def test_unwritable_cache_dir_warns_and_still_runs(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="cannot write"):
         out = tg.compile(lambda x: x + 1.0)(x)
     np.testing.assert_array_equal(out.numpy(), np.full((2, 3), 2.0, np.float32))
+
+
+def _payload(key, size):
+    return (hashlib.sha256(key.encode()).digest() * (size // 32 + 1))[:size]
+
+
+def _bytes(d):
+    return sum(os.path.getsize(os.path.join(d, n)) for n in _entries(d))
+
+
+def test_size_cap_prunes_least_recently_used(cache_dir, monkeypatch):
+    head = len(cache.MAGIC) + 64
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", str(3 * (head + 1000)))      # room for three entries
+    t = 1_000_000_000
+    for i, key in enumerate("abc"):
+        cache.store(key, _payload(key, 1000))
+        os.utime(cache_dir / f"{key}.o", (t + i, t + i))                  # a, b, c: oldest to newest
+    assert cache.load("a") == _payload("a", 1000)                        # a load makes "a" recent
+    cache.store("d", _payload("d", 1000))
+    assert _entries(cache_dir) == ["a.o", "c.o", "d.o"] and _bytes(cache_dir) <= cache.max_size()
+    cache.store("e", _payload("e", 2000))                                # a big one pushes out two
+    assert _entries(cache_dir) == ["d.o", "e.o"]
+    assert _bytes(cache_dir) <= cache.max_size()
+    assert cache.load("b") is None                                       # pruned: a miss, no warning
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", "0")
+    cache.store("f", _payload("f", 10))
+    assert _entries(cache_dir) == []
+
+
+def test_stale_temporary_files_are_pruned_and_fresh_ones_kept(cache_dir):
+    cache.store("a", b"x" * 100)
+    stale, fresh = cache_dir / ".tmp-dead.o", cache_dir / ".tmp-writing.o"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    old = os.path.getmtime(stale) - cache.STALE_TEMP_SECONDS - 10
+    os.utime(stale, (old, old))
+    cache.prune()
+    assert not stale.exists() and fresh.exists() and _entries(cache_dir) == ["a.o"]
+
+
+@pytest.mark.parametrize("text,size", [("1000", 1000), ("64K", 65536), ("1.5M", 1572864), ("2g", 2 << 30),
+                                       ("10 MiB", 10 << 20), ("", cache.DEFAULT_SIZE)])
+def test_cache_size_setting(monkeypatch, text, size):
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", text)
+    assert cache.max_size() == size
+
+
+def test_bad_cache_size_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", "lots")
+    with pytest.raises(ValueError, match=r"TRACEGRAD_CACHE_SIZE='lots' is not a size.*500M"):
+        cache.max_size()
+
+
+CHURN = textwrap.dedent("""
+    import hashlib, random, sys, warnings
+    from tracegrad.codegen import cache
+    warnings.simplefilter("error")           # a corrupt entry would warn: make it fail
+    seed = int(sys.argv[1])
+    rng = random.Random(seed)
+    def payload(key):
+        return (hashlib.sha256(key.encode()).digest() * 200)[:1000 + int(key) * 37]
+    hits = 0
+    for _ in range(300):
+        key = str(rng.randrange(40))
+        got = cache.load(key)
+        if got is None:
+            cache.store(key, payload(key))
+        else:
+            assert got == payload(key), key
+            hits += 1
+    print("hits", hits)
+""")
+
+
+def test_concurrent_writers_and_pruners_never_corrupt(tmp_path, cache_dir):
+    """Processes that load, write and prune at once under a tiny cap: every load is whole and right."""
+    script = tmp_path / "churn.py"
+    script.write_text(CHURN)
+    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT, TRACEGRAD_CACHE_SIZE="12K")
+    procs = [subprocess.Popen([sys.executable, str(script), str(seed)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.startswith("hits"), err[-2000:]
+    cache.prune(12 << 10)
+    assert _bytes(cache_dir) <= 12 << 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in _entries(cache_dir):
+            assert cache.load(n[:-2]) is not None
