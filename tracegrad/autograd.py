@@ -1,8 +1,10 @@
-"""Reverse mode: graph nodes, the iterative backward engine, version checks."""
+"""Reverse mode: graph nodes, the iterative backward engine, version checks, retained gradients."""
+import weakref
+
 import numpy as np
 
 from .broadcast import _quiet
-from .modes import Hooks, _Mode, enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .modes import _Mode, enable_grad, interpreter, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
 
 class Node:
@@ -12,10 +14,11 @@ class Node:
     .grad), or None when input i needs no gradient."""
 
     __slots__ = ("prim", "attrs", "shapes", "dtypes", "saved", "versions", "out", "out_version",
-                 "edges", "freed", "n_out", "out_meta", "loc", "label", "__weakref__")
+                 "edges", "freed", "n_out", "out_meta", "loc", "label", "retained", "__weakref__")
 
     def __init__(self, prim, inputs, attrs, out):
         self.prim, self.attrs, self.n_out, self.freed, self.loc, self.label = prim, attrs, 1, False, None, None
+        self.retained = None
         self.shapes = [t._shape for t in inputs]
         self.dtypes = [t._dtype for t in inputs]
         save = prim.save
@@ -31,8 +34,8 @@ class Node:
         self.out_version = out._ver[0]
         self.out_meta = [(out._shape, out._dtype, out._device)]
         self.edges = [_edge(t) for t in inputs]
-        if Hooks.on_node is not None:
-            Hooks.on_node(self, inputs, out)
+        if _Mode.on_node is not None:
+            _Mode.on_node(self, inputs, out)
 
     def x(self, i):
         return self.saved[i]
@@ -118,9 +121,8 @@ def _accumulate(a, b):
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
-    tracer = Hooks.tracer
-    if tracer is not None:
-        tracer.ran_backward = True
+    interp = interpreter()
+    interp.backward_started()
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
         if not out._requires_grad:
@@ -143,7 +145,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                 targets[(id(t.grad_fn), t._oi)] = t
     results = {}
     prev_mode, _Mode.grad = _Mode.grad, bool(create_graph)
-    _quiet[0] += 1                 # VJP rules broadcast on purpose: no suspicious-broadcast warnings
+    _quiet.depth += 1              # VJP rules broadcast on purpose: no suspicious-broadcast warnings
     try:
         for node in _toposort(roots):
             grads = pending.pop(id(node), None)
@@ -160,9 +162,10 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                     continue
                 like = next(g for g in grads if g is not None)
                 grads = [g if g is not None else _zeros(meta, like) for g, meta in zip(grads, node.out_meta)]
+            if inputs is None and getattr(node, "retained", None):
+                _retained_grads(node, grads, create_graph)
             node.check_saved()
-            if tracer is not None:          # backward ops point at the forward op they differentiate
-                tracer.loc = getattr(node, "loc", None)
+            interp.at(getattr(node, "loc", None))      # backward ops point at the forward op they differentiate
             in_grads = node.apply(grads)
             owned = getattr(node, "owned_grads", False)
             for e, g in zip(node.edges, in_grads):
@@ -181,7 +184,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                 node.release()
     finally:
         _Mode.grad = prev_mode
-        _quiet[0] -= 1
+        _quiet.depth -= 1
     if inputs is None:
         for leaf, g, owned in leaf_grads.values():
             if g is not None:
@@ -200,6 +203,22 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     return tuple(out)
 
 
+def retain(t):
+    """t.retain_grad(): backward() stores the gradient of non-leaf `t` in t.grad (of t's current
+    version: an in-place update registers the tensor again with its new node)."""
+    node = t.grad_fn
+    if getattr(node, "retained", None) is None:
+        node.retained = []
+    node.retained.append(weakref.ref(t))
+
+
+def _retained_grads(node, grads, create_graph):
+    for ref in node.retained:
+        t = ref()
+        if t is not None and t.grad_fn is node and t._retains_grad and grads[t._oi] is not None:
+            _into_grad(t, grads[t._oi], create_graph)
+
+
 def _zeros(meta, like):
     """The zero cotangent of an output nothing used, of the type of the cotangent `like`."""
     shape, dtype, dev = meta
@@ -210,8 +229,7 @@ def _into_grad(leaf, g, create_graph, owned=False):
     """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy (unless
     `owned`: freshly made for this leaf alone), so in-place updates of .grad never alias another
     tensor."""
-    if Hooks.tracer is not None:  # the tracer decides which tensor owns a traced leaf's .grad
-        leaf = Hooks.tracer.grad_owner(leaf)
+    leaf = interpreter().grad_owner(leaf)   # a tracer decides which tensor owns a traced leaf's .grad
     if g._shape != leaf._shape:
         g = g.expand(*leaf._shape)
     if create_graph:

@@ -2,6 +2,7 @@
 and `unbroadcast` (summing a gradient back to an operand's shape)."""
 import os
 import sys
+import threading
 import warnings
 
 
@@ -145,23 +146,27 @@ def explain(shapes, color=False):
     return f"{head}\n{picture(shapes, color)}"
 
 
-_quiet = [0]
+class _Quiet(threading.local):
+    depth = 0          # per thread: one thread's backward does not silence another's warnings
+
+
+_quiet = _Quiet()
 
 
 class quiet:
-    """Suppress the suspicious-broadcast warning (used while running VJP rules)."""
+    """Suppress the suspicious-broadcast warning in this thread (used while running VJP rules)."""
 
     def __enter__(self):
-        _quiet[0] += 1
+        _quiet.depth += 1
 
     def __exit__(self, *exc):
-        _quiet[0] -= 1
+        _quiet.depth -= 1
 
 
 def elementwise_shape(shapes):
     """Result shape of an elementwise op, warning on the classic rank-mismatch bug (SPEC §2)."""
     result = _combine(shapes)
-    if not _quiet[0] and len(shapes) > 1:
+    if not _quiet.depth and len(shapes) > 1:
         length = _one_length_made_two_axes(shapes, result)
         if length is not None:
             _warn(shapes, result, length)

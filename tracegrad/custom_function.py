@@ -9,7 +9,7 @@ from . import dtypes as D
 from .autograd import _edge, _version_message
 from .broadcast import BroadcastError, broadcast_shapes, unbroadcast, user_frame
 from .device import CPU
-from .modes import Hooks, _Mode, no_grad
+from .modes import _Mode, interpreter, no_grad
 from .tensor import Tensor
 
 
@@ -78,17 +78,15 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if Hooks.tracer is not None:     # real tensors read by a traced function become graph inputs
-            args = tuple(Hooks.tracer.substitute((a,))[0] if isinstance(a, Tensor) else a for a in args)
+        interp = interpreter()        # a tracer lifts real tensors read by a traced function as graph inputs
+        args = tuple(interp.lift(a) if isinstance(a, Tensor) else a for a in args)
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
         record = _Mode.grad and any(needs)
         edges = [_edge(a) if isinstance(a, Tensor) else None for a in args] if record else None
-        tangents = None
-        if Hooks.jvp_depth:
-            tangents = [a._tangent if isinstance(a, Tensor) else None for a in args]
-            if all(t is None for t in tangents):
-                tangents = None
+        tangents = [a._tangent if isinstance(a, Tensor) else None for a in args]     # under tg.jvp
+        if all(t is None for t in tangents):
+            tangents = None
         with no_grad():
             plain = [_untangled(a) for a in args] if tangents is not None else args
             if cls.setup_context is not Function.setup_context:
@@ -147,7 +145,7 @@ class FunctionNode:
         self.out_meta = [(o._shape, o._dtype, o._device) if isinstance(o, Tensor) else ((), D.float32, CPU)
                          for o in outs]
         self.in_meta = [(a._shape, a._dtype) if isinstance(a, Tensor) else None for a in args]
-        f = user_frame() if Hooks.tracer is not None else None    # the backward ops point at apply's line
+        f = user_frame() if not interpreter().concrete else None    # traced backward ops point at apply's line
         self.loc = f"{f.f_code.co_filename}:{f.f_lineno}" if f else None
         ctx._node = self
         ctx._versions = tuple(t._ver[0] if t is not None else None for t in ctx._saved)

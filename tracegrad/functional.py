@@ -3,7 +3,8 @@ import numpy as np
 
 from . import dtypes as D
 from .autograd import _into_grad, run_backward
-from .modes import Hooks, enable_grad, no_grad
+from .forward import forward_mode
+from .modes import enable_grad, no_grad
 from .tensor import Tensor, ones_like, tensor, zeros_like
 
 
@@ -124,12 +125,8 @@ def jvp(f, primals, tangents):
         a = p.detach()
         a._tangent = t.detach().to(p.dtype)
         args.append(a)
-    Hooks.jvp_depth += 1
-    try:
-        with no_grad():
-            out = f(*args)
-    finally:
-        Hooks.jvp_depth -= 1
+    with forward_mode(), no_grad():
+        out = f(*args)
     outs = _as_tuple(out)
     touts = []
     for o in outs:

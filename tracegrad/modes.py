@@ -1,28 +1,69 @@
-"""What mode the program is in: whether autograd records, and which interpreter runs the ops.
+"""What mode this thread is in: whether autograd records, and which interpreter runs the ops.
 
-Grad mode is switched by `no_grad`, `enable_grad` and `set_grad_enabled` (context managers and
-decorators, as PyTorch's). `Hooks` holds what the tracer and forward mode plug in.
+Both are per thread, as PyTorch's grad mode is: a thread that traces a function or runs under
+no_grad leaves every other thread's eager tensors alone.
+
+Interpreters (in the manner of JAX's interpreter stack): every primitive an operation applies is
+handed to the innermost interpreter of this thread -- the tracer of a function being compiled,
+forward mode under `tg.jvp` -- or, when none is pushed, to the eager interpreter, which runs the
+NumPy implementation. An interpreter answers:
+
+    apply(prim, inputs, attrs, shape, dtype, device) -> tensor   one primitive application
+    constant(value, dtype, device, shape=()) -> tensor          a filled tensor made by an op
+    constant_array(array, dtype, device) -> tensor              a tensor made from data
+    lift(tensor) -> tensor                                      the value the interpreter works on
+    mutate(tensor, new) -> tensor                               an in-place write
+    grad_access(tensor) -> tensor holding its .grad; grad_owner(leaf), backward_started(), at(loc)
+    concrete: bool                                              whether values are NumPy arrays
 """
 import functools
+import threading
 
 
-class Hooks:
-    """What the tracer and forward mode plug in; None when not active (tensor dispatch reads it)."""
-    tracer = None      # an object with .emit(prim, inputs, attrs, shape, dtype, device) -> Tensor
-    jvp_depth = 0      # > 0 while tg.jvp runs (tensors may carry ._tangent)
-    on_node = None     # tg.viz.record(): called as on_node(node, inputs, out) for each recorded node
+class _Thread(threading.local):
+    grad = True            # grad mode (a class default: every new thread starts with it on)
+    on_node = None         # tg.viz.record(): called as on_node(node, inputs, out) for each recorded node
+
+    def __init__(self):
+        self.interpreters = []     # pushed above eager, innermost last
 
 
-class _Mode:
-    grad = True
+_Mode = _thread = _Thread()
+eager = None   # the eager interpreter: installed by tracegrad.tensor.dispatch (it makes tensors)
+
+
+def interpreter():
+    """This thread's innermost interpreter."""
+    stack = _thread.interpreters
+    return stack[-1] if stack else eager
+
+
+def interpreters():
+    """This thread's interpreters above eager, outermost first."""
+    return tuple(_thread.interpreters)
+
+
+class interpreting:
+    """`with interpreting(interp):` runs the block's operations through `interp` (this thread only)."""
+
+    def __init__(self, interp):
+        self.interp = interp
+
+    def __enter__(self):
+        _thread.interpreters.append(self.interp)
+        return self.interp
+
+    def __exit__(self, *exc):
+        popped = _thread.interpreters.pop()
+        assert popped is self.interp, "interpreters must be popped in the order they were pushed"
 
 
 def is_grad_enabled():
-    return _Mode.grad
+    return _thread.grad
 
 
 class _GradMode:
-    """Context manager and decorator that sets whether autograd records."""
+    """Context manager and decorator that sets whether autograd records (in this thread)."""
 
     enabled = True
 
@@ -33,10 +74,10 @@ class _GradMode:
         return super().__new__(cls)
 
     def __enter__(self):
-        self._prev, _Mode.grad = _Mode.grad, self.enabled
+        self._prev, _thread.grad = _thread.grad, self.enabled
 
     def __exit__(self, *exc):
-        _Mode.grad = self._prev
+        _thread.grad = self._prev
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -55,10 +96,18 @@ class enable_grad(_GradMode):
 
 
 class set_grad_enabled(_GradMode):
+    """Sets grad mode at once, as PyTorch's: `tg.set_grad_enabled(False)` as a plain call switches
+    it off (in this thread); as a context manager or decorator, the previous mode comes back after."""
+
     def __init__(self, mode):
         self.enabled = bool(mode)
+        self._prev, _thread.grad = _thread.grad, self.enabled
+
+    def __enter__(self):
+        _thread.grad = self.enabled
 
     def __call__(self, fn):
+        _thread.grad = self._prev      # decorating does not switch the mode; calling fn does
         mode = self.enabled
 
         @functools.wraps(fn)

@@ -1,21 +1,75 @@
-"""Tracing: tensors without data that record primitive applications into an IR graph.
+"""Tracing: the interpreter that records primitive applications into an IR graph.
 
-A `Tracer` is installed in `tensor.Hooks.tracer` while a function is traced. Every real tensor the
-function touches (arguments, module parameters, closures, globals) is *lifted*: it becomes a graph
-input with a symbolic stand-in, read at call time, never baked in. Tensors created inside the trace
-are constants of the graph. In-place updates of real tensors and assignments to `.grad` are recorded
+While a function is traced its `Tracer` is pushed on this thread's interpreter stack (modes.py):
+every primitive the function applies is recorded instead of run, and yields a `Traced` value, a
+Tensor that stands for an IR value and has no data. Every real tensor the function touches
+(arguments, module parameters, closures, globals) is *lifted*: it becomes a graph input with a
+traced stand-in, read at call time, never baked in. Tensors created inside the trace are constants
+of the graph. In-place updates of real tensors and assignments to `.grad` are recorded
 (functionalized) and written back after each call by the compiled function.
 """
 import numpy as np
 
 from .broadcast import user_frame
-from .tensor import Tensor, TraceError
+from .modes import interpreters
+from .tensor import Tensor, TraceError, ones_like
 
 
 def location():
     """The user's file:line currently executing, or None."""
     f = user_frame()
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f else None
+
+
+class Traced(Tensor):
+    """A value of a function being traced: it stands for the IR value `_ir` and has no data.
+
+    It has every Tensor method (they dispatch to the tracer); what needs the data (item(), bool(),
+    numpy(), ...) raises a TraceError naming the line."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, shape, dtype, dev, ir):
+        t = cls._wrap(None, dtype, dev)
+        t._shape, t._ir = tuple(shape), ir
+        return t
+
+    @property
+    def _loc(self):
+        """Where the value was made: the user's file:line of the op that produced it."""
+        node = self._ir.node
+        return node.loc if node is not None else None
+
+    def _concrete(self, what):
+        raise _value_error(self, what)
+
+    def _row_major(self):
+        return True
+
+    def _viewable(self, shape):
+        return True
+
+    def contiguous(self):
+        return self.clone()
+
+    def _implicit_gradient(self, create_graph):
+        return ones_like(self)
+
+    def __repr__(self):
+        return f"Tensor(traced, shape={self._shape}, dtype={self._dtype})"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self) if not spec else format(repr(self), spec)
+
+
+def _value_error(t, what):
+    f = user_frame()
+    where = f" at {f.f_code.co_filename}:{f.f_lineno}" if f else ""
+    return TraceError(f"{what} needs the value of a traced tensor{where}; control flow that depends on tensor "
+                      f"values cannot be compiled. Use tg.where(cond, a, b) to select values instead.")
 
 
 class Lifted:
@@ -31,6 +85,11 @@ class Lifted:
 
 
 class Tracer:
+    """The interpreter of a function being traced into `graph` (see modes.py for the interface).
+    A backward graph's tracer has the forward's as `parent`: forward values it reads are saved."""
+
+    concrete = False
+
     def __init__(self, graph, parent=None, names=None):
         self.graph, self.parent = graph, parent
         self.lifted = {}           # id(real tensor) -> Lifted
@@ -46,7 +105,7 @@ class Tracer:
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
         """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
-        if t._data is None:
+        if type(t) is Traced:
             return t if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
         if entry is not None:
@@ -59,7 +118,7 @@ class Tracer:
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
             value = self.graph.add_input(name, t._shape, t._dtype)
-            st = Tensor._symbolic(t._shape, t._dtype, t._device, value)
+            st = Traced.of(t._shape, t._dtype, t._device, value)
             st._requires_grad = t.requires_grad
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
@@ -76,27 +135,31 @@ class Tracer:
         if st is None and node is not None and node.op == "const":
             # a forward constant is re-emitted, not saved: the backward graph can fold it
             v = self.graph.add("const", [], node.attrs, t._shape, t._dtype, node.loc)
-            st = self._saved[id(t._ir)] = Tensor._symbolic(t._shape, t._dtype, t._device, v)
+            st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v)
         if st is None:
             v = self.graph.add_input(f"s{len(self.saved)}", t._shape, t._dtype)
-            st = self._saved[id(t._ir)] = Tensor._symbolic(t._shape, t._dtype, t._device, v)
+            st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v)
             self.saved.append(t._ir)
         return st
 
-    # ------------------------------------------------------------------ hooks called by tensor.py
-    def substitute(self, inputs):
-        return tuple(t if t._data is None and t._ir.graph is self.graph else self.lift(t) for t in inputs)
+    # ------------------------------------------------------------------ the interpreter
+    def lift_inputs(self, inputs):
+        graph = self.graph
+        return tuple(t if type(t) is Traced and t._ir.graph is graph else self.lift(t) for t in inputs)
 
-    def emit(self, p, inputs, attrs, shape, dtype, dev):
+    def apply(self, p, inputs, attrs, shape, dtype, dev):
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
-        return Tensor._symbolic(shape, dtype, dev, out)
+        out = Traced.of(shape, dtype, dev, out)
+        if p.kind == "view":   # traced views, so in-place on them is refused
+            out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+        return out
 
     def constant(self, v, dtype, dev, shape=()):
         v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
         out = self.graph.add("const", [], {"value": v}, shape, dtype, self.loc or location())
-        return Tensor._symbolic(shape, dtype, dev, out)
+        return Traced.of(shape, dtype, dev, out)
 
-    def constant_array(self, arr, dtype, dev):
+    def constant_array(self, arr, dtype, dev, requires_grad=False):
         """A tensor made inside the trace: a `const` node when uniform, else a frozen graph input."""
         flat = arr.reshape(-1)
         if flat.size and (flat == flat[0]).all():
@@ -119,7 +182,7 @@ class Tracer:
         trace first reads or writes it. A tensor argument is one tensor however the function reaches
         it (the argument, a module, an optimizer): its stand-in holds the .grad, which starts as the
         argument's .grad, lifted as an input, on first access."""
-        e = self.lifted.get(id(t)) if t._data is not None else None
+        e = self.lifted.get(id(t)) if type(t) is not Traced else None
         if e is not None and e.source[0] == "arg":
             t = e.standin
         if id(t) in self.grads:
@@ -139,6 +202,12 @@ class Tracer:
                 return e.real if e.source[0] == "captured" else standin
         return standin
 
+    def backward_started(self):
+        self.ran_backward = True
+
+    def at(self, loc):
+        self.loc = loc
+
     # ------------------------------------------------------------------ end of trace
     def grad_changes(self):
         """Restore every .grad the trace changed; returns [(tensor, grad before, grad after)]."""
@@ -149,3 +218,8 @@ class Tracer:
             if after is not before:
                 out.append((t, before, after))
         return out
+
+
+def tracing():
+    """Whether this thread is tracing a function (for a compiled function called inside another)."""
+    return any(isinstance(i, Tracer) for i in interpreters())

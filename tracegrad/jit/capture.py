@@ -12,8 +12,9 @@ import numpy as np
 from .. import dtypes as D
 from ..device import CPU
 from ..ir import Graph
+from ..modes import interpreting
 from ..pytree import flatten, object_state, unflatten
-from ..tensor import Hooks, Tensor, TraceError
+from ..tensor import Tensor, TraceError
 from ..trace import Tracer
 from .guards import Guards, free_objects
 from .signature import STATIC
@@ -46,14 +47,13 @@ class Capture:
         _, _, struct = flatten(tuple(list(args) + list(kwargs.values())), "")
         call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
         dynamic = _lift_dynamic(tracer, self.objects)
-        prev, Hooks.tracer = Hooks.tracer, tracer
         try:
-            out = fn(*call_args, **call_kwargs)
+            with interpreting(tracer):
+                out = fn(*call_args, **call_kwargs)
         except Exception as e:
             _annotate(e, name)
             raise
         finally:
-            Hooks.tracer = prev
             grad_changes = tracer.grad_changes()
             _restore_dynamic(dynamic, name)
         self._plan_outputs(out, name)

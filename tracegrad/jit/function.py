@@ -6,7 +6,7 @@ import types
 import warnings
 from collections import Counter
 
-from ..tensor import Hooks
+from ..trace import tracing
 from . import introspect
 from .entry import Entry
 from .signature import call_signature, changes, fast_key
@@ -97,7 +97,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if Hooks.tracer is not None:       # called while tracing another function: inline it
+        if tracing():                      # called while tracing another function: inline it
             return self.fn(*args, **kwargs)
         fast = fast_key(args, kwargs)
         entry = self._fast.get(fast) if fast is not None else None

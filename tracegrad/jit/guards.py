@@ -17,6 +17,7 @@ import numpy as np
 
 from ..pytree import object_state
 from ..tensor import Tensor
+from ..trace import Traced
 from .signature import STATIC
 
 
@@ -27,7 +28,7 @@ class Guards:
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
         self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
                         if e.source[0] == "captured"]
-        self.grads = [(t, before) for t, before in tracer.grads.values() if t._data is not None]
+        self.grads = [(t, before) for t, before in tracer.grads.values() if not isinstance(t, Traced)]
         self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
         self.objects = objects
         self._read(objects)

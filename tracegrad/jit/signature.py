@@ -11,6 +11,7 @@ from .. import dtypes as D
 from ..autograd import _Mode, is_grad_enabled
 from ..pytree import flatten, object_state
 from ..tensor import Tensor, TraceError
+from ..trace import Traced
 
 STATIC = (int, float, bool, str, type(None), D.DType)
 
@@ -18,7 +19,7 @@ STATIC = (int, float, bool, str, type(None), D.DType)
 def leaf_key(x, path):
     """Signature component and a readable description of one flattened argument."""
     if isinstance(x, Tensor):
-        if x._data is None:
+        if isinstance(x, Traced):
             raise TraceError(f"argument {path} is a traced tensor of another function; pass real tensors")
         return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None), \
             {"shape": x._shape, "dtype": x._dtype.name, "device": str(x._device),
@@ -63,7 +64,7 @@ def fast_key(args, kwargs):
         return None
     key, first = [_Mode.grad], {}
     for i, x in enumerate(args):
-        if type(x) is Tensor and x._data is not None:
+        if type(x) is Tensor:
             dev = x._device
             key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None,
                     first.setdefault(id(x), i))

@@ -33,7 +33,7 @@ def write_back(entry, outs, leaves, fresh):
         t = leaves[target[1]] if target[0] == "arg" else target[1]
         if j is None:
             t._grad = None
-        elif t._grad is not None and t._grad._data is not None and t._grad._data.flags.writeable:
+        elif type(t._grad) is Tensor and t._grad._data.flags.writeable:
             np.copyto(t._grad._data, outs[j])
             t._grad._ver[0] += 1
         else:

@@ -8,8 +8,7 @@ indexing.py      x[index] and x[index] = value
 inplace.py       in-place writes (add_, mul_, fill_, copy_, ...) and version counters
 factories.py     tensor, from_numpy, zeros, ones, full, arange, eye, rand, randn, ...
 """
-from ..modes import Hooks  # noqa: F401  (jit and functional read the tracer hook through here)
-from .base import TraceError, _ArgError, _trace_error  # noqa: F401
+from .base import TraceError, _ArgError  # noqa: F401
 from .dispatch import _named, _operands, _promote, dispatch  # noqa: F401
 from .factories import (_rebuild, _rng, arange, as_tensor, empty, eye, from_numpy, full, full_like,  # noqa: F401
                         linspace, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,

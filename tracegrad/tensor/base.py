@@ -10,9 +10,9 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import ops
-from ..broadcast import user_frame
 from ..device import CPU
-from ..modes import Hooks
+from ..autograd import retain
+from ..modes import interpreter
 from ..printing import format_tensor
 
 
@@ -44,40 +44,19 @@ class TensorBase:
     __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "_requires_grad", "_grad", "grad_fn",
                  "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
     __array_priority__ = 1000
+    _loc = None        # where the value was made (file:line), for traced values
 
     def __init__(self, *args, **kwargs):
         raise TypeError("create tensors with tg.tensor(data), tg.zeros(...), tg.from_numpy(array), ...")
 
     @classmethod
     def _wrap(cls, arr, dtype, dev=CPU):
+        """A tensor of class `cls` over array `arr` (None for a traced value: the tracer sets its shape)."""
         t = object.__new__(cls)
         t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
             arr, arr.shape if arr is not None else None, dtype, dev, [0], None
         t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
             False, None, None, 0, None, None, False
-        return t
-
-    @classmethod
-    def _symbolic(cls, shape, dtype, dev, ir):
-        """A tensor without data that stands for an IR value (used by the tracer)."""
-        t = cls._wrap(None, dtype, dev)
-        t._shape, t._ir = tuple(shape), ir
-        return t
-
-    @classmethod
-    def _wrap(cls, arr, dtype, dev=CPU):
-        t = object.__new__(cls)
-        t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
-            arr, arr.shape if arr is not None else None, dtype, dev, [0], None
-        t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
-            False, None, None, 0, None, None, False
-        return t
-
-    @classmethod
-    def _symbolic(cls, shape, dtype, dev, ir):
-        """A tensor without data that stands for an IR value (used by the tracer)."""
-        t = cls._wrap(None, dtype, dev)
-        t._shape, t._ir = tuple(shape), ir
         return t
 
     # ------------------------------------------------------------ attributes
@@ -112,9 +91,27 @@ class TensorBase:
         return self._dtype.itemsize
 
     def _concrete(self, what):
-        if self._data is None:
-            raise _trace_error(what)
+        """The NumPy array, for `what` (a traced value has none: it raises a TraceError instead)."""
         return self._data
+
+    def _row_major(self):
+        return self._data.flags.c_contiguous
+
+    def _viewable(self, shape):
+        """Whether `shape` is a view of this tensor's memory layout (no copy)."""
+        try:
+            np.reshape(self._data, shape, copy=False)
+        except ValueError:
+            return False
+        return True
+
+    def _alias(self):
+        """A new tensor object over the same value, with no autograd history and its own version."""
+        t = object.__new__(type(self))
+        t._data, t._shape, t._dtype, t._device, t._ir = self._data, self._shape, self._dtype, self._device, self._ir
+        t._ver, t._base, t._requires_grad, t._grad, t.grad_fn, t._oi, t._tangent, t._retains_grad = \
+            [0], None, False, None, None, 0, None, False
+        return t
 
     def stride(self, dim=None):
         arr = self._concrete("stride()")
@@ -143,14 +140,16 @@ class TensorBase:
 
     @property
     def data(self):
-        t = new(self._data, self._dtype, self._device)
-        t._shape, t._ir = self._shape, self._ir
-        return t
+        return self._alias()
 
     @data.setter
     def data(self, value):
         if not isinstance(value, TensorBase):
             raise TypeError(f"data must be a tensor, not {type(value).__name__}")
+        if type(value) is not type(self):
+            raise TraceError("inside a compiled function, assigning .data between a traced tensor and a real one "
+                             "is not supported; update the tensor in place instead (with tg.no_grad(): "
+                             "t.copy_(value))")
         self._data, self._shape, self._dtype, self._device = value._data, value._shape, value._dtype, value._device
         self._ir = value._ir
 
@@ -170,8 +169,7 @@ class TensorBase:
 
     @property
     def grad(self):
-        if Hooks.tracer is not None:
-            return Hooks.tracer.grad_access(self)._grad
+        return interpreter().grad_access(self)._grad
         return self._grad
 
     @grad.setter
@@ -181,8 +179,7 @@ class TensorBase:
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
             if value._shape != self._shape:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
-        if Hooks.tracer is not None:
-            self = Hooks.tracer.grad_access(self)
+        self = interpreter().grad_access(self)   # the tensor that holds the gradient (a tracer's stand-in)
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):
@@ -190,14 +187,25 @@ class TensorBase:
         return self
 
     def retain_grad(self):
-        self._retains_grad = True
+        """Keep this non-leaf tensor's gradient in .grad when backward runs (a leaf keeps it anyway)."""
+        if self.grad_fn is None:
+            if not self._requires_grad:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return self
+        if not self._retains_grad:
+            self._retains_grad = True
+            retain(self)
         return self
 
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
     def detach(self):
-        if Hooks.tracer is not None and self._data is not None:
-            return Hooks.tracer.lift(self).detach()
-        t = new(self._data, self._dtype, self._device)
-        t._shape, t._ver, t._base, t._ir = self._shape, self._ver, self._base, self._ir
+        """The same value without autograd history (sharing memory and the version counter)."""
+        src = interpreter().lift(self)     # inside a compiled function: the graph's input
+        t = src._alias()
+        t._ver, t._base = src._ver, src._base
         return t
 
     def detach_(self):
@@ -249,8 +257,6 @@ class TensorBase:
         return arr.reshape(()).item()
 
     def __repr__(self):
-        if self._data is None:
-            return f"Tensor(traced, shape={self._shape}, dtype={self._dtype})"
         suffixes = []
         if self._device != CPU:
             suffixes.append(f"device='{self._device}'")
@@ -270,7 +276,7 @@ class TensorBase:
     __str__ = __repr__
 
     def __format__(self, spec):
-        if self._data is not None and self.numel() == 1 and spec:
+        if self.numel() == 1 and spec:
             return format(self.item(), spec)
         return repr(self) if not spec else format(repr(self), spec)
 
@@ -281,11 +287,4 @@ class TensorBase:
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._shape[0]))
-
-
-def _trace_error(what):
-    f = user_frame()
-    where = f" at {f.f_code.co_filename}:{f.f_lineno}" if f else ""
-    return TraceError(f"{what} needs the value of a traced tensor{where}; control flow that depends on tensor "
-                      f"values cannot be compiled. Use tg.where(cond, a, b) to select values instead.")
 

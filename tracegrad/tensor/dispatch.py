@@ -1,63 +1,120 @@
 """How an operation reaches the primitive table: dispatch, dtype promotion, argument conventions.
 
 Every operation goes through `dispatch`: it checks devices, applies the primitive's type rule
-(broadcasting lives there), runs the NumPy implementation (or, while a function is being traced,
-asks the tracer to record the op), records an autograd node, and propagates forward-mode tangents.
+(broadcasting lives there), hands the primitive to this thread's innermost interpreter (modes.py:
+eager, defined here, or a tracer, or forward mode) and records an autograd node.
 """
 import math
 import numbers
 
 import numpy as np
 
-from .. import dtypes as D
-from .. import core
-from ..autograd import Node
 from .. import cuda
+from .. import dtypes as D
+from .. import core, modes
+from ..autograd import Node
 from ..device import CPU, mismatch_error
-from ..modes import Hooks, _Mode
+from ..modes import _thread
 from ..ops import PRIMS
 from .base import TensorBase, new
 
 _P = PRIMS
 _SCALARS = (numbers.Number, np.bool_, np.number)
 
+
 def dispatch(p, inputs, attrs):
-    """Apply primitive `p` to tensors `inputs`: the single path of every operation."""
+    """Apply primitive `p` to tensors `inputs`: the single path of every operation. The type rule
+    runs here (broadcasting lives there); this thread's innermost interpreter computes the value;
+    autograd records a node when grad mode is on and an input requires grad."""
     dev = inputs[0]._device if inputs else CPU
     for t in inputs:
         if t._device is not dev and t._device != dev:
             dev = _common_device(inputs)
             break
     shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
-    tracer = Hooks.tracer
-    if tracer is not None:
-        inputs = tracer.substitute(inputs)
-        out = tracer.emit(p, inputs, attrs, shape, dtype, dev)
-        if p.kind == "view":   # traced views, so in-place on them is refused
-            out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+    stack = _thread.interpreters
+    if stack:
+        interp = stack[-1]
+        inputs = interp.lift_inputs(inputs)
+        out = interp.apply(p, inputs, attrs, shape, dtype, dev)
     else:
-        arr = p.impl(*[t._data for t in inputs], **attrs)
+        out = EAGER.apply(p, inputs, attrs, shape, dtype, dev)
+    if p.differentiable and _thread.grad:
+        for t in inputs:
+            if t._requires_grad:
+                out._requires_grad = True
+                out.grad_fn = node = Node(p, inputs, attrs, out)
+                node.loc = out._loc
+                break
+    return out
+
+
+class Eager:
+    """The interpreter at the bottom of every thread's stack: NumPy implementations on arrays."""
+
+    concrete = True
+
+    def apply(self, p, inputs, attrs, shape, dtype, dev):
+        try:
+            arr = p.impl(*[t._data for t in inputs], **attrs)
+        except Exception:
+            for t in inputs:
+                t._concrete(f"{p.name}")     # a traced value that escaped its trace: say so
+            raise
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
         out = new(arr, dtype, dev)
         if p.kind == "view" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
-    if p.differentiable and _Mode.grad:
-        for t in inputs:
-            if t._requires_grad:
-                out._requires_grad = True
-                out.grad_fn = node = Node(p, inputs, attrs, out)
-                if tracer is not None:
-                    node.loc = out._ir.node.loc
-                break
-    if Hooks.jvp_depth and any(t._tangent is not None for t in inputs):
-        out._tangent = _jvp(p, inputs, attrs, out)
-    return out
+        return out
+
+    def constant(self, v, dtype, dev, shape=()):
+        return new(np.array(v, dtype=dtype.np) if not shape else np.full(shape, v, dtype=dtype.np), dtype, dev)
+
+    def constant_array(self, arr, dtype, dev, requires_grad=False):
+        t = new(arr, dtype, dev)
+        if requires_grad:
+            t.requires_grad = True
+        return t
+
+    def lift(self, t):
+        return t
+
+    def lift_inputs(self, inputs):
+        return inputs
+
+    def mutate(self, t, new):
+        if not t._data.flags.writeable:
+            if not any(s == 0 and n > 1 for s, n in zip(t._data.strides, t._shape)):
+                raise RuntimeError(f"in-place update of a tensor over read-only memory (shape {list(t._shape)}, "
+                                   f"{t._dtype}; a NumPy array with writeable=False, np.frombuffer over bytes "
+                                   f"or a read-only mmap); clone() the tensor, or make it from a writable copy")
+            raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                               "single memory location (an expanded tensor). Please clone() the tensor before "
+                               "performing the operation.")
+        np.copyto(t._data, new._concrete("an in-place update"))
+        t._ver[0] += 1
+        return t
+
+    def grad_access(self, t):
+        return t
+
+    def grad_owner(self, leaf):
+        return leaf
+
+    def backward_started(self):
+        pass
+
+    def at(self, loc):
+        pass
+
+
+EAGER = modes.eager = Eager()
 
 
 def _bind(p, inputs, attrs):
-    """`ops.bind`: VJP/JVP rules may pass Python scalars (`where(c, g, 0.0)`); lift them to tensors
+    """`core.bind`: VJP/JVP rules may pass Python scalars (`where(c, g, 0.0)`); lift them to tensors
     of the other operands' dtype (for `where`, of the branches, not of the bool condition)."""
     if any(not isinstance(t, TensorBase) for t in inputs):
         if p.name == "where":
@@ -80,48 +137,8 @@ def _common_device(inputs):
     return dev
 
 
-class _JvpCtx:
-    """What a JVP rule sees: the same interface as an autograd node."""
-    __slots__ = ("prim_name", "attrs", "shapes", "dtypes", "xs", "out", "out_shape")
-
-    def __init__(self, p, inputs, attrs, out):
-        self.prim_name, self.attrs, self.xs, self.out, self.out_shape = p.name, attrs, inputs, out, out._shape
-        self.shapes, self.dtypes = [t._shape for t in inputs], [t._dtype for t in inputs]
-
-    def x(self, i):
-        return self.xs[i]
-
-
-def _jvp(p, inputs, attrs, out):
-    if not p.differentiable or not out.dtype.is_floating_point:
-        return None
-    ts = [t._tangent for t in inputs]
-    saved = [t._tangent for t in inputs]
-    plain = [_untangled(t) for t in inputs]
-    try:
-        t = p.jvp(_JvpCtx(p, plain, attrs, _untangled(out)), ts)
-    finally:
-        for x, s in zip(inputs, saved):
-            x._tangent = s
-    if t is not None and t.shape != out.shape:
-        t = t.expand(*out.shape)
-    return t
-
-
-def _untangled(t):
-    """`t` without its tangent, so a JVP rule's own ops do not recurse into forward mode."""
-    if t._tangent is None:
-        return t
-    u = new(t._data, t._dtype, t._device) if t._data is not None else t.detach()
-    u._ir = t._ir
-    return u
-
-
 def _scalar_tensor(v, dtype, dev):
-    tracer = Hooks.tracer
-    if tracer is not None:
-        return tracer.constant(v, dtype, dev)
-    return new(np.array(v, dtype=dtype.np), dtype, dev)
+    return modes.interpreter().constant(v, dtype, dev)
 
 
 def _operands(*xs, device=None):

@@ -8,7 +8,7 @@ import numpy as np
 from .. import dtypes as D
 from .. import ops
 from ..device import CPU, to_device
-from ..modes import Hooks
+from .. import modes
 from .base import TensorBase, _ArgError, new
 from .dispatch import _P, _SCALARS, _is_int, _shape_arg, _to_device, dispatch
 
@@ -28,12 +28,8 @@ def _factory_args(dtype, dev, default):
 
 
 def _make(arr, dtype, dev, requires_grad):
-    if Hooks.tracer is not None:   # a tensor created inside a traced function is a constant of the graph
-        return Hooks.tracer.constant_array(arr, dtype, dev)
-    t = new(arr, dtype, dev)
-    if requires_grad:
-        t.requires_grad = True
-    return t
+    """A tensor over `arr`; inside a traced function, a constant of the graph (made by the tracer)."""
+    return modes.interpreter().constant_array(arr, dtype, dev, requires_grad)
 
 
 def _alloc(shape, fn, dtype):

@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import dtypes as D
 from ..device import mismatch_error
-from ..modes import Hooks, is_grad_enabled, no_grad
-from .base import TensorBase, _trace_error, new
+from ..modes import interpreter, is_grad_enabled, no_grad
+from .base import TensorBase, new
 from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
 from .functions import where
@@ -35,8 +35,7 @@ def _parse_index(x, index):
         if isinstance(i, (list, np.ndarray)) or isinstance(i, TensorBase):
             t = _index_tensor(i, x._device)
             if t._dtype is D.bool_:
-                if t._data is None:
-                    raise _trace_error("boolean-mask indexing (its result shape depends on the values)")
+                t._concrete("boolean-mask indexing (its result shape depends on the values)")
                 if t.ndim == 0:     # as a Python bool
                     items.append(None if t._data else _EMPTY_AXIS)
                     continue
@@ -121,11 +120,11 @@ def _setitem(x, index, value):
         if not isinstance(value, _SCALARS):
             value = tensor(value, dtype=x._dtype, device=x._device)
     recording = is_grad_enabled() and (x.requires_grad or isinstance(value, TensorBase) and value.requires_grad)
-    if not recording and Hooks.tracer is None and x._data is not None:
+    if not recording and interpreter().concrete:
         view = _getitem(x.detach(), index)
         v = value.detach() if isinstance(value, TensorBase) else full((), value, dtype=x._dtype)
         v = v.to(x._dtype)      # setitem copies, casting as copy_ does (float into int truncates)
-        if view._data is not None and np.may_share_memory(view._data, x._data):
+        if np.may_share_memory(view._data, x._data):
             write(view, v, False)     # a basic index: write through the view
             return
         # an advanced index: the flat positions it selects (PyTorch's order of result axes) take value

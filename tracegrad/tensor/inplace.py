@@ -1,11 +1,10 @@
-"""In-place writes: an in-place op computes its value out of place, then writes it into the tensor
-(bumping its version counter), or, while tracing, the tracer functionalizes the write."""
+"""In-place writes: an in-place op computes its value out of place, then the interpreter writes it
+into the tensor (eager: into its memory, bumping its version counter; a tracer functionalizes it)."""
 import contextlib
 
-import numpy as np
-
+from ..autograd import retain
 from ..broadcast import BroadcastError, broadcast_shapes
-from ..modes import Hooks, is_grad_enabled, no_grad
+from ..modes import interpreter, is_grad_enabled, no_grad
 from .base import TensorBase
 from .factories import full
 
@@ -56,19 +55,9 @@ def write(self, new, recording):
         if new._dtype.kind > self._dtype.kind:
             raise RuntimeError(f"result type {new._dtype} can't be cast to the desired output type {self._dtype}")
         new = new.to(self._dtype)
-    if Hooks.tracer is not None:
-        self = Hooks.tracer.mutate(self, new)   # functionalized: the stand-in takes the new value
-    else:
-        if not self._data.flags.writeable:
-            if not any(s == 0 and n > 1 for s, n in zip(self._data.strides, self._shape)):
-                raise RuntimeError(f"in-place update of a tensor over read-only memory (shape {list(self._shape)}, "
-                                   f"{self._dtype}; a NumPy array with writeable=False, np.frombuffer over bytes "
-                                   f"or a read-only mmap); clone() the tensor, or make it from a writable copy")
-            raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
-                               "single memory location (an expanded tensor). Please clone() the tensor before "
-                               "performing the operation.")
-        np.copyto(self._data, new._data)
-        self._ver[0] += 1
+    self = interpreter().mutate(self, new)   # a tracer functionalizes it: the stand-in takes the new value
     if recording:
         self._requires_grad = True
         self.grad_fn, self._oi = new.grad_fn, new._oi
+        if self._retains_grad and self.grad_fn is not None:
+            retain(self)        # the retained gradient is that of the new value, as in PyTorch

@@ -19,7 +19,7 @@ from ..ops import normalize_axes
 from .base import TensorBase, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
                        _shape_arg, _to_device, dispatch)
-from .factories import _implicit_gradient, _rebuild, ones_like, tensor
+from .factories import _implicit_gradient, _rebuild, tensor
 from .functions import matmul, where
 from .indexing import _getitem, _setitem
 from .inplace import copy_from, fill_with, inplace
@@ -87,10 +87,10 @@ class Tensor(TensorBase):
         return _named(dispatch(_P["copy"], (self,), {}), "CloneBackward")
 
     def contiguous(self):
-        if self._data is not None and self._data.flags.c_contiguous:
+        if self._row_major():
             return self
         out = self.clone()  # clone keeps the layout (as PyTorch's does); contiguous() must be row-major
-        if out._data is not None and not out._data.flags.c_contiguous:
+        if not out._row_major():
             out._data = np.ascontiguousarray(out._data)
         return out
 
@@ -293,21 +293,17 @@ class Tensor(TensorBase):
         if shape == self._shape:
             return self
         out = dispatch(_P["reshape"], (self,), {"shape": shape})
-        return _named(out, "ViewBackward" if self._data is None or self._data.flags.c_contiguous
-                      else "UnsafeViewBackward")
+        return _named(out, "ViewBackward" if self._row_major() else "UnsafeViewBackward")
 
     def view(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (D.DType, type)) or shape and isinstance(shape[0], str):
             raise TypeError("view(dtype) is not supported; use .to(dtype)")
         shape = _infer_shape(_shape_arg(shape), self.numel())
-        if self._data is not None:
-            try:
-                np.reshape(self._data, shape, copy=False)
-            except ValueError:
-                raise RuntimeError(
-                    f"view size is not compatible with input tensor's size and stride (shape {self._shape}, "
-                    f"stride {self.stride()}): at least one dimension spans across two contiguous subspaces. "
-                    f"Use .reshape(...) instead.") from None
+        if not self._viewable(shape):
+            raise RuntimeError(
+                f"view size is not compatible with input tensor's size and stride (shape {self._shape}, "
+                f"stride {self.stride()}): at least one dimension spans across two contiguous subspaces. "
+                f"Use .reshape(...) instead.")
         return self if shape == self._shape else _named(dispatch(_P["reshape"], (self,), {"shape": shape}),
                                                         "ViewBackward")
 
@@ -422,12 +418,7 @@ class Tensor(TensorBase):
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            if self._data is None:
-                gradient = ones_like(self)
-            elif create_graph:      # the gradient may be stored as a .grad: a private array
-                gradient = Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
-            else:
-                gradient = Tensor._wrap(_implicit_gradient(self._shape, self._dtype), self._dtype, self._device)
+            gradient = self._implicit_gradient(create_graph)
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self._dtype)
         if gradient._shape != self._shape:
@@ -435,3 +426,9 @@ class Tensor(TensorBase):
                                f"has a shape of {self.shape}.")
         retain = create_graph if retain_graph is None else retain_graph
         run_backward([self], [gradient], retain, create_graph)
+
+    def _implicit_gradient(self, create_graph):
+        """backward()'s gradient of a one-element tensor: ones."""
+        if create_graph:      # the gradient may be stored as a .grad: a private array
+            return Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
+        return Tensor._wrap(_implicit_gradient(self._shape, self._dtype), self._dtype, self._device)

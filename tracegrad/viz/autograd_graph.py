@@ -7,7 +7,7 @@ import numpy as np
 
 from ..autograd import _toposort
 from ..broadcast import quiet
-from ..modes import Hooks, no_grad
+from ..modes import _thread, no_grad
 
 _KEPT = weakref.WeakKeyDictionary()      # autograd node -> (input arrays, output array), under record()
 
@@ -19,11 +19,11 @@ class record:
     saved for backward, and what can be recomputed from those) and mark the others "not kept"."""
 
     def __enter__(self):
-        self._prev, Hooks.on_node = Hooks.on_node, _keep
+        self._prev, _thread.on_node = _thread.on_node, _keep
         return self
 
     def __exit__(self, *exc):
-        Hooks.on_node = self._prev
+        _thread.on_node = self._prev
 
 
 def _keep(node, inputs, out):

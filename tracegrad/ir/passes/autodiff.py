@@ -6,8 +6,8 @@ graph, and every forward value it reads becomes a *saved* value — an extra out
 graph, an input of the backward graph.
 """
 from ...autograd import run_backward
-from ...tensor import Hooks, Tensor
-from ...trace import Tracer
+from ...modes import interpreting
+from ...trace import Traced, Tracer
 from ..graph import Graph
 
 
@@ -31,17 +31,14 @@ def reverse_mode(tracer, outputs, name):
         return None
     bgraph = Graph(name + "_backward")
     btr = Tracer(bgraph, parent=tracer)
-    cots = [Tensor._symbolic(st._shape, st._dtype, st._device, bgraph.add_input(f"g{j}", st._shape, st._dtype))
+    cots = [Traced.of(st._shape, st._dtype, st._device, bgraph.add_input(f"g{j}", st._shape, st._dtype))
             for j, (_, st) in enumerate(diff)]
-    prev, Hooks.tracer = Hooks.tracer, btr
-    try:
+    with interpreting(btr):
         grads = run_backward([st for _, st in diff], cots, False, False,
                              inputs=[e.standin for e in targets], allow_unused=True)
         # an input the outputs do not depend on gets no gradient (None, as eagerly): no output
         used = [(e, g) for e, g in zip(targets, grads) if g is not None]
         outs = [btr.lift(g)._ir for _, g in used]
-    finally:
-        Hooks.tracer = prev
     if not used:
         return None
     targets = [e for e, _ in used]
