@@ -114,15 +114,24 @@ class Emitter:
         self.mb, self.f, self.ptrs, self.idx, self.memo = mb, f, ptrs, idx, {}
 
     def value(self, t):
-        key = id(t)
-        if key not in self.memo:
-            if isinstance(t, Load):
-                self.memo[key] = load(self.f, self.ptrs, t, self.idx)
-            elif isinstance(t, Const):
-                self.memo[key] = const_text(t.value, t.dtype)
+        """The LLVM value of tree t: its nodes not yet emitted, each after its arguments (no
+        recursion, so trees of any depth)."""
+        memo = self.memo
+        stack = [(t, False)]
+        while stack:
+            x, ready = stack.pop()
+            if id(x) in memo:
+                continue
+            if isinstance(x, Load):
+                memo[id(x)] = load(self.f, self.ptrs, x, self.idx)
+            elif isinstance(x, Const):
+                memo[id(x)] = const_text(x.value, x.dtype)
+            elif ready:
+                memo[id(x)] = self.op(x)
             else:
-                self.memo[key] = self.op(t)
-        return self.memo[key]
+                stack.append((x, True))
+                stack.extend((a, False) for a in reversed(x.args) if id(a) not in memo)
+        return memo[id(t)]
 
     def op(self, t):
         names = dict(zip("abc", t.args))

@@ -21,24 +21,34 @@ def names(graph):
     return out
 
 
-def print_graph(graph, source=False, comments=True):
+def referrer(graph):
+    """v -> "%name" in `graph` (values it does not define print as undefined: bad graphs print too)."""
     nm = names(graph)
-    ref = lambda v: "%" + nm.get(id(v), f"<undefined {v.name or v.type}>")  # noqa: E731  (bad graphs print too)
+    return lambda v: "%" + nm.get(id(v), f"<undefined {v.name or v.type}>")
+
+
+def node_line(n, ref, source=False, comments=True):
+    """One node's line of the text format."""
+    text = f"  {ref(n.out)}: {n.out.type} = {n.op}({', '.join(ref(i) for i in n.inputs)})"
+    if n.attrs:
+        text += " {" + ", ".join(f"{k}={fmt_attr(v)}" for k, v in n.attrs.items()) + "}"
+    notes = []
+    if comments:
+        notes += [f"{ref(i)} broadcast [{','.join(map(str, i.shape))}] -> [{','.join(map(str, n.out.shape))}]"
+                  for i in n.inputs if _stretched(n, i)]
+    if source and n.loc:
+        notes.append(n.loc)
+    if notes:
+        text = f"{text:<44} # " + "; ".join(notes)
+    return text
+
+
+def print_graph(graph, source=False, comments=True):
+    ref = referrer(graph)
     header = ", ".join(f"{ref(v)}: {v.type}" for v in graph.inputs)
     lines = [f"graph {graph.name}({header}) {{"]
     for n in graph.nodes:
-        text = f"  {ref(n.out)}: {n.out.type} = {n.op}({', '.join(ref(i) for i in n.inputs)})"
-        if n.attrs:
-            text += " {" + ", ".join(f"{k}={fmt_attr(v)}" for k, v in n.attrs.items()) + "}"
-        notes = []
-        if comments:
-            notes += [f"{ref(i)} broadcast [{','.join(map(str, i.shape))}] -> [{','.join(map(str, n.out.shape))}]"
-                      for i in n.inputs if _stretched(n, i)]
-        if source and n.loc:
-            notes.append(n.loc)
-        if notes:
-            text = f"{text:<44} # " + "; ".join(notes)
-        lines.append(text)
+        lines.append(node_line(n, ref, source, comments))
     cut = len(graph.outputs) - graph.n_saved
     results, saved = graph.outputs[:cut], graph.outputs[cut:]
     line = "  return" + (" " + ", ".join(ref(v) for v in results) if results else "")

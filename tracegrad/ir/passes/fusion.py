@@ -24,29 +24,27 @@ Rules
   implementation as "host" kernels on strided views of their input buffers.
 """
 from ...ops import PRIMS
-from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, nbytes, size
+from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, nbytes, postorder, size
 
 RECOMPUTE_LIMIT = 8
+MAX_TREE_OPS = 256   # a longer chain is cut into kernels of this many ops (code size; LLVM's time grows faster than linearly)
 
 
 class NotAffine(Exception):
     pass
 
 
-def _remap(tree, fn, memo=None):
-    """Rebuild `tree` with every Load replaced by fn(load)."""
-    memo = {} if memo is None else memo
-    key = id(tree)
-    if key in memo:
-        return memo[key]
-    if isinstance(tree, Load):
-        out = fn(tree)
-    elif isinstance(tree, Const):
-        out = tree
-    else:
-        out = Op(tree.op, [_remap(a, fn, memo) for a in tree.args], tree.dtype, tree.lower)
-    memo[key] = out
-    return out
+def _remap(tree, fn):
+    """Rebuild `tree` with every Load replaced by fn(load) (shared nodes stay shared)."""
+    memo = {}
+    for t in postorder(tree):
+        if isinstance(t, Load):
+            memo[id(t)] = fn(t)
+        elif isinstance(t, Const):
+            memo[id(t)] = t
+        else:
+            memo[id(t)] = Op(t.op, [memo[id(a)] for a in t.args], t.dtype, t.lower)
+    return memo[id(tree)]
 
 
 def broadcast(tree, shape, to):
@@ -132,6 +130,7 @@ def fuse(graph, enabled=True):
             consumers.setdefault(id(i), []).append(n)
     outputs = {id(v) for v in graph.outputs}
     expr, kernels = {}, []
+    bound = {}           # id(value) -> an upper bound of the ops in its tree (shared nodes counted twice)
     for v in graph.inputs:
         expr[id(v)] = Load(v, contiguous_strides(v.shape))
 
@@ -156,7 +155,10 @@ def fuse(graph, enabled=True):
         elif p.kind == "elementwise" and lowerable(n):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             expr[id(v)] = Op(n.op, args, v.dtype, p.lower)
+            bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
             if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > RECOMPUTE_LIMIT:
+                materialize(v)
+            elif bound[id(v)] > MAX_TREE_OPS and size(expr[id(v)]) > MAX_TREE_OPS:
                 materialize(v)
         elif p.kind == "view":
             src = n.inputs[0]
@@ -165,6 +167,7 @@ def fuse(graph, enabled=True):
             except NotAffine:
                 materialize(src)
                 expr[id(v)] = _move(n, expr[id(src)])
+            bound[id(v)] = bound.get(id(src), 0)
         elif p.kind == "reduction" and lowerable(n):
             src = n.inputs[0]
             axes = n.attrs["axis"]
@@ -234,7 +237,7 @@ def _row_read(ld, kernel_shape, split, produced):
 
 def merge_rows(kernels):
     """Merge consecutive loop kernels over the same space into one kernel of phases (see rules)."""
-    out, group, produced = [], None, {}
+    out, group, produced, group_ops = [], None, {}, 0
     for k in kernels:
         if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
                 and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
@@ -255,13 +258,16 @@ def merge_rows(kernels):
             k.phases[:0] = prev.phases
             group = None
         row_reduce = k.kind == "loop" and k.phases[0].kind == "reduce"
+        k_ops = len(k.ops())
         can = (group is not None and k.kind == "loop" and k.shape == group.shape
                and (not row_reduce or k.split == group.split) and group.split > 0
+               and group_ops + k_ops <= MAX_TREE_OPS
                and all(_row_read(ld, group.shape, group.split, produced) for ld in k.reads))
         if can:
             group.phases.extend(k.phases)
+            group_ops += k_ops
         else:
-            group, produced = (k if k.kind == "loop" else None), {}
+            group, produced, group_ops = (k if k.kind == "loop" else None), {}, k_ops
             out.append(k)
         if group is not None:
             for ph in k.phases:
