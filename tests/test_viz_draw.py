@@ -2,15 +2,21 @@
 IR stages with kernel boxes, as DOT that parses and names every node; rendering through Graphviz."""
 import re
 import shutil
+import warnings
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad.jit.introspect import fused_kernels
 from tracegrad.viz.autograd_graph import summary
+from tracegrad.viz.ir_graph import kernel_members
 
 from dot_reader import Dot
+from test_compile_fuzz import build, programs
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed "
                                "(Debian: apt-get install graphviz)")
@@ -149,3 +155,31 @@ def test_render_svg_and_png(tmp_path):
         d.render(str(tmp_path / "g.png"))
         assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         (tmp_path / "g.png").unlink()
+
+
+# ---------------------------------------------------------------- generated programs
+
+VIEWS = {"reshape", "expand", "permute", "slice", "const"}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(prog=programs(), seed=st.integers(0, 2**16))
+def test_every_op_is_drawn_in_a_kernel_that_computes_it(prog, seed):
+    shapes, steps, outs = prog
+    rng = np.random.default_rng(seed)
+    args = [tg.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+    f = tg.compile(build(steps, outs, len(shapes)), backend="interpret")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tg.BroadcastWarning)
+        dot = Dot(str(f.draw(*args, stage="kernels")))
+        entry = f._entry_for(tuple(args), {})[0]
+    assert all(a in dot.nodes and b in dot.nodes for a, b, _ in dot.edges)
+    for label, graph, kernels in fused_kernels(entry):
+        member, _ = kernel_members(kernels)
+        for n in graph.nodes:
+            if n.op in VIEWS:
+                continue
+            assert id(n) in member, f"{label}: {n.op} is in no kernel"
+            k = kernels[member[id(n)]]
+            assert n.op in k.ops() or k.node is n, f"{label}: {n.op} drawn in a kernel of {k.ops()}"
+

@@ -6,7 +6,10 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.__main__ import main
@@ -124,3 +127,39 @@ def test_docstring_example_runs():
 def test_warning_points_at_the_explainer():
     with pytest.warns(tg.BroadcastWarning, match=r"tg\.explain_broadcast\(\(5, 1\), \(5,\)\)"):
         tg.ones(5, 1) - tg.ones(5)
+
+
+_shape = st.lists(st.sampled_from([1, 1, 2, 3, 4]), max_size=4).map(tuple)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_shape, min_size=1, max_size=3))
+def test_picture_agrees_with_numpy_cell_by_cell(shapes):
+    """Each cell is the size kept, 1->n, .->n or n!, as NumPy's broadcasting of that column says; the
+    first line is the result shape or the BroadcastError's own summary."""
+    lines = tg.explain_broadcast(*shapes, color=False).splitlines()
+    n = max(len(s) for s in shapes)
+    try:
+        result = np.broadcast_shapes(*shapes)
+    except ValueError:
+        with pytest.raises(tg.BroadcastError) as e:
+            tg.broadcast_shapes(*shapes)
+        assert lines[0] == e.value.args[0]
+        result = None
+    else:
+        assert lines[0] == f"{' and '.join(map(str, shapes))} broadcast to {result}"
+    assert lines[1].split() == ["dim"] + [str(d) for d in range(-n, 0)]
+    for k, s in enumerate(shapes):
+        cells = lines[2 + k].split()[-n:] if n else []
+        for d in range(n):
+            i = d - (n - len(s))
+            column = {t[d - (n - len(t))] for t in shapes if d - (n - len(t)) >= 0} - {1}
+            size = s[i] if i >= 0 else None
+            if len(column) > 1:
+                expected = "." if size is None else "1" if size == 1 else f"{size}!"
+            else:
+                r = column.pop() if column else 1
+                expected = (f".->{r}" if r != 1 else ".") if size is None else f"1->{r}" if size != r else str(r)
+            assert cells[d] == expected, (s, d, cells)
+    if result is not None and n:
+        assert lines[2 + len(shapes)].split()[1:] == [str(r) for r in result]

@@ -5,13 +5,18 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
 from html.parser import HTMLParser
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.viz.autograd_graph import AutogradGraph, summary
+
+from test_compile_fuzz import build, programs
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 
@@ -147,3 +152,51 @@ def test_page_in_headless_chromium(tmp_path):
     shot = tmp_path / "steps.png"
     r = _browser(["--window-size=1100,900", f"--screenshot={shot}", url + "#step=12"], tmp_path)
     assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10000
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(prog=programs(), seed=st.integers(0, 2**16))
+def test_replay_matches_the_engine_on_generated_programs(prog, seed):
+    """Every leaf's last replayed gradient is the engine's; every op's forward value is known under
+    record() and equals what the program computed."""
+    shapes, steps, outs = prog
+    rng = np.random.default_rng(seed)
+    args = [tg.tensor(rng.standard_normal(s), dtype=tg.float64, requires_grad=True) for s in shapes]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tg.BroadcastWarning)
+        with tg.viz.record():
+            results = build(steps, outs, len(shapes))(*args)
+            loss = sum((r * tg.tensor(rng.standard_normal(r.shape))).sum() for r in results)
+        g = AutogradGraph(loss)
+        events = g.steps()
+        want = tg.grad(loss, args, allow_unused=True)
+    last = {ev["key"]: ev["array"] for ev in events}
+    for a, w in zip(args, want):
+        got = last.get(f"t{id(a)}")
+        if w is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, w.numpy(), rtol=1e-12, atol=1e-12)
+    assert all(b.value is not None for b in g.boxes if b.kind == "op")
+    for r in results:
+        if r.grad_fn is not None:
+            np.testing.assert_array_equal(g.box(f"n{id(r.grad_fn)}_{r._oi}").value, r.detach().numpy())
+
+
+def test_a_compiled_call_inside_the_graph_is_one_box_per_output(tmp_path):
+    @tg.compile
+    def f(x, w):
+        h = (x @ w).tanh()
+        return h, h.sum()
+
+    x, w = tg.randn(3, 4, dtype=tg.float64), tg.randn(4, 2, dtype=tg.float64, requires_grad=True)
+    with tg.viz.record():
+        h, s = f(x, w)
+        loss = (h * 2.0).sum() + s
+    g = AutogradGraph(loss, {"w": w})
+    assert sorted(b.op for b in g.boxes if b.kind == "op") == ["add", "compiled f [0]", "compiled f [1]", "mul", "sum"]
+    events = g.steps()
+    gw, = tg.grad(loss, [w], retain_graph=True)
+    np.testing.assert_allclose(events[-1]["array"], gw.numpy(), rtol=1e-12)
+    assert events[-1]["key"] == f"t{id(w)}" and events[-1]["kind"] == "send"
+    assert tg.viz.backward_steps(loss, str(tmp_path / "c.html"))

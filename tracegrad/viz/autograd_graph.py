@@ -33,7 +33,7 @@ def _keep(node, inputs, out):
 
 class Box:
     """One box of the picture: an op's output, a leaf tensor, or a constant (an input needing no grad).
-    `inputs` are (key of the producing box, label) pairs; `value`/`grad` NumPy arrays or None."""
+    `inputs` are (key of the producing box, input index) pairs; `value`/`grad` NumPy arrays or None."""
     __slots__ = ("key", "kind", "op", "shape", "dtype", "value", "grad", "inputs", "node", "out_index", "name")
 
     def __init__(self, key, kind, op, shape, dtype, value=None, grad=None, node=None, out_index=0, name=None):
@@ -57,8 +57,7 @@ class AutogradGraph:
         nodes = _toposort([root.grad_fn])[::-1]
         for node in nodes:                                  # the ops' own boxes first, so inputs can point at them
             for oi, (shape, dtype, _) in enumerate(node.out_meta):
-                prim = getattr(node, "prim", None)
-                op = prim.name if prim is not None else node.name()
+                op = _op_title(node, oi)
                 key = f"n{id(node)}_{oi}"
                 self._add(Box(key, "op", op, shape, dtype, node=node, out_index=oi))
         for node in nodes:
@@ -72,7 +71,7 @@ class AutogradGraph:
                 if src is None:
                     continue
                 for oi in range(node.n_out):
-                    self._by_key[f"n{id(node)}_{oi}"].inputs.append((src.key, f"{i}"))
+                    self._by_key[f"n{id(node)}_{oi}"].inputs.append((src.key, i))
         self.root_key = f"n{id(root.grad_fn)}_{root._oi}"
         self.boxes.sort(key=lambda b: {"leaf": 0, "const": 0, "op": 1}[b.kind])   # stable: ops keep their order
         self._fill_values()
@@ -115,17 +114,16 @@ class AutogradGraph:
             kept = _KEPT.get(node) if b.out_index == 0 else None
             if kept is not None:
                 b.value = kept[1]
-                for (src, _), arr in zip(b.inputs, kept[0]):
-                    if self._by_key[src].value is None:
-                        self._by_key[src].value = arr
             out = getattr(node, "out", None)
-            if out is not None and hasattr(out, "_data") and out._data is not None:
+            if b.value is None and out is not None and getattr(out, "_data", None) is not None:
                 b.value = out._data
-            saved = getattr(node, "saved", None)
-            if isinstance(saved, list):
-                for (src, _), t in zip(b.inputs, saved):
-                    if t is not None and hasattr(t, "_data") and self._by_key[src].value is None:
-                        self._by_key[src].value = t._data
+            saved = node.saved if getattr(node, "prim", None) is not None else None   # a primitive's saved inputs
+            for src, i in b.inputs:
+                arr = kept[0][i] if kept is not None else None
+                if arr is None and saved is not None and getattr(saved[i], "_data", None) is not None:
+                    arr = saved[i]._data
+                if arr is not None and self._by_key[src].value is None:
+                    self._by_key[src].value = arr
         for b in self.boxes:
             if b.value is None and b.kind == "op" and getattr(b.node, "prim", None) is not None:
                 args = [self._by_key[src].value for src, _ in b.inputs]
@@ -182,6 +180,16 @@ class AutogradGraph:
     def _title(self, key):
         b = self._by_key[key]
         return b.name or (b.op if b.kind == "op" else b.kind)
+
+
+def _op_title(node, oi):
+    """The primitive's name; for the node of a compiled call, "compiled NAME" and which output."""
+    prim = getattr(node, "prim", None)
+    if prim is not None:
+        return prim.name
+    entry = getattr(node, "entry", None)
+    title = f"compiled {entry.name}" if entry is not None else node.name()
+    return f"{title} [{oi}]" if node.n_out > 1 else title
 
 
 def _zeros(meta):

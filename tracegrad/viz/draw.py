@@ -1,6 +1,6 @@
 """`tg.viz.draw(x)`: the autograd graph behind an eager tensor (or an IR graph) as a Drawing."""
 from .autograd_graph import AutogradGraph, summary
-from .dot import Drawing, attrs, quote
+from .dot import Drawing, attrs
 from .ir_graph import graph_dot
 
 _FILL = {"op": "#ffffff", "leaf": "#e8f0fe", "const": "#eeeeee"}
@@ -21,7 +21,7 @@ def draw(root, names=None):
     for b in g.boxes:
         lines.append(f"  {ids[b.key]} {attrs(label=box_label(b), fillcolor=_FILL[b.kind], peripheries=2 if b.key == g.root_key else None)};")
     for b in g.boxes:
-        for src, label in b.inputs:
+        for src, _ in b.inputs:
             lines.append(f"  {ids[src]} -> {ids[b.key]};")
     lines.append("}")
     return Drawing("\n".join(lines), "autograd")
@@ -43,5 +43,3 @@ def draw_ir(parts, title):
     groups of `stage="kernels"`), each kernel is a box around the ops fused into it."""
     return Drawing(graph_dot(parts, title), title)
 
-
-__all__ = ["draw", "draw_ir", "Drawing", "quote"]
