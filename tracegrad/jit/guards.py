@@ -38,12 +38,12 @@ class Guards:
         # tensors and constants is fixed; that of arguments and their .grad is looked up per call
         self.storage = None
         if writes:
-            self.storage = storage_pattern([real for _, real in inputs])
-            self.fixed = [None if s[0] in ("arg", "grad") else storage(real) for s, real in inputs]
+            self.storage = _pattern([real._data for _, real in inputs])
+            self.fixed_arrays = [None if s[0] in ("arg", "grad") else real._data for s, real in inputs]
             self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in ("arg", "grad")]
 
     def __bool__(self):
-        return bool(self.tensors or self.grads or self.bindings or self.objects or self.storage)
+        return bool(self.tensors or self.grads or self.bindings or self.objects) or self.storage is not None
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
@@ -85,10 +85,10 @@ class Guards:
                            f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
         if self.storage is not None:
             from .writeback import resolve
-            roots = list(self.fixed)
+            arrays = list(self.fixed_arrays)
             for i, s in self.variable:
-                roots[i] = storage(resolve(s, None, leaves))
-            now = _pattern(roots)
+                arrays[i] = resolve(s, None, leaves)._data
+            now = _pattern(arrays)
             if now != self.storage:
                 return "inputs sharing memory: " + _sharing(self.input_names, now)
         return None
@@ -114,30 +114,27 @@ def _guarded_binding(obj, tracer):
     return object_state(obj) is not None or is_static(obj)
 
 
-def storage(t):
-    """The object owning t's memory: the base of its array's chain of views (an array, bytes, mmap)."""
-    a = t._data
+def _storage(a):
+    """The object owning array a's memory: the base of its chain of views (an array, bytes, mmap)."""
     while isinstance(a.base, np.ndarray):
         a = a.base
     return a if a.base is None else a.base
 
 
-def storage_pattern(tensors):
-    """For each tensor, the position of the first tensor with the same storage."""
-    return _pattern([storage(t) for t in tensors])
-
-
-def _pattern(roots):
-    first = {}
-    return tuple(first.setdefault(id(r), i) for i, r in enumerate(roots))
+def _pattern(arrays):
+    """The pairs (i, j) of arrays whose memory may overlap: arrays of one storage whose ranges
+    overlap (disjoint slices of one buffer do not)."""
+    first, overlaps = {}, []
+    for i, a in enumerate(arrays):
+        j = first.setdefault(id(_storage(a)), i)
+        if j != i:
+            overlaps += [(k, i) for k in range(j, i) if np.may_share_memory(arrays[k], a)]
+    return tuple(overlaps)
 
 
 def _sharing(names, pattern):
-    groups = {}
-    for i, j in enumerate(pattern):
-        if j is not None and j != i:
-            groups.setdefault(j, [names[j]]).append(names[i])
-    return "; ".join(" and ".join(g) for g in groups.values()) or "none (they shared memory when traced)"
+    return ", ".join(f"{names[i]} and {names[j]}" for i, j in pattern) or \
+        "none (some shared memory when traced)"
 
 
 def free_objects(fn):
