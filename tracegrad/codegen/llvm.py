@@ -43,6 +43,10 @@ class ModuleBuilder:
         ptrs = {vid: f"%b{slot}" for slot, vid in bufs}
         if kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
+        elif kernel.schedule is not None and kernel.schedule.across is not None:
+            _across_kernel(self, f, kernel, ptrs)
+        elif kernel.schedule is not None:
+            _scheduled_map(self, f, kernel, ptrs)
         else:
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
@@ -262,7 +266,140 @@ def _reduce_acc(mb, f, kernel, ptrs):
                 acc_ptr = acc
             cur = f.assign(f"load {ty}, ptr {acc_ptr}")
             f.emit(f"store {ty} {_combine(f, op, cur, x, v.dtype)}, ptr {acc_ptr}")
-    _loops(f, shape, body, lo_hi=("%lo", "%hi") if shape else None)
+    if kernel.schedule is not None:              # the scheduled loop order (ir/passes/schedule.py)
+        _nest(f, shape, kernel.schedule.levels, lambda f, idx, base: body(f, [idx[d] for d in range(len(shape))]),
+              lo_hi=("%lo", "%hi"))
+    else:
+        _loops(f, shape, body, lo_hi=("%lo", "%hi") if shape else None)
     for op, v, tree, ostrides, acc in phases:
         if acc is not None:
             store(f, ptrs, v, "0", f.assign(f"load {regtype(v.dtype)}, ptr {acc}"))
+
+
+# ------------------------------------------------------------------ scheduled loop nests
+
+BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
+
+
+def _nest(f, shape, levels, body, lo_hi=None, idx=None, base=None):
+    """Emit the loop nest of a Schedule's `levels` ((axis, tile) pairs, outermost first) over a
+    space of `shape`; body(f, idx, base) gets {axis: index} of the element loops (with those of
+    `idx`) and {axis: (start, end)} of the current tiles (with those of `base`). An element loop
+    of a tiled axis runs from the tile's start to min(end, size). lo_hi: the outermost level's
+    range instead of its trip count."""
+    idx, base = dict(idx or {}), dict(base or {})
+
+    def level(j):
+        if j == len(levels):
+            body(f, idx, base)
+            return
+        d, tile = levels[j]
+        n = shape[d]
+        if j == 0 and lo_hi:
+            start, stop = lo_hi
+        elif tile:
+            start, stop = "0", str(-(-n // tile))
+        elif d in base:
+            start, end = base[d]
+            stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
+        else:
+            start, stop = "0", str(n)
+        ctr = f.alloca("i64")
+        f.emit(f"store i64 {start}, ptr {ctr}")
+        cond, bod, done = f.label(), f.label(), f.label()
+        f.emit(f"br label %{cond}")
+        f.block(cond)
+        i = f.assign(f"load i64, ptr {ctr}")
+        f.emit(f"br i1 {f.assign(f'icmp slt i64 {i}, {stop}')}, label %{bod}, label %{done}")
+        f.block(bod)
+        if tile:
+            first = f.assign(f"mul nsw i64 {i}, {tile}")
+            base[d] = (first, f.assign(f"add nsw i64 {first}, {tile}"))
+        else:
+            idx[d] = i
+        level(j + 1)
+        i2 = f.assign(f"load i64, ptr {ctr}")
+        f.emit(f"store i64 {f.assign(f'add nsw i64 {i2}, 1')}, ptr {ctr}")
+        f.emit(f"br label %{cond}")
+        f.block(done)
+
+    level(0)
+
+
+def _put(mb, f, ptrs, phases, ix, full):
+    """Each map phase's outputs at index ix, phase after phase (one Emitter: shared values once)."""
+    em, off = Emitter(mb, f, ptrs, ix), linear(f, ix, full)
+    for ph in phases:
+        for v, val in [(v, em.value(t)) for v, t in ph.outputs]:
+            store(f, ptrs, v, off, val)
+
+
+def _scheduled_map(mb, f, kernel, ptrs):
+    """A kernel of map phases walked in its schedule's order: each element's phases in turn (a
+    phase reads an earlier one's output only at the same element: fusion's row rule)."""
+    shape = kernel.shape
+    full = contiguous_strides(shape)
+    _nest(f, shape, kernel.schedule.levels,
+          lambda f, idx, base: _put(mb, f, ptrs, kernel.phases, [idx[d] for d in range(len(shape))], full),
+          lo_hi=("%lo", "%hi"))
+
+
+def _across_kernel(mb, f, kernel, ptrs):
+    """Row reductions whose kept axis u is the unit-stride one (Schedule.across): per tile of u
+    (and element of the other kept axes), each phase streams the reduced axes with u innermost; a
+    reduction keeps a vector of the tile's partial results (float sums in blocks of BLOCK elements
+    of the outermost reduced axis, each block's vector joined into the total: pairwise-like
+    accuracy), then stores it."""
+    sch, shape, k = kernel.schedule, kernel.shape, kernel.split
+    u = sch.across
+    cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
+    outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
+    full, kept = contiguous_strides(shape), contiguous_strides(shape[:k])
+    r0 = inner[0][0]
+
+    def outer_body(f, oidx, obase):
+        def slot(f, vec, idx, ty):
+            i = f.assign(f"sub nsw i64 {idx[u]}, {obase[u][0]}")
+            return f.assign(f"getelementptr inbounds {ty}, ptr {vec}, i64 {i}")
+
+        def over_tile(f, fn, idx=oidx):
+            _nest(f, shape, [(u, 0)], lambda f, i, b: fn(f, i), idx=idx, base=obase)
+
+        for ph in kernel.phases:
+            if ph.kind == "map":
+                _nest(f, shape, inner, lambda f, idx, b, ph=ph: _put(mb, f, ptrs, [ph],
+                                                                       [idx[d] for d in range(len(shape))], full),
+                      idx=oidx, base=obase)
+                continue
+            (v, tree), = ph.outputs
+            ty, lower, dt = regtype(v.dtype), ph.lower, v.dtype
+            total = f.alloca(f"[{tile} x {ty}]")
+            blocked = _join(lower) == "+" and dt.is_floating_point and shape[r0] > BLOCK
+            part = f.alloca(f"[{tile} x {ty}]") if blocked else total
+
+            def init(f, idx, vec, ty=ty, lower=lower, dt=dt):
+                f.emit(f"store {ty} {_identity(lower, dt)}, ptr {slot(f, vec, idx, ty)}")
+
+            def add(f, idx, into, x, ty=ty, lower=lower, dt=dt):
+                p = slot(f, into, idx, ty)
+                f.emit(f"store {ty} {_combine(f, lower, f.assign(f'load {ty}, ptr {p}'), x, dt)}, ptr {p}")
+
+            def accumulate(f, idx, b, tree=tree, part=part, add=add):
+                add(f, idx, part, Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))]).value(tree))
+
+            over_tile(f, lambda f, idx, init=init, total=total: init(f, idx, total))
+            if blocked:
+                def block(f, bidx, bbase, init=init, part=part, total=total, add=add, ty=ty):
+                    over_tile(f, lambda f, idx: init(f, idx, part))
+                    _nest(f, shape, inner, accumulate, idx=bidx, base=bbase)
+                    over_tile(f, lambda f, idx: add(f, idx, total, f.assign(f"load {ty}, ptr {slot(f, part, idx, ty)}")))
+                _nest(f, shape, [(r0, BLOCK)], block, idx=oidx, base=obase)
+            else:
+                _nest(f, shape, inner, accumulate, idx=oidx, base=obase)
+
+            def write(f, idx, total=total, v=v, ty=ty):
+                val = f.assign(f"load {ty}, ptr {slot(f, total, idx, ty)}")
+                store(f, ptrs, v, linear(f, [idx[d] for d in range(k)], kept), val)
+            over_tile(f, write)
+
+    _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))

@@ -91,9 +91,8 @@ class Program:
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
                 addr = engine_ref.address(names[id(k)])
-                split = k.split > 0 if k.kind == "loop" else bool(k.shape)
-                extent = k.shape[0] if split else 1
-                if split and extent > 1 and work(k) >= PARALLEL_MIN_WORK:
+                extent = k.parallel_extent()
+                if extent > 1 and work(k) >= PARALLEL_MIN_WORK:
                     self.steps.append(("chunks", _Chunks(self, k, slots, addr, extent), None, None))
                 else:               # on this thread: the arguments converted once (a third of the call's cost)
                     self.steps.append(("call", KERNEL(addr), (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)), None))

@@ -91,13 +91,46 @@ class Phase:
         self.kind, self.outputs, self.op, self.axes, self.lower = kind, outputs, op, axes, lower
 
 
+class Schedule:
+    """How a loop or reduce_acc kernel walks its space (ir/passes/schedule.py chooses it, every
+    target follows it; a kernel without one runs in natural order).
+
+    `levels`: the loop nest, outermost first, as (axis, tile) pairs: tile 0 is a loop over the
+    axis's elements, tile T > 0 a loop over its tiles of T elements (an element loop of that axis
+    further in then stays inside the current tile). Threads split the outermost level.
+    `across`: for a kernel of row reductions whose unit-stride axis is a kept one (column sums):
+    the levels up to and including the tile loop of axis `across` run once; inside, each phase runs
+    the remaining levels (the reduced axes, then `across` innermost), a reduction keeping a vector
+    of partial results for the tile while the rows stream by."""
+    __slots__ = ("levels", "across")
+
+    def __init__(self, levels, across=None):
+        self.levels, self.across = tuple(levels), across
+
+    def trips(self, shape, level):
+        d, tile = level
+        return -(-shape[d] // tile) if tile else shape[d]
+
+    def text(self):
+        loops = ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.levels)
+        return f"loops={loops}" + (f" reduce=across d{self.across}" if self.across is not None else "")
+
+
 class Kernel:
     """kind: "loop" (phases inside an outer loop over shape[:split]), "reduce_acc", "extern", "host".
-    `node` is set for extern/host kernels (their inputs are Loads in `args`)."""
+    `node` is set for extern/host kernels (their inputs are Loads in `args`); `schedule` (a
+    Schedule or None: natural order) is set by the scheduling pass."""
 
     def __init__(self, kind, shape, split=0, phases=(), node=None, args=()):
         self.kind, self.shape, self.split, self.phases = kind, tuple(shape), split, list(phases)
-        self.node, self.args = node, list(args)
+        self.node, self.args, self.schedule = node, list(args), None
+
+    def parallel_extent(self):
+        """The trip count of the outermost loop, which threads split (1: not splittable)."""
+        if self.schedule is not None:
+            return self.schedule.trips(self.shape, self.schedule.levels[0])
+        split = self.split > 0 if self.kind == "loop" else bool(self.shape)
+        return self.shape[0] if split else 1
 
     @property
     def outputs(self):
@@ -134,11 +167,12 @@ def nbytes(v):
 
 
 def kernels_text(name, kernels):
-    """The `stage="kernels"` view: each kernel's kind, space, ops and bytes moved."""
+    """The `stage="kernels"` view: each kernel's kind, space, ops, bytes moved and, when scheduled
+    out of natural order, its loop nest (outermost first; dA/T loops over tiles of T along axis A)."""
     lines = [f"kernels {name}: {len(kernels)}"]
     for j, k in enumerate(kernels):
         space = "x".join(map(str, k.shape)) or "scalar"
         outs = ", ".join(f"{v.type}" for v in k.outputs)
         lines.append(f"  k{j} [{k.kind}] space={space} split={k.split} ops={'+'.join(k.ops()) or 'copy'} "
-                     f"-> {outs}  bytes={k.bytes_moved()}")
+                     f"-> {outs}  bytes={k.bytes_moved()}" + (f"  {k.schedule.text()}" if k.schedule else ""))
     return "\n".join(lines)

@@ -42,7 +42,10 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     if backend == "llvm":                                                      # fuse, lower
         from ..codegen import build_programs
         from ..ir.passes.fusion import fuse as fuse_graph
+        from ..ir.passes.schedule import schedule
         fused = [None if g is None else fuse_graph(g, fuse) for g in (fwd, bwd)]
+        for kernels_aliases in filter(None, fused):                            # schedule
+            schedule(kernels_aliases[0])
         s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fused, [cap.inplace, ()])
         s.disk_hit = engine.disk_hit
         s.run_fwd = s.programs[0].run
