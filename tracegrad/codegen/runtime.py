@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..ir.kernels import contiguous_strides
-from . import forksafe
+from . import buffers, forksafe
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
@@ -68,6 +68,7 @@ class Program:
         self.inputs = [[slots[id(v)], v.shape, v.dtype.np, _dead, 0] for v in graph.inputs]
         self.fresh = []
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
+        temps = []
         for vid, slot in slots.items():
             v = values[vid]
             if vid in in_ids or slot in inplace:
@@ -75,9 +76,11 @@ class Program:
             if vid in out_ids:
                 self.fresh.append((slot, v.shape, v.dtype.np))
             else:
-                arr = np.empty(v.shape, v.dtype.np)
-                self.template[slot] = arr
-                self.table[slot] = arr.ctypes.data
+                temps.append((slot, v))
+        for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
+            self.template[slot] = arr
+            self.table[slot] = arr.ctypes.data
+        self.written = [[(id(v), slots[id(v)]) for v in k.outputs] for k in kernels]
         self.outputs = []               # outputs that are inputs come back as the input arrays
         for v in graph.outputs:
             b = aliases.get(id(v))
@@ -103,7 +106,8 @@ class Program:
 
     def run(self, arrays, timings=None, capture=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
-        `capture` dict, fills it with {id(Value): array} for every buffer (check mode). Calls from
+        `capture` dict, fills it with {id(Value): array copy} for every kernel output as the kernel
+        wrote it (check mode; intermediates share memory, so later steps overwrite them). Calls from
         several threads take turns: the pointer table and the intermediate buffers are shared."""
         with self.lock:
             return self._run(arrays, timings, capture)
@@ -128,7 +132,7 @@ class Program:
             a = np.empty(shape, dtype)
             cur[slot] = a
             table[slot] = _address(a)
-        for step in self.steps:
+        for j, step in enumerate(self.steps):
             if timings is not None:
                 t0 = time.perf_counter()
             if step[0] == "call":
@@ -148,8 +152,8 @@ class Program:
                     np.copyto(cur[out], res, casting="unsafe")
             if timings is not None:
                 timings.append(time.perf_counter() - t0)
-        if capture is not None:
-            capture.update({vid: np.array(cur[slot]) for vid, slot in self.slots.items()})
+            if capture is not None:
+                capture.update({vid: np.array(cur[slot]) for vid, slot in self.written[j]})
         return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
 
