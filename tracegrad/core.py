@@ -47,7 +47,7 @@ NUMERIC = ("float32", "float64", "int32", "int64")
 
 PRIMS = {}
 RNG = [np.random.default_rng()]   # the generator behind tg.manual_seed, rand/randn and dropout
-_dispatch = None  # installed by tensor.py: _dispatch(prim, inputs, attrs) -> Tensor
+_dispatch = None  # installed by tensor/dispatch.py: _dispatch(prim, inputs, attrs) -> Tensor
 
 
 def bind(name, *inputs, **attrs):

@@ -7,7 +7,7 @@ constants), its outermost loop runs over [lo, hi) so the runtime can split it ac
 the innermost loop walks the last, unit-stride axis so that LLVM vectorizes it. Values live in
 allocas that SROA turns into registers; float sums use `reassoc` adds so they vectorize too.
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
-routines of mathlib.py.
+routines of mathlib/.
 """
 import ast
 import math

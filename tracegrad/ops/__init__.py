@@ -7,6 +7,13 @@ indexing.py     integer-tensor indexing and its scatter-add
 matmul.py       the matrix product (extern: BLAS)
 creation.py     zeros_like, rand, randn
 rules.py        the type rules and axis helpers they share
+
+A new elementwise primitive is one `prim(...)` (or `_unary`/`_binary`) call in elementwise.py with
+its scalar lowering, lowered dtypes and cost; fusion, remat, the runtime and the code generators
+pick it up from there, and tests/test_table.py checks its fields and compiles its lowering against
+its NumPy implementation for every dtype it declares. A lowering that calls a new math function
+also needs that function's two routines in codegen/mathlib/ (f32.py, f64.py). Users reach it
+through a Tensor method (tensor/) or `bind(name, ...)`.
 """
 from ..core import PRIMS, RNG, Prim, bind
 from . import creation, elementwise, indexing, layout, matmul, reductions  # noqa: F401  (each registers its prims)

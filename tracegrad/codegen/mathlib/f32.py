@@ -1,0 +1,194 @@
+"""The float32 routines: straight-line, branch-free, vectorizable (see the package docstring)."""
+from __future__ import annotations
+
+import math
+import struct
+
+from .builder import (D, ERF_MID, ERF_SMALL, F, I32, INF, TWO52, _Fn, _c, _exp_kernel, _log_kernel,
+                      _sin_cos_poly, _trig_reduce)
+
+
+# --------------------------------------------------------------------------
+# f32 functions (one helper per function, each returns its IR text)
+# --------------------------------------------------------------------------
+
+_H32 = "define internal float @tg_{}_f32(float %x)"
+
+
+def _f32(v: float) -> str:
+    """LLVM literal of a float32 constant (the double holding the rounded value)."""
+    return _c(struct.unpack("f", struct.pack("f", v))[0])
+
+
+# exp in float arithmetic (the hot path of softmax, gelu, tanh): clamp, n = rint(x/ln2) by the
+# magic-number add (its bits give n, no fptosi of nan), Cody-Waite r = x - n*ln2 with fma,
+# e^r = 1 + (r + r^2 P5(r)) (Cephes' coefficients), 2^n applied as 2^(n>>1) * 2^(n - n>>1) so
+# denormal results round once. At most 1 ulp from the correctly rounded value (dense sweep).
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+          5.0000001201e-1)
+
+
+def _exp_f32_lines(x: str, p: str, moderate: bool = False) -> tuple[list, str]:
+    """IR lines computing exp(x); `moderate`: the caller guarantees 0 <= x <= 20 (tanh), so the clamps
+    and the two-step scaling for denormal results are left out."""
+    f, L = _f32, []
+    fma = lambda a, b, c: f"call float @llvm.fma.f32(float {a}, float {b}, float {c})"  # noqa: E731
+    xc = x
+    if not moderate:
+        xc = f"%{p}xc"
+        L += [f"%{p}hi = fcmp ogt float {x}, {f(88.8)}", f"%{p}x1 = select i1 %{p}hi, float {f(88.8)}, float {x}",
+              f"%{p}lo = fcmp olt float %{p}x1, {f(-104.0)}", f"{xc} = select i1 %{p}lo, float {f(-104.0)}, float %{p}x1"]
+    L += [f"%{p}t = {fma(xc, f(1.44269504088896341), f(12582912.0))}",
+          f"%{p}n = fsub float %{p}t, {f(12582912.0)}",
+          f"%{p}r1 = {fma(f'%{p}n', f(-0.693359375), xc)}",
+          f"%{p}r = {fma(f'%{p}n', f(2.12194440e-4), f'%{p}r1')}",
+          f"%{p}q0 = {fma(f(_EXP_P[0]), f'%{p}r', f(_EXP_P[1]))}"]
+    for i in range(2, 6):
+        L.append(f"%{p}q{i - 1} = {fma(f'%{p}q{i - 2}', f'%{p}r', f(_EXP_P[i]))}")
+    L += [f"%{p}r2 = fmul float %{p}r, %{p}r", f"%{p}s1 = {fma(f'%{p}q4', f'%{p}r2', f'%{p}r')}",
+          f"%{p}pp = fadd float %{p}s1, {f(1.0)}",
+          f"%{p}tb = bitcast float %{p}t to i32", f"%{p}ni = sub i32 %{p}tb, 1262485504"]
+    if moderate:
+        L += [f"%{p}e1 = add i32 %{p}ni, 127", f"%{p}b1 = shl i32 %{p}e1, 23", f"%{p}s1f = bitcast i32 %{p}b1 to float",
+              f"%{p}res = fmul float %{p}pp, %{p}s1f"]
+        return L, f"%{p}res"
+    L += [f"%{p}n1 = ashr i32 %{p}ni, 1", f"%{p}n2 = sub i32 %{p}ni, %{p}n1",
+          f"%{p}e1 = add i32 %{p}n1, 127", f"%{p}e2 = add i32 %{p}n2, 127",
+          f"%{p}b1 = shl i32 %{p}e1, 23", f"%{p}b2 = shl i32 %{p}e2, 23",
+          f"%{p}s1f = bitcast i32 %{p}b1 to float", f"%{p}s2f = bitcast i32 %{p}b2 to float",
+          f"%{p}m1 = fmul float %{p}pp, %{p}s1f", f"%{p}res = fmul float %{p}m1, %{p}s2f"]
+    return L, f"%{p}res"
+
+
+def _exp_f32() -> str:
+    L, r = _exp_f32_lines("%x", "e")
+    body = "\n  ".join(L)
+    return (f"{_H32.format('exp')} #0 {{\nentry:\n  {body}\n  %isnan = fcmp uno float %x, %x\n"
+            f"  %out = select i1 %isnan, float %x, float {r}\n  ret float %out\n}}\n")
+
+
+# tanh in float arithmetic: |x| < 0.625: Cephes' odd polynomial x + x^3 P4(x^2); otherwise
+# 1 - 2/(exp(2|x|) + 1) with |x| clamped to 9.1 (tanh rounds to 1 from 9.01), sign copied
+# bitwise (tanh(-0) = -0). At most 1 ulp from the correctly rounded value (dense sweep).
+_TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+
+
+def _tanh_f32() -> str:
+    f = _f32
+    fma = lambda a, b, c: f"call float @llvm.fma.f32(float {a}, float {b}, float {c})"  # noqa: E731
+    L = ["%xb = bitcast float %x to i32", "%ab = and i32 %xb, 2147483647", "%sb = and i32 %xb, -2147483648",
+         "%ax = bitcast i32 %ab to float", f"%axc0 = fcmp olt float %ax, {f(9.1)}",
+         f"%axc = select i1 %axc0, float %ax, float {f(9.1)}", "%ax2 = fadd float %axc, %axc"]
+    E, e = _exp_f32_lines("%ax2", "e", moderate=True)
+    L += E
+    L += [f"%den = fadd float {e}, {f(1.0)}", f"%q = fdiv float {f(2.0)}, %den", f"%big = fsub float {f(1.0)}, %q",
+          "%bigb = bitcast float %big to i32", "%bigs = or i32 %bigb, %sb", "%bigf = bitcast i32 %bigs to float",
+          "%z = fmul float %x, %x", f"%p0 = {fma(f(_TANH_P[0]), '%z', f(_TANH_P[1]))}"]
+    for i in range(2, 5):
+        L.append(f"%p{i - 1} = {fma(f'%p{i - 2}', '%z', f(_TANH_P[i]))}")
+    L += ["%zx = fmul float %z, %x", f"%small0 = {fma('%p3', '%zx', '%x')}",
+          "%sm0 = bitcast float %small0 to i32", "%sm1 = and i32 %sm0, 2147483647", "%sm2 = or i32 %sm1, %sb",
+          "%small = bitcast i32 %sm2 to float",
+          f"%issmall = fcmp olt float %ax, {f(0.625)}", "%res = select i1 %issmall, float %small, float %bigf",
+          "%isnan = fcmp uno float %x, %x", "%out = select i1 %isnan, float %x, float %res"]
+    body = "\n  ".join(L)
+    return f"{_H32.format('tanh')} #0 {{\nentry:\n  {body}\n  ret float %out\n}}\n"
+
+
+def _log_f32() -> str:
+    b = _Fn()
+    y = _log_kernel(b, b.conv("fpext", "%x", F, D))
+    return b.text(_H32.format("log"), "float " + b.conv("fptrunc", y, D, F))
+
+
+def _sigmoid_f32() -> str:
+    b = _Fn()
+    e = _exp_kernel(b, b.fneg(D, b.conv("fpext", "%x", F, D)))
+    y = b.fdiv(D, _c(1.0), b.fadd(D, _c(1.0), e))
+    return b.text(_H32.format("sigmoid"), "float " + b.conv("fptrunc", y, D, F))
+
+
+def _sincos_f32(name: str) -> str:
+    b = _Fn()
+    ax = b.bitcast(b.and_(I32, b.bitcast("%x", F, I32), str((1 << 31) - 1)), I32, F)
+    finite = b.fcmp("olt", F, ax, _c(INF, F))
+    axs = b.select(finite, F, ax, _c(0.0, F))
+    r, q = _trig_reduce(b, axs)
+    s, c = _sin_cos_poly(b, r)
+    swap = b.icmp("ne", I32, b.and_(I32, q, "1"), "0")
+    if name == "sin":
+        v = b.select(swap, D, c, s)
+        neg = b.icmp("ne", I32, b.and_(I32, q, "2"), "0")
+    else:
+        v = b.select(swap, D, s, c)
+        neg = b.icmp("ne", I32, b.and_(I32, b.add(I32, q, "1"), "2"), "0")
+    v = b.select(neg, D, b.fneg(D, v), v)
+    m = b.conv("fptrunc", v, D, F)
+    if name == "sin":
+        m = b.copy_sign_f32(m, "%x")
+    out = b.select(finite, F, m, _c(math.nan, F))
+    return b.text(_H32.format(name), "float " + out)
+
+
+def _sin_f32() -> str:
+    return _sincos_f32("sin")
+
+
+def _cos_f32() -> str:
+    return _sincos_f32("cos")
+
+
+def _pow_f32() -> str:
+    b = _Fn()
+    xd = b.conv("fpext", "%x", F, D)
+    yd = b.conv("fpext", "%y", F, D)
+    ax = b.fabs_d(xd)
+    ay = b.fabs_d(yd)
+    mag = _exp_kernel(b, b.fmul(D, yd, _log_kernel(b, ax, terms=11)), degree=11)
+
+    def is_int(v):  # v >= 0 (or nan): v is an integer (inf counts as one)
+        big = b.fcmp("oge", D, v, _c(TWO52))
+        r = b.fsub(D, b.fadd(D, v, _c(TWO52)), _c(TWO52))
+        return b.or_("i1", big, b.fcmp("oeq", D, r, v))
+
+    yint = is_int(ay)
+    yodd = b.and_("i1", yint, b.xor("i1", is_int(b.fmul(D, ay, _c(0.5))), "true"))
+    xsign = b.icmp("slt", I32, b.bitcast("%x", F, I32), "0")
+    res = b.select(b.and_("i1", xsign, yodd), D, b.fneg(D, mag), mag)
+    # finite x < 0 with non-integer y -> nan
+    xneg_fin = b.and_("i1", b.fcmp("olt", D, xd, _c(0.0)), b.fcmp("ogt", D, xd, _c(-INF)))
+    res = b.select(b.and_("i1", xneg_fin, b.xor("i1", yint, "true")), D, _c(math.nan), res)
+    # x**0 = 1, 1**y = 1, (-1)**(+-inf) = 1
+    one = b.or_("i1", b.fcmp("oeq", D, yd, _c(0.0)), b.fcmp("oeq", D, xd, _c(1.0)))
+    m1 = b.and_("i1", b.fcmp("oeq", D, xd, _c(-1.0)), b.fcmp("oeq", D, ay, _c(INF)))
+    res = b.select(b.or_("i1", one, m1), D, _c(1.0), res)
+    out = b.conv("fptrunc", res, D, F)
+    return b.text("define internal float @tg_pow_f32(float %x, float %y)", "float " + out)
+
+
+def _sqrt_f32() -> str:
+    b = _Fn()
+    y = b.op("call float @llvm.sqrt.f32(float %x)")
+    return b.text(_H32.format("sqrt"), "float " + y)
+
+
+def _erf_f32() -> str:
+    b = _Fn()
+    a = b.fabs_d(b.conv("fpext", "%x", F, D))
+    # |x| < 1
+    a2 = b.fmul(D, a, a)
+    small = b.fmul(D, a, b.horner(a2, ERF_SMALL))
+    # 1 <= |x| < 4: piece i in {0,1,2} around c = i + 1.5 (sanitised for nan)
+    am = b.select(b.fcmp("olt", D, a, _c(4.0)), D, a, _c(3.5))
+    am = b.select(b.fcmp("oge", D, am, _c(1.0)), D, am, _c(1.5))
+    i = b.sub(I32, b.conv("fptosi", am, D, I32), "1")
+    t = b.fsub(D, b.fsub(D, am, _c(1.5)), b.conv("sitofp", i, I32, D))
+    coeffs = [b.pick(i, [piece[j] for piece in ERF_MID]) for j in range(len(ERF_MID[0]))]
+    acc = coeffs[-1]
+    for cf in reversed(coeffs[:-1]):
+        acc = b.fadd(D, b.fmul(D, acc, t), cf)
+    y = b.select(b.fcmp("oge", D, a, _c(4.0)), D, _c(1.0), acc)
+    y = b.select(b.fcmp("olt", D, a, _c(1.0)), D, small, y)
+    y = b.select(b.fcmp("uno", D, a, a), D, a, y)
+    m = b.conv("fptrunc", y, D, F)
+    return b.text(_H32.format("erf"), "float " + b.copy_sign_f32(m, "%x"))
