@@ -117,7 +117,7 @@ def test_without_record_unknown_values_say_so(tmp_path):
     shown = {s["set"][0][0]: s["set"][0][2] for s in data["steps"][1:] if s["set"] and s["set"][0][1] == "value"}
     titles = {b["key"]: b["title"] for b in data["boxes"]}
     unknown = sorted(titles[k] for k, v in shown.items() if v == "not kept")
-    assert unknown == ["add", "sum"]
+    assert unknown == ["add #5", "sum #6"]
     assert [v for v in data["steps"][0]["set"] if v[2] == "not kept"]
 
 
@@ -144,7 +144,7 @@ def test_page_in_headless_chromium(tmp_path):
     assert f'<span id="counter">step 6 / {n}</span>' in dom
     text = data["steps"][5]["text"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     assert f'<div id="text">{text}</div>' in dom
-    root = next(b for b in data["boxes"] if b["title"] == "div")
+    root = next(b for b in data["boxes"] if b["title"].startswith("div #"))
     r = _browser(["--dump-dom", url + f"#step={n - 1}"], tmp_path)
     assert f'value: {summary(loss.detach().numpy())}' in r.stdout and "grad: 1" in r.stdout
     assert 'id="next" type="button" disabled' in r.stdout.replace('disabled=""', "disabled")

@@ -20,21 +20,30 @@ def backward_steps(loss, path="steps.html", names=None, gradient=None):
     g = AutogradGraph(loss, names)
     events = g.steps(gradient)          # before drawing: fills .grad of the boxes as it goes
     boxes = g.boxes
+    titles = _titles(boxes)
     pos = _layout(boxes)
-    steps = _steps(g, events)
-    data = {"boxes": [{"key": b.key, "title": _title(b), "type": _type(b), "kind": b.kind} for b in boxes],
+    steps = _steps(g, events, titles)
+    data = {"boxes": [{"key": b.key, "title": titles[b.key], "type": _type(b), "kind": b.kind} for b in boxes],
             "steps": steps}
-    page = _PAGE.format(svg=_svg(boxes, pos), data=json.dumps(data).replace("</", "<\\/"),
-                        title=html.escape(_title(g.box(g.root_key))))
+    page = _PAGE.format(svg=_svg(boxes, pos, titles), data=json.dumps(data).replace("</", "<\\/"),
+                        title=html.escape(titles[g.root_key]))
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(page)
     return path
 
 
-def _title(b):
-    if b.kind == "op":
-        return b.op
-    return f"{b.name} (leaf)" if b.name and b.kind == "leaf" else b.name or ("leaf" if b.kind == "leaf" else "constant")
+def _titles(boxes):
+    """What each box is called on the page: ops numbered in forward order ("sub #7": one op name may
+    appear many times), leaves by their given name."""
+    titles, k = {}, 0
+    for b in boxes:
+        if b.kind == "op":
+            titles[b.key], k = f"{b.op} #{k}", k + 1
+        elif b.name:
+            titles[b.key] = f"{b.name} (leaf)" if b.kind == "leaf" else b.name
+        else:
+            titles[b.key] = "leaf" if b.kind == "leaf" else "constant"
+    return titles
 
 
 def _type(b):
@@ -47,7 +56,7 @@ def _full(arr):
     return np.array2string(np.asarray(arr), precision=4, threshold=64, edgeitems=3, suppress_small=True)
 
 
-def _steps(g, events):
+def _steps(g, events, titles):
     """Step 0 shows the inputs; then one step per op in forward order (its value); then the backward
     events. Each step: what it says, which box it is about, and the box texts it sets."""
     inputs = [b for b in g.boxes if b.kind != "op"]
@@ -58,26 +67,27 @@ def _steps(g, events):
     for b in g.boxes:
         if b.kind != "op":
             continue
-        args = ", ".join(_title(g.box(src)) for src, _ in b.inputs)
+        args = ", ".join(titles[src] for src, _ in b.inputs)
         shown = summary(b.value) if b.value is not None else "not kept"
         steps.append({"text": f"Forward: {b.op}({args}) = {shown}", "focus": b.key, "edge": None,
                       "set": [[b.key, "value", shown, _full(b.value)]]})
     current = None
     for ev in events:
-        key, arr, title = ev["key"], ev["array"], _title(g.box(ev["key"]))
+        key, arr, title = ev["key"], ev["array"], titles[ev["key"]]
         shown, edge = summary(arr), None
         if ev["kind"] == "seed":
             current = key
             text = f"Backward starts: the gradient of {title} with respect to itself is {shown} (the seed)."
         elif ev["kind"] == "grad":
             current = key
-            text = f"Backward: the gradient of {title} is complete: {shown}. {ev['via']} runs next."
+            text = f"Backward: the gradient of {title} is complete: {shown}. Its VJP rule ({ev['via']}) runs next."
         else:
             edge = [key, current] if current is not None else None
+            sender = f"{titles[current]} ({ev['via']})" if current is not None else ev["via"]
             if ev["kind"] == "send":
-                text = f"Backward: {ev['via']} sends a gradient to its input {ev['input']} ({title}): {shown}"
+                text = f"Backward: {sender} sends a gradient to its input {ev['input']}, {title}: {shown}"
             else:
-                text = (f"Backward: {ev['via']} adds a gradient to its input {ev['input']} ({title}), which "
+                text = (f"Backward: {sender} adds a gradient to its input {ev['input']}, {title}, which "
                         f"already had one; the sum so far: {shown}")
         steps.append({"text": text, "focus": key, "edge": edge, "set": [[key, "grad", shown, _full(arr)]]})
     steps.append({"text": "Done: every leaf holds its gradient (what loss.backward() accumulates into .grad).",
@@ -113,7 +123,7 @@ def _layout(boxes):
     return pos
 
 
-def _svg(boxes, pos):
+def _svg(boxes, pos, titles):
     width = max(x for x, _ in pos.values()) + BOX_W + MARGIN
     height = max(y for _, y in pos.values()) + BOX_H + MARGIN
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -130,7 +140,7 @@ def _svg(boxes, pos):
         x, y = pos[b.key]
         parts.append(f'<g class="box {b.kind}" id="box-{b.key}" transform="translate({x:.0f},{y:.0f})">'
                      f'<rect width="{BOX_W}" height="{BOX_H}" rx="8"/>'
-                     f'<text x="10" y="17" class="title">{html.escape(_title(b))}</text>'
+                     f'<text x="10" y="17" class="title">{html.escape(titles[b.key])}</text>'
                      f'<text x="10" y="34">{html.escape(_type(b))}</text>'
                      f'<text x="10" y="51" class="value" id="value-{b.key}"></text>'
                      f'<text x="10" y="68" class="grad" id="grad-{b.key}"></text></g>')
@@ -171,7 +181,7 @@ const data = JSON.parse(document.getElementById("data").textContent);
 const steps = data.steps;
 const titles = Object.fromEntries(data.boxes.map((b) => [b.key, b.title]));
 let current = 0;
-function show(k) {{
+function show(k, scroll = true) {{
   current = Math.max(0, Math.min(steps.length - 1, k));
   for (const b of data.boxes) {{
     document.getElementById("value-" + b.key).textContent = "";
@@ -186,7 +196,11 @@ function show(k) {{
     }}
   }}
   const step = steps[current];
-  if (step.focus) document.getElementById("box-" + step.focus).classList.add("focus");
+  if (step.focus) {{
+    const box = document.getElementById("box-" + step.focus);
+    box.classList.add("focus");
+    if (scroll && box.scrollIntoView) box.scrollIntoView({{ block: "nearest", inline: "nearest" }});
+  }}
   for (const e of document.querySelectorAll(".edge")) {{
     e.classList.toggle("active", !!step.edge && e.dataset.from === step.edge[0] && e.dataset.to === step.edge[1]);
   }}
@@ -206,7 +220,7 @@ document.addEventListener("keydown", (ev) => {{
   else if (ev.key === "End") show(steps.length - 1);
 }});
 const params = new URLSearchParams(location.hash.slice(1));
-show(parseInt(params.get("step") || "0", 10) || 0);
+show(parseInt(params.get("step") || "0", 10) || 0, false);
 for (const what of (params.get("press") || "").split(",").filter(Boolean)) {{
   if (what === "next" || what === "prev") document.getElementById(what).click();
   else document.dispatchEvent(new KeyboardEvent("keydown", {{ key: what }}));
