@@ -35,7 +35,7 @@ what they need from these fields and keep no list of op names of their own.
   kernel across threads.
 
 Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
-tensor method, and the tensor module installs the dispatcher behind `bind`.
+tensor method, and tensor/dispatch.py installs the dispatcher behind `bind`.
 """
 import numpy as np
 

@@ -8,9 +8,16 @@ traced stand-in, read at call time, never baked in. Tensors created inside the t
 of the graph. In-place updates of real tensors and assignments to `.grad` are recorded
 (functionalized) and written back after each call by the compiled function.
 """
+import dis
+import os
+import random
+import sys
+import types
+import warnings
+
 import numpy as np
 
-from .broadcast import user_frame
+from .broadcast import _PKG_DIR, user_frame
 from .modes import interpreters
 from .tensor import Tensor, TraceError, ones_like
 
@@ -66,10 +73,44 @@ class Traced(Tensor):
 
 
 def _value_error(t, what):
-    f = user_frame()
-    where = f" at {f.f_code.co_filename}:{f.f_lineno}" if f else ""
-    return TraceError(f"{what} needs the value of a traced tensor{where}; control flow that depends on tensor "
-                      f"values cannot be compiled. Use tg.where(cond, a, b) to select values instead.")
+    """The TraceError for reading the value of traced `t` (what: "item()", "bool()", an op name, ...)."""
+    here = location()
+    where = f" at {here}" if here else ""
+    if not _live(t):
+        return escaped_error(t, where)
+    if what == "bool()":
+        return TraceError(f"bool() needs the value of a traced tensor{where}; Python control flow that depends on "
+                          f"tensor values (if, while, and/or) cannot be compiled. Use tg.where(cond, a, b) to "
+                          f"select values instead, or make the decision outside the compiled function.")
+    return TraceError(f"{what} needs the value of a traced tensor{where}, and inside a compiled function tensors "
+                      f"have no values yet (the compiled code computes them when it runs). Return the tensor "
+                      f"from the compiled function and read its value from the result, or compute this outside "
+                      f"the compiled function. (If the value only chooses between tensors, tg.where(cond, a, b) "
+                      f"does that inside.)")
+
+
+def escaped_error(t, where=""):
+    """The TraceError for a traced value used after its trace ended (JAX's escaped-tracer error)."""
+    graph = t._ir.graph
+    made = f"created at {t._loc}" if t._loc else "an input of the trace"
+    return TraceError(f"a traced tensor ({t._dtype.name}{list(t._shape)}, {made} while {graph.name} was being "
+                      f"compiled) was used{where} after its trace ended: the function stored it outside itself "
+                      f"(appended it to a list, assigned it to a global or an attribute). Python side effects of "
+                      f"a compiled function run only while it is traced, not on later calls, so the stored value "
+                      f"is a placeholder with no data. Return the tensor from the compiled function instead.")
+
+
+def _live(t):
+    """Whether traced `t` belongs to a trace running in this thread (or to the forward graph of a
+    backward trace running in it)."""
+    graph = t._ir.graph
+    for interp in interpreters():
+        tracer = interp if isinstance(interp, Tracer) else None
+        while tracer is not None:
+            if tracer.graph is graph:
+                return True
+            tracer = tracer.parent
+    return False
 
 
 class Lifted:
@@ -128,8 +169,7 @@ class Tracer:
     def _from_parent(self, t):
         """A backward graph reading a forward value: it becomes a saved input."""
         if self.parent is None or t._ir.graph is not self.parent.graph:
-            raise TraceError("a traced tensor from another compiled function (or an earlier trace) was used; "
-                             "return it from the compiled function instead of keeping it")
+            raise escaped_error(t, f" at {location()}" if location() else "")
         st = self._saved.get(id(t._ir))
         node = t._ir.node
         if st is None and node is not None and node.op == "const":
@@ -223,3 +263,87 @@ class Tracer:
 def tracing():
     """Whether this thread is tracing a function (for a compiled function called inside another)."""
     return any(isinstance(i, Tracer) for i in interpreters())
+
+
+# ---------------------------------------------------------------------- random draws while tracing
+
+_RANDOM_FILE = os.path.abspath(random.__file__)
+_NP_GLOBAL = np.random.mtrand._rand
+
+
+class watch_draws:
+    """`with watch_draws(name):` around the trace of compiled function `name`: warn, naming the
+    line, when the function draws from Python's random module or NumPy's global generator while it
+    is traced. Python code runs only while tracing, so such a draw is frozen into the graph and
+    every call repeats it.
+
+    The generators' states are compared before and after. A profile hook of this thread names the
+    line of each draw from a `random.Random` (C calls are visible to it) and records the user code
+    that ran, whose lines reading NumPy's global generator are named when its state changed (NumPy's
+    methods are invisible to the hook)."""
+
+    def __init__(self, name):
+        self.name, self.draws, self.code = name, {}, {}
+
+    def __enter__(self):
+        self.states = _global_states()
+        self.hooked = sys.getprofile() is None      # another profiler keeps its hook: states only
+        if self.hooked:
+            sys.setprofile(self._hook)
+        return self
+
+    def _hook(self, frame, event, arg):
+        if event == "call":
+            self.code[frame.f_code] = frame.f_globals
+        elif event == "c_call" and isinstance(getattr(arg, "__self__", None), random.Random):
+            f = frame
+            while f is not None and f.f_code.co_filename == _RANDOM_FILE:
+                f = f.f_back
+            if f is not None:
+                self.draws.setdefault((f.f_code.co_filename, f.f_lineno), "Python's random module")
+
+    def __exit__(self, *exc):
+        if self.hooked:
+            sys.setprofile(None)
+        python_now, numpy_now = _global_states()
+        if python_now != self.states[0] and not self.hooked:
+            self.draws[(None, None)] = "Python's random module"
+        if numpy_now != self.states[1]:     # (with the hook, no line found: another thread drew)
+            lines = [where for code, g in self.code.items() for where in _numpy_global_reads(code, g)]
+            for where in lines if self.hooked else [(None, None)]:
+                self.draws.setdefault(where, "NumPy's global random generator")
+        for (filename, line), source in self.draws.items():
+            at = f" at {filename}:{line}" if filename else ""
+            msg = (f"compiled function {self.name} used {source}{at} while it was traced: the numbers drawn "
+                   f"are frozen into the compiled graph, and every call repeats them (Python code runs only "
+                   f"while tracing). Use tracegrad's random functions (tg.rand, tg.randn, nn.Dropout), which "
+                   f"draw fresh values at each call, or draw outside and pass the values in as arguments.")
+            if filename:
+                warnings.warn_explicit(msg, RuntimeWarning, filename, line)
+            else:
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+
+
+def _global_states():
+    """(Python's random state, NumPy's global generator state), each comparable with ==."""
+    np_state = np.random.get_state()
+    return random.getstate(), (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:])
+
+
+def _numpy_global_reads(code, globals_):
+    """(file, line) of each place in user `code` that reads a method of NumPy's global generator
+    (np.random.rand, numpy.random.randint, a `from numpy.random import choice` name)."""
+    if os.path.abspath(code.co_filename).startswith(_PKG_DIR):
+        return []
+    out, cur = [], None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            cur = globals_.get(ins.argval)
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(cur, types.ModuleType):
+            cur = getattr(cur, ins.argval, None)
+        else:
+            cur = None
+            continue
+        if getattr(cur, "__self__", None) is _NP_GLOBAL and ins.positions.lineno is not None:
+            out.append((code.co_filename, ins.positions.lineno))
+    return out

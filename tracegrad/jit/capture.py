@@ -15,7 +15,7 @@ from ..ir import Graph
 from ..modes import interpreting
 from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
-from ..trace import Tracer
+from ..trace import Tracer, watch_draws
 from .guards import Guards, free_objects
 from .signature import STATIC
 from .state import is_number, read_state, reachable
@@ -48,7 +48,7 @@ class Capture:
         call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
         dynamic = _lift_dynamic(tracer, self.objects)
         try:
-            with interpreting(tracer):
+            with interpreting(tracer), watch_draws(name):
                 out = fn(*call_args, **call_kwargs)
         except Exception as e:
             _annotate(e, name)

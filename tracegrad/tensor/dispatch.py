@@ -55,12 +55,7 @@ class Eager:
     concrete = True
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
-        try:
-            arr = p.impl(*[t._data for t in inputs], **attrs)
-        except Exception:
-            for t in inputs:
-                t._concrete(f"{p.name}")     # a traced value that escaped its trace: say so
-            raise
+        arr = p.impl(*[t._concrete(p.name) for t in inputs], **attrs)   # a traced value raises
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
         out = new(arr, dtype, dev)
