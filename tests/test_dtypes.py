@@ -155,3 +155,60 @@ def test_ir_text_round_trips_the_new_dtypes():
     text = cf.ir(*args, stage="forward")
     assert "u8[2]" in text and "i8[2]" in text and "i16[2]" in text and "f16[3]" in text
     assert print_graph(parse(text)) == text
+@pytest.mark.parametrize("backend", tg.jit.BACKENDS)
+@pytest.mark.parametrize("d,npd", SMALL)
+def test_compiled_small_integers_match_eager(backend, d, npd):
+    def f(x, y):
+        z = x * 3 + y
+        return z, z.sum(), (x > y).sum(), z.max()
+    x = tg.tensor(np.array([[100, 7, 3], [1, 2, 120]], npd))
+    y = tg.tensor(np.array([5, 9, 27], npd))
+    want = f(x, y)
+    got = tg.compile(f, backend=backend)(x, y)
+    for w, g in zip(want, got):
+        assert g.dtype is w.dtype and g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("backend", tg.jit.BACKENDS)
+def test_compiled_float16_values_and_gradients(backend):
+    def f(x, w):
+        return ((x * w + 1.0).tanh() * 2.0).sum(), x.reshape(-1)[1:] * 0.5
+    x = tg.tensor([[0.5, -1.25, 2.0], [0.125, 3.0, -0.75]], dtype=tg.float16, requires_grad=True)
+    w = tg.tensor([1.5, -0.5, 0.25], dtype=tg.float16, requires_grad=True)
+    ew = f(x, w)
+    gw = tg.grad(ew[0], [x, w])
+    cf = tg.compile(f, backend=backend)
+    ec = cf(x, w)
+    gc = tg.grad(ec[0], [x, w])
+    for a, b in list(zip(ew, ec)) + list(zip(gw, gc)):
+        assert b.dtype is tg.float16 and b.shape == a.shape
+        np.testing.assert_allclose(b.detach().numpy().astype(np.float32), a.detach().numpy().astype(np.float32),
+                                   rtol=2e-3, atol=2e-3)
+
+
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["float16", "uint8", "int8", "int16"]), shape=st.sampled_from([(0, 3), (1, 1), (3, 17), (2, 3)]),
+       frac=st.floats(-1.0, 1.0), special=st.sampled_from([None, "nan", "inf", "max"]), seed=st.integers(0, 2**31))
+def test_compiled_copies_and_constants_of_unlowered_dtypes_match_eager(name, shape, frac, special, seed):
+    """float16 and the small integers: constants (filled by LLVM kernels) and copies of views
+    (transposes, slices) are bit-exact against eager; their arithmetic runs on NumPy, as eager."""
+    d = tg.dtypes.from_name(name)
+    info = np.finfo(d.np) if d.is_floating_point else np.iinfo(d.np)
+    c = float(frac) * float(info.max)
+    if d.is_floating_point and special:
+        c = {"nan": float("nan"), "inf": float("inf"), "max": float(info.max) * 1.5}[special]
+    c = c if d.is_floating_point else int(info.min + (frac + 1) / 2 * (int(info.max) - int(info.min)))
+    rng = np.random.default_rng(seed)
+    x = tg.tensor((rng.standard_normal(shape) * 5).astype(d.np))
+
+    def f(x):
+        return x.T * c, x[:, ::2] + c, tg.full(x.shape, c, dtype=x.dtype), x.T.contiguous()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = f(x)
+        got = tg.compile(f, backend="llvm")(x)
+    for w, g in zip(want, got):
+        assert g.dtype is w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

@@ -4,10 +4,15 @@ import ast
 import math
 import struct
 
+import numpy as np
+
 from ..ir.kernels import Const, Load
 from . import mathlib
 
-LL = {"float32": "float", "float64": "double", "int32": "i32", "int64": "i64", "bool": "i8"}
+# float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
+# constants of them; their arithmetic runs in NumPy host kernels, rounding as eager does.
+LL = {"float16": "half", "float32": "float", "float64": "double", "uint8": "i8", "int8": "i8", "int16": "i16",
+      "int32": "i32", "int64": "i64", "bool": "i8"}
 SHORT = {"float32": "f32", "float64": "f64"}
 
 
@@ -22,6 +27,9 @@ def regtype(dtype):
 def fconst(value, dtype):
     """An LLVM float/double literal (hex of the double that holds the exactly rounded value)."""
     v = float(value)
+    if dtype.name == "float16":        # LLVM's half literal: 0xH and the IEEE bits (inf beyond 65504)
+        with np.errstate(over="ignore"):
+            return "0xH%04X" % int(np.array(v, np.float16).view(np.uint16))
     if dtype.name == "float32":
         try:
             v = struct.unpack("f", struct.pack("f", v))[0]
