@@ -12,7 +12,7 @@ routines of mathlib/.
 import ast
 import math
 
-from ..ir.kernels import Op, contiguous_strides
+from ..ir.kernels import Op, contiguous_strides, loads
 from . import mathlib
 from .scalar import SHORT, Emitter, Fn, linear, parsed, store, const_text, fconst, lltype, regtype
 
@@ -346,10 +346,10 @@ def _scheduled_map(mb, f, kernel, ptrs):
 
 def _across_kernel(mb, f, kernel, ptrs):
     """Row reductions whose kept axis u is the unit-stride one (Schedule.across): per tile of u
-    (and element of the other kept axes), each phase streams the reduced axes with u innermost; a
-    reduction keeps a vector of the tile's partial results (float sums in blocks of BLOCK elements
-    of the outermost reduced axis, each block's vector joined into the total: pairwise-like
-    accuracy), then stores it."""
+    (and element of the other kept axes), each stream of phases (_streams) walks the reduced axes
+    with u innermost; a reduction keeps a vector of the tile's partial results (float sums in
+    blocks of BLOCK elements of the outermost reduced axis, each block's vector joined into the
+    total: pairwise-like accuracy), then stores it."""
     sch, shape, k = kernel.schedule, kernel.shape, kernel.split
     u = sch.across
     cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
@@ -362,44 +362,69 @@ def _across_kernel(mb, f, kernel, ptrs):
             i = f.assign(f"sub nsw i64 {idx[u]}, {obase[u][0]}")
             return f.assign(f"getelementptr inbounds {ty}, ptr {vec}, i64 {i}")
 
-        def over_tile(f, fn, idx=oidx):
-            _nest(f, shape, [(u, 0)], lambda f, i, b: fn(f, i), idx=idx, base=obase)
+        def over_tile(f, fn):
+            _nest(f, shape, [(u, 0)], lambda f, idx, b: fn(f, idx), idx=oidx, base=obase)
 
-        for ph in kernel.phases:
-            if ph.kind == "map":
-                _nest(f, shape, inner, lambda f, idx, b, ph=ph: _put(mb, f, ptrs, [ph],
-                                                                       [idx[d] for d in range(len(shape))], full),
-                      idx=oidx, base=obase)
+        def each(fn, accs):
+            over_tile(f, lambda f, idx: [fn(f, idx, *a) for a in accs])
+
+        def init(f, idx, vec, v, lower):
+            f.emit(f"store {regtype(v.dtype)} {_identity(lower, v.dtype)}, ptr {slot(f, vec, idx, regtype(v.dtype))}")
+
+        def add(f, idx, into, v, lower, x):
+            ty = regtype(v.dtype)
+            p = slot(f, into, idx, ty)
+            f.emit(f"store {ty} {_combine(f, lower, f.assign(f'load {ty}, ptr {p}'), x, v.dtype)}, ptr {p}")
+
+        for stream in _streams(kernel.phases):
+            if stream[0].kind == "map":
+                _nest(f, shape, inner, lambda f, idx, b: _put(mb, f, ptrs, stream, [idx[d] for d in range(len(shape))],
+                                                              full), idx=oidx, base=obase)
                 continue
-            (v, tree), = ph.outputs
-            ty, lower, dt = regtype(v.dtype), ph.lower, v.dtype
-            total = f.alloca(f"[{tile} x {ty}]")
-            blocked = _join(lower) == "+" and dt.is_floating_point and shape[r0] > BLOCK
-            part = f.alloca(f"[{tile} x {ty}]") if blocked else total
+            sums = [_join(ph.lower) == "+" and ph.outputs[0][0].dtype.is_floating_point for ph in stream]
+            blocked = shape[r0] > BLOCK and any(sums)
+            accs = []              # (v, tree, lower, total vector, vector the rows accumulate into)
+            for ph, is_sum in zip(stream, sums):
+                (v, tree), = ph.outputs
+                total = f.alloca(f"[{tile} x {regtype(v.dtype)}]")
+                part = f.alloca(f"[{tile} x {regtype(v.dtype)}]") if blocked and is_sum else total
+                accs.append((v, tree, ph.lower, total, part))
 
-            def init(f, idx, vec, ty=ty, lower=lower, dt=dt):
-                f.emit(f"store {ty} {_identity(lower, dt)}, ptr {slot(f, vec, idx, ty)}")
+            def accumulate(f, idx, b):
+                em = Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])   # shared values once
+                for v, tree, lower, total, part in accs:
+                    add(f, idx, part, v, lower, em.value(tree))
 
-            def add(f, idx, into, x, ty=ty, lower=lower, dt=dt):
-                p = slot(f, into, idx, ty)
-                f.emit(f"store {ty} {_combine(f, lower, f.assign(f'load {ty}, ptr {p}'), x, dt)}, ptr {p}")
-
-            def accumulate(f, idx, b, tree=tree, part=part, add=add):
-                add(f, idx, part, Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))]).value(tree))
-
-            over_tile(f, lambda f, idx, init=init, total=total: init(f, idx, total))
+            each(lambda f, idx, v, tree, lower, total, part: init(f, idx, total, v, lower), accs)
             if blocked:
-                def block(f, bidx, bbase, init=init, part=part, total=total, add=add, ty=ty):
-                    over_tile(f, lambda f, idx: init(f, idx, part))
+                blocks = [a for a in accs if a[4] is not a[3]]
+
+                def block(f, bidx, bbase):
+                    each(lambda f, idx, v, tree, lower, total, part: init(f, idx, part, v, lower), blocks)
                     _nest(f, shape, inner, accumulate, idx=bidx, base=bbase)
-                    over_tile(f, lambda f, idx: add(f, idx, total, f.assign(f"load {ty}, ptr {slot(f, part, idx, ty)}")))
+                    each(lambda f, idx, v, tree, lower, total, part: add(
+                        f, idx, total, v, lower, f.assign(f"load {regtype(v.dtype)}, ptr {slot(f, part, idx, regtype(v.dtype))}")),
+                        blocks)
                 _nest(f, shape, [(r0, BLOCK)], block, idx=oidx, base=obase)
             else:
                 _nest(f, shape, inner, accumulate, idx=oidx, base=obase)
-
-            def write(f, idx, total=total, v=v, ty=ty):
-                val = f.assign(f"load {ty}, ptr {slot(f, total, idx, ty)}")
-                store(f, ptrs, v, linear(f, [idx[d] for d in range(k)], kept), val)
-            over_tile(f, write)
+            each(lambda f, idx, v, tree, lower, total, part: store(
+                f, ptrs, v, linear(f, [idx[d] for d in range(k)], kept),
+                f.assign(f"load {regtype(v.dtype)}, ptr {slot(f, total, idx, regtype(v.dtype))}")), accs)
 
     _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))
+
+
+def _streams(phases):
+    """Consecutive phases that can share one walk over the rows: reductions none of which reads
+    another's result (a backward's several gradient sums); a map phase walks alone."""
+    out = []
+    for ph in phases:
+        cur = out[-1] if out else None
+        made = {id(v) for p in cur for v, _ in p.outputs} if cur else set()
+        if cur and ph.kind == "reduce" and cur[0].kind == "reduce" and \
+                not any(id(ld.buf) in made for _, t in ph.outputs for ld in loads(t)):
+            cur.append(ph)
+        else:
+            out.append([ph])
+    return out
