@@ -174,6 +174,42 @@ def test_generated_aliasing_patterns_match_eager(calls, c, seed, backend):
         np.testing.assert_allclose(arr(pool[3]), arr(ref[3]), rtol=1e-12)
 
 
+def test_an_aliasing_input_read_before_the_update_is_right(backend):
+    def f(a, b):
+        s = b.exp().sum()                 # b read before a (its memory) is updated
+        with tg.no_grad():
+            a.mul_(2.0)
+        return a * s
+    x, y = tg.tensor([0.5, 1.0]), tg.tensor([0.5, 1.0])
+    np.testing.assert_allclose(arr(tg.compile(f, backend=backend)(x, x.detach())), arr(f(y, y.detach())), rtol=1e-6)
+    assert arr(x).tolist() == [1.0, 2.0]
+
+    def g(a, b):
+        with tg.no_grad():
+            a.mul_(2.0)
+        return b                          # eagerly b, the same memory, shows the update
+    with pytest.raises(tg.TraceError, match="updates a in place while it also reads b"):
+        tg.compile(g, backend=backend)(x, x.detach())
+
+
+def test_config_dicts_the_code_reads_are_guarded(backend):
+    cfg = {"scale": 2.0, "shift": tg.ones(2), "flags": [True]}
+
+    def f(x):
+        y = x * cfg["scale"] + cfg["shift"]
+        return y if cfg["flags"][0] else -y
+    g = tg.compile(f, backend=backend)
+    x = tg.tensor([1.0, 2.0])
+    for change in (None, ("scale", 3.0), ("shift", tg.zeros(2)), ("flags", None)):
+        if change is not None and change[0] == "flags":
+            cfg["flags"][0] = False
+        elif change is not None:
+            cfg[change[0]] = change[1]
+        np.testing.assert_allclose(arr(g(x)), arr(f(x)))
+    reasons = " | ".join(g.stats()["retrace_reasons"])
+    assert "cfg['scale']: 2.0 -> 3.0" in reasons and "cfg['flags'][0]: True -> False" in reasons
+
+
 # ---------------------------------------------------------------------- 8.2 saved values
 
 def test_backward_uses_the_value_the_forward_saw(backend):

@@ -32,7 +32,7 @@ class Capture:
     def __init__(self, fn, name, args, kwargs, leaves, paths):
         self.graph = graph = Graph(name)
         names = {}
-        self.tracer = tracer = Tracer(graph, names=names)
+        self.tracer = tracer = CaptureTracer(graph, names)
         new_leaves = list(leaves)
         for k, (x, p) in enumerate(zip(leaves, paths)):
             if isinstance(x, Tensor):
@@ -89,13 +89,16 @@ class Capture:
                 self.mutations.append((e.source, e.real))
                 self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
-        _refuse_aliased_updates(tracer, name)
+        shared = _overlaps(tracer, name, values[:self.n_user])
+        # an update of memory another input shares is written back after the call, not in place
+        self.updates, self.inplace = self.inplace, [(oi, ii) for oi, ii in self.inplace if ii not in shared]
         self.grad_writes = []
         standins = {id(e.standin): e for e in tracer.order}
         position = {id(e.real): i for i, e in enumerate(tracer.order)}
         grad_inputs = {e.source[1]: i for i, e in enumerate(tracer.order) if e.source[0] == "grad"}
         # graph inputs whose memory a call overwrites: updated tensors, and .grad arrays written into
-        self.written = {i for _, i in self.inplace}
+        self.written = {i for i, e in enumerate(tracer.order) if e.standin._ir is not e.value and
+                        e.source[0] != "const"} | shared
         for t, before, after in grad_changes:
             e = standins.get(id(t))
             target = ("arg", e.source[1]) if e is not None else ("captured", t)
@@ -109,18 +112,42 @@ class Capture:
                     self.written.add(i)
 
 
-def _refuse_aliased_updates(tracer, name):
-    """The graph treats every input as its own value, so an in-place update of a tensor that another
-    input views (a parameter and a slice of it, both read) would be missed: refuse it clearly."""
-    lifted = [e for e in tracer.order if e.source[0] != "const"]
-    for e in lifted:
+class CaptureTracer(Tracer):
+    """The tracer of a compiled call; notes where in the graph each tensor is first updated."""
+
+    def __init__(self, graph, names):
+        super().__init__(graph, names=names)
+        self.first_write = {}        # id(stand-in) -> number of graph nodes when first updated
+
+    def mutate(self, t, new):
+        n = len(self.graph.nodes)
+        st = super().mutate(t, new)
+        self.first_write.setdefault(id(st), n)
+        return st
+
+
+def _overlaps(tracer, name, results):
+    """Input positions sharing memory with an updated input (distinct tensors: views of one
+    storage). The graph gives every input its own value, which matches eager code as long as the
+    other input is read only before the update (not returned, not updated itself); otherwise
+    refuse it, naming both."""
+    lifted = [(i, e) for i, e in enumerate(tracer.order) if e.source[0] != "const"]
+    out = set()
+    for i, e in lifted:
         if e.standin._ir is e.value:
             continue
-        for o in lifted:
-            if o is not e and np.may_share_memory(e.real._data, o.real._data):
+        for j, o in lifted:
+            if o is e or not np.may_share_memory(e.real._data, o.real._data):
+                continue
+            since = tracer.first_write.get(id(e.standin), 0)
+            late = o.standin._ir is not o.value or o.value in results or any(
+                o.value in n.inputs for n in tracer.graph.nodes[since:])
+            if late:
                 raise TraceError(f"compiled function {name} updates {e.value.name} in place while it also reads "
-                                 f"{o.value.name}, which shares its memory (a view of it or its base); compute the "
-                                 f"view inside the function from the updated tensor instead")
+                                 f"{o.value.name}, which shares its memory (a view of it or its base), after the "
+                                 f"update; compute the view inside the function from the updated tensor instead")
+            out.update((i, j))
+    return out
 
 
 def _name_tensors_of(obj, prefix, names):
@@ -143,7 +170,7 @@ def _lift_dynamic(tracer, objects):
     [(object, attribute, number, stand-in)]. A call reads the attribute again (writeback.resolve)."""
     out = []
     for name, obj in objects:
-        for attr in object_state(obj)[1]:
+        for attr in (object_state(obj) or ((), ()))[1]:
             v = getattr(obj, attr, None)
             if not is_number(v):
                 continue

@@ -24,7 +24,7 @@ class Entry:
         self.guards = cap.guards
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
-        self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.inplace]
+        self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self._kernels = None
         self.refused = s.refused and (s.refused, [k for k, (kind, _, st) in enumerate(self.out_plan) if kind ==
                                                   "tensor" and st.requires_grad and st._dtype.is_floating_point])

@@ -5,7 +5,7 @@ from ..ir.passes.autodiff import reverse_mode
 from ..ir.passes.remat import rematerialize
 from ..autograd import is_grad_enabled
 from .capture import Capture
-from .writeback import protect_saved
+from .writeback import protect_reads
 
 
 class Stages:
@@ -33,8 +33,7 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
         new_fwd, new_bwd = rematerialize(fwd, bwd, s.saved_at, len(s.backward.diff_outputs))
         if new_bwd is not bwd:
             fwd, bwd = optimize(new_fwd), optimize(new_bwd)
-    if bwd is not None:                                                        # snapshot saved values
-        fwd = protect_saved(fwd, s.saved_at, cap.written)
+    fwd = protect_reads(fwd, cap.n_user, s.saved_at, cap.written)             # before write-back
     s.fwd, s.bwd = fwd, bwd
     for g in (s.traced, fwd):       # printed apart: `return results; saved values`
         g.n_saved = len(g.outputs) - s.saved_at

@@ -20,17 +20,26 @@ def is_static(v):
     return isinstance(v, STATIC) or isinstance(v, tuple) and all(is_static(x) for x in v)
 
 
+MAX_ITEMS = 1024      # a container (dict, list, tuple) read by the code is guarded up to this many items
+
+
 def reachable(fn, leaves, paths):
-    """[(name, object)] for the registered objects a call of fn can reach, each once."""
+    """[(name, object)] for what a call of fn can reach besides its tensor arguments, each once:
+    registered objects (modules, optimizers) and the dicts, lists and tuples among the globals and
+    closure variables (a config dict), with the registered objects inside those."""
     found = [(p, x) for x, p in zip(leaves, paths) if object_state(x) is not None]
     if isinstance(fn, types.MethodType):
         found.append(("self", fn.__self__))
         fn = fn.__func__
     found.append(("self", fn))
-    found += [(n, obj) for _, n, _, obj in free_objects(fn)]
+    for _, n, _, obj in free_objects(fn):
+        found.append((n, obj))
+        if isinstance(obj, CONTAINERS):
+            found += [(p, v) for p, v, _ in _walk(n, obj) if object_state(v) is not None]
     out, seen = [], set()
     for name, obj in found:
-        if object_state(obj) is not None and id(obj) not in seen:
+        if (object_state(obj) is not None or isinstance(obj, CONTAINERS) and not is_static(obj)) \
+                and id(obj) not in seen:
             seen.add(id(obj))
             out.append((name, obj))
     return out
@@ -40,6 +49,9 @@ def read_state(objects):
     """[(name, value, by_identity)] of everything the objects hold that a guard compares."""
     out = []
     for name, obj in objects:
+        if isinstance(obj, CONTAINERS):
+            out += [(p, v, ident) for p, v, ident in _walk(name, obj) if ident is not None]
+            continue
         state, dynamic, _ = object_state(obj)
         for n, v in state(obj):
             if isinstance(v, Tensor) or object_state(v) is not None:
@@ -52,6 +64,31 @@ def read_state(objects):
                 out.append((f"{name}.{attr}", v, True))
             else:           # a number read per call: only its kind is guarded
                 out.append((f"{name}.{attr}", "a number" if is_number(v) else type(v).__name__, False))
+    return out
+
+
+CONTAINERS = (dict, list, tuple)
+
+
+def _walk(name, obj, depth=0, budget=None):
+    """(path, value, by_identity) for a container's items: tensors and registered objects by
+    identity, Python values by value, nested containers walked (by_identity None: not compared
+    themselves); past MAX_ITEMS items, the rest is summarized by its length."""
+    budget = [MAX_ITEMS] if budget is None else budget
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    out = [(f"{name} length", len(obj), False)]
+    for k, v in items:
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
+        path = f"{name}[{k!r}]"
+        if isinstance(v, Tensor) or object_state(v) is not None:
+            out.append((path, v, True))
+        elif is_static(v):
+            out.append((path, v, False))
+        elif isinstance(v, CONTAINERS) and depth < 4:
+            out.append((path, v, None))
+            out += _walk(path, v, depth + 1, budget)
     return out
 
 
@@ -77,16 +114,19 @@ def state_change(before, now):
 
 
 def watched(objects):
-    """(views, items): live views of the registered objects' watch lists (a dict's values, a list
-    itself) and what they hold now; None when an object has no watch list. While the views hold
-    the same objects in the same order, the state reads the same."""
+    """(views, items): live views of the registered objects' watch lists and of the containers (a
+    dict's values, a list itself) and what they hold now; None when an object has no watch list.
+    While the views hold the same objects in the same order, the state reads the same."""
     views = []
-    for _, obj in objects:
-        watch = object_state(obj)[2]
-        if watch is None:
-            return None              # an object without a watch list: read its state at each call
-        for c in watch(obj):
-            views.append(c.values() if isinstance(c, dict) else c)
+    for name, obj in objects:
+        if isinstance(obj, CONTAINERS):
+            containers = [obj] + [v for _, v, ident in _walk(name, obj) if ident is None]
+        else:
+            watch = object_state(obj)[2]
+            if watch is None:
+                return None          # an object without a watch list: read its state at each call
+            containers = watch(obj)
+        views += [c.values() if isinstance(c, dict) else c for c in containers if not isinstance(c, tuple)]
     return views, tuple(chain.from_iterable(views))
 
 

@@ -53,25 +53,24 @@ class Fresh:
         return arr if arr.flags.writeable else np.array(arr)
 
 
-def protect_saved(fwd, saved_at, written):
-    """Saved values (fwd.outputs[saved_at:]) that are, or view, a graph input the call overwrites
-    (an in-place update, a .grad written into) become copies taken in the forward: the backward
-    must see the values the forward saw, not what was written afterwards."""
+def protect_reads(fwd, n_results, saved_at, written):
+    """Results (fwd.outputs[:n_results]) and saved values (fwd.outputs[saved_at:]) that are, or
+    view, a graph input the call overwrites (an in-place update, a .grad written into) become
+    copies taken in the forward: the caller and the backward must see the values the forward
+    computed, not what was written into that memory afterwards."""
     if not written:
         return fwd
     clobbered = {id(fwd.inputs[i]) for i in written}
-    producer = {id(n.out): k for k, n in enumerate(fwd.nodes)}
     copies = {}
-    for j in range(saved_at, len(fwd.outputs)):
+    for j in [*range(n_results), *range(saved_at, len(fwd.outputs))]:
         v = fwd.outputs[j]
         if not _views_of(v, clobbered):
             continue
         if id(v) not in copies:
             c = fwd.add("copy", [v], {}, v.shape, v.dtype)
-            node = fwd.nodes.pop()
-            at = producer[id(v)] + 1 if id(v) in producer else 0
+            node = fwd.nodes.pop()          # right after v is made: before anything writes there
+            at = next((k + 1 for k, n in enumerate(fwd.nodes) if n.out is v), 0)
             fwd.nodes.insert(at, node)
-            producer = {id(n.out): k for k, n in enumerate(fwd.nodes)}
             copies[id(v)] = c
         fwd.outputs[j] = copies[id(v)]
     return fwd
