@@ -15,7 +15,7 @@ from tracegrad.codegen.scalar import Emitter
 from tracegrad.ops import PRIMS, bind
 
 ROOT = pathlib.Path(tg.__file__).parent
-FIELDS = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "lower", "dtypes", "cost")
+FIELDS = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "lower", "dtypes", "cost", "remap")
 OPERANDS = "abc"
 
 
@@ -41,6 +41,7 @@ def test_every_primitive_declares_every_field(name):
     assert p.jvp is None or p.vjp is not None, f"{name}: forward mode without reverse mode"
     assert isinstance(p.save, (tuple, dict, range)) or callable(p.save)
     assert p.save_out in (True, False)
+    assert (p.kind == "view") == callable(p.remap), f"{name}: a view, and only a view, has a remap"
     if p.lower is None:
         assert p.cost is None and p.dtypes == ()
         return
@@ -196,3 +197,29 @@ def test_only_views_alias_and_only_views_refuse_in_place_under_compile(name):
         return
     np.testing.assert_array_equal(f(x).numpy(), op(x).mul_(2.0).numpy())
     np.testing.assert_array_equal(x.numpy(), np.arange(12.0).reshape(3, 4))
+
+
+VIEW_CALLS = [("reshape", {"shape": (8, 2, 4)}), ("reshape", {"shape": (64,)}), ("permute", {"perm": (1, 0)}),
+              ("expand", {"shape": (3, 8, 8)}), ("slice", {"index": ((1, 7, 2), (0, 8, 3))})]
+
+
+def test_every_view_has_a_remap_sample():
+    assert {n for n, _ in VIEW_CALLS} == {n for n, p in PRIMS.items() if p.kind == "view"}
+
+
+@pytest.mark.parametrize("name, attrs", VIEW_CALLS)
+def test_each_view_remap_matches_numpy(name, attrs):
+    """A view's remap places its elements where NumPy's view of the same buffer has them, read
+    from a transposed, offset buffer (the layout fusion meets); None only where NumPy copies."""
+    flat = np.arange(200.0)
+    base = flat.reshape(10, 20)[1:9, 2:17:2].T                 # (8, 8): strides (2, 20), offset 22
+    strides, offset = [s // flat.itemsize for s in base.strides], 22
+    want = PRIMS[name].impl(base, **attrs)
+    out_shape = PRIMS[name].rule([base.shape], [tg.float64], **attrs)[0]
+    moved = PRIMS[name].remap(base.shape, out_shape, strides, offset, **attrs)
+    if moved is None:
+        assert not np.shares_memory(want, base)
+        return
+    s, off = moved
+    got = np.lib.stride_tricks.as_strided(flat[off:], out_shape, [k * flat.itemsize for k in s])
+    np.testing.assert_array_equal(got, want)

@@ -27,6 +27,10 @@ what they need from these fields and keep no list of op names of their own.
   `& | ~` (logical), integer literals, and the functions where, cast (to the result dtype),
   maximum, minimum, abs, sign, and the math-library functions exp, log, sqrt, tanh, sigmoid,
   sin, cos, erf, pow.
+- `remap(in_shape, out_shape, strides, offset, **attrs) -> (strides, offset) | None`: for a view
+  (and only for a view), where its elements sit: the strides and offset (in elements) of the view of
+  a buffer read with `strides` and `offset`; None when no strides express it (a reshape of a
+  transposed value). Fusion rewrites loads with it, so views never copy.
 - `dtypes`: the dtype names the lowering handles, for every operand and the result (others run
   on the host).
 - `cost` (COSTS): per element, "cheap" (a few instructions: arithmetic, compares, div, sqrt) or
@@ -58,9 +62,9 @@ def bind(name, *inputs, **attrs):
 class Prim:
     """One primitive: the fields are described in this module's docstring."""
     __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
-                 "lower", "dtypes", "cost", "backward_name")
+                 "lower", "dtypes", "cost", "remap", "backward_name")
 
-    def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost):
+    def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {KINDS}")
         if (lower is None) != (cost is None) or (lower is None) != (not dtypes):
@@ -68,9 +72,12 @@ class Prim:
                              f"(got lower={lower!r}, dtypes={dtypes!r}, cost={cost!r})")
         if cost is not None and cost not in COSTS:
             raise ValueError(f"primitive {name}: cost {cost!r} is not one of {COSTS}")
+        if (kind == "view") != (remap is not None):
+            raise ValueError(f"primitive {name}: a view, and only a view, declares its remap (got kind "
+                             f"{kind!r}, remap={remap!r})")
         self.name, self.kind, self.rule, self.impl = name, kind, rule, impl
         self.vjp, self.jvp, self.save, self.save_out = vjp, jvp, save, save_out
-        self.lower, self.dtypes, self.cost = lower, tuple(dtypes), cost
+        self.lower, self.dtypes, self.cost, self.remap = lower, tuple(dtypes), cost, remap
         self.differentiable = vjp is not None
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
 
@@ -78,10 +85,10 @@ class Prim:
         return f"<prim {self.name}>"
 
 
-def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost):
+def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None):
     """Declare primitive `name` with every field (see the module docstring) and register it."""
     if name in PRIMS:
         raise ValueError(f"primitive {name} is declared twice")
     PRIMS[name] = p = Prim(name, kind, rule, impl, vjp=vjp, jvp=jvp, save=save, save_out=save_out,
-                           lower=lower, dtypes=dtypes, cost=cost)
+                           lower=lower, dtypes=dtypes, cost=cost, remap=remap)
     return p

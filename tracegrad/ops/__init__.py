@@ -13,7 +13,8 @@ its scalar lowering, lowered dtypes and cost; fusion, remat, the runtime and the
 pick it up from there, and tests/test_table.py checks its fields and compiles its lowering against
 its NumPy implementation for every dtype it declares. A lowering that calls a new math function
 also needs that function's two routines in codegen/mathlib/ (f32.py, f64.py). Users reach it
-through a Tensor method (tensor/) or `bind(name, ...)`.
+through a Tensor method (tensor/) or `bind(name, ...)`. A new view is likewise one declaration
+(layout.py) whose `remap` says where its elements sit.
 """
 from ..core import PRIMS, RNG, Prim, bind
 from . import creation, elementwise, indexing, layout, matmul, reductions  # noqa: F401  (each registers its prims)

@@ -11,6 +11,55 @@ from .rules import same_dtype
 _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; copies run on the host
 
 
+def reshape_strides(shape, strides, new):
+    """Strides that view (shape, strides) as `new` without copying (NumPy's rule), or None."""
+    if 0 in shape or 0 in new:
+        return [0] * len(new)
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    nz = [i for i, n in enumerate(new) if n != 1]
+    od, os_ = [n for n, _ in old], [s for _, s in old]
+    nd = [new[i] for i in nz]
+    res = [0] * len(nd)
+    oi = ni = 0
+    while ni < len(nd) and oi < len(od):
+        np_, op_ = nd[ni], od[oi]
+        nj, oj = ni + 1, oi + 1
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= nd[nj]
+                nj += 1
+            else:
+                op_ *= od[oj]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if os_[k] != od[k + 1] * os_[k + 1]:
+                return None
+        res[nj - 1] = os_[oj - 1]
+        for k in range(nj - 1, ni, -1):
+            res[k - 1] = res[k] * nd[k]
+        ni, oi = nj, oj
+    out = [0] * len(new)
+    for k, i in enumerate(nz):
+        out[i] = res[k]
+    return out
+
+
+def broadcast_strides(shape, to, strides):
+    """Strides reading (shape, strides) broadcast to `to`: new and stretched axes stride 0."""
+    off = len(to) - len(shape)
+    return [0] * off + [0 if shape[i] == 1 and to[off + i] != 1 else st for i, st in enumerate(strides)]
+
+
+def _reshape_remap(in_shape, out_shape, strides, offset, shape):
+    s = reshape_strides(in_shape, strides, out_shape)
+    return None if s is None else (s, offset)
+
+
+def _slice_remap(in_shape, out_shape, strides, offset, index):
+    off = offset + sum(start * s for (start, _, _), s in zip(index, strides))
+    return [s * step for (_, _, step), s in zip(index, strides)] + list(strides[len(index):]), off
+
+
 def _reshape_rule(shapes, dtypes, shape):
     if math.prod(shapes[0]) != math.prod(shape):
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {math.prod(shapes[0])}")
@@ -19,7 +68,7 @@ def _reshape_rule(shapes, dtypes, shape):
 
 prim("reshape", "view", _reshape_rule, lambda x, shape: x.reshape(shape),
      vjp=(lambda n, g: g.reshape(n.shapes[0]),), jvp=lambda n, ts: ts[0].reshape(n.attrs["shape"]),
-     save=(), **_NOT_LOWERED)
+     save=(), remap=_reshape_remap, **_NOT_LOWERED)
 
 
 def _permute_rule(shapes, dtypes, perm):
@@ -31,7 +80,8 @@ def _permute_rule(shapes, dtypes, perm):
 
 prim("permute", "view", _permute_rule, lambda x, perm: x.transpose(perm),
      vjp=(lambda n, g: g.permute(*np.argsort(n.attrs["perm"]).tolist()),),
-     jvp=lambda n, ts: ts[0].permute(*n.attrs["perm"]), save=(), **_NOT_LOWERED)
+     jvp=lambda n, ts: ts[0].permute(*n.attrs["perm"]), save=(),
+     remap=lambda in_shape, out_shape, strides, offset, perm: ([strides[p] for p in perm], offset), **_NOT_LOWERED)
 
 
 def _expand_rule(shapes, dtypes, shape):
@@ -49,7 +99,8 @@ def _expand_rule(shapes, dtypes, shape):
 
 prim("expand", "view", _expand_rule, lambda x, shape: np.broadcast_to(x, shape),
      vjp=(lambda n, g: unbroadcast(g, n.shapes[0]),), jvp=lambda n, ts: ts[0].expand(*n.attrs["shape"]),
-     save=(), **_NOT_LOWERED)
+     save=(), remap=lambda in_shape, out_shape, strides, offset, shape: (
+         broadcast_strides(in_shape, out_shape, strides), offset), **_NOT_LOWERED)
 
 
 def _slice_rule(shapes, dtypes, index):
@@ -65,7 +116,8 @@ def _slices(index):
 
 prim("slice", "view", _slice_rule, lambda x, index: x[_slices(index)],
      vjp=(lambda n, g: bind("unslice", g, shape=n.shapes[0], index=n.attrs["index"]),),
-     jvp=lambda n, ts: bind("slice", ts[0], index=n.attrs["index"]), save=(), **_NOT_LOWERED)
+     jvp=lambda n, ts: bind("slice", ts[0], index=n.attrs["index"]), save=(), remap=_slice_remap,
+     **_NOT_LOWERED)
 
 
 def _unslice_impl(g, shape, index):

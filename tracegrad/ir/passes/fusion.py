@@ -5,9 +5,9 @@ Rules
 - Elementwise ops with a scalar lowering (the primitive's `lower`, for its operands' dtypes) fuse
   into expression trees whose leaves are loads from *buffers* (graph inputs and kernel outputs)
   at affine indices.
-- Views (reshape, permute, expand, slice) and broadcasting never copy: they rewrite the
-  strides and offset of the leaves below them. A reshape that no strides can express (e.g. of a
-  transposed value) materializes its input first.
+- Views (reshape, permute, expand, slice: each primitive's `remap`) and broadcasting never copy:
+  they rewrite the strides and offset of the leaves below them. A reshape that no strides can
+  express (e.g. of a transposed value) materializes its input first.
 - A value is *materialized* (written to a buffer by a kernel) when it is a graph output, when a
   non-fusible op reads it (matmul, indexing, ...), or when it has several consumers and its
   expression is larger than RECOMPUTE_LIMIT ops; smaller shared values are recomputed.
@@ -24,6 +24,7 @@ Rules
   implementation as "host" kernels on strided views of their input buffers.
 """
 from ...ops import PRIMS
+from ...ops.layout import broadcast_strides
 from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, nbytes, postorder, size
 
 RECOMPUTE_LIMIT = 8
@@ -48,68 +49,10 @@ def _remap(tree, fn):
 
 
 def broadcast(tree, shape, to):
+    """`tree` (of `shape`) read broadcast to `to` (an elementwise op's operand)."""
     if tuple(shape) == tuple(to):
         return tree
-    off = len(to) - len(shape)
-
-    def fn(ld):
-        s = [0] * off + [0 if shape[i] == 1 and to[off + i] != 1 else st for i, st in enumerate(ld.strides)]
-        return Load(ld.buf, s, ld.offset)
-    return _remap(tree, fn)
-
-
-def permute(tree, perm):
-    return _remap(tree, lambda ld: Load(ld.buf, [ld.strides[p] for p in perm], ld.offset))
-
-
-def slice_(tree, index):
-    def fn(ld):
-        off = ld.offset + sum(start * s for (start, _, _), s in zip(index, ld.strides))
-        return Load(ld.buf, [s * step for (_, _, step), s in zip(index, ld.strides)] + list(ld.strides[len(index):]),
-                    off)
-    return _remap(tree, fn)
-
-
-def reshape(tree, shape, new):
-    def fn(ld):
-        s = reshape_strides(shape, ld.strides, new)
-        if s is None:
-            raise NotAffine
-        return Load(ld.buf, s, ld.offset)
-    return _remap(tree, fn)
-
-
-def reshape_strides(shape, strides, new):
-    """Strides that view (shape, strides) as `new` without copying (NumPy's rule), or None."""
-    if 0 in shape or 0 in new:
-        return [0] * len(new)
-    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    nz = [i for i, n in enumerate(new) if n != 1]
-    od, os_ = [n for n, _ in old], [s for _, s in old]
-    nd = [new[i] for i in nz]
-    res = [0] * len(nd)
-    oi = ni = 0
-    while ni < len(nd) and oi < len(od):
-        np_, op_ = nd[ni], od[oi]
-        nj, oj = ni + 1, oi + 1
-        while np_ != op_:
-            if np_ < op_:
-                np_ *= nd[nj]
-                nj += 1
-            else:
-                op_ *= od[oj]
-                oj += 1
-        for k in range(oi, oj - 1):
-            if os_[k] != od[k + 1] * os_[k + 1]:
-                return None
-        res[nj - 1] = os_[oj - 1]
-        for k in range(nj - 1, ni, -1):
-            res[k - 1] = res[k] * nd[k]
-        ni, oi = nj, oj
-    out = [0] * len(new)
-    for k, i in enumerate(nz):
-        out[i] = res[k]
-    return out
+    return _remap(tree, lambda ld: Load(ld.buf, broadcast_strides(shape, to, ld.strides), ld.offset))
 
 
 def lowerable(node):
@@ -210,16 +153,18 @@ def _const_buffer(v, expr, kernels):
 
 
 def _move(n, tree):
-    src, v = n.inputs[0], n.out
-    if n.op == "reshape":
-        return reshape(tree, src.shape, v.shape)
-    if n.op == "permute":
-        return permute(tree, n.attrs["perm"])
-    if n.op == "expand":
-        return broadcast(tree, src.shape, v.shape)
-    if n.op == "slice":
-        return slice_(tree, n.attrs["index"])
-    raise NotImplementedError(f"fusion: the view {n.op} has no stride rule (add one to fusion._move)")
+    """`tree` read through view node n: its loads rewritten by the view's `remap` (no copy)."""
+    p, src, v = PRIMS[n.op], n.inputs[0], n.out
+    probe = contiguous_strides(src.shape)
+    if tuple(src.shape) == tuple(v.shape) and p.remap(src.shape, v.shape, probe, 0, **n.attrs) == (list(probe), 0):
+        return tree                           # the identity (an expand or slice to the same shape)
+
+    def fn(ld):
+        moved = p.remap(src.shape, v.shape, ld.strides, ld.offset, **n.attrs)
+        if moved is None:
+            raise NotAffine
+        return Load(ld.buf, *moved)
+    return _remap(tree, fn)
 
 
 def _row_read(ld, kernel_shape, split, produced):
