@@ -150,7 +150,7 @@ def variance_std(x):
 
 
 def max_min(x):
-    return x.max(axis=1) - x.min(axis=0).sum() + x.amax(axis=(0, 1))
+    return x.max(axis=1).values - x.min(axis=0).values.sum() + x.amax(axis=(0, 1))
 
 
 def prod_rows(x):

@@ -177,7 +177,7 @@ def build(steps, outs, n_inputs):
                 if op in ("sum", "mean"):
                     pool.append(getattr(x, op)(axis=axes, keepdims=keep))
                 elif op == "max":
-                    pool.append(x.max(axis=axes[0], keepdims=keep))
+                    pool.append(x.amax(axis=axes[0], keepdims=keep))
                 elif op == "logsumexp":
                     pool.append(x.logsumexp(axis=axes[0], keepdims=keep))
                 else:

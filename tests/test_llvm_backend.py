@@ -182,7 +182,7 @@ def test_integer_and_bool_ops():
     def f(a, b, p, q):
         c = (a * 3 - b).abs() + tg.maximum(a, b) - a.sign() + (-b).relu()
         m = (a < b) | ((a == b) & p)
-        return (c, m, tg.where(m, a, b), a.to(tg.int64).sum(axis=-1), c.max(axis=0), c.min(axis=-1),
+        return (c, m, tg.where(m, a, b), a.to(tg.int64).sum(axis=-1), c.amax(axis=0), c.amin(axis=-1),
                 p + q, p * q, ~p, (a & b), a.to(tg.float32) * 0.5, c.to(tg.bool), p.to(tg.float64) + 1.0)
     eager = f(a, b, p, q)
     comp = tg.compile(f)(a, b, p, q)
@@ -195,7 +195,7 @@ def test_integer_and_bool_ops():
     ks = kernels(tg.compile(f), a, b, p, q)
     assert all(k in ("loop", "reduce_acc") for k, _ in ks), ks               # all lowered, no host kernels
     i64 = tg.tensor(rng.integers(-2**40, 2**40, (5, 3)))
-    out = tg.compile(lambda x: (x * 2 + 1).sum(axis=0) + x.max(axis=0))(i64)
+    out = tg.compile(lambda x: (x * 2 + 1).sum(axis=0) + x.amax(axis=0))(i64)
     np.testing.assert_array_equal(out.numpy(), (i64.numpy() * 2 + 1).sum(axis=0) + i64.numpy().max(axis=0))
 
 
@@ -232,7 +232,7 @@ def test_views_are_read_without_copies():
 def test_empty_tensors():
     def f(x, y):
         out = (x * 2.0 + 1.0, x.sum(axis=0), x.sum(axis=-1), (x + y).exp(), y.sum(), x.mean(axis=0) * 0.0)
-        return out + ((F.softmax(x, axis=-1), x.max(axis=-1)) if x.shape[-1] else ())
+        return out + ((F.softmax(x, axis=-1), x.amax(axis=-1)) if x.shape[-1] else ())
     for shape in [(0, 3), (3, 0), (0, 0), (2, 0, 3)]:
         x = rnd(*shape)
         y = rnd(shape[-1])
@@ -248,7 +248,7 @@ def test_odd_sizes(n):
     x, w, b = rnd(5, n), rnd(n, seed=1), rnd(n, seed=2)
 
     def f(x, w, b):
-        return (F.softmax(x, axis=-1), F.layer_norm(x, (n,), w, b), x.sum(axis=0), x.max(axis=-1),
+        return (F.softmax(x, axis=-1), F.layer_norm(x, (n,), w, b), x.sum(axis=0), x.amax(axis=-1),
                 F.gelu(x * w + b), x.var(axis=-1), x.logsumexp(axis=0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -389,7 +389,7 @@ def test_concurrent_calls_from_threads_get_their_own_results():
 def test_reading_another_rows_reduction_is_not_merged(n):
     x = rnd(n, n)
     f = lambda x: (x - x.sum(axis=-1, keepdims=True).permute(1, 0),  # noqa: E731
-                   x * x.max(axis=-1).reshape(1, n).exp())
+                   x * x.amax(axis=-1).reshape(1, n).exp())
     a, b = tg.compile(f)(x)
     xn = x.numpy().astype(np.float64)
     close32(a.numpy(), xn - xn.sum(-1, keepdims=True).T)
@@ -426,11 +426,11 @@ def test_fuse_false_runs_one_kernel_per_op_with_the_same_results():
 def test_large_leading_axis_reductions_split_across_threads():
     x = rnd(300, 1023)                     # above the parallel threshold: partial results combined
     i = tg.tensor(np.random.default_rng(1).integers(-1000, 1000, (300, 257)))
-    f = tg.compile(lambda x: (x.sum(axis=0), x.max(axis=0), x.min(axis=0), (x * x).sum(), x.mean(axis=0)))
+    f = tg.compile(lambda x: (x.sum(axis=0), x.amax(axis=0), x.amin(axis=0), (x * x).sum(), x.mean(axis=0)))
     xn = x.numpy().astype(np.float64)
     for got, want in zip(f(x), (xn.sum(0), xn.max(0), xn.min(0), (xn * xn).sum(), xn.mean(0))):
         close32(got.numpy(), want)
-    g = tg.compile(lambda i: (i.sum(axis=0), i.max(axis=0), i.sum()))
+    g = tg.compile(lambda i: (i.sum(axis=0), i.amax(axis=0), i.sum()))
     for got, want in zip(g(i), (i.numpy().sum(0), i.numpy().max(0), i.numpy().sum())):
         np.testing.assert_array_equal(got.numpy(), want)
 
@@ -438,7 +438,7 @@ def test_large_leading_axis_reductions_split_across_threads():
 def test_exact_division_keeps_ties_as_in_eager():
     # x / x is exactly 1 in eager; a reciprocal-multiply would break the tie the max gradient splits
     x = tg.tensor(np.array([[1.7, -0.3, 5.1, 0.9], [2.2, 3.3, -4.4, 0.6]], np.float32), requires_grad=True)
-    f = lambda x: ((x / x).max(axis=1, keepdims=True) + x).sum()
+    f = lambda x: ((x / x).amax(axis=1, keepdims=True) + x).sum()
     g_eager, = tg.grad(f(x), [x])
     g_comp, = tg.grad(tg.compile(f)(x), [x])
     np.testing.assert_array_equal(g_comp.numpy(), g_eager.numpy())

@@ -239,10 +239,9 @@ def _np_logsumexp(a, axis, keepdims):
 REDUCTIONS = {
     "sum": np.sum,
     "mean": np.mean,
-    "max": np.max,
-    "min": np.min,
+    "amax": np.max,
+    "amin": np.min,
     "prod": np.prod,
-    "var": np.var,
     "logsumexp": _np_logsumexp,
 }
 
@@ -273,10 +272,15 @@ def test_var_std_unbiased(sak, seed):
     with np.errstate(all="ignore"):
         exp = np.var(a, axis=axis, keepdims=keepdims, ddof=1) if n > 1 else \
             np.full(np.var(a, axis=axis, keepdims=keepdims).shape, np.nan)
-    check(T(a).var(axis, keepdims, unbiased=True), exp, rtol=1e-10)
+    check(T(a).var(axis, keepdims=keepdims), exp, rtol=1e-10)          # unbiased by default, as PyTorch
+    check(T(a).var(axis, keepdims=keepdims, unbiased=True), exp, rtol=1e-10)
     check(T(a).var(axis=axis, keepdims=keepdims, unbiased=False), np.var(a, axis=axis, keepdims=keepdims),
           rtol=1e-10, atol=1e-14)
-    check(T(a).std(axis=axis, keepdims=keepdims), np.std(a, axis=axis, keepdims=keepdims), rtol=1e-10, atol=1e-14)
+    check(T(a).var(axis, keepdims=keepdims, correction=0), np.var(a, axis=axis, keepdims=keepdims),
+          rtol=1e-10, atol=1e-14)
+    check(T(a).std(axis=axis, keepdims=keepdims, unbiased=False), np.std(a, axis=axis, keepdims=keepdims),
+          rtol=1e-10, atol=1e-14)
+    check(T(a).std(axis=axis, keepdims=keepdims), np.sqrt(exp), rtol=1e-10, atol=1e-14)
 
 
 def test_reduction_defaults_and_dtypes():
@@ -284,14 +288,15 @@ def test_reduction_defaults_and_dtypes():
     check(T(a).sum(), np.sum(a, dtype=np.float32), rtol=1e-6)
     assert T(a).sum().shape == () and T(a).max().shape == ()
     check(T(a).max(), np.max(a))
-    check(T(a).max(1), np.max(a, 1))      # values only, NumPy style
-    check(T(a).min(dim=0), np.min(a, 0))
-    check(T(a).var(), np.var(a.astype(np.float64)).astype(np.float32), rtol=1e-5)
+    check(T(a).max(1).values, np.max(a, 1))      # max(dim): (values, indices), as PyTorch
+    check(T(a).max(1).indices, np.argmax(a, 1), dtype=tg.int64)
+    check(T(a).min(dim=0)[0], np.min(a, 0))
+    check(T(a).var(), np.var(a.astype(np.float64), ddof=1).astype(np.float32), rtol=1e-5)
     ai = np.arange(12).reshape(3, 4)
     check(T(ai).sum(0), ai.sum(0), dtype=tg.int64)
     check(T(ai.astype(np.int32)).sum(), np.array(ai.sum()), dtype=tg.int64)
     check((T(ai) > 4).sum(), np.array(7), dtype=tg.int64)
-    check(T(ai).max(1), ai.max(1), dtype=tg.int64)
+    check(T(ai).max(1).values, ai.max(1), dtype=tg.int64)
     check(T(ai).prod(1), ai.prod(1), dtype=tg.int64)
     with pytest.raises(RuntimeError):
         T(ai).mean()

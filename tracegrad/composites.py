@@ -7,34 +7,100 @@ name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackwar
 import math
 
 from . import dtypes as D
-from .ops import _reduce_shape, bind, normalize_axes
+from . import return_types
+from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
 from .tensor.base import TensorBase, _ArgError
 from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named
-from .tensor.factories import arange
+from .tensor.factories import arange, ones, zeros
 from .tensor.functions import where
 
 
 # ---------------------------------------------------------------- reductions
 
-def var(x, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
+def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
+    """PyTorch's variance: divides by N - correction; correction is 1 unless `unbiased=False` or
+    `correction=` says otherwise (N - correction <= 0 gives inf or nan, as PyTorch)."""
+    if correction is not None and unbiased is not None:
+        raise _ArgError("var/std: give either unbiased= or correction=, not both")
+    ddof = correction if correction is not None else 1 if unbiased is None or unbiased else 0
     x = _float_operand(x)
     axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
-    keep = _keep_kw(keepdims, keepdim)
     n = math.prod(x._shape[a] for a in axis)
-    ddof = correction if correction is not None else int(bool(unbiased))
     d = x - x.mean(axis, keepdims=True)
-    return _named((d * d)._reduce("sum", axis, keep) / (float(n - ddof) if n - ddof > 0 else float("nan")),
+    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / float(max(n - ddof, 0)),
                   "VarBackward")
 
 
-def std(x, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
-    return _named(var(x, axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction).sqrt(),
-                  "StdBackward")
+def std(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
+    return _named(var(x, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
+                      keepdim=keepdim).sqrt(), "StdBackward")
+
+
+def extreme_along(x, axis, keepdims, kind):
+    """x.max(dim) / x.min(dim): the named tuple (values, indices) of PyTorch; the first extreme
+    element of each row is selected (NaN counts as the extreme) and gets the whole gradient."""
+    if isinstance(axis, (tuple, list)):
+        raise TypeError(f"{kind}(): dim must be an int, got {axis!r}; use {kind}() for all dims or a{kind}(dim) "
+                        f"for a tuple of dims")
+    a = _norm_axis(axis, x.ndim)
+    if x.ndim == 0:
+        return getattr(return_types, kind)(_named(x * 1, f"{kind.capitalize()}Backward"),
+                                           zeros((), dtype=D.int64, device=x.device))
+    if x._shape[a] == 0:
+        raise IndexError(f"{kind}(): Expected reduction dim {a} to have non-zero size (shape {x._shape})")
+    idx = (x.argmax if kind == "max" else x.argmin)(a, keepdims=True)
+    index = [idx if d == a else arange(n, device=x.device).reshape(tuple(n if k == d else 1 for k in range(x.ndim)))
+             for d, n in enumerate(x._shape)]
+    values = x[tuple(index)]
+    if not keepdims:
+        values, idx = values.squeeze(a), idx.squeeze(a)
+    return getattr(return_types, kind)(_named(values, f"{kind.capitalize()}Backward"), idx)
+
+
+def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector p-norm over `dim` (all elements when None): "fro" and 2, 1, inf, -inf, 0, any p > 0.
+    The gradient at a zero norm is 0, as PyTorch's (not 0/0)."""
+    x = x if dtype is None else x.to(dtype)
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point tensor as input. Got {x.dtype}")
+    axis = normalize_axes(dim, x.ndim)
+    if p == "nuc":
+        raise NotImplementedError("norm(p='nuc') needs singular values, which tracegrad does not compute")
+    if p == "fro" or p == 2:
+        s = (x * x)._reduce("sum", axis, keepdim)
+        return _named(where(s == 0, 0.0, where(s == 0, 1.0, s).sqrt()), "LinalgVectorNormBackward")
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        raise ValueError(f"norm: p must be a number, 'fro' or 'nuc', got {p!r}")
+    a = x.abs()
+    if p == math.inf:
+        return _named(a._reduce("max", axis, keepdim), "LinalgVectorNormBackward")
+    if p == -math.inf:
+        return _named(a._reduce("min", axis, keepdim), "LinalgVectorNormBackward")
+    if p == 0:
+        return (x != 0).to(x.dtype)._reduce("sum", axis, keepdim)
+    if p == 1:
+        return _named(a._reduce("sum", axis, keepdim), "LinalgVectorNormBackward")
+    s = (a ** p)._reduce("sum", axis, keepdim)
+    return _named(where(s == 0, 0.0, where(s == 0, 1.0, s) ** (1.0 / p)), "LinalgVectorNormBackward")
+
+
+def isnan(x):
+    return x != x if x.dtype.is_floating_point else zeros(x.shape, dtype=D.bool_, device=x.device)
+
+
+def isinf(x):
+    return x.abs() == math.inf if x.dtype.is_floating_point else zeros(x.shape, dtype=D.bool_, device=x.device)
+
+
+def isfinite(x):
+    return x.abs() < math.inf if x.dtype.is_floating_point else ones(x.shape, dtype=D.bool_, device=x.device)
 
 
 def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     x = _float_operand(x)
     axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
+    if any(x._shape[a] == 0 for a in axis):      # an empty sum: log 0 = -inf, as PyTorch
+        return _named(x.sum(axis, keepdims=_keep_kw(keepdims, keepdim)) + float("-inf"), "LogsumexpBackward")
     m = x._reduce("max", axis, True).detach()
     m = where(m.abs() == float("inf"), 0.0, m)
     out = (x - m).exp()._reduce("sum", axis, True).log() + m
@@ -46,6 +112,8 @@ def softmax(x, axis=None, *, dim=None):
     axis = _axis_kw(axis, dim)
     axis = -1 if axis is None else axis
     x = _float_operand(x)
+    if x._shape and x._shape[_norm_axis(axis, x.ndim)] == 0:
+        return _named(x * 1, "SoftmaxBackward")     # over an empty axis: empty, as PyTorch
     e = (x - x._reduce("max", axis, True).detach()).exp()
     return _named(e / e.sum(axis, keepdims=True), "SoftmaxBackward")
 
@@ -55,9 +123,51 @@ def log_softmax(x, axis=None, *, dim=None):
     axis = -1 if axis is None else axis
     x = _float_operand(x)
     axis = normalize_axes(axis, x.ndim)
+    if any(x._shape[a] == 0 for a in axis):
+        return _named(x * 1, "LogSoftmaxBackward")  # over an empty axis: empty, as PyTorch
     m = x._reduce("max", axis, True).detach()    # shift first, as PyTorch: x - m is exact
     d = x - where(m.abs() == float("inf"), 0.0, m)
     return _named(d - d.exp()._reduce("sum", axis, True).log(), "LogSoftmaxBackward")
+
+
+# ---------------------------------------------------------------- splitting into views
+
+def split(x, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along `dim`: pieces of one size (the last may be smaller), or of
+    the listed sizes, which must add up to the dimension's size."""
+    if x.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    a = _norm_axis(dim, x.ndim)
+    n = x._shape[a]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
+                               f"at dimension {a}), but got split_sizes={sizes}")
+    else:
+        size = int(split_size_or_sections)
+        if size < 0 or size == 0 and n:
+            raise RuntimeError(f"split expects split_size be positive (0 only for a dimension of size 0), but "
+                               f"got split_size={size} for dimension {a} of size {n}")
+        sizes = [min(size, n - i) for i in range(0, n, size)] if n else [0]
+    label = "SplitWithSizesBackward" if isinstance(split_size_or_sections, (list, tuple)) else "SplitBackward"
+    out, start = [], 0
+    for s in sizes:
+        out.append(_named(x[(slice(None),) * a + (slice(start, start + s),)], label, x))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    """`chunks` views along `dim` of ceil(n / chunks) elements each (fewer pieces when n is small)."""
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    if x.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    n = x._shape[_norm_axis(dim, x.ndim)]
+    if n == 0:
+        return split(x, [0] * chunks, dim)
+    return split(x, -(-n // chunks), dim)
 
 
 # ---------------------------------------------------------------- activations and normalization

@@ -37,6 +37,16 @@ class device:
 
 
 CPU = device("cpu")
+_DEFAULT = [CPU]          # where factories put tensors when no device= is given
+
+
+def set_default_device(d):
+    """tg.set_default_device: the device of new tensors made without device= (None: the cpu)."""
+    _DEFAULT[0] = CPU if d is None else to_device(d)
+
+
+def get_default_device():
+    return _DEFAULT[0]
 
 
 def to_device(d):

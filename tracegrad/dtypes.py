@@ -32,7 +32,7 @@ float32 = DType("float32", "f32", np.float32, 2)
 float64 = DType("float64", "f64", np.float64, 2)
 ALL = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64)
 SMALL_INTS = (bool_, uint8, int8, int16, int32)   # sum/prod/cumsum accumulate these in int64, as PyTorch does
-default_float = float32
+default_float = float32      # read as D.default_float at each use: tg.set_default_dtype changes it
 _BY_NP = {d.np: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL} | {d.short: d for d in ALL}
 
@@ -114,3 +114,16 @@ def result_type(dims, zero_dims, scalars):
         elif g.kind > result.kind:
             result = default_float if group is scalars and g.kind == 2 else g
     return result
+
+
+def set_default_dtype(d):
+    """tg.set_default_dtype: the dtype of float data, float factories and Python floats."""
+    global default_float
+    d = to_dtype(d)
+    if not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    default_float = d
+
+
+def get_default_dtype():
+    return default_float

@@ -8,6 +8,8 @@ def flatten(obj, path="arg"):
 
 
 def _walk(o, p, leaves, paths):
+    if isinstance(o, tuple) and hasattr(o, "_fields"):     # a named tuple, e.g. x.max(dim)'s (values, indices)
+        return ("namedtuple", type(o), tuple(_walk(x, f"{p}_{f}", leaves, paths) for f, x in zip(o._fields, o)))
     if isinstance(o, (tuple, list)):
         return (type(o).__name__, tuple(_walk(x, f"{p}_{i}", leaves, paths) for i, x in enumerate(o)))
     if isinstance(o, dict):
@@ -31,6 +33,8 @@ def _build(s, it):
         return next(it)
     if s[0] == "dict":
         return {k: _build(c, it) for k, c in zip(s[1], s[2])}
+    if s[0] == "namedtuple":
+        return s[1](*[_build(c, it) for c in s[2]])
     items = [_build(c, it) for c in s[1]]
     return tuple(items) if s[0] == "tuple" else items
 

@@ -43,7 +43,7 @@ OPS = [
     ("max(a)", lambda a, b, p: a.max(), lambda a, b, p: a.max()),
     ("sum(a, axis=1)", lambda a, b, p: a.sum(axis=1), lambda a, b, p: a.sum(axis=1)),
     ("sum(a, axis=0)", lambda a, b, p: a.sum(axis=0), lambda a, b, p: a.sum(axis=0)),
-    ("max(a, axis=1)", lambda a, b, p: a.max(axis=1), lambda a, b, p: a.max(axis=1)),
+    ("amax(a, axis=1)", lambda a, b, p: a.amax(axis=1), lambda a, b, p: a.max(axis=1)),
 ]
 GRAD_OPS = ("a + b", "a * b", "exp(a)", "tanh(a)", "sum(a)")
 

@@ -93,7 +93,7 @@ def w2_numpy(inp):
 
 
 def _softmax(x):
-    e = (x - x.max(axis=1, keepdims=True)).exp()
+    e = (x - x.amax(axis=1, keepdims=True)).exp()
     return e / e.sum(axis=1, keepdims=True)
 
 

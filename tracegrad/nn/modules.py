@@ -117,7 +117,7 @@ class Module:
 
 
 def _uniform(shape, bound, dtype, device):
-    dtype = D.to_dtype(dtype) if dtype is not None else D.float32
+    dtype = D.to_dtype(dtype) if dtype is not None else D.default_float
     arr = _rng[0].uniform(-bound, bound, shape)
     return tensor(arr, dtype=dtype, device=device, requires_grad=True)
 

@@ -10,8 +10,8 @@ factories.py     tensor, from_numpy, zeros, ones, full, arange, eye, rand, randn
 """
 from .base import TraceError, _ArgError  # noqa: F401
 from .dispatch import _named, _operands, _promote, dispatch  # noqa: F401
-from .factories import (_rebuild, _rng, arange, as_tensor, empty, eye, from_numpy, full, full_like,  # noqa: F401
-                        linspace, manual_seed, ones, ones_like, rand, randint, randn, randperm, tensor, zeros,
-                        zeros_like)
+from .factories import (_rebuild, _rng, arange, as_tensor, empty, empty_like, eye, from_numpy, full,  # noqa: F401
+                        full_like, linspace, manual_seed, ones, ones_like, rand, rand_like, randint, randn,
+                        randn_like, randperm, tensor, zeros, zeros_like)
 from .functions import cat, matmul, stack, where  # noqa: F401
 from .tensor_class import Tensor  # noqa: F401

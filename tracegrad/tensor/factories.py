@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import ops
-from ..device import CPU, to_device
+from ..device import CPU, get_default_device, to_device
 from .. import modes
 from .base import TensorBase, _ArgError, new
 from .dispatch import _P, _SCALARS, _is_int, _shape_arg, _to_device, dispatch
@@ -21,7 +21,7 @@ def manual_seed(seed):
 
 def _factory_args(dtype, dev, default):
     dt = D.to_dtype(dtype) if dtype is not None else default
-    dev = to_device(dev) if dev is not None else CPU
+    dev = to_device(dev) if dev is not None else get_default_device()
     if dev != CPU:
         _to_device(None, dev)
     return dt, dev
@@ -61,7 +61,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, got data of type "
                             f"{type(data).__name__} (NumPy kind {arr.dtype})")
-        if not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f":
+        if dtype is None and not isinstance(data, (np.ndarray, np.generic)) and arr.dtype.kind == "f":
             arr = arr.astype(D.default_float.np)
     dt, dev = _factory_args(dtype, device, D.from_numpy(arr.dtype))
     return _make(np.array(arr, dtype=dt.np, order="C"), dt, dev, requires_grad)  # 0-d stays 0-d
@@ -120,6 +120,28 @@ def ones_like(t, dtype=None, device=None, requires_grad=False):
 
 def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
     return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def legacy_tensor(args, device=None):
+    """torch.Tensor(...): Tensor(data) copies data as the default float dtype, Tensor(2, 3) makes a
+    tensor of that size (zero-filled here; PyTorch leaves it uninitialised), Tensor() an empty one."""
+    if not args:
+        return empty(0, device=device)
+    if len(args) == 1 and not _is_int(args[0]):
+        return tensor(args[0], dtype=D.default_float, device=device)
+    return zeros(*args, device=device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):

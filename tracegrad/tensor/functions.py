@@ -1,7 +1,7 @@
-"""Operations over several tensors: matmul, where, cat, stack."""
+"""Operations over several tensors: matmul (and mm, bmm, mv, dot), where, cat, stack."""
 from .. import dtypes as D
 from .. import ops
-from .base import TensorBase
+from .base import TensorBase, _ArgError
 from .dispatch import _P, _axis_kw, _named, _operands, _promote, dispatch
 
 
@@ -24,6 +24,44 @@ def matmul(a, b):
     return _named(out, name)
 
 
+def _need_dims(name, pairs):
+    for what, t, nd in pairs:
+        if not isinstance(t, TensorBase):
+            raise TypeError(f"{name}(): {what} must be a tensor, got {type(t).__name__}")
+        if t.ndim != nd:
+            raise RuntimeError(f"{name}(): {what} must be a {nd}-D tensor, got a {t.ndim}-D tensor of shape "
+                               f"{t.shape}")
+
+
+def mm(input, mat2):
+    """Matrix product of two 2-D tensors (no broadcasting; matmul broadcasts)."""
+    _need_dims("mm", [("self", input, 2), ("mat2", mat2, 2)])
+    return matmul(input, mat2)
+
+
+def bmm(input, mat2):
+    """Batched matrix product of (b, n, m) and (b, m, p) tensors with equal batch sizes."""
+    _need_dims("bmm", [("batch1", input, 3), ("batch2", mat2, 3)])
+    if input.shape[0] != mat2.shape[0]:
+        raise RuntimeError(f"bmm(): batch1 and batch2 must have the same batch size, got {input.shape} and "
+                           f"{mat2.shape}")
+    return matmul(input, mat2)
+
+
+def mv(input, vec):
+    _need_dims("mv", [("self", input, 2), ("vec", vec, 1)])
+    return matmul(input, vec)
+
+
+def dot(input, other):
+    _need_dims("dot", [("self", input, 1), ("tensor", other, 1)])
+    if input.shape != other.shape:
+        raise RuntimeError(f"inconsistent tensor size, expected tensor {list(input.shape)} and src "
+                           f"{list(other.shape)} to have the same number of elements, but got {input.shape[0]} "
+                           f"and {other.shape[0]} elements respectively")
+    return matmul(input, other)
+
+
 def where(cond, a, b):
     if not isinstance(cond, TensorBase):
         raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
@@ -35,8 +73,11 @@ def where(cond, a, b):
 
 def cat(tensors, axis=None, *, dim=None):
     tensors = list(tensors)
-    if not tensors or not all(isinstance(t, TensorBase) for t in tensors):
-        raise TypeError("cat expects a non-empty sequence of tensors")
+    if not tensors:
+        raise _ArgError("cat(): expected a non-empty list of Tensors")
+    if not all(isinstance(t, TensorBase) for t in tensors):
+        raise TypeError("cat expects a sequence of tensors, got "
+                        f"{', '.join(sorted({type(t).__name__ for t in tensors}))}")
     axis = _axis_kw(axis, dim)
     axis = 0 if axis is None else axis
     ref = tensors[0]
@@ -51,8 +92,11 @@ def cat(tensors, axis=None, *, dim=None):
 
 def stack(tensors, axis=None, *, dim=None):
     tensors = list(tensors)
-    if not tensors or not all(isinstance(t, TensorBase) for t in tensors):
-        raise TypeError("stack expects a non-empty sequence of tensors")
+    if not tensors:
+        raise _ArgError("stack expects a non-empty TensorList")
+    if not all(isinstance(t, TensorBase) for t in tensors):
+        raise TypeError("stack expects a sequence of tensors, got "
+                        f"{', '.join(sorted({type(t).__name__ for t in tensors}))}")
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")

@@ -19,8 +19,8 @@ from ..ops import normalize_axes
 from .base import TensorBase, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
                        _shape_arg, _to_device, dispatch)
-from .factories import _implicit_gradient, _rebuild, tensor
-from .functions import matmul, where
+from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
+from .functions import bmm, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
 from .inplace import copy_from, fill_with, inplace
 
@@ -30,6 +30,14 @@ class Tensor(TensorBase):
     """An n-dimensional array with autograd, like torch.Tensor."""
 
     __slots__ = ()
+
+    def __new__(cls, *args, device=None):
+        """tg.Tensor(data) / tg.Tensor(2, 3): PyTorch's legacy constructor (tensors made by the
+        library itself bypass it)."""
+        return legacy_tensor(args, device)
+
+    def __init__(self, *args, **kwargs):
+        pass
 
     def __reduce__(self):
         return (_rebuild, (np.array(self._concrete("pickling")), self.requires_grad))
@@ -170,6 +178,11 @@ class Tensor(TensorBase):
     def div(self, o): return self / o
     def pow(self, o): return self ** o
     def matmul(self, o): return matmul(self, o)
+    def mm(self, mat2): return mm(self, mat2)
+    def bmm(self, mat2): return bmm(self, mat2)
+    def mv(self, vec): return mv(self, vec)
+    def dot(self, other): return dot(self, other)
+    def true_divide(self, o): return self / o
     def maximum(self, o): return _binary("maximum", self, o)
     def minimum(self, o): return _binary("minimum", self, o)
 
@@ -214,6 +227,10 @@ class Tensor(TensorBase):
     def floor(self):
         return dispatch(_P["floor"], (self,), {})
 
+    def isnan(self): return C.isnan(self)
+    def isinf(self): return C.isinf(self)
+    def isfinite(self): return C.isfinite(self)
+
     # ------------------------------------------------------------ reductions
     def _reduce(self, name, axis, keepdims):
         return dispatch(_P[name], (self,), {"axis": normalize_axes(axis, self.ndim), "keepdims": keepdims})
@@ -235,31 +252,50 @@ class Tensor(TensorBase):
                       "MeanBackward")
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """x.max(): the largest element; x.max(dim): the named tuple (values, indices); x.max(other)."""
         if isinstance(axis, Tensor):
             return self.maximum(axis)
-        return self._reduce("max", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+        axis = _axis_kw(axis, dim)
+        if axis is None:
+            return self._reduce("max", None, False)
+        return C.extreme_along(self, axis, _keep_kw(keepdims, keepdim), "max")
 
     def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         if isinstance(axis, Tensor):
             return self.minimum(axis)
-        return self._reduce("min", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
+        axis = _axis_kw(axis, dim)
+        if axis is None:
+            return self._reduce("min", None, False)
+        return C.extreme_along(self, axis, _keep_kw(keepdims, keepdim), "min")
 
     def amax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return _named(self.max(axis, keepdims, dim=dim, keepdim=keepdim), "AmaxBackward", self)
+        """The largest values over an int or a tuple of axes (all when None or ()); the gradient is
+        split evenly among ties, as PyTorch's."""
+        axis = _axis_kw(axis, dim)
+        return _named(self._reduce("max", axis if axis != () else None, _keep_kw(keepdims, keepdim)),
+                      "AmaxBackward", self)
 
     def amin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return _named(self.min(axis, keepdims, dim=dim, keepdim=keepdim), "AminBackward", self)
+        axis = _axis_kw(axis, dim)
+        return _named(self._reduce("min", axis if axis != () else None, _keep_kw(keepdims, keepdim)),
+                      "AminBackward", self)
 
     def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         if self._dtype in D.SMALL_INTS:   # as sum: small integer types multiply in int64
             return self.to(D.int64).prod(axis, keepdims, dim=dim, keepdim=keepdim)
         return self._reduce("prod", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
-    def var(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
-        return C.var(self, axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction)
+    def var(self, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
+        """Unbiased (N - 1) by default, as PyTorch; `unbiased=False` or `correction=k` (N - k)."""
+        return C.var(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
+                     keepdim=keepdim)
 
-    def std(self, axis=None, keepdims=False, unbiased=False, *, dim=None, keepdim=None, correction=None):
-        return C.std(self, axis, keepdims, unbiased, dim=dim, keepdim=keepdim, correction=correction)
+    def std(self, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
+        return C.std(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
+                     keepdim=keepdim)
+
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        return C.norm(self, p, dim, keepdim, dtype)
 
     def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return C.logsumexp(self, axis, keepdims, dim=dim, keepdim=keepdim)
@@ -379,11 +415,36 @@ class Tensor(TensorBase):
         d = ops._norm_axis(dim, self.ndim + 1)
         return _named(self.reshape(self._shape[:d] + (1,) + self._shape[d:]), "UnsqueezeBackward")
 
+    def split(self, split_size, dim=0):
+        return C.split(self, split_size, dim)
+
+    def chunk(self, chunks, dim=0):
+        return C.chunk(self, chunks, dim)
+
     def __getitem__(self, index):
         return _getitem(self, index)
 
     def __setitem__(self, index, value):
         _setitem(self, index, value)
+
+    # ------------------------------------------------------------ new tensors like this one
+    def _like(self, dtype, device):
+        return dict(dtype=dtype or self._dtype, device=device or self._device)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return tensor(data, **self._like(dtype, device), requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return zeros(*size, **self._like(dtype, device), requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return ones(*size, **self._like(dtype, device), requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return empty(*size, **self._like(dtype, device), requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return full(size, fill_value, **self._like(dtype, device), requires_grad=requires_grad)
 
     # ------------------------------------------------------------ in place
     def _inplace(self, compute, *others):
