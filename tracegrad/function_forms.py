@@ -9,14 +9,14 @@ from .tensor.dispatch import _promote
 from .tensor.functions import bmm as _bmm, dot as _dot, matmul as _matmul, mm as _mm, mv as _mv
 
 
-def write_out(name, result, out):
+def _write_out(name, result, out):
     """Return `result`, or copy it into `out` (resized when its shape differs) and return `out`."""
     if out is None:
         return result
     if isinstance(result, tuple):
         if not isinstance(out, (tuple, list)) or len(out) != len(result):
             raise TypeError(f"{name}(): out must be a tuple of {len(result)} tensors")
-        vals = [write_out(name, r, o) for r, o in zip(result, out)]
+        vals = [_write_out(name, r, o) for r, o in zip(result, out)]
         return type(result)(*vals) if hasattr(result, "_fields") else tuple(vals)
     if not isinstance(out, Tensor):
         raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
@@ -44,7 +44,7 @@ def _tensor_arg(name, input):
 
 def _method_form(name):
     def f(input, *args, out=None, **kwargs):
-        return write_out(name, getattr(_tensor_arg(name, input), name)(*args, **kwargs), out)
+        return _write_out(name, getattr(_tensor_arg(name, input), name)(*args, **kwargs), out)
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"tg.{name}(input, ...) is input.{name}(...); out= writes the result into a tensor."
     return f
@@ -62,7 +62,7 @@ negative, absolute = neg, abs            # noqa: F821  (defined by the loop abov
 
 def _binary(name, op):
     def f(input, other, *, out=None):
-        return write_out(name, op(input, other), out)
+        return _write_out(name, op(input, other), out)
     f.__name__ = f.__qualname__ = name
     return f
 
@@ -83,15 +83,15 @@ logical_or = _binary("logical_or", lambda a, b: _tensor_arg("logical_or", a).boo
 
 
 def logical_not(input, *, out=None):
-    return write_out("logical_not", ~_tensor_arg("logical_not", input).bool(), out)
+    return _write_out("logical_not", ~_tensor_arg("logical_not", input).bool(), out)
 
 
 def add(input, other, *, alpha=1, out=None):
-    return write_out("add", input + (other * alpha if alpha != 1 else other), out)
+    return _write_out("add", input + (other * alpha if alpha != 1 else other), out)
 
 
 def sub(input, other, *, alpha=1, out=None):
-    return write_out("sub", input - (other * alpha if alpha != 1 else other), out)
+    return _write_out("sub", input - (other * alpha if alpha != 1 else other), out)
 
 
 subtract = sub
@@ -100,54 +100,54 @@ subtract = sub
 def div(input, other, *, rounding_mode=None, out=None):
     """True division; rounding_mode="floor" rounds the quotient down, "trunc" towards zero."""
     if rounding_mode is None:
-        return write_out("div", input / other, out)
+        return _write_out("div", input / other, out)
     a, b = _promote(input, other)
     if rounding_mode == "floor":
-        return write_out("div", a // b, out)
+        return _write_out("div", a // b, out)
     if rounding_mode != "trunc":
         raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"{rounding_mode!r}")
     q = a / b
     q = _where(q < 0, -(-q).floor(), q.floor())
-    return write_out("div", q if a.dtype.is_floating_point else q.to(a.dtype), out)
+    return _write_out("div", q if a.dtype.is_floating_point else q.to(a.dtype), out)
 
 
 divide, true_divide = div, _binary("true_divide", lambda a, b: a / b)
 
 
 def pow(input, exponent, *, out=None):    # noqa: A001
-    return write_out("pow", input ** exponent, out)
+    return _write_out("pow", input ** exponent, out)
 
 
 def matmul(input, other, *, out=None):
-    return write_out("matmul", _matmul(input, other), out)
+    return _write_out("matmul", _matmul(input, other), out)
 
 
 def mm(input, mat2, *, out=None):
-    return write_out("mm", _mm(input, mat2), out)
+    return _write_out("mm", _mm(input, mat2), out)
 
 
 def bmm(input, mat2, *, out=None):
-    return write_out("bmm", _bmm(input, mat2), out)
+    return _write_out("bmm", _bmm(input, mat2), out)
 
 
 def mv(input, vec, *, out=None):
-    return write_out("mv", _mv(input, vec), out)
+    return _write_out("mv", _mv(input, vec), out)
 
 
 def dot(input, tensor, *, out=None):
-    return write_out("dot", _dot(input, tensor), out)
+    return _write_out("dot", _dot(input, tensor), out)
 
 
 def clamp(input, min=None, max=None, *, out=None):    # noqa: A002
-    return write_out("clamp", _tensor_arg("clamp", input).clamp(min, max), out)
+    return _write_out("clamp", _tensor_arg("clamp", input).clamp(min, max), out)
 
 
 clip = clamp
 
 
 def where(condition, input, other, *, out=None):
-    return write_out("where", _where(condition, input, other), out)
+    return _write_out("where", _where(condition, input, other), out)
 
 
 def split(tensor, split_size_or_sections, dim=0):

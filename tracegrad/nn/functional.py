@@ -2,7 +2,8 @@
 from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, embedding,  # noqa: F401
                           erf, gelu, l1_loss, layer_norm, legacy_reduction, log_softmax, mse_loss, nll_loss,
                           softmax)
-from ..tensor import _named, rand, where
+from ..tensor import _named, rand
+from ..tensor import where as _where
 
 
 def relu(x):
@@ -32,4 +33,4 @@ def dropout(x, p=0.5, training=True):
     if p == 1.0:
         return x * 0.0
     keep = rand(x.shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
-    return _named(where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
+    return _named(_where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
