@@ -82,7 +82,7 @@ THREAD_COUNT = """
     rng = np.random.default_rng(0)
     x = tg.from_numpy(rng.standard_normal((257, 129)).astype(np.float32))
     w = tg.from_numpy(rng.standard_normal(129).astype(np.float32))
-    f = tg.compile(lambda x, w: ((x * w).tanh().sum(axis=0), (x * x).sum(), x.max(axis=0),
+    f = tg.compile(lambda x, w: ((x * w).tanh().sum(axis=0), (x * x).sum(), x.amax(axis=0),
                                  (x - x.mean(axis=1, keepdims=True)).exp()))
     outs = [o.numpy() for _ in range(3) for o in f(x, w)]
     np.savez(sys.argv[1], *outs)
@@ -114,7 +114,7 @@ def _outputs(f, *args):
 
 def test_workers_and_calling_thread_alone_give_the_same_bits(split_everything, monkeypatch):
     x = tg.from_numpy(np.random.default_rng(1).standard_normal((300, 1023)).astype(np.float32))
-    f = tg.compile(lambda x: (x.sum(axis=0), (x * x).sum(), x.min(axis=0), (x * 2.0).tanh()))
+    f = tg.compile(lambda x: (x.sum(axis=0), (x * x).sum(), x.amin(axis=0), (x * 2.0).tanh()))
     runs = {}
     for parallel in (True, False):
         monkeypatch.setattr(threads.Judge, "parallel", lambda self, p=parallel: p)
