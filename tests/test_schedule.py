@@ -98,8 +98,8 @@ PROGRAMS = {
     "center": lambda z, b: (z - z.mean(axis=-1, keepdims=True)) * b,
     "sum_last": lambda z, b: (z * b).sum(axis=-1, keepdims=True),
     "sum_first": lambda z, b: (z.exp() * 0.1 + b).sum(axis=0),
-    "max_last": lambda z, b: (z + b).max(axis=-1),
-    "softmax": lambda z, b: ((z - z.max(axis=-1, keepdims=True)).exp() * b.abs()).sum(axis=-1, keepdims=True),
+    "max_last": lambda z, b: (z + b).amax(axis=-1),
+    "softmax": lambda z, b: ((z - z.amax(axis=-1, keepdims=True)).exp() * b.abs()).sum(axis=-1, keepdims=True),
     "sum_all": lambda z, b: (z * z * b).sum(),
 }
 
