@@ -126,13 +126,18 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
             raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
-    by_kind, eager_refused, classes = collections.Counter(), collections.Counter(), {}
+    by_kind, eager_refused, internal, classes = collections.Counter(), collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):
         if (i - start) % 500 == 0 and i > start:
             log(f"  ... {i - start} programs, {time.time() - t0:.0f} s")
-        program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
-        by_kind[program.kind] += 1
-        eager_error, problems = check(program, backends)
+        try:
+            program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
+            by_kind[program.kind] += 1
+            eager_error, problems = check(program, backends)
+        except Exception as e:  # noqa: BLE001 -- a fuzzer bug must not end the run: count it, go on
+            internal[type(e).__name__] += 1
+            log(f"  program {i}: the fuzzer itself failed: {type(e).__name__}: {e}")
+            continue
         if eager_error:
             eager_refused[f"{program.kind} {eager_error[0]}"] += 1
         if not problems:
@@ -149,7 +154,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
         entry["example"] = entry["example"] or path
         log(f"  program {i} ({program.kind}, {program.dtype}): {' | '.join(key)} [{', '.join(shown_by)}] -> {path}")
     summary = dict(seed=seed, start=start, programs=n, seconds=round(time.time() - t0, 1), backends=list(backends),
-                   by_kind=dict(by_kind), eager_refused=dict(eager_refused),
+                   by_kind=dict(by_kind), eager_refused=dict(eager_refused), fuzzer_errors=dict(internal),
                    classes={" | ".join(k): dict(v, backends=sorted(v["backends"])) for k, v in classes.items()})
     for name, test in (("mismatch", _is_mismatch), ("error", lambda c: c.startswith("error:")),
                        ("accepted", lambda c: c == "accepted")):
@@ -163,9 +168,10 @@ def merge(summaries):
     out = dict(seed=",".join(str(s["seed"]) for s in summaries), start=",".join(str(s["start"]) for s in summaries),
                programs=sum(s["programs"] for s in summaries), seconds=round(sum(s["seconds"] for s in summaries), 1),
                backends=sorted({b for s in summaries for b in s["backends"]}), by_kind=collections.Counter(),
-               eager_refused=collections.Counter(), classes={})
+               eager_refused=collections.Counter(), fuzzer_errors=collections.Counter(), classes={})
     for s in summaries:
         out["by_kind"].update(s["by_kind"])
+        out["fuzzer_errors"].update(s.get("fuzzer_errors", {}))
         out["eager_refused"].update(s["eager_refused"])
         for k, v in s["classes"].items():
             e = out["classes"].setdefault(k, {"programs": 0, "backends": [], "example": v["example"]})
@@ -173,7 +179,8 @@ def merge(summaries):
             e["backends"] = sorted(set(e["backends"]) | set(v["backends"]))
     for name in ("mismatch", "error", "accepted"):
         out[f"{name}_programs"] = sum(s[f"{name}_programs"] for s in summaries)
-    out["by_kind"], out["eager_refused"] = dict(out["by_kind"]), dict(out["eager_refused"])
+    for k in ("by_kind", "eager_refused", "fuzzer_errors"):
+        out[k] = dict(out[k])
     return out
 
 
@@ -197,6 +204,9 @@ def format_summary(s):
             lines.append(f"  {title} by class (kind | what | trigger) [backends], programs, example:")
             lines += [f"    {v['programs']:5d}  {k} [{', '.join(v['backends'])}]  {v['example']}"
                       for k, v in sorted(items, key=lambda kv: -kv[1]["programs"])]
+    if s.get("fuzzer_errors"):
+        lines.append("  programs the fuzzer itself failed on (a bug in tracegrad/fuzz): " +
+                     ", ".join(f"{k} {v}" for k, v in sorted(s["fuzzer_errors"].items())))
     if s["eager_refused"]:
         lines.append("  programs eager itself refused (the backends must raise the same error type): " +
                      ", ".join(f"{k} {v}" for k, v in sorted(s["eager_refused"].items())))
