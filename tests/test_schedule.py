@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
@@ -92,7 +92,7 @@ def test_schedule_is_data_for_every_target():
 
 # ------------------------------------------------------------------ compiled == interpret == eager
 
-SIZES = [1, 2, 3, 7, 31, 33, 65, 129, 257, 300]
+SIZES = [0, 1, 2, 3, 7, 31, 33, 65, 129, 257, 300]
 PROGRAMS = {
     "map": lambda z, b: (z * b + 1.0).tanh(),
     "center": lambda z, b: (z - z.mean(axis=-1, keepdims=True)) * b,
@@ -101,6 +101,9 @@ PROGRAMS = {
     "max_last": lambda z, b: (z + b).amax(axis=-1),
     "softmax": lambda z, b: ((z - z.amax(axis=-1, keepdims=True)).exp() * b.abs()).sum(axis=-1, keepdims=True),
     "sum_all": lambda z, b: (z * z * b).sum(),
+    "sum_last2": lambda z, b: (z * b).sum(axis=(-2, -1), keepdims=True),
+    "sum_mid": lambda z, b: (z - b).square().sum(axis=1),
+    "two_sums": lambda z, b: (z * b).sum(axis=-1, keepdims=True) * (z + b).sum(axis=-1, keepdims=True),
 }
 
 
@@ -125,6 +128,7 @@ def test_compiled_matches_interpret_and_eager_on_views(case):
     x = RNG.standard_normal(shape).astype(dtype)
     idx = tuple(slice(None, None, 2) if d == step_axis else slice(None) for d in range(len(shape)))
     vshape = tuple(x[idx].transpose(perm).shape)
+    assume(vshape[-1] > 0 or program not in ("max_last", "softmax"))   # max over nothing is an error
     bshape = tuple(n if d == bcast else 1 for d, n in enumerate(vshape))
     b = (RNG.standard_normal(bshape) + 2.0).astype(dtype)
 
