@@ -13,7 +13,6 @@ import weakref
 
 import numpy as np
 
-from ..ops import PRIMS
 from ..ir.kernels import contiguous_strides
 from . import buffers, forksafe
 from .threads import _POOL as _POOLS
@@ -28,7 +27,7 @@ MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLE
 def work(kernel):
     """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
     counting 8."""
-    return math.prod(kernel.shape) * sum(8 if PRIMS[op].cost == "transcendental" else 1 for op in kernel.ops())
+    return math.prod(kernel.shape) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
 
 
 def _dead():
@@ -102,7 +101,7 @@ class Program:
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
-                self.steps.append(("host", n, ins, slots[id(n.out)]))
+                self.steps.append(("host", k, ins, slots[id(n.out)]))
 
     def run(self, arrays, timings=None, capture=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
@@ -140,15 +139,15 @@ class Program:
             elif step[0] == "chunks":
                 step[1].run(table, cur)
             else:
-                _, node, ins, out = step
+                _, k, ins, out = step
                 args = [view(cur[s], ld, shape) for s, ld, shape in ins]
                 if _POOLS:
                     _POOLS[0].park()            # spinning workers leave the cores to BLAS
-                if node.op == "matmul":
-                    np.matmul(args[0], args[1], out=cur[out])
+                if k.kind == "extern":
+                    k.impl(*args, out=cur[out], **k.node.attrs)
                 else:
                     with np.errstate(all="ignore"):
-                        res = PRIMS[node.op].impl(*args, **node.attrs)
+                        res = k.impl(*args, **k.node.attrs)
                     np.copyto(cur[out], res, casting="unsafe")
             if timings is not None:
                 timings.append(time.perf_counter() - t0)

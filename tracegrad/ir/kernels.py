@@ -35,11 +35,12 @@ class Const:
 
 
 class Op:
-    """Primitive `op` applied to `args`; `lower` is its scalar lowering (one expression over a, b, c)."""
-    __slots__ = ("op", "args", "dtype", "lower")
+    """Primitive `op` applied to `args`; `lower` is its scalar lowering (one expression over a, b, c)
+    and `cost` its cost class per element ("cheap" or "transcendental")."""
+    __slots__ = ("op", "args", "dtype", "lower", "cost")
 
-    def __init__(self, op, args, dtype, lower):
-        self.op, self.args, self.dtype, self.lower = op, tuple(args), dtype, lower
+    def __init__(self, op, args, dtype, lower, cost):
+        self.op, self.args, self.dtype, self.lower, self.cost = op, tuple(args), dtype, lower, cost
 
 
 def postorder(tree):
@@ -69,26 +70,32 @@ def loads(tree):
     return [t for t in postorder(tree) if isinstance(t, Load)]
 
 
-def ops_of(tree):
-    """The op names of a tree as `stage="kernels"` lists them."""
+def _op_nodes(tree):
+    """The Ops of a tree in the order `stage="kernels"` lists them."""
     out, seen, stack = [], set(), [tree]
     while stack:
         t = stack.pop()
         if isinstance(t, Op) and id(t) not in seen:
             seen.add(id(t))
-            out.append(t.op)
+            out.append(t)
             stack.extend(t.args)
     return out[::-1]
+
+
+def ops_of(tree):
+    """The op names of a tree as `stage="kernels"` lists them."""
+    return [t.op for t in _op_nodes(tree)]
 
 
 class Phase:
     """kind "map": write each (value, tree) over the kernel's full space;
     kind "reduce": reduce `tree` over the kernel's inner axes (row) or `axes` (reduce_acc) into
-    value, with primitive `op` whose lowering `lower` joins an element b to the accumulator a."""
-    __slots__ = ("kind", "outputs", "op", "axes", "lower")
+    value, with primitive `op` whose lowering `lower` joins an element b to the accumulator a
+    (at cost class `cost`)."""
+    __slots__ = ("kind", "outputs", "op", "axes", "lower", "cost")
 
-    def __init__(self, kind, outputs, op=None, axes=None, lower=None):
-        self.kind, self.outputs, self.op, self.axes, self.lower = kind, outputs, op, axes, lower
+    def __init__(self, kind, outputs, op=None, axes=None, lower=None, cost=None):
+        self.kind, self.outputs, self.op, self.axes, self.lower, self.cost = kind, outputs, op, axes, lower, cost
 
 
 class Schedule:
@@ -118,12 +125,13 @@ class Schedule:
 
 class Kernel:
     """kind: "loop" (phases inside an outer loop over shape[:split]), "reduce_acc", "extern", "host".
-    `node` is set for extern/host kernels (their inputs are Loads in `args`); `schedule` (a
-    Schedule or None: natural order) is set by the scheduling pass."""
+    `node` is set for extern/host kernels (their inputs are Loads in `args`), and `impl`, the
+    primitive's NumPy implementation (an extern one writes into `out=`); `schedule` (a Schedule or
+    None: natural order) is set by the scheduling pass."""
 
-    def __init__(self, kind, shape, split=0, phases=(), node=None, args=()):
+    def __init__(self, kind, shape, split=0, phases=(), node=None, args=(), impl=None):
         self.kind, self.shape, self.split, self.phases = kind, tuple(shape), split, list(phases)
-        self.node, self.args, self.schedule = node, list(args), None
+        self.node, self.args, self.impl, self.schedule = node, list(args), impl, None
 
     def parallel_extent(self):
         """The trip count of the outermost loop, which threads split (1: not splittable)."""
@@ -145,14 +153,22 @@ class Kernel:
         return [ld for ph in self.phases for _, t in ph.outputs for ld in loads(t)]
 
     def ops(self):
+        """The op names of the kernel, as `stage="kernels"` lists them."""
+        return [op for op, _ in self._op_costs()]
+
+    def costs(self):
+        """The cost class of each of ops() (None for an extern or host kernel's op)."""
+        return [cost for _, cost in self._op_costs()]
+
+    def _op_costs(self):
         if self.node is not None:
-            return [self.node.op]
+            return [(self.node.op, None)]
         out = []
         for ph in self.phases:
             for _, t in ph.outputs:
-                out += ops_of(t)
+                out += [(o.op, o.cost) for o in _op_nodes(t)]
             if ph.kind == "reduce":
-                out.append(ph.op)
+                out.append((ph.op, ph.cost))
         return out
 
     def bytes_moved(self):

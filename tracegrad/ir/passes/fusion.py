@@ -44,7 +44,7 @@ def _remap(tree, fn):
         elif isinstance(t, Const):
             memo[id(t)] = t
         else:
-            memo[id(t)] = Op(t.op, [memo[id(a)] for a in t.args], t.dtype, t.lower)
+            memo[id(t)] = Op(t.op, [memo[id(a)] for a in t.args], t.dtype, t.lower, t.cost)
     return memo[id(tree)]
 
 
@@ -97,7 +97,7 @@ def fuse(graph, enabled=True):
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
         elif p.kind == "elementwise" and lowerable(n):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
-            expr[id(v)] = Op(n.op, args, v.dtype, p.lower)
+            expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
             if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > RECOMPUTE_LIMIT:
                 materialize(v)
@@ -118,15 +118,15 @@ def fuse(graph, enabled=True):
             nd = len(src.shape)
             if axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
                 k = nd - len(axes)
-                kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes, p.lower)]))
+                kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes, p.lower, p.cost)]))
             else:
-                kernels.append(Kernel("reduce_acc", src.shape, 0, [Phase("reduce", [(v, tree)], n.op, axes, p.lower)]))
+                kernels.append(Kernel("reduce_acc", src.shape, 0, [Phase("reduce", [(v, tree)], n.op, axes, p.lower, p.cost)]))
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         else:
             args = [buffer_load(i) if not isinstance(expr[id(i)], Const) else _const_buffer(i, expr, kernels)
                     for i in n.inputs]
-            kernels.append(Kernel("extern" if p is not None and p.kind == "extern" else "host", v.shape,
-                                  node=n, args=args))
+            kernels.append(Kernel("extern" if p.kind == "extern" else "host", v.shape, node=n, args=args,
+                                  impl=p.impl))
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         if (id(v) in outputs or not enabled) and isinstance(expr[id(v)], Op):
             materialize(v)
