@@ -16,7 +16,7 @@ from ..autograd import Node
 from ..device import CPU, mismatch_error
 from ..modes import _thread
 from ..ops import PRIMS
-from .base import TensorBase, new
+from .base import _EAGER, TensorBase, new
 
 _P = PRIMS
 _SCALARS = (numbers.Number, np.bool_, np.number)
@@ -58,7 +58,7 @@ class Eager:
         arr = p.impl(*[t._concrete(p.name) for t in inputs], **attrs)   # a traced value raises
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
-        out = new(arr, dtype, dev)
+        out = _EAGER[0]._wrap(arr, dtype, dev)       # new(), without its call (the hot path)
         if p.kind == "view" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
