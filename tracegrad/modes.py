@@ -8,13 +8,14 @@ handed to the innermost interpreter of this thread -- the tracer of a function b
 forward mode under `tg.jvp` -- or, when none is pushed, to the eager interpreter, which runs the
 NumPy implementation. An interpreter answers:
 
-    apply(prim, inputs, attrs, shape, dtype, device) -> tensor   one primitive application
-    constant(value, dtype, device, shape=()) -> tensor          a filled tensor made by an op
-    constant_array(array, dtype, device) -> tensor              a tensor made from data
-    lift(tensor) -> tensor                                      the value the interpreter works on
-    mutate(tensor, new) -> tensor                               an in-place write
-    grad_access(tensor) -> tensor holding its .grad; grad_owner(leaf), backward_started(), at(loc)
-    concrete: bool                                              whether values are NumPy arrays
+    lift_inputs(inputs), lift(tensor) -> the values it works on (a tracer: graph inputs for real tensors)
+    apply(prim, inputs, attrs, shape, dtype, device) -> tensor    one primitive application
+    constant(value, dtype, device, shape=()) -> tensor           a filled tensor made by an op
+    constant_array(array, dtype, device, requires_grad) -> tensor  a tensor made from data (a factory)
+    mutate(tensor, new) -> tensor                                an in-place write
+    grad_access(tensor) -> the tensor whose .grad holds its gradient; grad_owner(leaf),
+    backward_started(), at(loc): the backward engine's hooks
+    concrete: bool                                               whether values are NumPy arrays
 """
 import functools
 import threading
@@ -28,7 +29,7 @@ class _Thread(threading.local):
         self.interpreters = []     # pushed above eager, innermost last
 
 
-_Mode = _thread = _Thread()
+_Mode = _thread = _Thread()   # (_Mode: the older name, still read as _Mode.grad)
 eager = None   # the eager interpreter: installed by tracegrad.tensor.dispatch (it makes tensors)
 
 
