@@ -516,3 +516,84 @@ def test_forward_return_line_shows_saved_values_apart():
     assert "; saved" not in f.ir(x, w, b, stage="backward")
     g2 = parse("graph f(%x: f32[2]) {\n  return; saved %x\n}")
     assert g2.outputs == g2.inputs and g2.n_saved == 1
+
+
+# ---------------------------------------------------------------------- 8.4 threads (compiled calls)
+
+def _in_threads(target, n=8):
+    """target(i) in n threads released together; the first failure re-raised."""
+    import threading
+    errors, start = [], threading.Barrier(n)
+
+    def run(i):
+        try:
+            start.wait()
+            target(i)
+        except BaseException as e:      # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def test_racing_first_calls_with_several_signatures_and_a_failing_trace():
+    """8 threads make the first calls at once: four shapes (each traced once), and one thread
+    passes arguments that cannot broadcast (its trace fails); afterwards every call still works."""
+    f = tg.compile(lambda x, w: (x * w).tanh().sum(1))
+    failures = []
+
+    def work(i):
+        n = 2 + i % 4
+        rng = np.random.default_rng(i)
+        for _ in range(5):
+            a, b = rng.standard_normal((3, n)), rng.standard_normal(n)
+            got = f(tg.tensor(a), tg.tensor(b))
+            np.testing.assert_allclose(arr(got), np.tanh(a * b).sum(1), rtol=1e-5)
+        if i == 0:
+            try:
+                f(tg.ones(3, 2), tg.ones(5))
+            except Exception as e:          # noqa: BLE001 - the failing trace, checked below
+                failures.append(e)
+    _in_threads(work)
+    assert len(failures) == 1 and "broadcast" in str(failures[0]).lower()
+    assert f.stats()["traces"] == 4                          # one per shape, however the calls raced
+    np.testing.assert_allclose(arr(f(tg.ones(3, 2), tg.ones(2))), np.tanh(np.ones((3, 2))).sum(1), rtol=1e-6)
+
+
+def test_training_steps_in_eight_threads_through_one_compiled_function():
+    """Each thread trains its own model with its own optimizer through one compiled step (the
+    model and optimizer are arguments: one entry per model): every thread ends where eager does."""
+    def step(model, opt, x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    compiled = tg.compile(step)
+
+    def train(i, fn):
+        rng = np.random.default_rng(i)              # not tg's generator, which the threads share
+        model = tg.nn.Linear(3, 2)
+        with tg.no_grad():
+            model.weight.copy_(tg.tensor(rng.standard_normal((2, 3)), dtype=tg.float32))
+            model.bias.copy_(tg.tensor(rng.standard_normal(2), dtype=tg.float32))
+        opt = tg.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+        x = tg.tensor(rng.standard_normal((4, 3)), dtype=tg.float32)
+        y = tg.tensor(rng.standard_normal((4, 2)), dtype=tg.float32)
+        losses = [fn(model, opt, x, y).item() for _ in range(4)]
+        return losses, arr(model.weight)
+
+    want = [train(i, step) for i in range(8)]
+    got = [None] * 8
+
+    def work(i):
+        got[i] = train(i, compiled)
+    _in_threads(work)
+    for (gl, gw), (wl, ww) in zip(got, want):
+        np.testing.assert_allclose(gl, wl, rtol=1e-5)
+        np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-7)
