@@ -142,6 +142,12 @@ class Tracer:
         self._saved = {}
         self.ran_backward = False
         self.loc = None            # while the engine runs a VJP: the forward op's file:line
+        # storage, as eagerly: a tensor, its detach()/.data aliases and its views share one version
+        # counter (the list _ver); an update through any of them is seen by all (see _current)
+        self.roots = {}            # id(_ver) -> the traced tensor owning that storage
+        self.owners = {}           # id(Value) -> the tensor whose storage held it first (.data aliases)
+        self.views = {}            # id(view) -> (view, root's generation and value when it was taken)
+        self.generation = {}       # id(root) -> how many in-place updates its storage has had
 
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
@@ -161,6 +167,8 @@ class Tracer:
             value = self.graph.add_input(name, t._shape, t._dtype)
             st = Traced.of(t._shape, t._dtype, t._device, value)
             st._requires_grad = t.requires_grad
+            self.roots[id(st._ver)] = st
+            self.owners[id(value)] = st
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
             self.lifted[id(t)] = entry
@@ -185,13 +193,55 @@ class Tracer:
     # ------------------------------------------------------------------ the interpreter
     def lift_inputs(self, inputs):
         graph = self.graph
-        return tuple(t if type(t) is Traced and t._ir.graph is graph else self.lift(t) for t in inputs)
+        return tuple(self._current(t) if type(t) is Traced and t._ir.graph is graph else self.lift(t)
+                     for t in inputs)
+
+    def _root(self, t):
+        """The traced tensor owning t's storage: by the shared version counter (views, detach), else
+        by the value (.data aliases), else None."""
+        root = self.roots.get(id(t._ver))
+        return self.owners.get(id(t._ir)) if root is None else root
+
+    def _current(self, t):
+        """t with the value its storage holds now: an alias (detach, .data) reads its root's latest
+        value; a view taken before an in-place update of its base is taken again from the update."""
+        root = self._root(t)
+        if root is None or root is t:
+            return t
+        if t._base is None:
+            t._ir = root._ir
+            return t
+        view = self.views.get(id(t))
+        if view is None or view[1] == self.generation.get(id(root), 0):
+            return t
+        ops, v = [], t._ir                 # the view ops from the root's value when it was taken
+        while v is not view[2]:
+            ops.append(v.node)
+            v = v.node.inputs[0]
+        if any(n.op == "reshape" for n in ops):     # a view or a copy, as the memory layout decides
+            raise TraceError(f"a reshape taken (at {ops[-1].loc}) before an in-place update of its base is "
+                             f"used after the update (at {location()}); whether it sees the update depends on "
+                             f"the memory layout, which a compiled function does not know: take the reshape "
+                             f"after the update, or clone() it before")
+        v = root._ir
+        for n in reversed(ops):
+            v = self.graph.add(n.op, [v], n.attrs, n.out.shape, n.out.dtype, n.loc)
+        t._ir = v
+        self.views[id(t)] = (t, self.generation.get(id(root), 0), root._ir)
+        return t
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         out = Traced.of(shape, dtype, dev, out)
-        if p.kind == "view":   # traced views, so in-place on them is refused
+        if p.kind == "view":   # traced views, so in-place on them is refused; they share the storage
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+            out._ver = inputs[0]._ver
+            root = self.roots.get(id(out._ver))
+            if root is not None:
+                self.views[id(out)] = (out, self.generation.get(id(root), 0), root._ir)
+        else:
+            self.roots[id(out._ver)] = out
+            self.owners[id(out._ir)] = out
         return out
 
     def constant(self, v, dtype, dev, shape=()):
@@ -213,7 +263,13 @@ class Tracer:
             raise TraceError(f"in-place modification of a view inside a compiled function is not supported "
                              f"(at {location()}); write to the base tensor or compute the value out of place")
         st = self.lift(t)
+        root = self._root(st)
         st._ir = self.lift(new)._ir
+        if root is not None and root is not st:        # through an alias (detach, .data): the tensor
+            root._ir = st._ir
+        key = id(st if root is None else root)
+        self.generation[key] = self.generation.get(key, 0) + 1
+        self.owners[id(st._ir)] = st if root is None else root     # its storage holds the value now
         st._ver[0] += 1
         return st
 

@@ -69,7 +69,7 @@ class Capture:
         self.out_plan, values = [], []
         for x in out_leaves:
             if isinstance(x, Tensor):
-                st = self.tracer.lift(x)
+                st = self.tracer.lift_inputs((x,))[0]      # a view sees updates of its base
                 self.out_plan.append(("tensor", len(values), st))
                 values.append(st._ir)
             elif isinstance(x, STATIC):
