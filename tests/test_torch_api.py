@@ -377,3 +377,56 @@ def test_mm_bmm_mv_dot():
     p, q = f64(X), f64(X.T)
     assert tg.gradcheck(lambda u, v: u.mm(v), (p, q))
     assert tg.gradcheck(compiled(lambda u, v: tg.mm(u, v).sum(), "llvm"), (p, q))
+
+
+# ------------------------------------------------------------------ item 14: cumsum and round (primitives)
+
+def test_cumsum_values_dtypes_and_gradient():
+    x = tg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    np.testing.assert_array_equal(x.cumsum(1).numpy(), [[1, 3, 6], [4, 9, 15]])
+    np.testing.assert_array_equal(tg.cumsum(x, dim=0).numpy(), [[1, 2, 3], [5, 7, 9]])
+    np.testing.assert_array_equal(x.cumsum(-1, dtype=tg.float64).numpy(), [[1, 3, 6], [4, 9, 15]])
+    assert x.cumsum(0, dtype=tg.float64).dtype == tg.float64
+    b = tg.tensor([True, False, True]).cumsum(0)
+    assert b.dtype == tg.int64 and b.numpy().tolist() == [1, 1, 2]             # as PyTorch
+    assert tg.tensor([1, 2], dtype=tg.int32).cumsum(0).dtype == tg.int64
+    assert tg.tensor(2.5).cumsum(0).item() == 2.5
+    with pytest.raises(TypeError, match="dim"):
+        x.cumsum()
+    w = f64(X)
+    (w.cumsum(1) * tg.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], dtype=tg.float64)).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [[6, 5, 3], [3, 2, 1]])     # the running sum from the end
+    assert w.cumsum(1).grad_fn.name() == "CumsumBackward"
+    a = f64(np.random.default_rng(4).standard_normal((3, 4)))
+    assert tg.gradcheck(lambda t: t.cumsum(0) * t.cumsum(-1), (a,))
+    g, = tg.grad(a.cumsum(1).pow(2).sum(), a, create_graph=True)              # higher order
+    assert tg.gradcheck(lambda t: tg.grad(t.cumsum(1).pow(2).sum(), t, create_graph=True)[0], (a,))
+    out, tan = tg.jvp(lambda t: t.cumsum(1), (a.detach(),), (tg.ones_like(a.detach()),))
+    np.testing.assert_array_equal(tan.numpy(), np.cumsum(np.ones((3, 4)), 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cumsum_compiles(backend):
+    def f(t):
+        return (t.cumsum(1).exp() * t).sum() + t.cumsum(0)[-1].sum()
+
+    a = f64(np.random.default_rng(5).standard_normal((3, 4)) / 2)
+    cf = compiled(f, backend)
+    assert cf(a).item() == pytest.approx(f(a).item(), rel=1e-12)
+    assert "cumsum" in cf.ir(a, stage="forward") and "cumsum" in cf.ir(a, stage="backward")
+    assert tg.gradcheck(cf, (a,))
+
+
+def test_round_half_to_even_decimals_and_zero_gradient():
+    x = tg.tensor([0.5, 1.5, 2.5, -0.5, -1.5, 2.675, -2.2])
+    np.testing.assert_array_equal(x.round().numpy(), [0.0, 2.0, 2.0, -0.0, -2.0, 3.0, -2.0])
+    np.testing.assert_allclose(tg.round(tg.tensor([1.2345, 123.456]), decimals=2).numpy(), [1.23, 123.46],
+                               rtol=1e-6)
+    assert tg.tensor([1234.5]).round(decimals=-2).item() == 1200.0
+    assert tg.tensor([3, -4]).round().numpy().tolist() == [3, -4]
+    w = f64([0.3, 1.7])
+    (w.round() * w).sum().backward()
+    assert w.grad.numpy().tolist() == [0.0, 2.0]             # d(round(w) * w) = round(w): round's own is 0
+    for backend in BACKENDS:
+        got = compiled(lambda t: (t * 10).round() / 10, backend)(tg.tensor([0.25, 0.35, -1.05]))
+        np.testing.assert_array_equal(got.numpy(), (tg.tensor([0.25, 0.35, -1.05]) * 10).round().numpy() / 10)

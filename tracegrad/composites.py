@@ -84,6 +84,24 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     return _named(where(s == 0, 0.0, where(s == 0, 1.0, s) ** (1.0 / p)), "LinalgVectorNormBackward")
 
 
+def round_(x, decimals=0):
+    """Round half to even (as PyTorch); with `decimals`, to that many decimal places (negative:
+    tens, hundreds, ...), as PyTorch does it: round(x * 10^d) / 10^d."""
+    if decimals == 0:
+        return bind("round", x)
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"round(decimals={decimals}) needs a floating-point tensor, got {x.dtype}")
+    scale = 10.0 ** abs(decimals)
+    return bind("round", x * scale) / scale if decimals > 0 else bind("round", x / scale) * scale
+
+
+def cumsum(x, axis, dtype=None):
+    if axis is None:
+        raise TypeError("cumsum() missing required argument 'dim'")
+    x = x if dtype is None else x.to(dtype)
+    return bind("cumsum", x, axis=_norm_axis(axis, x.ndim), reverse=False)
+
+
 def isnan(x):
     return x != x if x.dtype.is_floating_point else zeros(x.shape, dtype=D.bool_, device=x.device)
 

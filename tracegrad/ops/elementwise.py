@@ -141,6 +141,9 @@ prim("remainder", "elementwise", ew_rule("remainder"), quiet(_remainder_impl),
      jvp=None, save={1: (0, 1)}, lower=None, dtypes=(), cost=None)
 prim("floor", "elementwise", ew_rule("floor"), np.floor, vjp=(lambda n, g: g * 0.0,),
      jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=None, dtypes=(), cost=None)
+# half to even, as PyTorch's round; piecewise constant: zero gradient
+prim("round", "elementwise", ew_rule("round"), np.round, vjp=(lambda n, g: g * 0.0,),
+     jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=None, dtypes=(), cost=None)
 
 
 def _pow_impl(a, b):

@@ -1,4 +1,5 @@
-"""Reductions over axes: sum, max, min, prod (and its exclusive products), argmax, argmin.
+"""Reductions over axes: sum, max, min, prod (and its exclusive products), argmax, argmin, and the
+running sum cumsum.
 A lowered reduction's `lower` says how an element `b` joins the accumulator `a`."""
 import numpy as np
 
@@ -80,6 +81,28 @@ prim("prod", "reduction", reduce_rule("prod"), lambda x, axis, keepdims: np.prod
          axis=n.attrs["axis"], keepdims=n.attrs["keepdims"]), save=(0,), lower=None, dtypes=(), cost=None)
 prim("prod_others", "reduction", lambda shapes, dtypes, axis: (shapes[0], dtypes[0]), _prod_others_impl,
      vjp=(_prod_others_grad,), jvp=None, save=(0,), lower=None, dtypes=(), cost=None)
+
+
+def _cumsum_rule(shapes, dtypes, axis, reverse):
+    d = dtypes[0]
+    return shapes[0], D.int64 if d in D.SMALL_INTS else d
+
+
+def _cumsum_impl(x, axis, reverse):
+    """Running sums along `axis` (from the end when `reverse`); small ints accumulate in int64."""
+    if x.dtype.kind in "biu" and x.dtype != np.int64:
+        x = x.astype(np.int64)
+    if x.ndim == 0:
+        return x.copy()
+    if not reverse:
+        return np.cumsum(x, axis=axis)
+    return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis))
+
+
+# the transpose of a running sum is the running sum from the other end
+prim("cumsum", "reduction", _cumsum_rule, _cumsum_impl,
+     vjp=(lambda n, g: bind("cumsum", g, axis=n.attrs["axis"], reverse=not n.attrs["reverse"]),),
+     jvp=lambda n, ts: bind("cumsum", ts[0], **n.attrs), save=(), lower=None, dtypes=(), cost=None)
 
 
 def _arg_rule(shapes, dtypes, axis, keepdims):

@@ -227,6 +227,7 @@ class Tensor(TensorBase):
     def floor(self):
         return dispatch(_P["floor"], (self,), {})
 
+    def round(self, *, decimals=0): return C.round_(self, decimals)
     def isnan(self): return C.isnan(self)
     def isinf(self): return C.isinf(self)
     def isfinite(self): return C.isfinite(self)
@@ -296,6 +297,10 @@ class Tensor(TensorBase):
 
     def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return C.norm(self, p, dim, keepdim, dtype)
+
+    def cumsum(self, dim=None, *, dtype=None, axis=None):
+        """Running sums along `dim` (required, as PyTorch's); differentiable and compiled."""
+        return C.cumsum(self, _axis_kw(axis, dim), dtype)
 
     def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return C.logsumexp(self, axis, keepdims, dim=dim, keepdim=keepdim)
