@@ -313,8 +313,8 @@ def test_fuzz_slice_graph_and_inplace_programs_agree(tmp_path):
     """A seed-fixed slice of `python -m tracegrad fuzz`: straight-line and in-place programs."""
     from tracegrad.fuzz import fuzz
     from tracegrad.fuzz.runner import format_summary
-    s = fuzz(14, 0, kinds=["graph", "inplace"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
-    assert s["programs"] == 14 and set(s["by_kind"]) == {"graph", "inplace"}
+    s = fuzz(10, 0, kinds=["graph", "inplace"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    assert s["programs"] == 10 and set(s["by_kind"]) == {"graph", "inplace"}
     assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
 
 
@@ -323,7 +323,7 @@ def test_fuzz_slice_graph_and_inplace_programs_agree(tmp_path):
 def test_fuzz_slice_mutate_alias_train_state_programs_agree(tmp_path):
     from tracegrad.fuzz import fuzz
     from tracegrad.fuzz.runner import format_summary
-    s = fuzz(8, 0, kinds=["mutate", "alias", "train", "state"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    s = fuzz(5, 0, kinds=["mutate", "alias", "train", "state"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
     assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
 
 
