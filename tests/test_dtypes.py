@@ -189,7 +189,8 @@ def test_compiled_float16_values_and_gradients(backend):
 
 
 @settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(["float16", "uint8", "int8", "int16"]), shape=st.sampled_from([(0, 3), (1, 1), (3, 17), (2, 3)]),
+@given(name=st.sampled_from(["float16", "uint8", "int8", "int16"]),
+       shape=st.sampled_from([(0, 3), (1, 1), (3, 17), (2, 3)]),
        frac=st.floats(-1.0, 1.0), special=st.sampled_from([None, "nan", "inf", "max"]), seed=st.integers(0, 2**31))
 def test_compiled_copies_and_constants_of_unlowered_dtypes_match_eager(name, shape, frac, special, seed):
     """float16 and the small integers: constants (filled by LLVM kernels) and copies of views

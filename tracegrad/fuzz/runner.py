@@ -198,7 +198,8 @@ def format_summary(s):
     groups = {"mismatches": [], "errors": [], "accepted": []}
     for k, v in s["classes"].items():
         cat = k.split(" | ")[1]
-        groups["errors" if cat.startswith("error:") else "accepted" if cat == "accepted" else "mismatches"].append((k, v))
+        group = "errors" if cat.startswith("error:") else "accepted" if cat == "accepted" else "mismatches"
+        groups[group].append((k, v))
     for title, items in groups.items():
         if items:
             lines.append(f"  {title} by class (kind | what | trigger) [backends], programs, example:")

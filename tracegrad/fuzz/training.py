@@ -19,7 +19,8 @@ NET = '''class Net(tg.nn.Module):
 ACTS = ["tg.nn.functional.relu", "tg.tanh", "tg.nn.functional.gelu", "tg.nn.functional.sigmoid"]
 OPTIMIZERS = ["tg.optim.SGD(model.parameters(), lr=0.1)", "tg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
               "tg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.01)",
-              "tg.optim.Adam(model.parameters(), lr=0.01)", "tg.optim.Adam(model.parameters(), lr=0.02, betas=(0.8, 0.9))"]
+              "tg.optim.Adam(model.parameters(), lr=0.01)",
+              "tg.optim.Adam(model.parameters(), lr=0.02, betas=(0.8, 0.9))"]
 # state changes between calls: each is a guard (retrace) or a runtime input for the compiled step
 CHANGES = ["set_lr(opt, 0.0)", "set_lr(opt, 0.3)", "model.eval()", "model.train()",
            "model.l0.weight = tg.nn.Parameter(model.l0.weight.detach() * 0.5)",
