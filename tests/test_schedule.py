@@ -43,6 +43,20 @@ def test_column_reduction_accumulates_across_the_kept_axis():
     assert line.endswith(f"loops=d0/{ACROSS_TILE},d1,d0 reduce=across d0"), line
 
 
+def test_softmax_over_a_transposed_view_reduces_across_and_tiles_its_output():
+    x = RNG.standard_normal((300, 70)).astype(np.float32)
+
+    def softmax_rows_of_transpose(x):
+        z = x.T
+        e = (z - z.amax(axis=1, keepdims=True)).exp()
+        return e / e.sum(axis=1, keepdims=True)
+    (line,) = kernel_lines(softmax_rows_of_transpose, x)
+    assert line.endswith(f"loops=d0/{ACROSS_TILE},d1,d0 reduce=across d0 map=d1/{TILE},d0,d1"), line
+    got = tg.compile(softmax_rows_of_transpose)(tg.tensor(x)).numpy()
+    e = np.exp(x.T - x.T.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
 def test_permuted_full_reduction_iterates_in_storage_order():
     x = RNG.standard_normal((30, 20)).astype(np.float32)
     (line,) = kernel_lines(lambda x: x.T.exp().sum(), x)

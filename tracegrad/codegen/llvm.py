@@ -378,8 +378,9 @@ def _across_kernel(mb, f, kernel, ptrs):
 
         for stream in _streams(kernel.phases):
             if stream[0].kind == "map":
-                _nest(f, shape, inner, lambda f, idx, b: _put(mb, f, ptrs, stream, [idx[d] for d in range(len(shape))],
-                                                              full), idx=oidx, base=obase)
+                _nest(f, shape, sch.map_levels, lambda f, idx, b: _put(mb, f, ptrs, stream,
+                                                                       [idx[d] for d in range(len(shape))], full),
+                      idx=oidx, base=obase)
                 continue
             sums = [_join(ph.lower) == "+" and ph.outputs[0][0].dtype.is_floating_point for ph in stream]
             blocked = shape[r0] > BLOCK and any(sums)

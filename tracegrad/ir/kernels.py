@@ -108,11 +108,13 @@ class Schedule:
     `across`: for a kernel of row reductions whose unit-stride axis is a kept one (column sums):
     the levels up to and including the tile loop of axis `across` run once; inside, each phase runs
     the remaining levels (the reduced axes, then `across` innermost), a reduction keeping a vector
-    of partial results for the tile while the rows stream by."""
-    __slots__ = ("levels", "across")
+    of partial results for the tile while the rows stream by. `map_levels`: the levels a map phase
+    runs inside the tile instead (its output is contiguous along the last reduced axis: a
+    transpose tiled like any other, so that neither its reads nor its writes leave the cache)."""
+    __slots__ = ("levels", "across", "map_levels")
 
-    def __init__(self, levels, across=None):
-        self.levels, self.across = tuple(levels), across
+    def __init__(self, levels, across=None, map_levels=None):
+        self.levels, self.across, self.map_levels = tuple(levels), across, map_levels and tuple(map_levels)
 
     def trips(self, shape, level):
         d, tile = level
@@ -120,7 +122,9 @@ class Schedule:
 
     def text(self):
         loops = ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.levels)
-        return f"loops={loops}" + (f" reduce=across d{self.across}" if self.across is not None else "")
+        text = f"loops={loops}" + (f" reduce=across d{self.across}" if self.across is not None else "")
+        return text + (" map=" + ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.map_levels)
+                       if self.map_levels else "")
 
 
 class Kernel:

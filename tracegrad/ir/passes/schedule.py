@@ -10,9 +10,10 @@ strides of a kernel's largest operands (loads, and the outputs it writes) and se
   the outermost loop, which threads split, then gives each thread a contiguous slab);
 - map kernels whose largest operands disagree on the unit-stride axis (a 2-D transpose): tile
   both axes by TILE so that the tile's reads and writes both stay in cache;
-- row-reduction kernels whose unit-stride axis is a kept one (a sum over a transposed view's
-  rows = column sums of memory): reduce *across* the kept axis, a vector of ACROSS_TILE partial
-  results per tile while the rows stream by (threads split the tiles).
+- row-reduction kernels whose largest input's unit-stride axis is a kept one (a sum or softmax
+  over a transposed view's rows = over columns of memory): reduce *across* the kept axis, a
+  vector of ACROSS_TILE partial results per tile while the rows stream by (threads split the
+  tiles).
 
 Kernels already in memory order keep `schedule = None` and lower exactly as before.
 """
@@ -82,13 +83,22 @@ def choose(k):
         if u not in units:
             units.append(u)
     if k.kind == "loop" and any(ph.kind == "reduce" for ph in k.phases):
+        # The phases stream the *inputs* once each: their layout decides. A map phase's output
+        # written across the kept axis touches one cache line per tile column, refilled over the
+        # next rows: a tile's lines stay in L1.
         reduced = set(range(k.split, len(k.shape)))
-        u = units[0]
+        reads = [(nbytes(ld.buf), ld.strides) for ld in k.reads if unit_axis(k.shape, ld.strides) is not None]
+        u = unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) if reads else units[0]
         if u in reduced:
             return None
+        order = memory_order(k.shape, max(reads, key=lambda o: o[0])[1]) if reads else order
         kept = [d for d in order if d not in reduced and d != u]
+        last = len(k.shape) - 1                              # a map phase's unit-stride axis
+        maps = any(ph.kind == "map" for ph in k.phases)
         return Schedule([(d, 0) for d in kept] + [(u, ACROSS_TILE)] + [(d, 0) for d in order if d in reduced]
-                        + [(u, 0)], across=u)
+                        + [(u, 0)], across=u,
+                        map_levels=[(d, 0) for d in order if d in reduced and d != last]
+                        + [(last, TILE), (u, 0), (last, 0)] if maps else None)
     if k.kind == "loop" and len(units) > 1:                  # a transpose: tile the two unit axes
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
         outer = [(d, 0) for d in order if d not in (a, b)]
