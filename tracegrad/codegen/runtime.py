@@ -186,10 +186,18 @@ class _Chunks:
             for (slot, _), arr in zip(self.outs, bufs):
                 t[slot] = arr.ctypes.data
         pool().run(self.fn, self.tables, self.bounds, self.n, self.judge)
-        for _, bufs in self.private:
-            for (slot, combine), arr in zip(self.outs, bufs):
-                out = cur[slot]
-                combine(out, arr, out=out)
+        for j, (slot, combine) in enumerate(self.outs):
+            out = cur[slot]
+            if combine is np.add and out.ndim == 0 and out.dtype.kind == "f":    # one sum: exactly
+                out[...] = math.fsum([out.item()] + [bufs[j].item() for _, bufs in self.private])
+            elif combine is np.add and out.dtype == np.float32 and len(self.private) > 3:   # many: in float64
+                total = out.astype(np.float64)
+                for _, bufs in self.private:
+                    total += bufs[j]
+                out[...] = total
+            else:
+                for _, bufs in self.private:
+                    combine(out, bufs[j], out=out)
 
 
 def _combiner(lower):
