@@ -52,7 +52,7 @@ def test_live_intermediates_never_share_memory(prog):
 def _held(f):
     """Bytes of intermediate memory each program of compiled function f keeps, and the naive sum."""
     import gc
-    progs = [o for o in gc.get_objects() if isinstance(o, Program) and o.graph.name.startswith(f.__name__)]
+    progs = [o for o in gc.get_objects() if type(o) is Program and o.graph.name.startswith(f.__name__)]
     held, naive = 0, 0
     for p in progs:
         blocks = {}

@@ -382,6 +382,8 @@ def _reduce_acc(mb, f, kernel, ptrs):
         run = BLOCK if len(_squeezed(shape)) == 1 else (_squeezed(shape) or [1])[-1]
     else:
         run = shape[levels[j][0]] if j is not None and not levels[j][1] else None
+    if 0 in shape:                  # an empty space: no element, no block
+        run = None
     blockable = run is not None
     phases, maps, wide_left = [], [ph for ph in kernel.phases if ph.kind == "map"], WIDE_LIMIT
     innermost = levels[-1][0] if levels else len(shape) - 1
