@@ -192,6 +192,21 @@ def test_an_aliasing_input_read_before_the_update_is_right(backend):
         tg.compile(g, backend=backend)(x, x.detach())
 
 
+def test_backward_reading_memory_updated_through_another_input_fails_as_eagerly(backend):
+    def f(a, b):
+        m = a.min()                       # saves a for backward
+        with tg.no_grad():
+            b.add_(1.0)                   # b shares a's memory (a detached alias)
+        return b * m
+
+    for fn in (f, tg.compile(f, backend=backend)):
+        a = tg.tensor([2.0, 3.0], requires_grad=True)
+        out = fn(a, a.detach())
+        assert arr(out).tolist() == [6.0, 8.0] and arr(a).tolist() == [3.0, 4.0]
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
 def test_config_dicts_the_code_reads_are_guarded(backend):
     cfg = {"scale": 2.0, "shift": tg.ones(2), "flags": [True]}
 
@@ -542,6 +557,17 @@ def test_an_input_the_output_ignores_gets_no_gradient(backend):
     x, y = tg.ones(2, requires_grad=True), tg.ones(2, requires_grad=True)
     f(x, y).backward()
     assert arr(x.grad).tolist() == [2.0, 2.0] and y.grad is None      # as eagerly and in PyTorch
+
+    def g(x):                           # the output requires grad, yet no input gets a gradient
+        v = x.sum().clone()
+        v.zero_()
+        return v * 2.0
+    for fn in (g, tg.compile(g, backend=backend)):
+        x = tg.ones(2, requires_grad=True)
+        out = fn(x)
+        assert out.requires_grad
+        out.backward()
+        assert x.grad is None
 
 
 def test_forward_return_line_shows_saved_values_apart():

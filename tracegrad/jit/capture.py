@@ -89,7 +89,7 @@ class Capture:
                 self.mutations.append((e.source, e.real))
                 self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
-        shared = _overlaps(tracer, name, values[:self.n_user])
+        self.shared = shared = _overlaps(tracer, name, values[:self.n_user])
         # an update of memory another input shares is written back after the call, not in place
         self.updates, self.inplace = self.inplace, [(oi, ii) for oi, ii in self.inplace if ii not in shared]
         self.grad_writes = []

@@ -26,8 +26,11 @@ class Entry:
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self._kernels = None
-        self.refused = s.refused and (s.refused, [k for k, (kind, _, st) in enumerate(self.out_plan) if kind ==
-                                                  "tensor" and st.requires_grad and st._dtype.is_floating_point])
+        # no backward graph, yet outputs that require grad: they get a node passing nothing on, or
+        # raising eager's error at backward() (s.refused: that message, or False)
+        needs_grad = [k for k, (kind, _, st) in enumerate(self.out_plan)
+                      if kind == "tensor" and st.requires_grad and st._dtype.is_floating_point]
+        self.refused = s.refused is not None and (s.refused, needs_grad)
         self._plan_calls(s.backward)
 
     def _plan_calls(self, backward):
@@ -77,7 +80,7 @@ class Entry:
             for oi, k in enumerate(self.diff_pos):
                 t = results[k]
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi
-        elif self.refused and _Mode.grad:
+        elif self.refused and self.refused[1] and _Mode.grad:
             message, positions = self.refused
             node = RefusedBackward(message, [results[k] for k in positions])
             for oi, k in enumerate(positions):

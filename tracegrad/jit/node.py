@@ -57,8 +57,9 @@ class CompiledNode:
 
 
 class RefusedBackward:
-    """The autograd node of a compiled call whose backward would read a value the call updated in
-    place: backward() raises eager's error, as the eager function would at that point."""
+    """The autograd node of a compiled call whose outputs require grad but pass none to its inputs:
+    backward() does nothing, or (message) raises eager's error where the backward would read a
+    value the call updated in place, as the eager function would at that point."""
 
     def __init__(self, message, outputs):
         self.message, self.edges = message, []
@@ -69,10 +70,12 @@ class RefusedBackward:
         return "RefusedCompiledBackward"
 
     def check_saved(self):
-        raise RuntimeError(self.message)
+        if self.message:
+            raise RuntimeError(self.message)
 
     def apply(self, grads):
-        raise RuntimeError(self.message)
+        self.check_saved()
+        return []
 
     def release(self):
         pass

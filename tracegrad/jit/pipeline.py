@@ -25,8 +25,14 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
             if "modified by an inplace operation" not in str(e):
                 raise
             s.refused = str(e)
+        if s.backward is None and s.refused is None:    # outputs need grad, but no input gets any:
+            s.refused = False                           # they still require grad, as eagerly
     if s.backward is not None:
-        cap.graph.outputs.extend(s.backward.saved)
+        s.refused = _reads_updated_memory(cap, s.backward.saved)
+        if s.refused:
+            s.backward = None
+        else:
+            cap.graph.outputs.extend(s.backward.saved)
     fwd = optimize(s.traced.copy())                                            # optimize
     bwd = optimize(s.backward.graph) if s.backward is not None else None
     if bwd is not None:                                                        # remat, optimize
@@ -53,6 +59,20 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
         s.run_fwd = executable(fwd, backend)
         s.run_bwd = executable(bwd, backend) if bwd is not None else None
     return s
+
+
+def _reads_updated_memory(cap, saved):
+    """Eager's error, when the backward would read an input whose memory the call updated through
+    another input (a view or alias of it), else None."""
+    from .writeback import views_of
+    order = cap.tracer.order
+    for i in sorted(cap.shared - {ii for _, ii in cap.updates}):
+        if any(views_of(v, {id(order[i].value)}) for v in saved):
+            e = order[i]
+            return (f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{e.real.dtype} {list(e.real.shape)}], input {e.value.name} of compiled "
+                    f"{cap.graph.name}, shares memory with an input the call updated in place")
+    return None
 
 
 def executable(graph, backend):

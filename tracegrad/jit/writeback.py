@@ -64,7 +64,7 @@ def protect_reads(fwd, n_results, saved_at, written):
     copies = {}
     for j in [*range(n_results), *range(saved_at, len(fwd.outputs))]:
         v = fwd.outputs[j]
-        if not _views_of(v, clobbered):
+        if not views_of(v, clobbered):
             continue
         if id(v) not in copies:
             c = fwd.add("copy", [v], {}, v.shape, v.dtype)
@@ -76,7 +76,7 @@ def protect_reads(fwd, n_results, saved_at, written):
     return fwd
 
 
-def _views_of(v, values):
+def views_of(v, values):
     """Whether v is one of `values` or a view of one (through movement ops)."""
     while True:
         if id(v) in values:
