@@ -38,8 +38,10 @@ class Guards:
         # tensors and constants is fixed; that of arguments and their .grad is looked up per call
         self.storage = None
         if writes:
-            self.storage = _pattern([real._data for _, real in inputs])
+            arrays = [real._data for _, real in inputs]
+            self.storage = _pattern(arrays, [id(_storage(a)) for a in arrays])
             self.fixed_arrays = [None if s[0] in ("arg", "grad") else real._data for s, real in inputs]
+            self.fixed_roots = [None if a is None else id(_storage(a)) for a in self.fixed_arrays]
             self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in ("arg", "grad")]
 
     def __bool__(self):
@@ -85,10 +87,11 @@ class Guards:
                            f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
         if self.storage is not None:
             from .writeback import resolve
-            arrays = list(self.fixed_arrays)
+            arrays, roots = list(self.fixed_arrays), list(self.fixed_roots)
             for i, s in self.variable:
-                arrays[i] = resolve(s, None, leaves)._data
-            now = _pattern(arrays)
+                arrays[i] = a = resolve(s, None, leaves)._data
+                roots[i] = id(_storage(a))
+            now = _pattern(arrays, roots)
             if now != self.storage:
                 return "inputs sharing memory: " + _sharing(self.input_names, now)
         return None
@@ -121,14 +124,14 @@ def _storage(a):
     return a if a.base is None else a.base
 
 
-def _pattern(arrays):
-    """The pairs (i, j) of arrays whose memory may overlap: arrays of one storage whose ranges
-    overlap (disjoint slices of one buffer do not)."""
+def _pattern(arrays, roots):
+    """The pairs (i, j) of arrays whose memory may overlap: arrays of one storage (roots: the id of
+    each array's storage) whose ranges overlap (disjoint slices of one buffer do not)."""
     first, overlaps = {}, []
-    for i, a in enumerate(arrays):
-        j = first.setdefault(id(_storage(a)), i)
+    for i, r in enumerate(roots):
+        j = first.setdefault(r, i)
         if j != i:
-            overlaps += [(k, i) for k in range(j, i) if np.may_share_memory(arrays[k], a)]
+            overlaps += [(k, i) for k in range(j, i) if roots[k] == r and np.may_share_memory(arrays[k], arrays[i])]
     return tuple(overlaps)
 
 
