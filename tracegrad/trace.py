@@ -20,6 +20,7 @@ import numpy as np
 from .broadcast import _PKG_DIR, user_frame
 from .modes import interpreters
 from .tensor import Tensor, TraceError, ones_like
+from .tensor.dispatch import view_of
 
 
 def location():
@@ -233,8 +234,9 @@ class Tracer:
     def apply(self, p, inputs, attrs, shape, dtype, dev):
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         out = Traced.of(shape, dtype, dev, out)
-        if p.kind == "view":   # traced views, so in-place on them is refused; they share the storage
+        if p.kind == "view":   # traced views share their base's storage; in-place on them goes through it
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+            out._view = view_of(inputs[0], p, attrs, out._base)
             out._ver = inputs[0]._ver
             root = self.roots.get(id(out._ver))
             if root is not None:

@@ -41,8 +41,8 @@ def register(cls):
 class TensorBase:
     """The state of a tensor and its attributes; see Tensor for the operations."""
 
-    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "_requires_grad", "_grad", "grad_fn",
-                 "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
+    __slots__ = ("_data", "_shape", "_dtype", "_device", "_ver", "_base", "_view", "_requires_grad", "_grad",
+                 "grad_fn", "_oi", "_ir", "_tangent", "_retains_grad", "__weakref__")
     __array_priority__ = 1000
     _loc = None        # where the value was made (file:line), for traced values
 
@@ -53,8 +53,8 @@ class TensorBase:
     def _wrap(cls, arr, dtype, dev=CPU):
         """A tensor of class `cls` over array `arr` (None for a traced value: the tracer sets its shape)."""
         t = object.__new__(cls)
-        t._data, t._shape, t._dtype, t._device, t._ver, t._base = \
-            arr, arr.shape if arr is not None else None, dtype, dev, [0], None
+        t._data, t._shape, t._dtype, t._device, t._ver, t._base, t._view = \
+            arr, arr.shape if arr is not None else None, dtype, dev, [0], None, None
         t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
             False, None, None, 0, None, None, False
         return t
@@ -109,8 +109,8 @@ class TensorBase:
         """A new tensor object over the same value, with no autograd history and its own version."""
         t = object.__new__(type(self))
         t._data, t._shape, t._dtype, t._device, t._ir = self._data, self._shape, self._dtype, self._device, self._ir
-        t._ver, t._base, t._requires_grad, t._grad, t.grad_fn, t._oi, t._tangent, t._retains_grad = \
-            [0], None, False, None, None, 0, None, False
+        t._ver, t._base, t._view, t._requires_grad, t._grad, t.grad_fn, t._oi, t._tangent, t._retains_grad = \
+            [0], None, None, False, None, None, 0, None, False
         return t
 
     def stride(self, dim=None):

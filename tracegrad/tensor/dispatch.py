@@ -32,6 +32,9 @@ def dispatch(p, inputs, attrs):
             dev = _common_device(inputs)
             break
     shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
+    for t in inputs:
+        if t._view is not None and t._view[1] != t._base._ver[0]:
+            refresh_view(t)
     stack = _thread.interpreters
     if stack:
         interp = stack[-1]
@@ -49,6 +52,42 @@ def dispatch(p, inputs, attrs):
     return out
 
 
+def view_of(src, p, attrs, base):
+    """What a new view (by primitive `p` of `src`) records to re-read its root `base`: (the view
+    primitives from the base, the base's version when last read, whether autograd tracks it)."""
+    if src._base is None:
+        ops = ()
+    elif src._view is not None:
+        ops = src._view[0]
+    else:
+        return None
+    return ops + ((p, attrs),), base._ver[0], _thread.grad
+
+
+def refresh_view(t):
+    """`t` views a base changed in place since `t` last read it (an in-place op on the base or on
+    another of its views): `t` reads it again, as PyTorch regenerates a view's history. A traced
+    view's value is re-read by its tracer; a view made while autograd recorded takes the history of
+    the base as it is now (an eager view's memory already holds the new values)."""
+    ops, _, tracked = t._view
+    base = t._base
+    t._view = None                      # the replay below reads base, not t
+    interp = modes.interpreter()
+    traced = t._data is None
+    if traced:
+        interp.lift_inputs((t,))
+    if tracked and base._requires_grad and (traced or interp.concrete):
+        prev, _thread.grad = _thread.grad, True
+        try:
+            v = base
+            for p, attrs in ops:
+                v = dispatch(p, (v,), attrs)
+        finally:
+            _thread.grad = prev
+        t._requires_grad, t.grad_fn, t._oi = True, v.grad_fn, v._oi
+    t._view = (ops, base._ver[0], tracked)
+
+
 class Eager:
     """The interpreter at the bottom of every thread's stack: NumPy implementations on arrays."""
 
@@ -62,6 +101,7 @@ class Eager:
         if p.kind == "view" and arr.base is not None \
                 and np.may_share_memory(arr, inputs[0]._data):
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
+            out._view = view_of(inputs[0], p, attrs, out._base)
         return out
 
     def constant(self, v, dtype, dev, shape=()):

@@ -1,12 +1,20 @@
 """In-place writes: an in-place op computes its value out of place, then the interpreter writes it
-into the tensor (eager: into its memory, bumping its version counter; a tracer functionalizes it)."""
+into the tensor (eager: into its memory, bumping its version counter; a tracer functionalizes it).
+
+An in-place op on a view whose value autograd records, or while tracing, is an op on its base, as
+PyTorch's CopySlices: the base takes its old value with the view's elements replaced, and that
+update's history; the view then re-reads the base. Other views of the base re-read it when next used
+(dispatch.refresh_view)."""
 import contextlib
+
+import numpy as np
 
 from ..autograd import retain
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import interpreter, is_grad_enabled, no_grad
-from .base import TensorBase
-from .factories import full
+from .base import TensorBase, _ArgError
+from .dispatch import _P, _named, dispatch, refresh_view
+from .factories import full, tensor
 
 
 def inplace(self, compute, *others):
@@ -15,6 +23,8 @@ def inplace(self, compute, *others):
                                        any(isinstance(o, TensorBase) and o.requires_grad for o in others))
     if recording and self.requires_grad and self.grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if self._view is not None and (recording or not interpreter().concrete):
+        return _inplace_on_view(self, compute, others, recording)
     if recording and self._base is not None and self._base.requires_grad:
         raise RuntimeError("in-place modification of a view of a tensor that requires grad is not supported "
                            "by tracegrad's autograd; compute the new value out of place (tg.where, tg.cat) "
@@ -23,7 +33,61 @@ def inplace(self, compute, *others):
     with (contextlib.nullcontext() if recording else no_grad()):
         new = compute(src, *others)
     write(self, new, recording)
+    if self._view is not None:          # written through its own memory: it reads its base as it is
+        self._view = (self._view[0], self._base._ver[0], self._view[2])
     return self
+
+
+def _inplace_on_view(self, compute, others, recording):
+    base = self._base
+    if recording and base.requires_grad and base.grad_fn is None:
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+    src = self.clone() if recording and self.requires_grad else self.detach() if recording else self
+    with (contextlib.nullcontext() if recording else no_grad()):
+        new = _fitted(self, compute(src, *others))
+        new_base = _with_view_replaced(base, self._view[0], new)
+    write(base, new_base, recording)
+    if recording:
+        _named(base, "CopySlices")
+    refresh_view(self)
+    return self
+
+
+def _with_view_replaced(base, ops, new):
+    """`base` with the elements the view `ops` selects replaced by `new` (differentiable in both)."""
+    n = base.numel()
+    pos = np.arange(n).reshape(base._shape)
+    for p, attrs in ops:                 # which element of the base each element of the view is
+        pos = p.impl(pos, **attrs)
+    flat = pos.reshape(-1)
+    hit = np.zeros(n, dtype=bool)
+    hit[flat] = True
+    if hit.sum() != flat.size:
+        raise _ArgError("unsupported operation: more than one element of the written-to tensor refers to a single "
+                        "memory location (an expanded tensor). Please clone() the tensor before performing the "
+                        "operation.")
+    where_ = tensor(flat, device=base.device)
+    scattered = dispatch(_P["index_add"], (new.reshape(-1), where_), {"shape": (n,), "axes": (0,)})
+    mask = tensor(hit, device=base.device)
+    return dispatch(_P["where"], (mask, scattered, base.reshape(-1)), {}).reshape(base._shape)
+
+
+def _fitted(self, new):
+    """`new` broadcast to self's shape and cast to its dtype, as an in-place write stores it."""
+    if new._shape != self._shape:
+        try:
+            ok = broadcast_shapes(new._shape, self._shape) == self._shape
+        except BroadcastError:
+            ok = False
+        if not ok:
+            raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast shape "
+                               f"{list(new._shape)}")
+        new = new.expand(*self._shape)
+    if new._dtype is not self._dtype:
+        if new._dtype.kind > self._dtype.kind:
+            raise RuntimeError(f"result type {new._dtype} can't be cast to the desired output type {self._dtype}")
+        new = new.to(self._dtype)
+    return new
 
 
 def fill_with(self, value):
@@ -42,21 +106,13 @@ def copy_from(self, src):
 
 def write(self, new, recording):
     """Store `new` (broadcast to self's shape) into self's memory and bump its version."""
-    if new._shape != self._shape:
-        try:
-            ok = broadcast_shapes(new._shape, self._shape) == self._shape
-        except BroadcastError:
-            ok = False
-        if not ok:
-            raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast shape "
-                               f"{list(new._shape)}")
-        new = new.expand(*self._shape)
-    if new._dtype is not self._dtype:
-        if new._dtype.kind > self._dtype.kind:
-            raise RuntimeError(f"result type {new._dtype} can't be cast to the desired output type {self._dtype}")
-        new = new.to(self._dtype)
+    new = _fitted(self, new)
+    if recording and self._requires_grad and not new._requires_grad:
+        # a value without history (zero_, fill_, copy_ of a constant) overwrites one with history: the
+        # tensor keeps requiring grad and its old value gets a zero gradient, as PyTorch's ZeroBackward
+        new = dispatch(_P["where"], (full(self._shape, True, device=self._device), new, self), {})
     self = interpreter().mutate(self, new)   # a tracer functionalizes it: the stand-in takes the new value
-    if recording:
+    if recording and new._requires_grad:
         self._requires_grad = True
         self.grad_fn, self._oi = new.grad_fn, new._oi
         if self._retains_grad and self.grad_fn is not None:
