@@ -180,3 +180,17 @@ def test_overwriting_a_value_with_history_by_a_constant_keeps_the_graph():
     z = tg.zeros(2)
     z.fill_(1.0)
     assert not z.requires_grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_select_views_follow_an_update_of_their_base(backend):
+    def f(x):
+        h = x * 1
+        row, col = h[0], h[:, 1].unsqueeze(0)   # reshapes that only drop/add unit axes: views in any layout
+        h.mul_(3)
+        return row * 1, col * 1
+
+    x = tg.tensor(np.arange(6.0).reshape(2, 3))
+    got, want = tg.compile(f, backend=backend)(x), f(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())

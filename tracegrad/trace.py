@@ -114,6 +114,12 @@ def _live(t):
     return False
 
 
+def _unit_dims_only(node):
+    """Whether a reshape only adds or drops axes of size 1 (x[0], unsqueeze): a view whatever the
+    layout, unlike a general reshape."""
+    return [n for n in node.inputs[0].shape if n != 1] == [n for n in node.out.shape if n != 1]
+
+
 class Lifted:
     """A real tensor read by the trace: its graph input, its stand-in, where its value comes from.
 
@@ -219,7 +225,7 @@ class Tracer:
         while v is not view[2]:
             ops.append(v.node)
             v = v.node.inputs[0]
-        if any(n.op == "reshape" for n in ops):     # a view or a copy, as the memory layout decides
+        if any(n.op == "reshape" and not _unit_dims_only(n) for n in ops):   # a view or a copy, as the layout decides
             raise TraceError(f"a reshape taken (at {ops[-1].loc}) before an in-place update of its base is "
                              f"used after the update (at {location()}); whether it sees the update depends on "
                              f"the memory layout, which a compiled function does not know: take the reshape "
