@@ -148,7 +148,8 @@ def print_table(rows, columns, out=print, bandwidth=None):
             out(f"{w.id + ' ' + w.name:24s}" + "".join(
                 f"{('-' if res[c].first is None else f'{res[c].first:.3f}'):>{width}s}" for c in compiled))
     out("")
-    out(f"max rel error vs float64 reference (max|out-ref|/max|ref| per output; tolerance {TOLERANCE:g} unless the workload sets its own)")
+    out(f"max rel error vs float64 reference (max|out-ref|/max|ref| per output; tolerance {TOLERANCE:g} "
+        f"unless the workload sets its own)")
     for w, res in rows:
         out(f"{w.id + ' ' + w.name:24s}" + "".join(
             f"{('-' if res[c].error is None else f'{res[c].error:.1e}'):>{width}s}" for c in columns))

@@ -88,10 +88,11 @@ def choose(k):
         # next rows: a tile's lines stay in L1.
         reduced = set(range(k.split, len(k.shape)))
         reads = [(nbytes(ld.buf), ld.strides) for ld in k.reads if unit_axis(k.shape, ld.strides) is not None]
-        u = unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) if reads else units[0]
+        src = max(reads, key=lambda o: o[0])[1] if reads else lead
+        u = unit_axis(k.shape, src)
         if u in reduced:
             return None
-        order = memory_order(k.shape, max(reads, key=lambda o: o[0])[1]) if reads else order
+        order = memory_order(k.shape, src)
         kept = [d for d in order if d not in reduced and d != u]
         last = len(k.shape) - 1                              # a map phase's unit-stride axis
         maps = any(ph.kind == "map" for ph in k.phases)
