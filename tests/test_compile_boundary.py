@@ -664,3 +664,23 @@ def test_training_steps_in_eight_threads_through_one_compiled_function():
     for (gl, gw), (wl, ww) in zip(got, want):
         np.testing.assert_allclose(gl, wl, rtol=1e-5)
         np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-7)
+
+
+def test_default_dtype_is_part_of_the_signature():
+    """tg.set_default_dtype decides what factories and Python floats make inside the function: a
+    function traced under one default must retrace under another (eager is the oracle)."""
+    def f(x, s):
+        return x + tg.ones(3) * s
+    cf = tg.compile(f)
+    x = tg.tensor([1, 2, 3])
+    before = tg.get_default_dtype()
+    try:
+        for d in (tg.float32, tg.float64, tg.float32):
+            tg.set_default_dtype(d)
+            for s in (0.1, 0.1):
+                got, want = cf(x, s), f(x, s)
+                assert got.dtype == want.dtype == d
+                np.testing.assert_array_equal(got.numpy(), want.numpy())
+    finally:
+        tg.set_default_dtype(before)
+    assert any("default dtype" in r for r in cf.stats()["retrace_reasons"])

@@ -3,12 +3,14 @@
 Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None and
 which earlier argument is the same tensor (one tensor passed twice is one graph input); the
 values of other arguments; the identity of modules and optimizers (objects registered with pytree);
-the grad mode. Each part comes with a readable description, so a retrace can say what changed.
+the grad mode; the default float dtype and device (tg.set_default_dtype / set_default_device decide
+what Python floats and factories inside the function make). Each part comes with a readable description, so a retrace can say what changed.
 """
 import inspect
 
 from .. import dtypes as D
 from ..autograd import _Mode, is_grad_enabled
+from ..device import get_default_device
 from ..pytree import flatten, object_state
 from ..tensor import Tensor, TraceError
 from ..trace import Traced
@@ -53,7 +55,9 @@ def call_signature(fn, args, kwargs):
         desc.update({(p, a): v for a, v in d.items()})
     grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
     desc[("grad mode", "enabled")] = grad_mode
-    return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode), desc
+    defaults = (D.default_float, str(get_default_device()))
+    desc[("default dtype", "is")], desc[("default device", "is")] = defaults[0].name, defaults[1]
+    return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode, defaults), desc
 
 
 def fast_key(args, kwargs):
@@ -62,7 +66,8 @@ def fast_key(args, kwargs):
     type), the device as its fields (hashing a device object runs Python code)."""
     if kwargs:
         return None
-    key, first = [_Mode.grad], {}
+    dd = get_default_device()
+    key, first = [_Mode.grad, D.default_float, dd.type, dd.index], {}
     for i, x in enumerate(args):
         if type(x) is Tensor:
             dev = x._device
