@@ -1,4 +1,4 @@
-"""Compiled float sums are at least as accurate as NumPy's pairwise sums (codegen/llvm.py: blocked
+"""Compiled float sums are at least as accurate as NumPy's pairwise sums (codegen/reductions.py: blocked
 partial sums joined in float64; float64 block sums joined pairwise), whatever the length, the
 memory order (transposed views) or the split across threads. The one exception: float64 sums over
 leading axes into an output array add in order (NumPy does too, unless the axis is contiguous)."""

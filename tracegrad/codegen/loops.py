@@ -1,0 +1,77 @@
+"""How a loop nest is emitted: in natural order over a shape (_loops) or in a Schedule's level order (_nest)."""
+
+
+def _loops(f, dims, body, lo_hi=None):
+    """Emit a loop nest over `dims` (sizes); body(f, idx) emits the innermost body.
+    lo_hi: (lo, hi) value names for the outermost loop instead of (0, dims[0])."""
+    idx = []
+
+    def level(d):
+        if d == len(dims):
+            body(f, idx)
+            return
+        ctr = f.alloca("i64")
+        start, stop = (lo_hi if d == 0 and lo_hi else ("0", str(dims[d])))
+        f.emit(f"store i64 {start}, ptr {ctr}")
+        cond, bod, done = f.label(), f.label(), f.label()
+        f.emit(f"br label %{cond}")
+        f.block(cond)
+        i = f.assign(f"load i64, ptr {ctr}")
+        c = f.assign(f"icmp slt i64 {i}, {stop}")
+        f.emit(f"br i1 {c}, label %{bod}, label %{done}")
+        f.block(bod)
+        idx.append(i)
+        level(d + 1)
+        idx.pop()
+        i2 = f.assign(f"load i64, ptr {ctr}")
+        nxt = f.assign(f"add nsw i64 {i2}, 1")
+        f.emit(f"store i64 {nxt}, ptr {ctr}")
+        f.emit(f"br label %{cond}")
+        f.block(done)
+
+    level(0)
+
+
+def _nest(f, shape, levels, body, lo_hi=None, idx=None, base=None):
+    """Emit the loop nest of a Schedule's `levels` ((axis, tile) pairs, outermost first) over a
+    space of `shape`; body(f, idx, base) gets {axis: index} of the element loops (with those of
+    `idx`) and {axis: (start, end)} of the current tiles (with those of `base`). An element loop
+    of a tiled axis runs from the tile's start to min(end, size). lo_hi: the outermost level's
+    range instead of its trip count."""
+    idx, base = dict(idx or {}), dict(base or {})
+
+    def level(j):
+        if j == len(levels):
+            body(f, idx, base)
+            return
+        d, tile = levels[j]
+        n = shape[d]
+        if j == 0 and lo_hi:
+            start, stop = lo_hi
+        elif tile:
+            start, stop = "0", str(-(-n // tile))
+        elif d in base:
+            start, end = base[d]
+            stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
+        else:
+            start, stop = "0", str(n)
+        ctr = f.alloca("i64")
+        f.emit(f"store i64 {start}, ptr {ctr}")
+        cond, bod, done = f.label(), f.label(), f.label()
+        f.emit(f"br label %{cond}")
+        f.block(cond)
+        i = f.assign(f"load i64, ptr {ctr}")
+        f.emit(f"br i1 {f.assign(f'icmp slt i64 {i}, {stop}')}, label %{bod}, label %{done}")
+        f.block(bod)
+        if tile:
+            first = f.assign(f"mul nsw i64 {i}, {tile}")
+            base[d] = (first, f.assign(f"add nsw i64 {first}, {tile}"))
+        else:
+            idx[d] = i
+        level(j + 1)
+        i2 = f.assign(f"load i64, ptr {ctr}")
+        f.emit(f"store i64 {f.assign(f'add nsw i64 {i2}, 1')}, ptr {ctr}")
+        f.emit(f"br label %{cond}")
+        f.block(done)
+
+    level(0)

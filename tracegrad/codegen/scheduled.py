@@ -1,0 +1,116 @@
+"""How a scheduled kernel (Schedule, ir/kernels.py) is lowered: maps in its order, reductions across u."""
+from ..ir.kernels import contiguous_strides, loads
+from .loops import _nest
+from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
+from .scalar import Emitter, linear, store, regtype
+
+
+def _put(mb, f, ptrs, phases, ix, full):
+    """Each map phase's outputs at index ix, phase after phase (one Emitter: shared values once)."""
+    em, off = Emitter(mb, f, ptrs, ix), linear(f, ix, full)
+    for ph in phases:
+        for v, val in [(v, em.value(t)) for v, t in ph.outputs]:
+            store(f, ptrs, v, off, val)
+
+
+def _scheduled_map(mb, f, kernel, ptrs):
+    """A kernel of map phases walked in its schedule's order: each element's phases in turn (a
+    phase reads an earlier one's output only at the same element: fusion's row rule)."""
+    shape = kernel.shape
+    full = contiguous_strides(shape)
+    _nest(f, shape, kernel.schedule.levels,
+          lambda f, idx, base: _put(mb, f, ptrs, kernel.phases, [idx[d] for d in range(len(shape))], full),
+          lo_hi=("%lo", "%hi"))
+
+
+def _across_kernel(mb, f, kernel, ptrs):
+    """Row reductions whose kept axis u is the unit-stride one (Schedule.across): per tile of u
+    (and element of the other kept axes), each stream of phases (_streams) walks the reduced axes
+    with u innermost; a reduction keeps a vector of the tile's partial results (float sums in
+    blocks of BLOCK elements of the outermost reduced axis, each block's vector joined into the
+    float64 total), then stores it."""
+    sch, shape, k = kernel.schedule, kernel.shape, kernel.split
+    u = sch.across
+    cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
+    outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
+    full, kept = contiguous_strides(shape), contiguous_strides(shape[:k])
+    r0 = inner[0][0]
+
+    def outer_body(f, oidx, obase):
+        def slot(f, vec, idx, ty):
+            i = f.assign(f"sub nsw i64 {idx[u]}, {obase[u][0]}")
+            return f.assign(f"getelementptr inbounds {ty}, ptr {vec}, i64 {i}")
+
+        def over_tile(f, fn):
+            _nest(f, shape, [(u, 0)], lambda f, idx, b: fn(f, idx), idx=oidx, base=obase)
+
+        def each(fn, accs):
+            over_tile(f, lambda f, idx: [fn(f, idx, *a) for a in accs])
+
+        def init(f, idx, vec, dt, lower):
+            f.emit(f"store {regtype(dt)} {_identity(lower, dt)}, ptr {slot(f, vec, idx, regtype(dt))}")
+
+        def add(f, idx, into, dt, lower, x, xt):
+            ty = regtype(dt)
+            p = slot(f, into, idx, ty)
+            f.emit(f"store {ty} {_combine(f, lower, f.assign(f'load {ty}, ptr {p}'), _widen(f, x, xt, dt), dt)}, "
+                   f"ptr {p}")
+
+        for stream in _streams(kernel.phases):
+            if stream[0].kind == "map":
+                _nest(f, shape, sch.map_levels, lambda f, idx, b: _put(mb, f, ptrs, stream,
+                                                                       [idx[d] for d in range(len(shape))], full),
+                      idx=oidx, base=obase)
+                continue
+            sums = [_join(ph.lower) == "+" and ph.outputs[0][0].dtype.is_floating_point for ph in stream]
+            blocked = shape[r0] > BLOCK and any(sums)
+            accs = []   # (v, tree, lower, total vector (float64 for float sums), vector rows add into, its type)
+            for ph, is_sum in zip(stream, sums):
+                (v, tree), = ph.outputs
+                at = _acc_dtype(ph.lower, v.dtype)
+                total = f.alloca(f"[{tile} x {regtype(at)}]")
+                part = f.alloca(f"[{tile} x {regtype(v.dtype)}]") if blocked and is_sum else total
+                accs.append((v, tree, ph.lower, total, part, v.dtype if part is not total else at))
+
+            def accumulate(f, idx, b):
+                em = Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])   # shared values once
+                for v, tree, lower, total, part, pt in accs:
+                    add(f, idx, part, pt, lower, em.value(tree), v.dtype)
+
+            each(lambda f, idx, v, tree, lower, total, part, pt: init(f, idx, total, _acc_dtype(lower, v.dtype), lower),
+                 accs)
+            if blocked:
+                blocks = [a for a in accs if a[4] is not a[3]]
+
+                def block(f, bidx, bbase):
+                    each(lambda f, idx, v, tree, lower, total, part, pt: init(f, idx, part, pt, lower), blocks)
+                    _nest(f, shape, inner, accumulate, idx=bidx, base=bbase)
+                    each(lambda f, idx, v, tree, lower, total, part, pt: add(
+                        f, idx, total, _acc_dtype(lower, v.dtype), lower,
+                        f.assign(f"load {regtype(pt)}, ptr {slot(f, part, idx, regtype(pt))}"), pt), blocks)
+                _nest(f, shape, [(r0, BLOCK)], block, idx=oidx, base=obase)
+            else:
+                _nest(f, shape, inner, accumulate, idx=oidx, base=obase)
+
+            def write(f, idx, v, tree, lower, total, part, pt):
+                at = _acc_dtype(lower, v.dtype)
+                val = f.assign(f"load {regtype(at)}, ptr {slot(f, total, idx, regtype(at))}")
+                store(f, ptrs, v, linear(f, [idx[d] for d in range(k)], kept), _narrow(f, val, v.dtype, at))
+            each(write, accs)
+
+    _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))
+
+
+def _streams(phases):
+    """Consecutive phases that can share one walk over the rows: reductions none of which reads
+    another's result (a backward's several gradient sums); a map phase walks alone."""
+    out = []
+    for ph in phases:
+        cur = out[-1] if out else None
+        made = {id(v) for p in cur for v, _ in p.outputs} if cur else set()
+        if cur and ph.kind == "reduce" and cur[0].kind == "reduce" and \
+                not any(id(ld.buf) in made for _, t in ph.outputs for ld in loads(t)):
+            cur.append(ph)
+        else:
+            out.append([ph])
+    return out
