@@ -318,12 +318,22 @@ def test_fuzz_slice_graph_and_inplace_programs_agree(tmp_path):
     assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
 
 
-@pytest.mark.xfail(reason="issue 8 items 1-3 (aliasing arguments and storage aliases, state changes between calls, "
-                          "globals read through containers): open in the jit boundary", strict=False)
-def test_fuzz_slice_mutate_alias_train_state_programs_agree(tmp_path):
+def test_fuzz_slice_mutate_train_state_programs_agree(tmp_path):
+    """Inputs updated under no_grad (and through .data/.detach()), training steps with state changes
+    between calls, globals read through a dict and changed between calls."""
     from tracegrad.fuzz import fuzz
     from tracegrad.fuzz.runner import format_summary
-    s = fuzz(5, 0, kinds=["mutate", "alias", "train", "state"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    s = fuzz(6, 0, kinds=["mutate", "train", "state"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
+
+
+@pytest.mark.xfail(reason="issue 8 item 1: a view of an argument that shares storage with another argument updated "
+                          "in place (a.detach()) reads stale values; aliasing patterns the boundary refuses count as "
+                          "errors here", strict=False)
+def test_fuzz_slice_alias_programs_agree(tmp_path):
+    from tracegrad.fuzz import fuzz
+    from tracegrad.fuzz.runner import format_summary
+    s = fuzz(4, 0, kinds=["alias"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
     assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
 
 
