@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from threads_helper import run_in_threads
 from tracegrad.ir import parse, print_graph
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "12"))
@@ -587,25 +588,6 @@ def test_forward_return_line_shows_saved_values_apart():
 
 # ---------------------------------------------------------------------- 8.4 threads (compiled calls)
 
-def _in_threads(target, n=8):
-    """target(i) in n threads released together; the first failure re-raised."""
-    import threading
-    errors, start = [], threading.Barrier(n)
-
-    def run(i):
-        try:
-            start.wait()
-            target(i)
-        except BaseException as e:      # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
 
 def test_racing_first_calls_with_several_signatures_and_a_failing_trace():
     """8 threads make the first calls at once: four shapes (each traced once), and one thread
@@ -625,7 +607,7 @@ def test_racing_first_calls_with_several_signatures_and_a_failing_trace():
                 f(tg.ones(3, 2), tg.ones(5))
             except Exception as e:          # noqa: BLE001 - the failing trace, checked below
                 failures.append(e)
-    _in_threads(work)
+    run_in_threads(work)
     assert len(failures) == 1 and "broadcast" in str(failures[0]).lower()
     assert f.stats()["traces"] == 4                          # one per shape, however the calls raced
     np.testing.assert_allclose(arr(f(tg.ones(3, 2), tg.ones(2))), np.tanh(np.ones((3, 2))).sum(1), rtol=1e-6)
@@ -660,7 +642,7 @@ def test_training_steps_in_eight_threads_through_one_compiled_function():
 
     def work(i):
         got[i] = train(i, compiled)
-    _in_threads(work)
+    run_in_threads(work)
     for (gl, gw), (wl, ww) in zip(got, want):
         np.testing.assert_allclose(gl, wl, rtol=1e-5)
         np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-7)

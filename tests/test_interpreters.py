@@ -5,29 +5,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from threads_helper import run_in_threads
 from tracegrad.trace import Traced
 
 N_THREADS = 8
-
-
-def _run_threads(target, n=N_THREADS):
-    """Run target(i) in n threads started together; re-raise the first failure."""
-    errors, start = [], threading.Barrier(n)
-
-    def run(i):
-        try:
-            start.wait()
-            target(i)
-        except BaseException as e:      # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def _tanh_sq_loss_grads(a, b):
@@ -56,7 +37,7 @@ def test_eager_backward_in_eight_threads_matches_numpy():
             np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-10, atol=1e-12)
 
-    _run_threads(work)
+    run_in_threads(work, n=N_THREADS)
 
 
 def test_compiling_in_one_thread_leaves_other_threads_eager():
@@ -85,7 +66,7 @@ def test_compiling_in_one_thread_leaves_other_threads_eager():
             y.backward()
             np.testing.assert_array_equal(x.grad.numpy(), np.full(5, 2.0))
 
-    _run_threads(work, n=4)
+    run_in_threads(work, n=4)
 
 
 def test_eight_threads_calling_one_compiled_function_trace_it_once():
@@ -102,7 +83,7 @@ def test_eight_threads_calling_one_compiled_function_trace_it_once():
             np.testing.assert_allclose(loss.item(), value, rtol=1e-12)
             np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-10, atol=1e-12)
 
-    _run_threads(work)
+    run_in_threads(work, n=N_THREADS)
     assert f.stats()["traces"] == 1
 
 
@@ -122,7 +103,7 @@ def test_grad_mode_is_per_thread():
             seen[1] = (tg.is_grad_enabled(), (x * 2).requires_grad)
             release.set()
 
-    _run_threads(work, n=2)
+    run_in_threads(work, n=2)
     assert seen == {0: False, 1: (True, True)}
 
 
@@ -230,5 +211,5 @@ def test_set_grad_enabled_call_is_per_thread():
         else:
             seen[1] = tg.is_grad_enabled()
 
-    _run_threads(work, n=2)
+    run_in_threads(work, n=2)
     assert seen == {0: False, 1: True} and tg.is_grad_enabled()

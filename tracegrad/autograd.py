@@ -7,6 +7,13 @@ from .broadcast import _quiet
 from .modes import _Mode, enable_grad, interpreter, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
 
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward() or tg.grad(). Specify retain_graph=True if you need to backward through the graph "
+    "a second time or if you need to access saved tensors after calling backward.")
+
+
 class Node:
     """One recorded primitive application: what its VJP needs, and where gradients go.
 
@@ -54,11 +61,7 @@ class Node:
 
     def check_saved(self):
         if self.freed:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after "
-                "they have already been freed). Saved intermediate values of the graph are freed when you call "
-                ".backward() or tg.grad(). Specify retain_graph=True if you need to backward through the graph "
-                "a second time or if you need to access saved tensors after calling backward.")
+            raise RuntimeError(FREED_MESSAGE)
         for i, v in self.versions.items():
             t = self.saved[i]
             if t._ver[0] != v:

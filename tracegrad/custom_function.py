@@ -6,7 +6,7 @@ a differentiable graph under `create_graph=True`, and inside `@tg.compile` runs 
 it becomes ops of the backward IR like any primitive's VJP rule.
 """
 from . import dtypes as D
-from .autograd import _edge, _version_message
+from .autograd import FREED_MESSAGE, _edge, _version_message
 from .broadcast import BroadcastError, broadcast_shapes, unbroadcast, user_frame
 from .device import CPU
 from .modes import _Mode, interpreter, no_grad
@@ -162,11 +162,7 @@ class FunctionNode:
 
     def check_saved(self):
         if self.freed:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after "
-                "they have already been freed). Saved intermediate values of the graph are freed when you call "
-                ".backward() or tg.grad(). Specify retain_graph=True if you need to backward through the graph "
-                "a second time or if you need to access saved tensors after calling backward.")
+            raise RuntimeError(FREED_MESSAGE)
         for k, (t, v) in enumerate(zip(self.ctx._saved, self.ctx._versions)):
             if t is not None and t._ver[0] != v:
                 raise RuntimeError(_version_message(t, v, f"saved tensor {k} of {self.name()}"))
