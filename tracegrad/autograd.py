@@ -14,7 +14,20 @@ FREED_MESSAGE = (
     "a second time or if you need to access saved tensors after calling backward.")
 
 
-class Node:
+class GraphNode:
+    """What every backward node shows (primitive nodes, custom Functions): PyTorch's repr and
+    next_functions. Subclasses have `name()` and `edges`."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    @property
+    def next_functions(self):
+        return tuple(e if isinstance(e, tuple) or e is None else (e, 0) for e in self.edges)
+
+
+class Node(GraphNode):
     """One recorded primitive application: what its VJP needs, and where gradients go.
 
     `edges[i]` is the producer of input i: (node, output index), a leaf tensor (accumulate into
@@ -51,13 +64,6 @@ class Node:
         """PyTorch's node name without its overload digit ("MulBackward"); composite operations
         label their last node with the name PyTorch gives the whole operation ("MeanBackward")."""
         return self.label or self.prim.backward_name
-
-    def __repr__(self):
-        return f"<{self.name()}>"
-
-    @property
-    def next_functions(self):
-        return tuple(e if isinstance(e, tuple) or e is None else (e, 0) for e in self.edges)
 
     def check_saved(self):
         if self.freed:

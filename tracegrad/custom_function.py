@@ -6,7 +6,7 @@ a differentiable graph under `create_graph=True`, and inside `@tg.compile` runs 
 it becomes ops of the backward IR like any primitive's VJP rule.
 """
 from . import dtypes as D
-from .autograd import FREED_MESSAGE, _edge, _version_message
+from .autograd import FREED_MESSAGE, GraphNode, _edge, _version_message
 from .broadcast import BroadcastError, broadcast_shapes, unbroadcast, user_frame
 from .device import CPU
 from .modes import _Mode, interpreter, no_grad
@@ -132,7 +132,7 @@ def _forward_mode(cls, ctx, tangents, outs):
             o._tangent = t.detach() if t._shape == o._shape else t.detach().expand(*o._shape)
 
 
-class FunctionNode:
+class FunctionNode(GraphNode):
     """The autograd node of one `Function.apply`; the engine drives it like a primitive's node."""
 
     owned_grads = False
@@ -152,13 +152,6 @@ class FunctionNode:
 
     def name(self):
         return f"{self.cls.__name__}Backward"
-
-    def __repr__(self):
-        return f"<{self.name()}>"
-
-    @property
-    def next_functions(self):
-        return tuple(e if isinstance(e, tuple) or e is None else (e, 0) for e in self.edges)
 
     def check_saved(self):
         if self.freed:

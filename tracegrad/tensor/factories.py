@@ -180,20 +180,20 @@ def _random(name, shape, dtype, dev, requires_grad):
     return t
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
+def _float_random(name, size, dtype, device, requires_grad):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
     if not dt.is_floating_point:
-        raise TypeError(f"randn needs a floating-point dtype, got {dt}")
-    return _random("randn", shape, dt, dev, requires_grad)
+        raise TypeError(f"{name} needs a floating-point dtype, got {dt}")
+    return _random(name, shape, dt, dev, requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    return _float_random("randn", size, dtype, device, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
-    shape = _sizes(size)
-    dt, dev = _factory_args(dtype, device, D.default_float)
-    if not dt.is_floating_point:
-        raise TypeError(f"rand needs a floating-point dtype, got {dt}")
-    return _random("rand", shape, dt, dev, requires_grad)
+    return _float_random("rand", size, dtype, device, requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):

@@ -71,13 +71,19 @@ def where(cond, a, b):
     return dispatch(_P["where"], (cond, a, b), {})
 
 
-def cat(tensors, axis=None, *, dim=None):
+def _tensor_list(tensors, name, empty_message):
+    """The tensors of cat/stack as a list: non-empty, every item a tensor."""
     tensors = list(tensors)
     if not tensors:
-        raise _ArgError("cat(): expected a non-empty list of Tensors")
+        raise _ArgError(empty_message)
     if not all(isinstance(t, TensorBase) for t in tensors):
-        raise TypeError("cat expects a sequence of tensors, got "
+        raise TypeError(f"{name} expects a sequence of tensors, got "
                         f"{', '.join(sorted({type(t).__name__ for t in tensors}))}")
+    return tensors
+
+
+def cat(tensors, axis=None, *, dim=None):
+    tensors = _tensor_list(tensors, "cat", "cat(): expected a non-empty list of Tensors")
     axis = _axis_kw(axis, dim)
     axis = 0 if axis is None else axis
     ref = tensors[0]
@@ -91,12 +97,7 @@ def cat(tensors, axis=None, *, dim=None):
 
 
 def stack(tensors, axis=None, *, dim=None):
-    tensors = list(tensors)
-    if not tensors:
-        raise _ArgError("stack expects a non-empty TensorList")
-    if not all(isinstance(t, TensorBase) for t in tensors):
-        raise TypeError("stack expects a sequence of tensors, got "
-                        f"{', '.join(sorted({type(t).__name__ for t in tensors}))}")
+    tensors = _tensor_list(tensors, "stack", "stack expects a non-empty TensorList")
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")
