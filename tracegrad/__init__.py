@@ -1,5 +1,5 @@
 """tracegrad: eager tensors with reverse-mode autograd, and a tracing JIT for their graphs."""
-from . import cuda, dtypes
+from . import backends, cuda, dtypes
 from .modes import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .broadcast import BroadcastError, BroadcastWarning, broadcast_shapes
 from .device import device, get_default_device, set_default_device

@@ -1,0 +1,18 @@
+"""The CUDA tests (tests/cuda/) under numba's CUDA simulator, in a process of their own: the simulator
+is chosen when numba is imported (NUMBA_ENABLE_CUDASIM=1), so they cannot share this process. The
+README's single test command runs them through this test; no GPU and no gpu extra are needed."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cuda_suite_under_the_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests/cuda", "-q", "-p", "no:cacheprovider"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"the CUDA tests under the simulator failed (rc {r.returncode}):\n{out[-20000:]}"
+    assert " passed" in out, out[-5000:]

@@ -1,0 +1,89 @@
+"""`tg.cuda`, as `torch.cuda`: whether a CUDA device is usable (a GPU through numba.cuda, or numba's
+simulator with NUMBA_ENABLE_CUDASIM=1), how many, and waiting for it.
+
+numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work without it.
+The package's modules: memory.py (device arrays, the counted host<->device copies), eager.py (eager
+primitives on the device, by kind), kernels.py (copy, gather, scatter-add, fill), random.py,
+matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels).
+"""
+import os
+
+INSTALL_HINT = ("Install the GPU dependencies with `pip install -e '.[gpu]'` (numba-cuda and the cuBLAS "
+                "runtime); without a GPU, set NUMBA_ENABLE_CUDASIM=1 (numba's CUDA simulator, slow: small "
+                "tensors only) before importing tracegrad.")
+
+
+def _numba_cuda():
+    """The numba.cuda module, or None when numba has no CUDA support installed."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return None
+    return cuda
+
+
+def simulated():
+    """True when numba.cuda is its simulator (NUMBA_ENABLE_CUDASIM=1): no GPU, kernels run in Python."""
+    from numba import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def is_available():
+    """True when numba.cuda finds a GPU or runs its simulator (NUMBA_ENABLE_CUDASIM=1)."""
+    cuda = _numba_cuda()
+    if cuda is None:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # numba raises several driver errors when no GPU is present
+        return False
+
+
+def require(dev):
+    """Raise the SPEC's error when `dev` is a cuda device that cannot be used."""
+    if dev.type != "cuda":
+        return
+    if not is_available():
+        hint = "" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else " " + INSTALL_HINT
+        raise RuntimeError(f"CUDA is not available: numba.cuda found no usable GPU for device {dev}.{hint}")
+    if dev.index >= device_count():
+        raise RuntimeError(f"CUDA error: invalid device ordinal: {dev} (this machine has {device_count()} "
+                           f"CUDA device(s); tracegrad uses cuda:0)")
+    if dev.index != 0:
+        raise RuntimeError(f"{dev}: tracegrad uses one CUDA device, cuda:0")
+
+
+def device_count():
+    """The number of CUDA devices numba.cuda sees (0 when none)."""
+    if not is_available():
+        return 0
+    return len(_numba_cuda().gpus)
+
+
+def current_device():
+    """The index of the device tensors go to with device="cuda" (always 0)."""
+    _check()
+    return 0
+
+
+def get_device_name(device=None):
+    """The name of the GPU ("numba CUDA simulator" under NUMBA_ENABLE_CUDASIM=1)."""
+    _check()
+    if simulated():
+        return "numba CUDA simulator"
+    name = _numba_cuda().get_current_device().name
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def synchronize(device=None):
+    """Wait until every kernel and copy queued on the device has finished; raises a device-side error
+    (an index out of range in an indexing kernel) that happened since the last synchronization."""
+    _check()
+    _numba_cuda().synchronize()
+    from . import memory
+    memory.check_device_errors()
+
+
+def _check():
+    from ..device import device
+    require(device("cuda"))

@@ -1,0 +1,206 @@
+"""Device memory: allocation, strided views, layout queries, and the one counted path between host and
+device (`copy`): every host<->device copy of tensor data goes through it, so tests can count them
+(`transfer_stats()`, `count_transfers()`).
+
+A cuda tensor's storage is a numba.cuda device array (under NUMBA_ENABLE_CUDASIM=1, the simulator's
+stand-in, which wraps a NumPy array: the few places that must tell them apart are here).
+"""
+import contextlib
+import math
+
+import numpy as np
+
+from . import simulated
+
+_STATS = {"to_device": 0, "to_host": 0, "bytes": 0}
+_ERRORS = []          # [the mapped int32 flag device kernels raise] (created on first use)
+
+
+def _cuda():
+    from numba import cuda
+    return cuda
+
+
+# ------------------------------------------------------------ the counted copies
+def copy(arr, to):
+    """`arr` copied to="device" (from a NumPy array) or to="host" (from a device array); counted."""
+    if to == "device":
+        host = np.ascontiguousarray(arr)
+        out = _cuda().to_device(host)
+        _STATS["to_device"] += 1
+    elif to == "host":
+        src = arr if row_major(arr) else _contiguous(arr)
+        out = src.copy_to_host()
+        check_device_errors()
+        _STATS["to_host"] += 1
+    else:
+        raise ValueError(f"copy: to must be 'device' or 'host', got {to!r}")
+    _STATS["bytes"] += out.nbytes
+    return out
+
+
+def transfer_stats():
+    """Host<->device copies of tensor data so far in this process: {"count", "bytes", "to_device",
+    "to_host"}."""
+    return {"count": _STATS["to_device"] + _STATS["to_host"], **_STATS}
+
+
+class TransferCount:
+    """The copies made inside a `count_transfers()` block (read during or after it)."""
+
+    def __init__(self):
+        self._start, self._end = transfer_stats(), None
+
+    def _now(self, key):
+        return (self._end or transfer_stats())[key] - self._start[key]
+
+    count = property(lambda self: self._now("count"))
+    bytes = property(lambda self: self._now("bytes"))
+    to_device = property(lambda self: self._now("to_device"))
+    to_host = property(lambda self: self._now("to_host"))
+
+    def __repr__(self):
+        return (f"TransferCount(count={self.count}, bytes={self.bytes}, to_device={self.to_device}, "
+                f"to_host={self.to_host})")
+
+
+@contextlib.contextmanager
+def count_transfers():
+    """`with tg.cuda.memory.count_transfers() as c: ...` then `c.count`, `c.bytes`, `c.to_device`,
+    `c.to_host`: the host<->device copies of tensor data made inside the block."""
+    c = TransferCount()
+    try:
+        yield c
+    finally:
+        c._end = transfer_stats()
+
+
+# ------------------------------------------------------------ device-side errors
+def error_flag():
+    """A host-mapped int32 that kernels set to a nonzero code on bad input (an index out of range):
+    the host reads it without a copy after synchronizing, as PyTorch reports a device-side assert."""
+    if not _ERRORS:
+        flag = _cuda().mapped_array(1, np.int32)
+        flag[0] = 0
+        _ERRORS.append(flag)
+    return _ERRORS[0]
+
+
+def check_device_errors():
+    """Raise the error a kernel flagged since the last check (the caller has synchronized)."""
+    if _ERRORS and _ERRORS[0][0]:
+        _ERRORS[0][0] = 0
+        raise IndexError("index out of range in an indexing kernel on cuda:0 (a device-side check, reported at "
+                         "the next synchronization as PyTorch reports its device-side assert); check the index "
+                         "tensors' values against the indexed sizes")
+
+
+# ------------------------------------------------------------ allocation, views, layout
+def is_device_array(obj):
+    """Whether `obj` is a numba.cuda device array (or the simulator's)."""
+    return bool(getattr(obj, "__cuda_ndarray__", False))
+
+
+def as_device_array(obj):
+    """A numba.cuda device array over `obj`'s memory (zero copy): a device array, or any object with
+    `__cuda_array_interface__` (a CuPy array, a PyTorch cuda tensor)."""
+    if is_device_array(obj):
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _cuda().as_cuda_array(obj)
+    raise TypeError(f"expected a CUDA device array (an object with __cuda_array_interface__), got "
+                    f"{type(obj).__name__}")
+
+
+def empty(shape, dtype):
+    """A new row-major device array (uninitialised)."""
+    return _cuda().device_array(tuple(shape), np.dtype(dtype))
+
+
+def strides_of(arr):
+    """The strides of a device array in elements."""
+    return tuple(s // arr.dtype.itemsize for s in arr.strides)
+
+
+def row_major(arr):
+    """Whether `arr` is laid out row-major without gaps (size-1 axes ignored), as NumPy's c_contiguous."""
+    return _row_major(arr.shape, strides_of(arr))
+
+
+def _row_major(shape, strides):
+    if 0 in shape:
+        return True
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+def view(arr, shape, strides, offset=0, dtype=None):
+    """A device array over `arr`'s memory: `shape`, `strides` (in elements of `dtype`, default arr's),
+    starting `offset` elements of arr's dtype after arr's first element. Strides are not checked
+    against the allocation: callers derive them from arr's own (a primitive's remap)."""
+    dtype = np.dtype(dtype or arr.dtype)
+    shape, nbytes = tuple(int(n) for n in shape), [int(s) * dtype.itemsize for s in strides]
+    start = int(offset) * arr.dtype.itemsize
+    if simulated():
+        base = arr._ary
+        iface = dict(base.__array_interface__, shape=shape, strides=tuple(nbytes), typestr=dtype.str, descr=None)
+        iface["data"] = (iface["data"][0] + start, False)
+        iface.pop("descr")
+        return type(arr)(np.asarray(np.lib.stride_tricks.DummyArray(iface, base=base)))
+    if arr.size == 0 or math.prod(shape) == 0:
+        return empty(shape, dtype)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    return DeviceNDArray(shape, tuple(nbytes), dtype, gpu_data=arr.gpu_data.view(start))
+
+
+def span(arr, dtype=None):
+    """(a 1-D view from arr's first element to its last, arr's strides in elements): kernels index any
+    strided array through it with a flat offset."""
+    strides = strides_of(arr)
+    if arr.size == 0:
+        return view(arr, (0,), (1,), dtype=dtype), strides
+    n = 1 + sum((d - 1) * s for d, s in zip(arr.shape, strides))
+    return view(arr, (n,), (1,), dtype=dtype), strides
+
+
+def data_ptr(arr):
+    """The device address of arr's first element."""
+    if simulated():
+        return arr._ary.ctypes.data
+    return arr.__cuda_array_interface__["data"][0]
+
+
+def storage_offset(arr):
+    """How many elements arr's first element lies after the start of its allocation."""
+    if simulated():
+        root = arr._ary
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return (arr._ary.ctypes.data - root.ctypes.data) // arr.dtype.itemsize
+    base = arr.gpu_data.owner.device_pointer_value or 0
+    return (data_ptr(arr) - base) // arr.dtype.itemsize
+
+
+def may_share_memory(a, b):
+    """Whether two device arrays' address ranges overlap."""
+    ra, rb = _extent(a), _extent(b)
+    return ra is not None and rb is not None and ra[0] < rb[1] and rb[0] < ra[1]
+
+
+def _extent(arr):
+    if arr.size == 0:
+        return None
+    lo = data_ptr(arr)
+    hi = lo + sum((n - 1) * s for n, s in zip(arr.shape, arr.strides)) + arr.dtype.itemsize
+    return lo, hi
+
+
+def _contiguous(arr):
+    from .kernels import copy_strided
+    out = empty(arr.shape, arr.dtype)
+    copy_strided(arr, out)
+    return out
