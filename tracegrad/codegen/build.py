@@ -1,9 +1,11 @@
 """Compile the fused graphs of one compiled signature (forward and backward) into programs
-sharing one LLVM module: assign buffer slots, emit LLVM, optimize and JIT once."""
+sharing one LLVM module: assign buffer slots, emit LLVM (kernels, matrix products, the driver's
+segments), optimize and JIT once."""
 from ..ir.kernels import contiguous_strides, loads
+from .driver import gemm_function, gemm_plan, gemm_slots, segment_function
 from .engine import compile_module
 from .llvm import ModuleBuilder
-from .runtime import Program
+from .runtime import Program, splits
 
 
 def build_programs(graphs, fused, inplace=None):
@@ -27,12 +29,40 @@ def build_programs(graphs, fused, inplace=None):
         label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
         names = {id(k): mb.kernel(k, slots, f"{label}_k{j}") for j, k in enumerate(kernels)
                  if k.kind in ("loop", "reduce_acc")}
+        gemm = gemm_slots(len(slots))
+        for j, k in enumerate(kernels):
+            plan = gemm_plan(k)
+            if plan is not None:
+                names[id(k)] = f"{label}_k{j}"
+                mb.function(gemm_function(names[id(k)], k, plan, slots, gemm[plan["dtype"]]))
+        steps = segments(kernels, names, label)
+        for step in steps:
+            if step[0] == "native":
+                mb.function(segment_function(step[1], [(names[id(kernels[j])], kernels[j].parallel_extent())
+                                                       for j in step[2]]))
         pairs = inplace[gi] if inplace else ()
-        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs)))
+        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs), steps))
     text = mb.text()
     engine = compile_module(text)
     progs = [None if p is None else Program(*p, engine) for p in plans]
     return progs, text, engine
+
+
+def segments(kernels, names, label):
+    """The program's steps: ("native", segment name, [kernel indices]) for each run of kernels with
+    a native function that runs on the calling thread (see driver.py), ("chunks", j) for a kernel
+    split over the thread pool, ("host", j) for a kernel run by NumPy."""
+    steps = []
+    for j, k in enumerate(kernels):
+        if id(k) not in names:
+            steps.append(("host", j))
+        elif k.kind != "extern" and splits(k):
+            steps.append(("chunks", j))
+        elif steps and steps[-1][0] == "native":
+            steps[-1][2].append(j)
+        else:
+            steps.append(("native", f"{label}_s{sum(s[0] == 'native' for s in steps)}", [j]))
+    return steps
 
 
 def inplace_slots(graph, kernels, aliases, slots, pairs):
@@ -44,6 +74,10 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
     output is returned once."""
     out = {}
     producer = {id(v): j for j, k in enumerate(kernels) for v in k.outputs}
+    last_read = {}
+    for j, k in enumerate(kernels):
+        for ld in k.reads:
+            last_read[id(ld.buf)] = j
     returned = {}
     for v in graph.outputs:
         returned[id(v)] = returned.get(id(v), 0) + 1
@@ -56,7 +90,7 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
         k = kernels[j]
         if k.kind != "loop" or k.shape != u.shape:
             continue
-        if any(ld.buf is u for later in kernels[j + 1:] for ld in later.reads):
+        if last_read.get(id(u), -1) > j:
             continue
         writer = next(p for p, ph in enumerate(k.phases) for w, _ in ph.outputs if w is v)
         if k.phases[writer].kind != "map":

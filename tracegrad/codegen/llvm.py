@@ -21,29 +21,38 @@ from .scheduled import _across_kernel, _scheduled_map
 
 
 class ModuleBuilder:
-    """Collects the kernels of one or more programs into one module."""
+    """Collects the kernels of one or more programs (and their drivers, see driver.py) into one module.
+
+    Kernels whose bodies are the same up to which buffers they touch (the layers of a deep network,
+    one optimizer update per parameter of a shape) share one body function: it is optimized and
+    compiled once, each kernel's exported function calls it with its own buffers. So compile time
+    follows the number of distinct kernels, not of kernels."""
 
     def __init__(self):
-        self.functions, self.math = [], set()
+        self.functions, self.math, self.bodies, self.uses = [], set(), {}, {}
 
     def text(self):
         head = "; tracegrad kernels\n"
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
+        bodies = [f"define internal void @{name}({params}) {'alwaysinline' if self.uses[name] == 1 else 'noinline'} "
+                  f"nounwind {{\nentry:\n{body}\n}}" for (params, body), name in self.bodies.items()]
         return (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
-                + "\n\n".join(self.functions) + "\n\nattributes #1 = { nounwind }\n")
+                + "\n\n".join(bodies + self.functions) + "\n\nattributes #1 = { nounwind }\n"
+                + "attributes #2 = { noinline }\n")
 
     def kernel(self, kernel, slots, name):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices.
 
         The body takes each buffer as a `noalias` pointer argument (buffers never overlap: outputs
         are fresh or private), so loops vectorize without runtime alias checks; the exported
-        `@<name>(table, lo, hi)` loads the pointers from the table and calls it (inlined). Names
-        follow `stage="kernels"`: `forward_k3` is kernel k3 of the forward program."""
+        `@<name>(table, lo, hi)` loads the pointers from the table and calls it (inlined when no
+        other kernel shares the body). Names follow `stage="kernels"`: `forward_k3` is kernel k3 of
+        the forward program."""
         f = Fn()
-        bufs = sorted(set((slots[id(v)], id(v)) for v in _buffers(kernel)))
-        ptrs = {vid: f"%b{slot}" for slot, vid in bufs}
+        order = list(dict.fromkeys(id(v) for v in _buffers(kernel)))    # first use: the body's own order
+        ptrs = {vid: f"%b{i}" for i, vid in enumerate(order)}
         if kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
@@ -53,17 +62,21 @@ class ModuleBuilder:
         else:
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
-        body = "\n".join(f.allocas + f.lines)
-        params = "".join(f"ptr noalias %b{slot}, " for slot, _ in bufs)
-        loads = "".join(f"  %p{slot} = getelementptr ptr, ptr %table, i64 {slot}\n"
-                        f"  %a{slot} = load ptr, ptr %p{slot}\n" for slot, _ in bufs)
-        args = "".join(f"ptr %a{slot}, " for slot, _ in bufs)
+        key = ("".join(f"ptr noalias %b{i}, " for i in range(len(order))) + "i64 %lo, i64 %hi",
+               "\n".join(f.allocas + f.lines))
+        body = self.bodies.setdefault(key, f"{name}_body")     # named after its first kernel
+        self.uses[body] = self.uses.get(body, 0) + 1
+        loads = "".join(f"  %p{i} = getelementptr ptr, ptr %table, i64 {slots[vid]}\n"
+                        f"  %a{i} = load ptr, ptr %p{i}\n" for i, vid in enumerate(order))
+        args = "".join(f"ptr %a{i}, " for i in range(len(order)))
         self.functions.append(
-            f"define internal void @{name}_body({params}i64 %lo, i64 %hi) alwaysinline nounwind {{\n"
-            f"entry:\n{body}\n}}\n\n"
             f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\n"
-            f"entry:\n{loads}  call void @{name}_body({args}i64 %lo, i64 %hi)\n  ret void\n}}")
+            f"entry:\n{loads}  call void @{body}({args}i64 %lo, i64 %hi)\n  ret void\n}}")
         return name
+
+    def function(self, text):
+        """Add a function written elsewhere (a program's driver, driver.py)."""
+        self.functions.append(text)
 
 
 def _buffers(kernel):

@@ -1,9 +1,10 @@
-"""Run a compiled program: buffers planned once, a flat list of steps, threads for big loops.
+"""Run a compiled program: buffers planned once, a short list of steps, threads for big loops.
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
-output arrays (handed to the user, so never reused), and one ctypes call per kernel (a few, with
-the thread pool's bookkeeping, for kernels large enough to split into chunks) or one NumPy call
-per extern/host step.
+output arrays (handed to the user, so never reused), one ctypes call per native segment (a run of
+kernels and matrix products, see driver.py), the thread pool's bookkeeping for kernels large
+enough to split into chunks, and one NumPy call per host step. Check mode and profiles run the
+same native functions kernel by kernel.
 """
 import ast
 import ctypes
@@ -15,10 +16,12 @@ import numpy as np
 
 from ..ir.kernels import contiguous_strides
 from . import buffers, forksafe
+from .driver import blas, gemm_slots
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+SEGMENT = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
@@ -28,6 +31,11 @@ def work(kernel):
     """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
     counting 8."""
     return math.prod(kernel.shape) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+
+
+def splits(kernel):
+    """Whether a loop or reduce_acc kernel is large enough to split over the thread pool."""
+    return kernel.parallel_extent() > 1 and work(kernel) >= PARALLEL_MIN_WORK
 
 
 def _dead():
@@ -54,10 +62,13 @@ def view(arr, ld, shape):
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, names, inplace, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, engine_ref):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
-        self.n_slots = len(slots)
-        self.table = (ctypes.c_void_p * max(1, self.n_slots))()
+        self.n_slots = len(slots) + 2
+        self.table = (ctypes.c_void_p * self.n_slots)()
+        if blas() is not None:              # the matrix products' BLAS functions (driver.py)
+            for dtype, slot in gemm_slots(len(slots)).items():
+                self.table[slot] = blas()[1][dtype]
         self.lock = forksafe.lock()
         self.template = [None] * self.n_slots
         values = {vid: v for vid, v in _values(graph, kernels)}
@@ -88,20 +99,28 @@ class Program:
         fresh_slots = {slot for slot, _, _ in self.fresh}
         # positions of the outputs allocated by each run: they never share memory with an input
         self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
-        self.steps = []
+        self.steps = []                 # kernel by kernel (check mode, profiles)
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
         for k in kernels:
-            if k.kind in ("loop", "reduce_acc"):
+            if id(k) in names:
                 addr = engine_ref.address(names[id(k)])
                 extent = k.parallel_extent()
-                if extent > 1 and work(k) >= PARALLEL_MIN_WORK:
+                if k.kind != "extern" and splits(k):
                     self.steps.append(("chunks", _Chunks(self, k, slots, addr, extent), None, None))
                 else:               # on this thread: the arguments converted once (a third of the call's cost)
-                    self.steps.append(("call", KERNEL(addr), (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)), None))
+                    self.steps.append(("call", KERNEL(addr), (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)),
+                                       k.kind == "extern"))
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
                 self.steps.append(("host", k, ins, slots[id(n.out)]))
+        self.plan = []                  # a normal call: each native segment at once
+        for step in plan:
+            if step[0] == "native":
+                blas_call = any(kernels[j].kind == "extern" for j in step[2])
+                self.plan.append(("call", SEGMENT(engine_ref.address(step[1])), (table_ref,), blas_call))
+            else:
+                self.plan.append(self.steps[step[1]])
 
     def run(self, arrays, timings=None, capture=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
@@ -131,10 +150,13 @@ class Program:
             a = np.empty(shape, dtype)
             cur[slot] = a
             table[slot] = _address(a)
-        for j, step in enumerate(self.steps):
+        steps = self.plan if timings is None and capture is None else self.steps
+        for j, step in enumerate(steps):
             if timings is not None:
                 t0 = time.perf_counter()
             if step[0] == "call":
+                if step[3] and _POOLS:
+                    _POOLS[0].park()            # spinning workers leave the cores to BLAS
                 step[1](*step[2])
             elif step[0] == "chunks":
                 step[1].run(table, cur)

@@ -1,0 +1,160 @@
+"""A program's driver: its steps grouped into as few native calls as possible.
+
+A program is a list of kernels run in order. Loop and reduce_acc kernels too small to split over
+threads, and matrix products, run natively one after the other: each run of them between other
+steps becomes one segment, an LLVM function `@<program>_s<i>(ptr %table)` calling the kernels'
+functions in order, so Python makes one call per segment instead of one per kernel. What stays in
+Python between segments, explicitly: host kernels (a primitive's NumPy implementation: cumsum,
+indexing, float16 arithmetic, ...), matrix products BLAS cannot take (integer dtypes, operands whose
+two innermost axes both have a stride other than one, empty products), and kernels large enough to
+be split over the thread pool (runtime.py's _Chunks: one Python round trip against ≥ 1M element-ops).
+
+Matrix products call the BLAS NumPy ships (its OpenBLAS, through the C entry point cblas_?gemm) by
+address: the address sits in the program's pointer table (slots `gemm_slots`), never in the code,
+so the object code stays valid in the disk cache and in a forked child. Measured on the 2-core
+bench machine, OpenBLAS's sgemm beats straightforward generated loop nests by 4-10x already at
+128x32x32 (W8's layers) and a native call costs ~0.1 us, so every float32/float64 product goes to
+BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BLAS.
+"""
+import ctypes
+import glob
+import math
+import os
+
+import numpy as np
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+_BLAS = []
+
+
+def blas():
+    """(int type of the BLAS interface, {"float32": address of sgemm, "float64": dgemm}) of the BLAS
+    NumPy uses, or None where it cannot be found (matrix products then run NumPy's matmul)."""
+    if not _BLAS:
+        _BLAS.append(_find_blas())
+    return _BLAS[0]
+
+
+def _find_blas():
+    here = os.path.dirname(np.__file__)
+    libs = sorted(glob.glob(os.path.join(here, "..", "numpy.libs", "*blas*")) +
+                  glob.glob(os.path.join(here, ".dylibs", "*blas*")))
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)         # already loaded by NumPy: the same handle and threads
+        except OSError:
+            continue
+        for prefix, suffix, itype in (("scipy_cblas_", "64_", "i64"), ("cblas_", "64_", "i64"),
+                                      ("scipy_cblas_", "", "i32"), ("cblas_", "", "i32")):
+            try:
+                fns = {"float32": getattr(lib, f"{prefix}sgemm{suffix}"), "float64": getattr(lib, f"{prefix}dgemm{suffix}")}
+            except AttributeError:
+                continue
+            return itype, {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in fns.items()}
+    return None
+
+
+def gemm_slots(n_slots):
+    """{dtype name: table slot holding its gemm's address}: the slots after a program's buffers."""
+    return {"float32": n_slots, "float64": n_slots + 1}
+
+
+def _operand(shape, strides):
+    """How BLAS reads a matrix of `shape` (rows, cols) with element `strides`: (transposed, leading
+    dimension), or None when neither axis has unit stride (or the other's stride is too small)."""
+    (r, c), (sr, sc) = shape, strides
+    if (c == 1 or sc == 1) and (r == 1 or sr >= max(1, c)):
+        return NO_TRANS, sr if r > 1 else max(1, c)
+    if (r == 1 or sr == 1) and (c == 1 or sc >= max(1, r)):
+        return TRANS, sc if c > 1 else max(1, r)
+    return None
+
+
+def _batch_strides(shape, strides, batch):
+    """An operand's strides along the broadcast batch axes `batch` (0 where it is broadcast)."""
+    lead = len(shape) - 2
+    out = [0] * len(batch)
+    for d in range(lead):
+        e = len(batch) - lead + d
+        out[e] = strides[d] if shape[d] != 1 else 0
+    return out
+
+
+def gemm_plan(kernel):
+    """The BLAS call of a matmul kernel, or None when BLAS cannot run it (see the module's text)."""
+    if kernel.kind != "extern" or kernel.node.op != "matmul" or blas() is None:
+        return None
+    a, b = kernel.args
+    (sa, sb), out = [i.shape for i in kernel.node.inputs], kernel.node.out
+    if out.dtype.name not in ("float32", "float64") or a.dtype is not out.dtype or b.dtype is not out.dtype:
+        return None
+    m, n, k = out.shape[-2], out.shape[-1], sa[-1]
+    if 0 in (m, n, k):
+        return None
+    ta = _operand((m, k), a.strides[-2:])
+    tb = _operand((k, n), b.strides[-2:])
+    if ta is None or tb is None:
+        return None
+    batch = out.shape[:-2]
+    return dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
+                a=(a.offset, _batch_strides(sa, a.strides, batch)),
+                b=(b.offset, _batch_strides(sb, b.strides, batch)))
+
+
+def gemm_function(name, kernel, plan, slots, gemm_slot):
+    """LLVM text of `void @name(ptr %table, i64 %lo, i64 %hi)` running matmul `kernel` by BLAS
+    (lo, hi ignored: one call does the whole product, batches in a loop)."""
+    itype = blas()[0]
+    ty = "float" if plan["dtype"] == "float32" else "double"
+    a, b = kernel.args
+    c = kernel.node.out
+    lines = [f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{", "entry:"]
+    for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(c)]), ("fn", gemm_slot)):
+        lines += [f"  %{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{reg} = load ptr, ptr %{reg}p"]
+    batch = plan["batch"]
+    nb = math.prod(batch)
+    if nb > 1:
+        lines += ["  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    offs = {}
+    for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, list(_contiguous(batch, plan))))):
+        terms, inner = [str(offset)], 1
+        for d in range(len(batch) - 1, -1, -1):
+            if bstrides[d] and batch[d] > 1:
+                q = f"%{reg}q{d}"
+                lines += [f"  {q}a = udiv i64 %i, {inner}", f"  {q} = urem i64 {q}a, {batch[d]}",
+                          f"  {q}s = mul i64 {q}, {bstrides[d]}"]
+                terms.append(f"{q}s")
+            inner *= batch[d]
+        acc = terms[0]
+        for j, t in enumerate(terms[1:]):
+            lines.append(f"  %{reg}o{j} = add i64 {acc}, {t}")
+            acc = f"%{reg}o{j}"
+        lines.append(f"  %{reg}x = getelementptr {ty}, ptr %{reg}, i64 {acc}")
+        offs[reg] = f"%{reg}x"
+    (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
+    args = (f"i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {plan['m']}, {itype} {plan['n']}, {itype} {plan['k']}, "
+            f"{ty} 1.0, ptr {offs['a']}, {itype} {lda}, ptr {offs['b']}, {itype} {ldb}, {ty} 0.0, "
+            f"ptr {offs['c']}, {itype} {plan['n']}")
+    lines.append(f"  call void %fn({args})")
+    if nb > 1:
+        lines += ["  %i1 = add i64 %i, 1", f"  %more = icmp ult i64 %i1, {nb}", "  br i1 %more, label %loop, label %done",
+                  "done:"]
+    lines += ["  ret void", "}"]
+    return "\n".join(lines)
+
+
+def _contiguous(batch, plan):
+    """The output's batch strides (a fresh contiguous array)."""
+    step, out = plan["m"] * plan["n"], []
+    for s in reversed(batch):
+        out.append(step)
+        step *= s
+    return reversed(out)
+
+
+def segment_function(name, calls):
+    """LLVM text of `void @name(ptr %table)` calling each (function, trip count) in order, each over
+    its whole range. The calls are never inlined: each kernel is optimized once, in its own
+    function, so a segment adds nothing to compile time."""
+    body = "".join(f"  call void @{fn}(ptr %table, i64 0, i64 {n}) #2\n" for fn, n in calls)
+    return f"define void @{name}(ptr nocapture readonly %table) #1 {{\nentry:\n{body}  ret void\n}}"
