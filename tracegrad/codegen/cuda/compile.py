@@ -1,0 +1,114 @@
+"""Generated source to a numba.cuda kernel, once: cached in memory by source text, and on disk.
+
+The source is written to `<TRACEGRAD_CACHE_DIR>/cuda/<sha256>.py` (content-addressed, never
+rewritten) and imported from there, so that `cuda.jit(cache=True)` can work: numba.cuda's file
+cache needs a function defined in a source file, and keys its entries by that file's path and
+timestamp. On a GPU the compiled code is then saved under the file's `__pycache__` and a new
+process loads it instead of compiling. numba's simulator ignores `cache=` (it runs Python).
+
+Under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) two names of the module are bound to
+stand-ins before the first launch, so that the same source runs there: `shfl_xor_sync` (the
+simulator has no warp shuffles: the stand-in exchanges values through a table between two
+barriers of the warp's 32 threads, which is exact because the generated code shuffles only where
+every lane of the warp does) and `math` (IEEE results on NumPy scalars where Python's math raises: log(0), exp(1000)).
+"""
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+from .. import cache
+
+HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
+          "import math\n"
+          "from numba import cuda, float32, float64, int32, int64, boolean\n"
+          "shfl_xor_sync = cuda.shfl_xor_sync\n")
+WARP = 32
+_KERNELS = {}
+_LOCK = threading.Lock()
+
+
+def simulated():
+    from numba import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def module_text(body):
+    """The whole file of a generated kernel function `body` (what `stage="cuda"` shows)."""
+    return HEADER + "\n\n" + body + "\n"
+
+
+def kernel(body, fn_name):
+    """The numba.cuda dispatcher of the function `fn_name` defined by `body` (built once)."""
+    text = module_text(body)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    with _LOCK:
+        hit = _KERNELS.get(key)
+        if hit is None:
+            hit = _KERNELS[key] = _build(text, key, fn_name)
+    return hit
+
+
+def _build(text, key, fn_name):
+    from numba import cuda
+    sim = simulated()
+    path = _write(text, key)
+    # the header's `cuda.shfl_xor_sync` does not exist in the simulator: run the rest there
+    code = text.replace("shfl_xor_sync = cuda.shfl_xor_sync\n", "") if sim else text
+    name = f"tracegrad_cuda_{key[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(code, path, "exec"), module.__dict__)
+    if sim:
+        module.shfl_xor_sync, module.math = _sim_shfl_xor, _SimMath
+    sys.modules.setdefault(name, module)
+    return cuda.jit(getattr(module, fn_name), cache=not sim)
+
+
+def _write(text, key):
+    folder = os.path.join(cache.directory(), "cuda")
+    path = os.path.join(folder, key + ".py")
+    if os.path.exists(path):
+        return path
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)                       # atomic: a reader never sees a partial file
+    return path
+
+
+def _sim_shfl_xor(mask, value, lane_mask):
+    """The simulator's stand-in for cuda.shfl_xor_sync: the value of lane (lane ^ lane_mask), the
+    32 lanes of the warp meeting at a barrier of their own (the simulator runs each GPU thread as
+    a Python thread)."""
+    me = threading.current_thread()
+    warps = me._manager.__dict__.setdefault("_tracegrad_warps", {})
+    with _LOCK:
+        barrier, table = warps.setdefault(me.thread_id >> 5, (threading.Barrier(WARP, timeout=600), {}))
+    lane = me.thread_id & 31
+    table[lane] = value
+    barrier.wait()
+    other = table[lane ^ lane_mask]
+    barrier.wait()
+    return other
+
+
+def _quiet(fn):
+    def call(*args):
+        with np.errstate(all="ignore"):
+            return fn(*args)
+    return call
+
+
+class _SimMath:
+    """math for the simulator: NumPy's IEEE functions (NumPy scalars keep their float32)."""
+    inf, nan = math.inf, math.nan
+    exp, log, sqrt, tanh = _quiet(np.exp), _quiet(np.log), _quiet(np.sqrt), _quiet(np.tanh)
+    sin, cos, pow = _quiet(np.sin), _quiet(np.cos), _quiet(np.power)
+    erf = staticmethod(math.erf)

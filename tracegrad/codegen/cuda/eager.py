@@ -1,0 +1,122 @@
+"""Eager kernels: one primitive's scalar lowering over N-d device arrays of any strides, generated
+by the same skeletons as compiled programs but with the shapes read at run time, so one kernel
+serves every shape of a (primitive, dtypes, rank) — and, for reductions, of a (reduced axes, memory
+order, tile geometry) — and is built once.
+
+Arrays are indexed as N-d arrays (numba applies their strides; a broadcast operand is a view with
+stride 0); the iteration space is the output's (elementwise) or the input's (reductions).
+"""
+import functools
+
+from ...ir.kernels import Load, Op
+from . import compile as build
+from .expr import Lines
+from .lower import MAX_GRID
+from .skeletons import map_body, tiles_body
+
+THREADS = 256          # threads per block of an eager kernel
+TILE_X = 32            # kept elements side by side when a reduction keeps the unit-stride axis
+
+
+class _Buf:
+    """A kernel argument standing where a graph Value would: its dtype and rank."""
+
+    def __init__(self, name, dtype, ndim):
+        self.name, self.dtype, self.shape = name, _Dtype(dtype), (1,) * ndim
+
+
+class _Dtype:
+    def __init__(self, name):
+        self.name = name
+
+
+class NdArrays:
+    """Eager layout: every buffer an N-d array over the space's axes; sizes read from `space`'s shape."""
+
+    def __init__(self, space, ndim):
+        self.dims = [f"n{d}" for d in range(ndim)]
+        self.prologue = [f"n{d} = int64({space}.shape[{d}])" for d in range(ndim)]
+
+    def load(self, ld, idx):
+        return f"{ld.buf.name}[{_index(idx, len(self.dims))}]"
+
+    def store_full(self, v, idx):
+        return f"{v.name}[{_index(idx, len(self.dims))}]"
+
+    def store_kept(self, v, idx, kept):            # the output keeps the reduced axes as size 1
+        return f"{v.name}[{_index({d: idx[d] for d in kept}, len(self.dims))}]"
+
+    def same_element(self, ld, v):
+        return False
+
+    def reads_row(self, ld, split):
+        return False
+
+
+def _index(idx, ndim):
+    return ", ".join(idx.get(d, "0") for d in range(ndim))
+
+
+class _Phase:
+    def __init__(self, kind, outputs, lower=None, axes=None):
+        self.kind, self.outputs, self.lower, self.axes = kind, outputs, lower, axes
+
+
+def _function(name, args, layout, emit):
+    src = Lines()
+    for line in layout.prologue:
+        src.emit(line)
+    emit(src)
+    return f"def {name}({', '.join(args)}):\n" + src.text()
+
+
+@functools.lru_cache(maxsize=None)
+def elementwise(op, lower, in_dtypes, out_dtype, ndim):
+    """(dispatcher, threads) of `out[...] = lower(a, b, c)` over arrays of rank ndim (>= 1):
+    launch as `k[blocks, threads](out, *inputs)`."""
+    ins = [_Buf(f"a{j}", d, ndim) for j, d in enumerate(in_dtypes)]
+    out = _Buf("out", out_dtype, ndim)
+    tree = Op(op, [Load(b, (0,) * ndim) for b in ins], out.dtype, lower, None)
+    lay = NdArrays("out", ndim)
+    name = f"eager_{op}_{'_'.join(in_dtypes)}_{ndim}d"
+    body = _function(name, ["out"] + [b.name for b in ins], lay, lambda src: map_body(
+        src, lay, [_Phase("map", [(out, tree)])], list(range(ndim)), THREADS))
+    return build.kernel(body, name), body
+
+
+def grid(n, threads=THREADS):
+    return max(1, min(-(-n // threads), MAX_GRID))
+
+
+@functools.lru_cache(maxsize=None)
+def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, cast_lower=None):
+    """(dispatcher, source) reducing an array x of rank ndim over the axes `reduced` into `out` (the
+    same rank, reduced axes of size 1): `k[blocks, bx * by](out, x)`. `kept`/`reduced` list the
+    axes in memory order (fastest last); bx: kept elements side by side (1 or TILE_X). An input
+    of another dtype than the result is converted with `cast_lower` first (sum of bools)."""
+    x, out = _Buf("x", in_dtype, ndim), _Buf("out", out_dtype, ndim)
+    elem = Load(x, (0,) * ndim)
+    if in_dtype != out_dtype:
+        elem = Op("cast", [elem], out.dtype, cast_lower, None)
+    lay = NdArrays("x", ndim)
+    by = THREADS // bx
+    ph = _Phase("reduce", [(out, elem)], lower, tuple(reduced))
+    name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_x{bx}"
+    body = _function(name, ["out", "x"], lay, lambda src: tiles_body(src, lay, [ph], [], list(kept),
+                                                                     list(reduced), bx, by))
+    return build.kernel(body, name), body
+
+
+def reduction_geometry(shape, strides, axes):
+    """(kept, reduced, bx) for reducing an array of `shape` and element `strides` over `axes`: the
+    axes in memory order, and TILE_X side by side when the unit-stride axis is kept."""
+    order = sorted(range(len(shape)), key=lambda d: (-abs(strides[d]) if shape[d] > 1 else 0, d))
+    kept = tuple(d for d in order if d not in axes)
+    reduced = tuple(d for d in order if d in axes)
+    live = [d for d in range(len(shape)) if shape[d] > 1 and strides[d]]
+    unit = min(live, key=lambda d: abs(strides[d])) if live else None
+    nkept = 1
+    for d in kept:
+        nkept *= shape[d]
+    return kept, reduced, (TILE_X if unit is not None and unit not in axes and nkept > 1 else 1)
+

@@ -1,0 +1,240 @@
+"""One element of a kernel as numba.cuda (Python) source: literals, casts, and the translation of
+the primitives' target-neutral scalar lowerings (core.py's vocabulary) into statements.
+
+Every value is held in a variable of its own dtype: each op's result is wrapped in its dtype's
+constructor (`float32(...)`, `int32(...)`) and literals are typed like the operand they meet, so
+float32 math stays float32 on the GPU (numba would otherwise widen `x * 0.5` to float64) and int32
+arithmetic wraps as NumPy's does. The math functions are `math.*`, which numba.cuda compiles to
+libdevice's float or double routine by the argument's type.
+"""
+import ast
+import math
+
+from ...ir.kernels import Const, Load, postorder
+
+CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
+FLOATS = ("float32", "float64")
+MATH = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt", "tanh": "math.tanh", "sin": "math.sin",
+        "cos": "math.cos", "erf": "math.erf", "pow": "math.pow"}
+_PARSED = {}
+
+
+def _name(dtype):
+    return dtype if isinstance(dtype, str) else dtype.name
+
+
+def literal(value, dtype):
+    """Source text of `value` as a constant of `dtype` (exactly rounded once, as the CPU's)."""
+    d = _name(dtype)
+    if d == "bool":
+        return "True" if value else "False"
+    if d in FLOATS:
+        v = float(value)
+        text = ("math.nan" if math.isnan(v) else ("-math.inf" if v < 0 else "math.inf") if math.isinf(v)
+                else repr(v))
+        return f"{d}({text})"
+    if d not in CTOR:
+        raise NotImplementedError(f"the CUDA code generator has no {d} values")
+    return f"{d}({int(value)})"
+
+
+def cast(text, src, dst):
+    """Source text converting `text` (of dtype src) to dst, as NumPy's astype does."""
+    src, dst = _name(src), _name(dst)
+    if src == dst:
+        return text
+    if dst == "bool":
+        return f"({text} != {literal(0, src)})"
+    if src == "bool":
+        return f"({literal(1, dst)} if {text} else {literal(0, dst)})"
+    return f"{CTOR[dst]}({text})"
+
+
+def parsed(expr):
+    if expr not in _PARSED:
+        _PARSED[expr] = ast.parse(expr, mode="eval").body
+    return _PARSED[expr]
+
+
+class Lines:
+    """Python source under construction: indented lines and fresh variable names."""
+
+    def __init__(self):
+        self.lines, self.n, self.depth = [], 0, 1
+
+    def tmp(self, stem="v"):
+        self.n += 1
+        return f"{stem}{self.n}"
+
+    def emit(self, text):
+        self.lines.append("    " * self.depth + text)
+
+    def assign(self, text, stem="v"):
+        t = self.tmp(stem)
+        self.emit(f"{t} = {text}")
+        return t
+
+    def block(self, head):
+        """`with src.block("while i < n:"):` emits the head and indents the body."""
+        return _Indent(self, head)
+
+    def text(self):
+        return "\n".join(self.lines)
+
+
+class _Indent:
+    def __init__(self, src, head):
+        self.src, self.head = src, head
+
+    def __enter__(self):
+        self.src.emit(self.head)
+        self.src.depth += 1
+
+    def __exit__(self, *exc):
+        self.src.depth -= 1
+
+
+def dtype_of(t):
+    return _name(t.dtype)
+
+
+class Emitter:
+    """Emit the value of expression trees (kernel IR Ops over Loads and Consts) into `src`, each
+    distinct node once. `load(ld) -> source text` reads a Load; `memo` may be seeded with values
+    already held (id(node) -> variable)."""
+
+    def __init__(self, src, load, memo=None):
+        self.src, self.load, self.memo = src, load, dict(memo or {})
+
+    def value(self, tree):
+        for x in postorder(tree):
+            if id(x) in self.memo:
+                continue
+            if isinstance(x, Load):
+                self.memo[id(x)] = self.src.assign(self.load(x), "x")
+            elif isinstance(x, Const):
+                self.memo[id(x)] = literal(x.value, x.dtype)
+            else:
+                self.memo[id(x)] = self.op(x.op, x.lower, [(self.memo[id(a)], dtype_of(a)) for a in x.args],
+                                           dtype_of(x))
+        return self.memo[id(tree)]
+
+    def op(self, name, lower, args, out):
+        """A variable holding primitive `name`'s lowering applied to args [(text, dtype)] -> dtype out."""
+        names = dict(zip("abc", args))
+        text, d = _Translate(self.src, name, lower, names, out).expr(parsed(lower))
+        if text is None:                                # the lowering is a literal
+            return literal(d, out)
+        if d == out and text.isidentifier():
+            return text
+        return self.src.assign(_wrap(cast(text, d, out), out))
+
+
+def _wrap(text, d):
+    """`text` held in dtype d (numba widens int32 and mixed arithmetic; this narrows it back)."""
+    return text if d == "bool" or text.startswith(CTOR[d] + "(") else f"{CTOR[d]}({text})"
+
+
+class _Translate:
+    """The typed walk over one lowering's AST: (source text, dtype) of each subexpression; a bare
+    literal is (None, value) until the operand it meets gives it a type."""
+
+    def __init__(self, src, name, lower, names, out):
+        self.src, self.name, self.lower, self.names, self.out = src, name, lower, names, out
+
+    def fail(self, what):
+        raise NotImplementedError(f"the CUDA code generator does not understand {what} in the scalar lowering "
+                                  f"{self.lower!r} of {self.name} (tracegrad/ops)")
+
+    def expr(self, node):
+        if isinstance(node, ast.Name):
+            return self.names[node.id]
+        if isinstance(node, ast.Constant):
+            return None, node.value
+        if isinstance(node, ast.UnaryOp):
+            v, d = self.typed(node.operand)
+            if isinstance(node.op, ast.USub):
+                return self.hold(f"-{v}", d), d
+            if isinstance(node.op, ast.Invert):
+                return f"(not {cast(v, d, 'bool')})", "bool"
+            self.fail(type(node.op).__name__)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1:
+                self.fail("a chained comparison")
+            a, d = self.typed(node.left)
+            b, _ = self.typed(node.comparators[0], d)
+            sym = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+            return f"({a} {sym[type(node.ops[0])]} {b})", "bool"
+        if isinstance(node, ast.Call):
+            return self.call(node.func.id, node.args)
+        self.fail(type(node).__name__)
+
+    def typed(self, node, like=None):
+        v, d = self.expr(node)
+        if v is None:
+            d2 = like or self.out
+            return literal(d, d2), d2
+        return v, d
+
+    def hold(self, text, d):
+        return self.src.assign(_wrap(text, d))
+
+    def binop(self, node):
+        a, d = self.typed(node.left)
+        b, db = self.typed(node.right, d)
+        op = type(node.op)
+        if op in (ast.BitAnd, ast.BitOr):                   # logical, not bitwise
+            a, b = cast(a, d, "bool"), cast(b, db, "bool")
+            return f"({a} {'&' if op is ast.BitAnd else '|'} {b})", "bool"
+        if d == "bool":                                    # NumPy: bool + bool is or, bool * bool is and
+            if op in (ast.Add, ast.Mult):
+                return f"({a} {'|' if op is ast.Add else '&'} {b})", "bool"
+            self.fail("arithmetic on bool")
+        sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}.get(op)
+        if sym is None or (op is ast.Div and d not in FLOATS):
+            self.fail(f"{op.__name__} on {d}")
+        return self.hold(f"{a} {sym} {b}", d), d
+
+    def call(self, fn, args):
+        vals, like = [], None
+        for a in args:
+            v, d = self.expr(a)
+            vals.append((v, d))
+            like = like or (d if v is not None else None)
+        like = like or self.out
+        vals = [(literal(d, like), like) if v is None else (v, d) for v, d in vals]
+        if fn == "where":
+            (c, dc), (b, d), (e, _) = vals
+            return self.hold(f"{b} if {cast(c, dc, 'bool')} else {e}", d), d
+        if fn == "cast":
+            (v, d), = vals
+            return cast(v, d, self.out), self.out
+        (a, d) = vals[0]
+        if fn in ("maximum", "minimum"):
+            (b, _) = vals[1]
+            return self.hold(extreme(fn, a, b, d), d), d
+        if fn == "abs":
+            return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
+        if fn == "sign":
+            one, mone, zero = literal(1, d), literal(-1, d), literal(0, d)
+            keep = a if d in FLOATS else zero                  # sign(+-0) = +-0, sign(nan) = nan
+            return self.hold(f"{one} if {a} > {zero} else ({mone} if {a} < {zero} else {keep})", d), d
+        if d not in FLOATS:
+            self.fail(f"{fn}() of {d}")
+        if fn == "sigmoid":                                # e^x/(1+e^x) below 0 keeps tiny values
+            one, zero = literal(1, d), literal(0, d)
+            e = self.hold(f"math.exp(-abs({a}))", d)
+            return self.hold(f"{one} / ({one} + {e}) if {a} >= {zero} else {e} / ({one} + {e})", d), d
+        if fn not in MATH:
+            self.fail(f"the function {fn}()")
+        return self.hold(f"{MATH[fn]}({', '.join(v for v, _ in vals)})", d), d
+
+
+def extreme(fn, a, b, d):
+    """maximum/minimum of a and b as source text (NaN-propagating for floats, as NumPy's)."""
+    cmp = ">" if fn == "maximum" else "<"
+    if d in FLOATS:
+        return f"{a} if ({a} {cmp} {b} or {a} != {a}) else {b}"
+    return f"{a} if {a} {cmp} {b} else {b}"

@@ -1,0 +1,209 @@
+"""Kernels of the kernel IR (ir/kernels.py) to numba.cuda launches: which skeleton (skeletons.py)
+each kernel takes, its launch geometry, and the flat-buffer layout of compiled programs.
+
+In a compiled program every buffer is one contiguous device array, passed flat; a Load reads it at
+offset + sum(i_d * strides[d]) with shapes, strides and offsets as constants (the kernel is
+specialized to its signature, as the CPU's is). The entry is `compile_kernels`.
+"""
+import math
+
+from ...ir.kernels import contiguous_strides, loads
+from ...ir.passes.schedule import memory_order, unit_axis
+from . import compile as build
+from .expr import Lines
+from .skeletons import across_body, map_body, rows_body, tiles_body
+
+MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
+ROW_THREADS = 256      # threads per block walking one row
+TILE_THREADS = 1024    # most threads of a block of a tiled reduction
+MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
+
+
+def pow2(n):
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def warps(n, most):
+    """Threads for n parallel items: a multiple of 32, at most `most`."""
+    return min(most, max(32, -(-int(n) // 32) * 32))
+
+
+def linear(idx, strides, offset=0):
+    """Source text of offset + sum(idx[d] * strides[d])."""
+    terms = [str(offset)] if offset else []
+    for d, s in enumerate(strides):
+        i = idx.get(d, "0")
+        if s and i != "0":
+            terms.append(i if s == 1 else f"{i} * {s}")
+    return " + ".join(terms) or "0"
+
+
+class Flat:
+    """A compiled kernel's buffers: flat arrays named by `args` ({id(Value): name}), constant shapes."""
+
+    def __init__(self, shape, args):
+        self.shape, self.args = tuple(shape), args
+        self.dims = [str(n) for n in shape]
+
+    def load(self, ld, idx):
+        return f"{self.args[id(ld.buf)]}[{linear(idx, ld.strides, ld.offset)}]"
+
+    def store_full(self, v, idx):
+        return f"{self.args[id(v)]}[{linear(idx, contiguous_strides(self.shape))}]"
+
+    def store_kept(self, v, idx, kept):
+        strides = [0] * len(self.shape)
+        kept = sorted(kept)
+        for d, s in zip(kept, contiguous_strides([self.shape[d] for d in kept])):
+            strides[d] = s
+        return f"{self.args[id(v)]}[{linear(idx, strides)}]"
+
+    def same_element(self, ld, v):
+        return not ld.offset and tuple(ld.strides) == contiguous_strides(self.shape)
+
+    def reads_row(self, ld, split):
+        return not ld.offset and tuple(ld.strides[:split]) == contiguous_strides(self.shape[:split]) \
+            and not any(ld.strides[split:])
+
+
+class CudaKernel:
+    """One launch of a generated kernel: `name`, its `source` (the whole generated file), the
+    `buffers` it takes (graph Values, in argument order: each a contiguous device array of the
+    Value's shape and dtype), `grid` and `block` (threads). Calling it launches the kernel:
+    `k(*arrays, stream=0)`."""
+
+    def __init__(self, name, body, buffers, grid, block):
+        self.name, self.buffers, self.grid, self.block = name, list(buffers), grid, block
+        self.source = build.module_text(body)
+        self._body, self._fn = body, None
+
+    def __call__(self, *arrays, stream=0):
+        if len(arrays) != len(self.buffers):
+            raise TypeError(f"CUDA kernel {self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
+        if self._fn is None:
+            self._fn = build.kernel(self._body, self.name)
+        flat = [a.reshape(a.size) if a.ndim != 1 else a for a in arrays]
+        self._fn[self.grid, self.block, stream](*flat)
+
+    def __repr__(self):
+        return f"<CudaKernel {self.name} grid={self.grid} block={self.block}>"
+
+
+def compile_kernels(kernels, name="forward"):
+    """For each kernel of a program (ir/kernels.py objects, in order): the list of CudaKernels that
+    compute it, launched in order (loop and reduce_acc kernels), or None (extern and host kernels:
+    the caller runs those). Names follow `stage="kernels"`: kernel j of program `name` is
+    `{name}_k{j}` (and `{name}_k{j}_{g}` for its g-th launch)."""
+    return [lower_kernel(k, f"{name}_k{j}") if k.kind in ("loop", "reduce_acc") else None
+            for j, k in enumerate(kernels)]
+
+
+def lower_kernel(kernel, name):
+    """The CudaKernels computing one loop or reduce_acc kernel (empty when its space is empty)."""
+    if 0 in kernel.shape:
+        return []
+    if kernel.kind == "reduce_acc":
+        return _tiled(kernel, name)
+    if all(ph.kind == "map" for ph in kernel.phases):
+        return [_map(kernel, name)]
+    sch = kernel.schedule
+    if sch is not None and sch.across is not None:
+        return [_rows(kernel, name, across=sch.across)]
+    return [_rows(kernel, name)]
+
+
+def _buffers(kernel, phases):
+    out, seen = [], set()
+    for ph in phases:
+        for v, t in ph.outputs:
+            for x in [ld.buf for ld in loads(t)] + [v]:
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    out.append(x)
+    return out
+
+
+def _source(name, kernel, phases, emit):
+    """(function text, buffers) of a kernel function whose body `emit(src, layout)` writes."""
+    bufs = _buffers(kernel, phases)
+    args = {id(b): f"b{j}" for j, b in enumerate(bufs)}
+    src = Lines()
+    emit(src, Flat(kernel.shape, args))
+    head = f"def {name}({', '.join(args[id(b)] for b in bufs)}):\n"
+    return head + src.text(), bufs
+
+
+def element_order(kernel):
+    """The axes a map kernel walks, outermost first: its schedule's element loops, else natural."""
+    if kernel.schedule is None:
+        return list(range(len(kernel.shape)))
+    order = []
+    for d, _ in kernel.schedule.levels:
+        if d not in order:
+            order.append(d)
+    return order
+
+
+def _map(kernel, name):
+    n = math.prod(kernel.shape)
+    threads = warps(n, MAP_THREADS)
+    body, bufs = _source(name, kernel, kernel.phases,
+                         lambda src, lay: map_body(src, lay, kernel.phases, element_order(kernel), threads))
+    return CudaKernel(name, body, bufs, min(-(-n // threads), MAX_GRID), threads)
+
+
+def _rows(kernel, name, across=None):
+    k, shape = kernel.split, kernel.shape
+    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
+    if across is not None:
+        threads = warps(nrows, MAP_THREADS)
+        body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: across_body(
+            src, lay, kernel.phases, k, len(shape), across, threads))
+        return CudaKernel(name, body, bufs, min(-(-nrows // threads), MAX_GRID), threads)
+    threads = min(ROW_THREADS, max(32, pow2(ninner)))
+    body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
+        src, lay, kernel.phases, k, len(shape), threads))
+    return CudaKernel(name, body, bufs, min(nrows, MAX_GRID), threads)
+
+
+def _tiled(kernel, name):
+    """A reduce_acc kernel: one launch per distinct set of reduced axes (the map phases ride with
+    the first)."""
+    groups = {}
+    for ph in kernel.phases:
+        if ph.kind == "reduce":
+            groups.setdefault(tuple(sorted(ph.axes)), []).append(ph)
+    maps = [ph for ph in kernel.phases if ph.kind == "map"]
+    out = []
+    for g, (axes, reduces) in enumerate(groups.items()):
+        label = name if len(groups) == 1 else f"{name}_{g}"
+        out.append(tiled_launch(kernel, label, reduces, maps if g == 0 else []))
+    return out
+
+
+def tile_geometry(shape, axes, strides):
+    """(kept axes, reduced axes, BX, BY) of a tiled reduction over `axes` of a space of `shape`
+    whose largest operand has `strides`: each axis list in memory order (fastest last); BX > 1
+    when the unit-stride axis is kept (a tile of BX kept elements read side by side)."""
+    order = memory_order(shape, strides) if strides is not None else list(range(len(shape)))
+    kept = [d for d in order if d not in axes]
+    reduced = [d for d in order if d in axes]
+    nkept = math.prod(shape[d] for d in kept)
+    nred = math.prod(shape[d] for d in reduced)
+    u = unit_axis(shape, strides) if strides is not None else (len(shape) - 1 if shape else None)
+    if u is not None and u not in axes and nkept > 1:
+        bx = min(32, pow2(nkept))
+        return kept, reduced, bx, min(TILE_THREADS // bx, pow2(nred))
+    most = TILE_THREADS if nkept < 64 else ROW_THREADS
+    return kept, reduced, 1, min(most, max(32, pow2(nred)))
+
+
+def tiled_launch(kernel, name, reduces, maps):
+    shape, axes = kernel.shape, set(reduces[0].axes)
+    reads = [ld for ph in reduces + maps for _, t in ph.outputs for ld in loads(t)]
+    big = max(reads, key=lambda ld: math.prod(ld.buf.shape) * ld.buf.dtype.itemsize, default=None)
+    kept, reduced, bx, by = tile_geometry(shape, axes, big.strides if big is not None else None)
+    nkept = math.prod(shape[d] for d in kept)
+    body, bufs = _source(name, kernel, maps + reduces,
+                         lambda src, lay: tiles_body(src, lay, reduces, maps, kept, reduced, bx, by))
+    return CudaKernel(name, body, bufs, min(-(-nkept // bx), MAX_GRID), bx * by)

@@ -1,0 +1,242 @@
+"""The four kernel shapes of the GPU, as numba.cuda source over an iteration space.
+
+- `map_body`: one thread per element, grid-stride loop; consecutive threads take consecutive
+  elements along the space's innermost axis of `order` (the memory order: coalesced).
+- `rows_body`: a block per row (grid-stride over rows); each phase walks the row with the block's
+  threads side by side (coalesced), a reduce phase then combines the threads' partials with warp
+  shuffles and one shared slot per warp, and every thread holds the row's result for later phases.
+- `across_body`: a thread per row, rows ordered so that consecutive threads take consecutive
+  elements of the kept unit-stride axis (a reduction over columns of memory reads coalesced).
+- `tiles_body`: reductions over any axes: a block of BX x BY threads per tile of BX kept
+  elements, its BY rows of threads splitting the reduced elements; BX = 1 combines with warp
+  shuffles, BX > 1 (the kept axis is the unit-stride one: coalesced across it) with a shared-
+  memory tree over the rows of threads.
+
+A `layout` says how the space is sized and how buffers are read and written: `dims[d]` (source
+text), `load(ld, idx)`, `store_full(v, idx)` (a map output over the whole space) and
+`store_kept(v, idx, kept)` (a reduction's output, kept axes only); `idx[d]` is the source text of
+axis d's index. Skeletons emit the body of the kernel function into `src` (expr.Lines).
+"""
+from ...ir.kernels import loads
+from .expr import Emitter
+from .reduce import WARP, Acc, block_allreduce, combine
+
+
+def decompose(src, flat, axes, dims, stem):
+    """Emit the indices of `axes` (outermost first, the last fastest) from linear index `flat`;
+    returns {axis: source text}. Axes of length 1 are "0"."""
+    idx, live = {}, [d for d in axes if dims[d] != "1"]
+    for d in axes:
+        if dims[d] == "1":
+            idx[d] = "0"
+    r = flat
+    for j, d in enumerate(reversed(live)):
+        if j == len(live) - 1:
+            idx[d] = src.assign(r, f"{stem}{d}_")
+        else:
+            idx[d] = src.assign(f"{r} % {dims[d]}", f"{stem}{d}_")
+            r = src.assign(f"{r} // {dims[d]}", "q")
+    return idx
+
+
+def count(src, dims, axes):
+    """Source text of the number of elements over `axes`."""
+    consts = [int(dims[d]) for d in axes if dims[d].isdigit()]
+    names = [dims[d] for d in axes if not dims[d].isdigit()]
+    n = 1
+    for c in consts:
+        n *= c
+    return " * ".join([str(n)] * (n != 1 or not names) + names)
+
+
+class Phases:
+    """The phases of one kernel with the values this launch already holds: a map output at the
+    element being written (`made`), a row's reduction result (`rows`)."""
+
+    def __init__(self, layout, phases, split=None):
+        self.layout, self.phases, self.split = layout, phases, split
+        self.made, self.rows = set(), {}
+
+    def emitter(self, src, idx):
+        lay = self.layout
+
+        def load(ld):
+            held = self.rows.get(id(ld.buf))
+            if held is not None:
+                if not lay.reads_row(ld, self.split):
+                    raise NotImplementedError(f"a row reduction's result {ld.buf} read outside its row")
+                return held
+            return lay.load(ld, idx)
+        return Emitter(src, load)
+
+    def put_maps(self, src, em, phases, idx):
+        for ph in phases:
+            vals = [(v, em.value(t)) for v, t in ph.outputs]
+            for v, val in vals:
+                src.emit(f"{self.layout.store_full(v, idx)} = {val}")
+                for t in _loads_of(self.phases, v):   # later phases read it here: the value held
+                    if self.layout.same_element(t, v):
+                        em.memo[id(t)] = val
+
+
+def _loads_of(phases, v):
+    return [ld for ph in phases for _, t in ph.outputs for ld in loads(t) if ld.buf is v]
+
+
+def map_body(src, layout, phases, order, threads):
+    """Every phase (all maps) at each element, one thread per element, grid-stride."""
+    dims, shape_axes = layout.dims, list(order)
+    n = count(src, dims, shape_axes)
+    src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+    src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
+    with src.block(f"while i < {n}:"):
+        idx = decompose(src, "i", shape_axes, dims, "ix")
+        ph = Phases(layout, phases)
+        ph.put_maps(src, ph.emitter(src, idx), phases, idx)
+        src.emit("i += step")
+
+
+def _prologue(src, threads):
+    src.emit("tid = cuda.threadIdx.x")
+    src.emit("lane = tid & 31")
+    src.emit("warp = tid >> 5")
+
+
+def _shared(src, dtypes):
+    """One 32-slot shared array per accumulator dtype; returns {dtype: name}."""
+    out = {}
+    for d in dtypes:
+        if d not in out:
+            out[d] = f"sh_{d}"
+            src.emit(f"sh_{d} = cuda.shared.array({WARP}, {d})")
+    return out
+
+
+def rows_body(src, layout, kernel_phases, split, ndim, threads):
+    """A block per row of the outer `split` axes; phases in turn over the row's inner axes."""
+    dims = layout.dims
+    outer, inner = list(range(split)), list(range(split, ndim))
+    _prologue(src, threads)
+    accs = {id(ph): Acc(src, ph.lower, ph.outputs[0][0].dtype.name) for ph in kernel_phases if ph.kind == "reduce"}
+    shared = _shared(src, [a.at for a in accs.values()])
+    nrows, ninner = count(src, dims, outer), count(src, dims, inner)
+    src.emit("row = int64(cuda.blockIdx.x)")
+    with src.block(f"while row < {nrows}:"):
+        oidx = decompose(src, "row", outer, dims, "o")
+        st = Phases(layout, kernel_phases, split)
+        for ph in kernel_phases:
+            acc = accs.get(id(ph))
+            if acc:
+                acc.begin()
+            src.emit("j = int64(tid)")
+            with src.block(f"while j < {ninner}:"):
+                idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
+                em = st.emitter(src, idx)
+                if acc is None:
+                    st.put_maps(src, em, [ph], idx)
+                else:
+                    acc.add(em.value(ph.outputs[0][1]))
+                src.emit(f"j += {threads}")
+            if acc is None:
+                continue
+            acc.end()
+            block_allreduce(src, acc.how, acc.var, acc.at, threads, shared[acc.at])
+            v = ph.outputs[0][0]
+            res = src.assign(acc.result(), "r")
+            with src.block("if tid == 0:"):
+                src.emit(f"{layout.store_kept(v, oidx, outer)} = {res}")
+            st.rows[id(v)] = res
+        src.emit("row += cuda.gridDim.x")
+
+
+def across_body(src, layout, kernel_phases, split, ndim, u, threads):
+    """A thread per row of the outer `split` axes, consecutive threads along kept axis u."""
+    dims = layout.dims
+    outer, inner = list(range(split)), list(range(split, ndim))
+    nrows, ninner = count(src, dims, outer), count(src, dims, inner)
+    src.emit(f"t = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+    src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
+    with src.block(f"while t < {nrows}:"):
+        oidx = decompose(src, "t", [d for d in outer if d != u] + [u], dims, "o")
+        st = Phases(layout, kernel_phases, split)
+        for ph in kernel_phases:
+            acc = Acc(src, ph.lower, ph.outputs[0][0].dtype.name) if ph.kind == "reduce" else None
+            if acc:
+                acc.begin()
+            with src.block(f"for j in range({ninner}):"):
+                idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
+                em = st.emitter(src, idx)
+                if acc is None:
+                    st.put_maps(src, em, [ph], idx)
+                else:
+                    acc.add(em.value(ph.outputs[0][1]))
+            if acc is None:
+                continue
+            acc.end()
+            v = ph.outputs[0][0]
+            res = src.assign(acc.result(), "r")
+            src.emit(f"{layout.store_kept(v, oidx, outer)} = {res}")
+            st.rows[id(v)] = res
+        src.emit("t += step")
+
+
+def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by):
+    """Reduce phases sharing one set of `reduced` axes (kept: the others; each list in enumeration
+    order, fastest last) and the map phases riding along (each element visited once)."""
+    dims, threads = layout.dims, bx * by
+    _prologue(src, threads)
+    src.emit("tx = 0" if bx == 1 else f"tx = tid & {bx - 1}")
+    src.emit("ty = tid" if bx == 1 else f"ty = tid >> {bx.bit_length() - 1}")
+    accs = [Acc(src, ph.lower, ph.outputs[0][0].dtype.name) for ph in reduces]
+    if bx == 1:
+        shared = _shared(src, [a.at for a in accs])
+    else:
+        shared = {}
+        for a in accs:
+            if a.at not in shared:
+                shared[a.at] = f"sh_{a.at}"
+                src.emit(f"sh_{a.at} = cuda.shared.array({threads}, {a.at})")
+    nkept, nred = count(src, dims, kept), count(src, dims, reduced)
+    src.emit("tile = int64(cuda.blockIdx.x)")
+    with src.block(f"while tile * {bx} < {nkept}:"):
+        src.emit(f"k = tile * {bx} + tx")
+        kidx = decompose(src, "k", kept, dims, "o")      # threads past the end read and write nothing
+        for a in accs:
+            a.begin()
+        src.emit(f"r = int64(ty) if k < {nkept} else int64({nred})")
+        with src.block(f"while r < {nred}:"):
+            idx = {**kidx, **decompose(src, "r", reduced, dims, "ix")}
+            st = Phases(layout, maps + reduces)
+            em = st.emitter(src, idx)
+            st.put_maps(src, em, maps, idx)
+            for a, ph in zip(accs, reduces):
+                a.add(em.value(ph.outputs[0][1]))
+            src.emit(f"r += {by}")
+        for a, ph in zip(accs, reduces):
+            a.end()
+            v = ph.outputs[0][0]
+            if bx == 1:
+                block_allreduce(src, a.how, a.var, a.at, threads, shared[a.at])
+                total = a.var
+            else:
+                total = _tree_over_rows(src, a, shared[a.at], bx, by)
+            with src.block(f"if ty == 0 and k < {nkept}:"):
+                src.emit(f"{layout.store_kept(v, kidx, kept)} = {a.result(total)}")
+        src.emit("tile += cuda.gridDim.x")
+
+
+def _tree_over_rows(src, acc, shared, bx, by):
+    """Combine the BY rows of threads' partials in shared memory (pairwise tree); row 0 ends with
+    the totals. Returns the source text of this thread's column total (valid in row 0)."""
+    src.emit("cuda.syncthreads()")                     # the previous phase's readers are done
+    src.emit(f"{shared}[tid] = {acc.var}")
+    src.emit("cuda.syncthreads()")
+    half = by // 2
+    while half:
+        with src.block(f"if ty < {half}:"):
+            src.emit(f"{shared}[tid] = {combine(acc.how, f'{shared}[tid]', f'{shared}[tid + {half * bx}]', acc.at)}")
+        src.emit("cuda.syncthreads()")
+        half //= 2
+    return f"{shared}[tx]"
+
+
