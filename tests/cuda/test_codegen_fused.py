@@ -2,6 +2,8 @@
 traced functions, against the `interpret` backend (NumPy): row reductions (softmax, layernorm),
 reductions over inner, outer, middle and all axes, transposed and broadcast operands, every
 dtype the reductions lower, and float32 sums against float64 NumPy. Runs under numba's simulator."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -13,7 +15,7 @@ from tracegrad.ir.interpret import run as interpret
 from tracegrad.ir.passes.fusion import fuse
 from tracegrad.ir.passes.schedule import schedule
 
-EXAMPLES = int(__import__("os").environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "6"))
 
 
 def graphs(fn, *arrays):

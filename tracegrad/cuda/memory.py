@@ -150,7 +150,8 @@ def view(arr, shape, strides, offset=0, dtype=None):
         iface = dict(base.__array_interface__, shape=shape, strides=tuple(nbytes), typestr=dtype.str, descr=None)
         iface["data"] = (iface["data"][0] + start, False)
         iface.pop("descr")
-        return type(arr)(np.asarray(np.lib.stride_tricks.DummyArray(iface, base=base)))
+        dummy = getattr(np.lib.stride_tricks, "DummyArray", None) or np.lib._stride_tricks_impl.DummyArray  # NumPy 2
+        return type(arr)(np.asarray(dummy(iface, base=base)))
     if arr.size == 0 or math.prod(shape) == 0:
         return empty(shape, dtype)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray

@@ -100,14 +100,16 @@ def _sim_shfl_xor(mask, value, lane_mask):
 
 
 def _quiet(fn):
+    """fn through NumPy's array loops (C99 special cases: NumPy's scalar pow(-inf, 0.5) is nan),
+    on a NumPy scalar, keeping its dtype."""
     def call(*args):
         with np.errstate(all="ignore"):
-            return fn(*args)
+            return fn(*[np.asarray(a).reshape(1) for a in args])[0]
     return call
 
 
 class _SimMath:
-    """math for the simulator: NumPy's IEEE functions (NumPy scalars keep their float32)."""
+    """math for the simulator: NumPy's IEEE functions (float32 arguments stay float32)."""
     inf, nan = math.inf, math.nan
     exp, log, sqrt, tanh = _quiet(np.exp), _quiet(np.log), _quiet(np.sqrt), _quiet(np.tanh)
     sin, cos, pow = _quiet(np.sin), _quiet(np.cos), _quiet(np.power)

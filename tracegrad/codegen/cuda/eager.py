@@ -7,11 +7,12 @@ Arrays are indexed as N-d arrays (numba applies their strides; a broadcast opera
 stride 0); the iteration space is the output's (elementwise) or the input's (reductions).
 """
 import functools
+import math
 
 from ...ir.kernels import Load, Op
 from . import compile as build
 from .expr import Lines
-from .lower import MAX_GRID
+from .lower import MAX_GRID, pow2, warps
 from .skeletons import map_body, tiles_body
 
 THREADS = 256          # threads per block of an eager kernel
@@ -72,15 +73,15 @@ def _function(name, args, layout, emit):
 
 @functools.lru_cache(maxsize=None)
 def elementwise(op, lower, in_dtypes, out_dtype, ndim):
-    """(dispatcher, threads) of `out[...] = lower(a, b, c)` over arrays of rank ndim (>= 1):
-    launch as `k[blocks, threads](out, *inputs)`."""
+    """(dispatcher, source) of `out[...] = lower(a, b, c)` over arrays of rank ndim (>= 1): launch
+    as `k[grid(n, threads), threads](out, *inputs)` with threads = block_threads(n)."""
     ins = [_Buf(f"a{j}", d, ndim) for j, d in enumerate(in_dtypes)]
     out = _Buf("out", out_dtype, ndim)
     tree = Op(op, [Load(b, (0,) * ndim) for b in ins], out.dtype, lower, None)
     lay = NdArrays("out", ndim)
     name = f"eager_{op}_{'_'.join(in_dtypes)}_{ndim}d"
     body = _function(name, ["out"] + [b.name for b in ins], lay, lambda src: map_body(
-        src, lay, [_Phase("map", [(out, tree)])], list(range(ndim)), THREADS))
+        src, lay, [_Phase("map", [(out, tree)])], list(range(ndim)), None))
     return build.kernel(body, name), body
 
 
@@ -88,35 +89,41 @@ def grid(n, threads=THREADS):
     return max(1, min(-(-n // threads), MAX_GRID))
 
 
+def block_threads(n):
+    """Threads per block of an elementwise kernel over n elements."""
+    return warps(n, THREADS)
+
+
 @functools.lru_cache(maxsize=None)
-def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, cast_lower=None):
+def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, by, cast_lower=None):
     """(dispatcher, source) reducing an array x of rank ndim over the axes `reduced` into `out` (the
-    same rank, reduced axes of size 1): `k[blocks, bx * by](out, x)`. `kept`/`reduced` list the
-    axes in memory order (fastest last); bx: kept elements side by side (1 or TILE_X). An input
-    of another dtype than the result is converted with `cast_lower` first (sum of bools)."""
+    same rank, reduced axes of size 1): `k[grid(nkept, bx), bx * by](out, x)`. `kept`/`reduced`
+    list the axes in memory order (fastest last); bx kept elements side by side, by threads
+    splitting each one's reduced elements (reduction_geometry). An input of another dtype than
+    the result is converted with `cast_lower` first (sum of bools)."""
     x, out = _Buf("x", in_dtype, ndim), _Buf("out", out_dtype, ndim)
     elem = Load(x, (0,) * ndim)
     if in_dtype != out_dtype:
         elem = Op("cast", [elem], out.dtype, cast_lower, None)
     lay = NdArrays("x", ndim)
-    by = THREADS // bx
     ph = _Phase("reduce", [(out, elem)], lower, tuple(reduced))
-    name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_x{bx}"
+    name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_{bx}x{by}"
     body = _function(name, ["out", "x"], lay, lambda src: tiles_body(src, lay, [ph], [], list(kept),
                                                                      list(reduced), bx, by))
     return build.kernel(body, name), body
 
 
 def reduction_geometry(shape, strides, axes):
-    """(kept, reduced, bx) for reducing an array of `shape` and element `strides` over `axes`: the
-    axes in memory order, and TILE_X side by side when the unit-stride axis is kept."""
+    """(kept, reduced, bx, by) for reducing an array of `shape` and element `strides` over `axes`:
+    the axes in memory order (fastest last); TILE_X kept elements side by side when the unit-stride
+    axis is kept, else one per block; by: threads per kept element (powers of two, THREADS in all
+    at most, a warp at least when bx is 1: it combines with warp shuffles)."""
     order = sorted(range(len(shape)), key=lambda d: (-abs(strides[d]) if shape[d] > 1 else 0, d))
     kept = tuple(d for d in order if d not in axes)
     reduced = tuple(d for d in order if d in axes)
     live = [d for d in range(len(shape)) if shape[d] > 1 and strides[d]]
     unit = min(live, key=lambda d: abs(strides[d])) if live else None
-    nkept = 1
-    for d in kept:
-        nkept *= shape[d]
-    return kept, reduced, (TILE_X if unit is not None and unit not in axes and nkept > 1 else 1)
-
+    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
+    if unit is not None and unit not in axes and nkept > 1:
+        return kept, reduced, TILE_X, min(THREADS // TILE_X, pow2(nred))
+    return kept, reduced, 1, min(THREADS, max(32, pow2(nred)))

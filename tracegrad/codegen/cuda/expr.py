@@ -4,18 +4,18 @@ the primitives' target-neutral scalar lowerings (core.py's vocabulary) into stat
 Every value is held in a variable of its own dtype: each op's result is wrapped in its dtype's
 constructor (`float32(...)`, `int32(...)`) and literals are typed like the operand they meet, so
 float32 math stays float32 on the GPU (numba would otherwise widen `x * 0.5` to float64) and int32
-arithmetic wraps as NumPy's does. The math functions are `math.*`, which numba.cuda compiles to
-libdevice's float or double routine by the argument's type.
+arithmetic wraps as NumPy's does. The math library's functions (mathlib.FUNCS) are `math.<name>`,
+which numba.cuda compiles to libdevice's float or double routine by the argument's type; the few-
+operation functions of the vocabulary are the `_fn_<name>` methods, as in the LLVM generator.
 """
 import ast
 import math
 
 from ...ir.kernels import Const, Load, postorder
+from .. import mathlib
 
 CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 FLOATS = ("float32", "float64")
-MATH = {"exp": "math.exp", "log": "math.log", "sqrt": "math.sqrt", "tanh": "math.tanh", "sin": "math.sin",
-        "cos": "math.cos", "erf": "math.erf", "pow": "math.pow"}
 _PARSED = {}
 
 
@@ -205,31 +205,51 @@ class _Translate:
             like = like or (d if v is not None else None)
         like = like or self.out
         vals = [(literal(d, like), like) if v is None else (v, d) for v, d in vals]
-        if fn == "where":
-            (c, dc), (b, d), (e, _) = vals
-            return self.hold(f"{b} if {cast(c, dc, 'bool')} else {e}", d), d
-        if fn == "cast":
-            (v, d), = vals
-            return cast(v, d, self.out), self.out
+        inline = getattr(self, "_fn_" + fn, None)
+        if inline is not None:
+            return inline(vals)
         (a, d) = vals[0]
-        if fn in ("maximum", "minimum"):
-            (b, _) = vals[1]
-            return self.hold(extreme(fn, a, b, d), d), d
-        if fn == "abs":
-            return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
-        if fn == "sign":
-            one, mone, zero = literal(1, d), literal(-1, d), literal(0, d)
-            keep = a if d in FLOATS else zero                  # sign(+-0) = +-0, sign(nan) = nan
-            return self.hold(f"{one} if {a} > {zero} else ({mone} if {a} < {zero} else {keep})", d), d
+        if fn not in mathlib.FUNCS:
+            self.fail(f"the function {fn}()")
         if d not in FLOATS:
             self.fail(f"{fn}() of {d}")
-        if fn == "sigmoid":                                # e^x/(1+e^x) below 0 keeps tiny values
-            one, zero = literal(1, d), literal(0, d)
-            e = self.hold(f"math.exp(-abs({a}))", d)
-            return self.hold(f"{one} / ({one} + {e}) if {a} >= {zero} else {e} / ({one} + {e})", d), d
-        if fn not in MATH:
-            self.fail(f"the function {fn}()")
-        return self.hold(f"{MATH[fn]}({', '.join(v for v, _ in vals)})", d), d
+        return self.hold(f"math.{fn}({', '.join(v for v, _ in vals)})", d), d
+
+    # the vocabulary's functions that are a few operations each; the math library's are math.<name>
+    def _fn_where(self, vals):
+        (c, dc), (b, d), (e, _) = vals
+        return self.hold(f"{b} if {cast(c, dc, 'bool')} else {e}", d), d
+
+    def _fn_cast(self, vals):
+        (v, d), = vals
+        return cast(v, d, self.out), self.out
+
+    def _fn_maximum(self, vals):
+        (a, d), (b, _) = vals
+        return self.hold(extreme("maximum", a, b, d), d), d
+
+    def _fn_minimum(self, vals):
+        (a, d), (b, _) = vals
+        return self.hold(extreme("minimum", a, b, d), d), d
+
+    def _fn_abs(self, vals):
+        (a, d), = vals
+        return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
+
+    def _fn_sign(self, vals):
+        (a, d), = vals
+        one, mone, zero = literal(1, d), literal(-1, d), literal(0, d)
+        keep = f"({a} if {a} != {a} else {zero})" if d in FLOATS else zero   # sign(+-0) = +0, sign(nan) = nan
+        return self.hold(f"{one} if {a} > {zero} else ({mone} if {a} < {zero} else {keep})", d), d
+
+    def _fn_sigmoid(self, vals):
+        """1/(1+e^-x), as e^x/(1+e^x) below 0 (tiny values kept, no overflow)."""
+        (a, d), = vals
+        if d not in FLOATS:
+            self.fail(f"sigmoid() of {d}")
+        one, zero = literal(1, d), literal(0, d)
+        e = self.hold(f"math.exp(-abs({a}))", d)
+        return self.hold(f"{one} / ({one} + {e}) if {a} >= {zero} else {e} / ({one} + {e})", d), d
 
 
 def extreme(fn, a, b, d):

@@ -19,8 +19,9 @@ def join_of(lower):
     tree = parsed(lower)
     if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
         return "+"
-    if isinstance(tree, ast.Call) and getattr(tree.func, "id", None) in ("maximum", "minimum"):
-        return tree.func.id
+    fn = getattr(getattr(tree, "func", None), "id", None)
+    if fn == "maximum" or fn == "minimum":
+        return fn
     raise NotImplementedError(f"the CUDA code generator does not understand the reduction lowering {lower!r}")
 
 
@@ -29,8 +30,8 @@ def acc_dtype(lower, dtype):
     return "float64" if dtype == "float32" and join_of(lower) == "+" else dtype
 
 
-def identity(lower, dtype):
-    how = join_of(lower)
+def identity(how, dtype):
+    """The accumulator's start for join `how`: 0, or the lowest (maximum) or highest (minimum) value."""
     if how == "+":
         return literal(0, dtype)
     low = how == "maximum"
@@ -63,7 +64,7 @@ class Acc:
         self.comp = src.tmp("cmp") if self.kahan else None
 
     def begin(self):
-        self.src.emit(f"{self.var} = {identity(self.lower, self.at)}")
+        self.src.emit(f"{self.var} = {identity(self.how, self.at)}")
         if self.kahan:
             self.src.emit(f"{self.comp} = float64(0.0)")
 
@@ -108,10 +109,6 @@ def block_allreduce(src, how, var, dtype, threads, shared):
     with src.block("if lane == 0:"):
         src.emit(f"{shared}[warp] = {var}")
     src.emit("cuda.syncthreads()")
-    ident = identity_of_how(how, dtype)
-    src.emit(f"{var} = {shared}[lane] if lane < {threads // WARP} else {ident}")
+    src.emit(f"{var} = {shared}[lane] if lane < {threads // WARP} else {identity(how, dtype)}")
     warp_allreduce(src, how, var, dtype)
 
-
-def identity_of_how(how, dtype):
-    return identity({"+": "a + b", "maximum": "maximum(a, b)", "minimum": "minimum(a, b)"}[how], dtype)

@@ -84,9 +84,11 @@ def _loads_of(phases, v):
 
 
 def map_body(src, layout, phases, order, threads):
-    """Every phase (all maps) at each element, one thread per element, grid-stride."""
+    """Every phase (all maps) at each element, one thread per element, grid-stride (threads per
+    block: a constant, or None: the launch's)."""
     dims, shape_axes = layout.dims, list(order)
     n = count(src, dims, shape_axes)
+    threads = threads or "cuda.blockDim.x"
     src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
     src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
     with src.block(f"while i < {n}:"):
