@@ -15,6 +15,7 @@ import math
 from ..ir.kernels import Op, contiguous_strides
 from . import mathlib
 from .loops import _loops, _nest
+from .online import online_row
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import Emitter, Fn, linear, store, regtype
 from .scheduled import _across_kernel, _scheduled_map
@@ -37,9 +38,10 @@ class ModuleBuilder:
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
         bodies = [f"define internal void @{name}({params}) {'alwaysinline' if self.uses[name] == 1 else 'noinline'} "
-                  f"nounwind {{\nentry:\n{body}\n}}" for (params, body), name in self.bodies.items()]
+                  f"#1 {{\nentry:\n{body}\n}}" for (params, body), name in self.bodies.items()]
         return (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
-                + "\n\n".join(bodies + self.functions) + "\n\nattributes #1 = { nounwind }\n"
+                + "\n\n".join(bodies + self.functions)
+                + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n"
                 + "attributes #2 = { noinline }\n")
 
     def kernel(self, kernel, slots, name):
@@ -57,7 +59,7 @@ class ModuleBuilder:
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
             _across_kernel(self, f, kernel, ptrs)
-        elif kernel.schedule is not None:
+        elif kernel.schedule is not None and kernel.schedule.reorders():
             _scheduled_map(self, f, kernel, ptrs)
         else:
             _loop_kernel(self, f, kernel, ptrs)
@@ -90,9 +92,9 @@ OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float3
 
 
 def _loop_kernel(mb, f, kernel, ptrs):
-    """Outer loop over rows; per row, one inner loop nest per phase. A value that a reduce phase
-    computes and a later phase needs again (softmax's exp) is kept in a row-sized stack buffer
-    instead of being recomputed."""
+    """Outer loop over rows; per row, one inner loop nest per phase (a Schedule's online pair of
+    phases: one walk, online.py). A value that a reduce phase computes and a later phase needs again
+    (softmax's exp) is kept in a row-sized stack buffer instead of being recomputed."""
     shape, k = kernel.shape, kernel.split
     outer, inner = shape[:k], shape[k:]
     full, inner_strides = contiguous_strides(shape), contiguous_strides(inner)
@@ -107,12 +109,19 @@ def _loop_kernel(mb, f, kernel, ptrs):
             for _, t in ph.outputs:
                 later |= _tree_ids(t)
 
+    online = dict(kernel.schedule.online) if kernel.schedule is not None else {}
+
     def outer_body(f, oidx):
-        for ph in kernel.phases:
+        for j, ph in enumerate(kernel.phases):
+            if j in online:                     # with phase j + 1: one walk (online.py)
+                done.update(id(t) for t in online_row(mb, f, kernel, ptrs, oidx, j, scratch))
+                continue
+            if j - 1 in online:
+                continue
             if ph.kind == "map":
                 def body(f, iidx, ph=ph):
                     idx = list(oidx) + list(iidx)
-                    em = Emitter(mb, f, ptrs, idx)
+                    em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
                     _seed(em, scratch, iidx, inner_strides)
                     vals = [(v, em.value(t)) for v, t in ph.outputs]
                     off = linear(f, idx, full)
@@ -124,7 +133,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
                 acc = _Acc(f, ph.lower, v.dtype, (_squeezed(inner) or [1])[-1])
 
                 def body(f, iidx, tree=tree, acc=acc):
-                    em = Emitter(mb, f, ptrs, list(oidx) + list(iidx))
+                    em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
                     x = em.value(tree)
                     if id(tree) in scratch:
                         off = linear(f, iidx, inner_strides)

@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from ..ir.kernels import Const, Load
+from ..ir.kernels import Const, Load, loads
 from . import mathlib
 
 # float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
@@ -116,10 +116,22 @@ def parsed(expr):
 
 
 class Emitter:
-    """Emit a tree's value for one loop-body index (each distinct node once)."""
+    """Emit a tree's value for one loop-body index (each distinct node once). `inner`: the axes the
+    innermost loop walks; a float division by a value constant along them (a row's sum or norm,
+    read from a buffer) is marked `arcp`, so LLVM hoists its reciprocal and multiplies (the result
+    within one rounding of the division, as PyTorch's softmax and layer norm compute it)."""
 
-    def __init__(self, mb, f, ptrs, idx):
+    def __init__(self, mb, f, ptrs, idx, inner=()):
         self.mb, self.f, self.ptrs, self.idx, self.memo = mb, f, ptrs, idx, {}
+        self.inner, self.fixed = tuple(inner), {}
+
+    def invariant(self, t):
+        """Whether tree t reads only buffers constant along the inner axes (and is not a literal)."""
+        if id(t) not in self.fixed:
+            lds = loads(t)
+            self.fixed[id(t)] = bool(self.inner) and bool(lds) and all(
+                not ld.strides[d] for ld in lds for d in self.inner)
+        return self.fixed[id(t)]
 
     def value(self, t):
         """The LLVM value of tree t: its nodes not yet emitted, each after its arguments (no
@@ -172,6 +184,9 @@ class Emitter:
                 node = ast.BinOp(node.left, ast.BitOr(), node.right)
             op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
                   ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
+            if isinstance(node.op, ast.Div) and isinstance(node.right, ast.Name) and \
+                    self.invariant(names[node.right.id]):
+                return f.assign(f"fdiv arcp {regtype(d)} {a}, {b}"), d
             return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
         if isinstance(node, ast.Compare):
             a, d = self._val(node.left, names, t)

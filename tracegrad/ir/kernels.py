@@ -110,11 +110,20 @@ class Schedule:
     the remaining levels (the reduced axes, then `across` innermost), a reduction keeping a vector
     of partial results for the tile while the rows stream by. `map_levels`: the levels a map phase
     runs inside the tile instead (its output is contiguous along the last reduced axis: a
-    transpose tiled like any other, so that neither its reads nor its writes leave the cache)."""
-    __slots__ = ("levels", "across", "map_levels")
+    transpose tiled like any other, so that neither its reads nor its writes leave the cache).
+    `online`: pairs (i, i + 1) of a row kernel's phases that one walk over the row computes: phase i
+    the maximum m of a tree, phase i + 1 the sum of exp(a - g(m)) (g reads only m); the walk keeps
+    the running maximum and rescales the running sum by exp(g(old) - g(new)) when it grows. A target
+    may also run the two phases in turn: the values are the same up to rounding."""
+    __slots__ = ("levels", "across", "map_levels", "online")
 
-    def __init__(self, levels, across=None, map_levels=None):
+    def __init__(self, levels, across=None, map_levels=None, online=()):
         self.levels, self.across, self.map_levels = tuple(levels), across, map_levels and tuple(map_levels)
+        self.online = tuple(online)
+
+    def reorders(self):
+        """Whether the levels differ from the natural loop order over the space."""
+        return self.levels != tuple((d, 0) for d in range(len(self.levels))) or self.across is not None
 
     def trips(self, shape, level):
         d, tile = level
@@ -122,9 +131,11 @@ class Schedule:
 
     def text(self):
         loops = ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.levels)
-        text = f"loops={loops}" + (f" reduce=across d{self.across}" if self.across is not None else "")
-        return text + (" map=" + ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.map_levels)
-                       if self.map_levels else "")
+        text = f"loops={loops}" if self.reorders() else ""
+        text += f" reduce=across d{self.across}" if self.across is not None else ""
+        text += (" map=" + ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.map_levels)
+                 if self.map_levels else "")
+        return (text + "".join(f" online=p{i}+p{j}" for i, j in self.online)).strip()
 
 
 class Kernel:

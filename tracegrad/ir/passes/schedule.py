@@ -15,9 +15,15 @@ strides of a kernel's largest operands (loads, and the outputs it writes) and se
   vector of ACROSS_TILE partial results per tile while the rows stream by (threads split the
   tiles).
 
-Kernels already in memory order keep `schedule = None` and lower exactly as before.
+- row kernels (natural order) whose phases reduce a maximum m and then sum exp(a - g(m)) (softmax,
+  log_softmax, logsumexp, cross-entropy rows): the two reductions are one walk over the row, a
+  running maximum with a rescaled sum (`online`), so each row is read from memory once for both.
+
+Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
-from ..kernels import Schedule, contiguous_strides, nbytes
+import ast
+
+from ..kernels import Op, Schedule, contiguous_strides, loads, nbytes
 
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
@@ -29,7 +35,46 @@ def schedule(kernels):
     for k in kernels:
         if k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
             k.schedule = choose(k)
+        if k.kind == "loop" and k.split and k.schedule is None:
+            pairs = online_pairs(k)
+            if pairs:
+                k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs)
     return kernels
+
+
+def _joins(ph, how):
+    """Whether reduce phase ph joins with `how` ("+" or a function name of the lowering)."""
+    tree = ast.parse(ph.lower, mode="eval").body
+    if how == "+":
+        return isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add)
+    return isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == how
+
+
+def exp_shift(tree, m):
+    """(a, g) when `tree` is exp(a - g) where g reads buffer m (and nothing else) and a does not; else None."""
+    if not (isinstance(tree, Op) and tree.lower == "exp(a)" and isinstance(tree.args[0], Op)
+            and tree.args[0].lower == "a - b"):
+        return None
+    a, g = tree.args[0].args
+    g_loads = loads(g)
+    if not g_loads or any(ld.buf is not m for ld in g_loads) or any(ld.buf is m for ld in loads(a)):
+        return None
+    return a, g
+
+
+def online_pairs(k):
+    """[(i, i + 1)]: a row kernel's reduce-max phase i (float m) followed by a phase summing
+    exp(a - g(m)) into a value of m's dtype (see Schedule.online)."""
+    pairs = []
+    for i, (p, q) in enumerate(zip(k.phases, k.phases[1:])):
+        if p.kind != "reduce" or q.kind != "reduce" or not _joins(p, "maximum") or not _joins(q, "+") or \
+                (pairs and pairs[-1][1] == i):
+            continue
+        (m, _), = p.outputs
+        (s, tree), = q.outputs
+        if m.dtype.is_floating_point and s.dtype == m.dtype == tree.dtype and exp_shift(tree, m):
+            pairs.append((i, i + 1))
+    return pairs
 
 
 def operands(k):
