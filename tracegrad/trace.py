@@ -17,8 +17,10 @@ import warnings
 
 import numpy as np
 
+from . import strides as L
 from .broadcast import _PKG_DIR, user_frame
 from .modes import interpreters
+from .ops.layout import reshape_strides
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
 
@@ -33,14 +35,17 @@ class Traced(Tensor):
     """A value of a function being traced: it stands for the IR value `_ir` and has no data.
 
     It has every Tensor method (they dispatch to the tracer); what needs the data (item(), bool(),
-    numpy(), ...) raises a TraceError naming the line."""
+    numpy(), ...) raises a TraceError naming the line. Its memory layout (`_strides`, in elements;
+    None when not known) is the one eager code would give it (strides.py), so contiguous(),
+    is_contiguous(), stride() and view() answer as eagerly."""
 
-    __slots__ = ()
+    __slots__ = ("_strides",)
 
     @classmethod
-    def of(cls, shape, dtype, dev, ir):
+    def of(cls, shape, dtype, dev, ir, strides=()):
         t = cls._wrap(None, dtype, dev)
         t._shape, t._ir = tuple(shape), ir
+        t._strides = L.row_major(t._shape) if strides == () else strides
         return t
 
     @property
@@ -52,14 +57,39 @@ class Traced(Tensor):
     def _concrete(self, what):
         raise _value_error(self, what)
 
+    def _layout(self, what=None):
+        """The strides; None when not known, or for `what` (a method needing them) a TraceError."""
+        s = getattr(self, "_strides", None)
+        s = s if s is not None and len(s) == len(self._shape) else None
+        if s is None and what is not None:
+            raise TraceError(f"{what} needs the memory layout of a traced tensor (at {location()}), and the "
+                             f"layout of this one ({self._dtype.name}{list(self._shape)}, made at {self._loc}) "
+                             f"is not known inside a compiled function: its primitive's layout depends on the "
+                             f"sizes. Call .clone() on it first (a row-major copy), or do this outside.")
+        return s
+
     def _row_major(self):
-        return True
+        s = self._layout()
+        return s is not None and L.is_row_major(self._shape, s)
 
     def _viewable(self, shape):
-        return True
+        return reshape_strides(self._shape, self._layout("view()"), shape) is not None
 
     def contiguous(self):
-        return self.clone()
+        self._layout("contiguous()")
+        return super().contiguous()
+
+    def is_contiguous(self):
+        return L.is_row_major(self._shape, self._layout("is_contiguous()"))
+
+    def stride(self, dim=None):
+        s = L.shown(self._shape, self._layout("stride()"))
+        return s if dim is None else s[dim if dim >= 0 else dim + len(s)]
+
+    def _alias(self):
+        t = super()._alias()
+        t._strides = self._layout()
+        return t
 
     def _implicit_gradient(self, create_graph):
         return ones_like(self)
@@ -155,6 +185,7 @@ class Tracer:
         self.owners = {}           # id(Value) -> the tensor whose storage held it first (.data aliases)
         self.views = {}            # id(view) -> (view, root's generation and value when it was taken)
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
+        self.storages = {}         # id(array of a lifted tensor) -> the stand-in owning that storage
 
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
@@ -172,9 +203,14 @@ class Tracer:
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
             value = self.graph.add_input(name, t._shape, t._dtype)
-            st = Traced.of(t._shape, t._dtype, t._device, value)
+            st = Traced.of(t._shape, t._dtype, t._device, value, L.of_array(t._data))
             st._requires_grad = t.requires_grad
-            self.roots[id(st._ver)] = st
+            first = self.storages.get(id(t._data)) if source[0] != "const" else None
+            if first is not None:     # another tensor over the same array (a.detach(), a.data): one storage
+                st._ver = first._ver
+            else:
+                self.roots[id(st._ver)] = st
+                self.storages[id(t._data)] = st
             self.owners[id(value)] = st
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
@@ -193,7 +229,7 @@ class Tracer:
             st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v)
         if st is None:
             v = self.graph.add_input(f"s{len(self.saved)}", t._shape, t._dtype)
-            st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v)
+            st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v, t._layout())
             self.saved.append(t._ir)
         return st
 
@@ -207,7 +243,10 @@ class Tracer:
         """The traced tensor owning t's storage: by the shared version counter (views, detach), else
         by the value (.data aliases), else None."""
         root = self.roots.get(id(t._ver))
-        return self.owners.get(id(t._ir)) if root is None else root
+        if root is None:
+            owner = self.owners.get(id(t._ir))
+            root = owner if owner is None else self.roots.get(id(owner._ver), owner)
+        return root
 
     def _current(self, t):
         """t with the value its storage holds now: an alias (detach, .data) reads its root's latest
@@ -215,17 +254,19 @@ class Tracer:
         root = self._root(t)
         if root is None or root is t:
             return t
-        if t._base is None:
-            t._ir = root._ir
+        generation = self.generation.get(id(root), 0)
+        if t._base is None:                # an alias reads what its storage holds since an update
+            if generation:
+                t._ir = root._ir
             return t
         view = self.views.get(id(t))
-        if view is None or view[1] == self.generation.get(id(root), 0):
+        if view is None or view[1] == generation:
             return t
-        ops, v = [], t._ir                 # the view ops from the root's value when it was taken
+        ops, v = [], t._ir                 # the view ops from the storage's value when it was taken
         while v is not view[2]:
             ops.append(v.node)
             v = v.node.inputs[0]
-        if any(n.op == "reshape" and not _unit_dims_only(n) for n in ops):   # a view or a copy, as the layout decides
+        if root._layout() is None and any(n.op == "reshape" and not _unit_dims_only(n) for n in ops):
             raise TraceError(f"a reshape taken (at {ops[-1].loc}) before an in-place update of its base is "
                              f"used after the update (at {location()}); whether it sees the update depends on "
                              f"the memory layout, which a compiled function does not know: take the reshape "
@@ -234,19 +275,29 @@ class Tracer:
         for n in reversed(ops):
             v = self.graph.add(n.op, [v], n.attrs, n.out.shape, n.out.dtype, n.loc)
         t._ir = v
-        self.views[id(t)] = (t, self.generation.get(id(root), 0), root._ir)
+        self.views[id(t)] = (t, generation, root._ir)
         return t
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
-        out = Traced.of(shape, dtype, dev, out)
-        if p.kind == "view":   # traced views share their base's storage; in-place on them goes through it
+        view = p.kind == "view"
+        if view:               # a reshape the layout cannot view is a copy, as eagerly
+            s = inputs[0]._layout()
+            remapped = None if s is None else p.remap(inputs[0]._shape, shape, list(s), 0, **attrs)
+            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(shape)
+            view = s is None or remapped is not None
+        else:
+            strides = L.of_result(p, [(t._shape, t._layout(), t._dtype.np) for t in inputs], shape, attrs)
+        out = Traced.of(shape, dtype, dev, out, strides)
+        if view:   # traced views share their base's storage; in-place on them goes through it
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
             out._view = view_of(inputs[0], p, attrs, out._base)
             out._ver = inputs[0]._ver
             root = self.roots.get(id(out._ver))
-            if root is not None:
-                self.views[id(out)] = (out, self.generation.get(id(root), 0), root._ir)
+            if root is not None:   # the ops replay from the storage's value this chain started from
+                before = self.views.get(id(inputs[0]))
+                start = before[2] if before is not None else inputs[0]._ir
+                self.views[id(out)] = (out, self.generation.get(id(root), 0), start)
         else:
             self.roots[id(out._ver)] = out
             self.owners[id(out._ir)] = out

@@ -22,7 +22,8 @@ UNARY = [
     "{x}.to(tg.float64).to({x}.dtype)", "({x} > 0).to({x}.dtype) * {x}", "tg.where({x} > 0, {x}, 0.1 * {x})",
     F + ".sigmoid({x}) * {x}", "{x}.relu() - (-{x}).relu()",
 ]
-RANDOM = ["{x} * tg.rand({x}.shape, dtype={x}.dtype)", "{x} + 0.1 * tg.randn({x}.shape, dtype={x}.dtype)"]
+RANDOM = ["{x} * tg.rand({x}.shape, dtype={x}.dtype)", "{x} + 0.1 * tg.randn({x}.shape, dtype={x}.dtype)",
+          "tg.nn.functional.dropout({x}, 0.25)"]
 # two float values that broadcast against each other
 BINARY = [
     "{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / ({b} * {b} + 1.0)", "{a} / {b}", "tg.maximum({a}, {b})",
@@ -124,9 +125,9 @@ class Builder:
         self.emit(self.pick(UNARY).format(x=x.name), x.shape)
 
     def _random(self, x):
-        if self.chance(0.3):     # returned: an unused draw may be removed, shifting the RNG stream
+        if self.chance(0.3):     # returned or not: an unused draw still advances the generator, as eagerly
             v = self.emit(self.pick(RANDOM).format(x=x.name), x.shape)
-            self.keep += [v.name] if v is not None else []
+            self.keep += [v.name] if v is not None and self.chance(0.5) else []
         else:
             self._unary(x)
 

@@ -19,6 +19,7 @@ from ..trace import Tracer, watch_draws
 from .guards import Guards, free_objects
 from .signature import STATIC
 from .state import is_number, read_state, reachable
+from .writeback import views_of
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,10 +128,11 @@ class CaptureTracer(Tracer):
 
 
 def _overlaps(tracer, name, results):
-    """Input positions sharing memory with an updated input (distinct tensors: views of one
-    storage). The graph gives every input its own value, which matches eager code as long as the
-    other input is read only before the update (not returned, not updated itself); otherwise
-    refuse it, naming both."""
+    """Input positions sharing memory with an updated input. Tensors over one array (a and
+    a.detach()) are one storage to the tracer, which reads the storage's latest value through
+    either. Other overlaps (views of one storage) get their own graph values, which matches eager
+    code as long as the other input, and any view of it, is read only before the update (not
+    returned, not updated itself); otherwise refuse it, naming both."""
     lifted = [(i, e) for i, e in enumerate(tracer.order) if e.source[0] != "const"]
     out = set()
     for i, e in lifted:
@@ -139,14 +141,17 @@ def _overlaps(tracer, name, results):
         for j, o in lifted:
             if o is e or not np.may_share_memory(e.real._data, o.real._data):
                 continue
+            out.update((i, j))
+            if e.real._data is o.real._data:
+                continue
             since = tracer.first_write.get(id(e.standin), 0)
-            late = o.standin._ir is not o.value or o.value in results or any(
-                o.value in n.inputs for n in tracer.graph.nodes[since:])
+            read = {id(o.value)}
+            late = o.standin._ir is not o.value or any(views_of(v, read) for v in results) or any(
+                views_of(v, read) for n in tracer.graph.nodes[since:] for v in n.inputs)
             if late:
                 raise TraceError(f"compiled function {name} updates {e.value.name} in place while it also reads "
                                  f"{o.value.name}, which shares its memory (a view of it or its base), after the "
                                  f"update; compute the view inside the function from the updated tensor instead")
-            out.update((i, j))
     return out
 
 

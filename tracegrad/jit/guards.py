@@ -2,13 +2,14 @@
 
 - globals and closure variables the code reads: a tensor, module or optimizer is still the same
   object, a number, string or tuple still the same value;
-- tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad;
+- tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad
+  and memory layout;
 - each .grad the trace read or wrote is still the same object;
 - the state of reachable modules and optimizers (state.py) is unchanged, and each tensor argument is
   still the same object as the same held tensors (a parameter passed as an argument and also held
   by the optimizer is one graph input);
-- for an entry that writes to its inputs: which inputs share memory is unchanged (the trace refused
-  updates of shared memory, so a call must not sneak them in).
+- for an entry that writes to its inputs: which inputs share memory, and which are over one array
+  (a and a.detach(): the trace reads the storage's latest value through either), is unchanged.
 A failed guard retraces, with the reason in stats()["retrace_reasons"].
 """
 import types
@@ -18,7 +19,7 @@ import numpy as np
 from ..pytree import object_state
 from ..tensor import Tensor
 from ..trace import Traced
-from .signature import STATIC
+from .signature import STATIC, layout_of
 
 
 class Guards:
@@ -26,8 +27,8 @@ class Guards:
         self.names = {id(e.real): e.value.name for e in tracer.order}
         self.input_names = [e.value.name for e in tracer.order]
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
-        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
-                        if e.source[0] == "captured"]
+        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad, layout_of(e.real))
+                        for e in tracer.order if e.source[0] == "captured"]
         self.grads = [(t, before) for t, before in tracer.grads.values() if not isinstance(t, Traced)]
         self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
         self.objects = objects
@@ -68,10 +69,11 @@ class Guards:
             if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
                 return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
                                              "rebound to another object")
-        for t, shape, dtype, rg in self.tensors:
-            if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
+        for t, shape, dtype, rg, layout in self.tensors:
+            if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg or layout_of(t) != layout:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: {dtype.name}{list(shape)} " \
-                       f"requires_grad={rg} -> {t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
+                       f"requires_grad={rg} {layout} -> {t._dtype.name}{list(t._shape)} " \
+                       f"requires_grad={t.requires_grad} {layout_of(t)}"
         for t, before in self.grads:
             if t._grad is not before:
                 return f"{self.names.get(id(t), 'a captured tensor')}.grad: " \
@@ -125,18 +127,19 @@ def _storage(a):
 
 
 def _pattern(arrays, roots):
-    """The pairs (i, j) of arrays whose memory may overlap: arrays of one storage (roots: the id of
-    each array's storage) whose ranges overlap (disjoint slices of one buffer do not)."""
+    """The pairs (i, j, same array) of arrays whose memory may overlap: arrays of one storage (roots:
+    the id of each array's storage) whose ranges overlap (disjoint slices of one buffer do not)."""
     first, overlaps = {}, []
     for i, r in enumerate(roots):
         j = first.setdefault(r, i)
         if j != i:
-            overlaps += [(k, i) for k in range(j, i) if roots[k] == r and np.may_share_memory(arrays[k], arrays[i])]
+            overlaps += [(k, i, arrays[k] is arrays[i]) for k in range(j, i)
+                         if roots[k] == r and np.may_share_memory(arrays[k], arrays[i])]
     return tuple(overlaps)
 
 
 def _sharing(names, pattern):
-    return ", ".join(f"{names[i]} and {names[j]}" for i, j in pattern) or \
+    return ", ".join(f"{names[i]} and {names[j]}" + (" (one array)" if same else "") for i, j, same in pattern) or \
         "none (some shared memory when traced)"
 
 

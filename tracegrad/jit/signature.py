@@ -1,7 +1,9 @@
 """The signature of a call: what must match for a compiled entry to be reused.
 
-Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None and
-which earlier argument is the same tensor (one tensor passed twice is one graph input); the
+Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None, its
+memory layout (strides: the trace answers contiguous(), stride() and view() from them), which
+earlier argument is the same tensor (one tensor passed twice is one graph input) and which is over
+the same array (a and a.detach(): two autograd identities of one storage); the
 values of other arguments; the identity of modules and optimizers (objects registered with pytree);
 the grad mode; the default float dtype and device (tg.set_default_dtype / set_default_device decide
 what Python floats and factories inside the function make). Each part comes with a readable description, so a retrace can say what changed.
@@ -13,6 +15,7 @@ from ..autograd import _Mode, is_grad_enabled
 from ..device import get_default_device
 from ..pytree import flatten, object_state
 from ..tensor import Tensor, TraceError
+from ..strides import of_array
 from ..trace import Traced
 
 STATIC = (int, float, bool, str, type(None), D.DType)
@@ -23,15 +26,21 @@ def leaf_key(x, path):
     if isinstance(x, Tensor):
         if isinstance(x, Traced):
             raise TraceError(f"argument {path} is a traced tensor of another function; pass real tensors")
-        return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None), \
+        layout = layout_of(x)
+        return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None, layout), \
             {"shape": x._shape, "dtype": x._dtype.name, "device": str(x._device),
-             "requires_grad": x.requires_grad, "grad is None": x._grad is None}
+             "requires_grad": x.requires_grad, "grad is None": x._grad is None, "layout": layout}
     if object_state(x) is not None:
         return (type(x).__name__, id(x)), {"object": f"{type(x).__name__} at {id(x):#x}"}
     if isinstance(x, STATIC):
         return ("S", type(x).__name__, x), {"value": repr(x)}
     raise TypeError(f"compiled functions take tensors, Python numbers, strings, None, tg.nn.Module, tg.optim "
                     f"optimizers and tuples/lists/dicts of them; argument {path} is a {type(x).__name__}")
+
+
+def layout_of(x):
+    """A real tensor's memory layout, as the signature and guards compare it."""
+    return "row-major" if x._data.flags.c_contiguous else f"strides {of_array(x._data)}"
 
 
 def call_signature(fn, args, kwargs):
@@ -47,10 +56,10 @@ def call_signature(fn, args, kwargs):
     keys, desc, first = [], {}, {}
     for x, p in zip(leaves, paths):
         k, d = leaf_key(x, p)
-        if isinstance(x, Tensor):       # the aliasing pattern: f(x, x) is not f(x, z)
-            same = first.setdefault(id(x), p)
-            k += (same,)
-            d["same tensor as"] = same
+        if isinstance(x, Tensor):       # the aliasing pattern: f(x, x) is not f(x, z), nor f(x, x.detach())
+            same, storage = first.setdefault(id(x), p), first.setdefault(("array", id(x._data)), p)
+            k += (same, storage)
+            d["same tensor as"], d["same storage as"] = same, storage
         keys.append(k)
         desc.update({(p, a): v for a, v in d.items()})
     grad_mode = is_grad_enabled()      # an entry traced under no_grad has no backward graph
@@ -72,7 +81,7 @@ def fast_key(args, kwargs):
         if type(x) is Tensor:
             dev = x._device
             key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None,
-                    first.setdefault(id(x), i))
+                    x._data.strides, first.setdefault(id(x), i), first.setdefault(("array", id(x._data)), i))
         elif type(x) in (int, float, bool):
             key += (type(x), x)
         elif object_state(x) is not None:     # by identity, as in the full signature
