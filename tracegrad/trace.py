@@ -61,6 +61,8 @@ class Traced(Tensor):
         """The strides; None when not known, or for `what` (a method needing them) a TraceError."""
         s = getattr(self, "_strides", None)
         s = s if s is not None and len(s) == len(self._shape) else None
+        if what is not None:
+            _layout_read()
         if s is None and what is not None:
             raise TraceError(f"{what} needs the memory layout of a traced tensor (at {location()}), and the "
                              f"layout of this one ({self._dtype.name}{list(self._shape)}, made at {self._loc}) "
@@ -144,6 +146,13 @@ def _live(t):
     return False
 
 
+def _layout_read():
+    """The trace running in this thread depends on the layout of its inputs (guards.py)."""
+    for interp in interpreters():
+        if isinstance(interp, Tracer):
+            interp.layout_used = True
+
+
 def _unit_dims_only(node):
     """Whether a reshape only adds or drops axes of size 1 (x[0], unsqueeze): a view whatever the
     layout, unlike a general reshape."""
@@ -186,6 +195,7 @@ class Tracer:
         self.views = {}            # id(view) -> (view, root's generation and value when it was taken)
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
         self.storages = {}         # id(array of a lifted tensor) -> the stand-in owning that storage
+        self.layout_used = False   # whether a layout was asked for, or a tensor updated (views vs copies)
 
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
@@ -323,6 +333,7 @@ class Tracer:
                              f"(at {location()}); write to the base tensor or compute the value out of place")
         st = self.lift(t)
         root = self._root(st)
+        self.layout_used = True
         st._ir = self.lift(new)._ir
         if root is not None and root is not st:        # through an alias (detach, .data): the tensor
             root._ir = st._ir

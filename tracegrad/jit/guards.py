@@ -2,8 +2,10 @@
 
 - globals and closure variables the code reads: a tensor, module or optimizer is still the same
   object, a number, string or tuple still the same value;
-- tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad
-  and memory layout;
+- tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad;
+- for an entry whose trace depended on memory layouts (it asked contiguous(), is_contiguous(),
+  stride() or view(), or updated a tensor in place, where a reshape's being a view or a copy
+  matters): each argument and captured tensor keeps its layout;
 - each .grad the trace read or wrote is still the same object;
 - the state of reachable modules and optimizers (state.py) is unchanged, and each tensor argument is
   still the same object as the same held tensors (a parameter passed as an argument and also held
@@ -19,7 +21,8 @@ import numpy as np
 from ..pytree import object_state
 from ..tensor import Tensor
 from ..trace import Traced
-from .signature import STATIC, layout_of
+from ..strides import of_array
+from .signature import STATIC
 
 
 class Guards:
@@ -27,8 +30,10 @@ class Guards:
         self.names = {id(e.real): e.value.name for e in tracer.order}
         self.input_names = [e.value.name for e in tracer.order]
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
-        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad, layout_of(e.real))
-                        for e in tracer.order if e.source[0] == "captured"]
+        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
+                        if e.source[0] == "captured"]
+        self.layouts = [(s, real, layout_of(real)) for s, real in inputs if s[0] in ("arg", "captured")] \
+            if tracer.layout_used else []
         self.grads = [(t, before) for t, before in tracer.grads.values() if not isinstance(t, Traced)]
         self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
         self.objects = objects
@@ -46,7 +51,8 @@ class Guards:
             self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in ("arg", "grad")]
 
     def __bool__(self):
-        return bool(self.tensors or self.grads or self.bindings or self.objects) or self.storage is not None
+        return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts) or \
+            self.storage is not None
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
@@ -69,11 +75,15 @@ class Guards:
             if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
                 return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
                                              "rebound to another object")
-        for t, shape, dtype, rg, layout in self.tensors:
-            if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg or layout_of(t) != layout:
+        for t, shape, dtype, rg in self.tensors:
+            if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: {dtype.name}{list(shape)} " \
-                       f"requires_grad={rg} {layout} -> {t._dtype.name}{list(t._shape)} " \
-                       f"requires_grad={t.requires_grad} {layout_of(t)}"
+                       f"requires_grad={rg} -> {t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
+        for s, real, layout in self.layouts:
+            t = leaves[s[1]] if s[0] == "arg" else real
+            if layout_of(t) != layout:
+                name = self.arg_names.get(s[1]) if s[0] == "arg" else self.names.get(id(real))
+                return f"{name}: layout {layout} -> {layout_of(t)}"
         for t, before in self.grads:
             if t._grad is not before:
                 return f"{self.names.get(id(t), 'a captured tensor')}.grad: " \
@@ -109,6 +119,11 @@ class Guards:
 
     def input_names_of_arg(self, k):
         return self.arg_names.get(k, f"argument {k}")
+
+def layout_of(x):
+    """A real tensor's memory layout, as the guards compare it."""
+    return "row-major" if x._data.flags.c_contiguous else f"strides {of_array(x._data)}"
+
 
 def _guarded_binding(obj, tracer):
     """Globals and closure variables worth a guard: a tensor the trace lifted, a module or optimizer,

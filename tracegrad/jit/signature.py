@@ -1,7 +1,6 @@
 """The signature of a call: what must match for a compiled entry to be reused.
 
-Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None, its
-memory layout (strides: the trace answers contiguous(), stride() and view() from them), which
+Pytree structure; per tensor its shape, dtype, device, requires_grad, whether .grad is None, which
 earlier argument is the same tensor (one tensor passed twice is one graph input) and which is over
 the same array (a and a.detach(): two autograd identities of one storage); the
 values of other arguments; the identity of modules and optimizers (objects registered with pytree);
@@ -15,7 +14,6 @@ from ..autograd import _Mode, is_grad_enabled
 from ..device import get_default_device
 from ..pytree import flatten, object_state
 from ..tensor import Tensor, TraceError
-from ..strides import of_array
 from ..trace import Traced
 
 STATIC = (int, float, bool, str, type(None), D.DType)
@@ -26,21 +24,15 @@ def leaf_key(x, path):
     if isinstance(x, Tensor):
         if isinstance(x, Traced):
             raise TraceError(f"argument {path} is a traced tensor of another function; pass real tensors")
-        layout = layout_of(x)
-        return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None, layout), \
+        return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None), \
             {"shape": x._shape, "dtype": x._dtype.name, "device": str(x._device),
-             "requires_grad": x.requires_grad, "grad is None": x._grad is None, "layout": layout}
+             "requires_grad": x.requires_grad, "grad is None": x._grad is None}
     if object_state(x) is not None:
         return (type(x).__name__, id(x)), {"object": f"{type(x).__name__} at {id(x):#x}"}
     if isinstance(x, STATIC):
         return ("S", type(x).__name__, x), {"value": repr(x)}
     raise TypeError(f"compiled functions take tensors, Python numbers, strings, None, tg.nn.Module, tg.optim "
                     f"optimizers and tuples/lists/dicts of them; argument {path} is a {type(x).__name__}")
-
-
-def layout_of(x):
-    """A real tensor's memory layout, as the signature and guards compare it."""
-    return "row-major" if x._data.flags.c_contiguous else f"strides {of_array(x._data)}"
 
 
 def call_signature(fn, args, kwargs):
@@ -81,7 +73,7 @@ def fast_key(args, kwargs):
         if type(x) is Tensor:
             dev = x._device
             key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None,
-                    x._data.strides, first.setdefault(id(x), i), first.setdefault(("array", id(x._data)), i))
+                    first.setdefault(id(x), i), first.setdefault(("array", id(x._data)), i))
         elif type(x) in (int, float, bool):
             key += (type(x), x)
         elif object_state(x) is not None:     # by identity, as in the full signature
