@@ -167,3 +167,16 @@ def test_generated_reductions_of_permuted_inputs(shape, data):
     x = rng_array(tuple(shape), dtype, seed=len(shape))
     fwd, _ = graphs(lambda x: getattr((x * 3).permute(*perm), op)(axes), x)
     check(fwd, [x])
+
+
+def test_reductions_split_across_blocks_join_their_partials(monkeypatch):
+    """Too few tiles to fill the GPU: the reduced elements split over the grid's y blocks, a second
+    launch joins the partial results (here forced on small shapes)."""
+    from tracegrad.codegen.cuda import lower
+    monkeypatch.setattr(lower, "MIN_SLICE", 1)
+    monkeypatch.setattr(lower, "TILE_THREADS", 32)
+    x, y = rng_array((70, 3)), rng_array((70, 3), "int64")
+    fwd, _ = graphs(lambda x, y: (x.sum(), x.sum(0), (x * 2).amax(0), y.sum(0), y.amin()), x, y)
+    launches, _ = check(fwd, [x, y])
+    assert any(isinstance(ck.grid, tuple) and ck.grid[1] > 1 for ck in launches)
+    assert any(ck.name.endswith("_join") for ck in launches)

@@ -11,12 +11,16 @@ from ...ir.kernels import contiguous_strides, loads
 from ...ir.passes.schedule import memory_order, unit_axis
 from . import compile as build
 from .expr import Lines
-from .skeletons import across_body, map_body, rows_body, tiles_body
+from .reduce import acc_dtype
+from .skeletons import across_body, combine_body, map_body, rows_body, tiles_body
 
 MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
 ROW_THREADS = 256      # threads per block walking one row
 TILE_THREADS = 1024    # most threads of a block of a tiled reduction
 MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
+FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
+MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
+MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
 
 
 def pow2(n):
@@ -69,13 +73,14 @@ class Flat:
 class CudaKernel:
     """One launch of a generated kernel: `name`, its `source` (the whole generated file), the
     `buffers` it takes (graph Values, in argument order: each a contiguous device array of the
-    Value's shape and dtype), `grid` and `block` (threads). Calling it launches the kernel:
-    `k(*arrays, stream=0)`."""
+    Value's shape and dtype), `grid` (blocks: an int, or (x, y)) and `block` (threads). Calling it
+    launches the kernel: `k(*arrays, stream=0)`. A split reduction's two launches share `scratch`,
+    device arrays of partial results the kernel allocates once and passes after the buffers."""
 
-    def __init__(self, name, body, buffers, grid, block):
+    def __init__(self, name, body, buffers, grid, block, scratch=None):
         self.name, self.buffers, self.grid, self.block = name, list(buffers), grid, block
         self.source = build.module_text(body)
-        self._body, self._fn = body, None
+        self._body, self._fn, self.scratch = body, None, scratch
 
     def __call__(self, *arrays, stream=0):
         if len(arrays) != len(self.buffers):
@@ -83,10 +88,23 @@ class CudaKernel:
         if self._fn is None:
             self._fn = build.kernel(self._body, self.name)
         flat = [a.reshape(a.size) if a.ndim != 1 else a for a in arrays]
-        self._fn[self.grid, self.block, stream](*flat)
+        self._fn[self.grid, self.block, stream](*flat, *(self.scratch.arrays() if self.scratch else ()))
 
     def __repr__(self):
         return f"<CudaKernel {self.name} grid={self.grid} block={self.block}>"
+
+
+class Scratch:
+    """Device arrays of partial results, (size, dtype name) each, allocated at first use."""
+
+    def __init__(self, specs):
+        self.specs, self._arrays = specs, None
+
+    def arrays(self):
+        if self._arrays is None:
+            from numba import cuda
+            self._arrays = [cuda.device_array(n, d) for n, d in self.specs]
+        return self._arrays
 
 
 def compile_kernels(kernels, name="forward"):
@@ -123,13 +141,14 @@ def _buffers(kernel, phases):
     return out
 
 
-def _source(name, kernel, phases, emit):
-    """(function text, buffers) of a kernel function whose body `emit(src, layout)` writes."""
+def _source(name, kernel, phases, emit, extra=()):
+    """(function text, buffers) of a kernel function whose body `emit(src, layout)` writes; `extra`:
+    names of arguments after the buffers."""
     bufs = _buffers(kernel, phases)
     args = {id(b): f"b{j}" for j, b in enumerate(bufs)}
     src = Lines()
     emit(src, Flat(kernel.shape, args))
-    head = f"def {name}({', '.join(args[id(b)] for b in bufs)}):\n"
+    head = f"def {name}({', '.join([args[id(b)] for b in bufs] + list(extra))}):\n"
     return head + src.text(), bufs
 
 
@@ -167,7 +186,7 @@ def _rows(kernel, name, across=None):
 
 
 def _tiled(kernel, name):
-    """A reduce_acc kernel: one launch per distinct set of reduced axes (the map phases ride with
+    """A reduce_acc kernel: launches for each distinct set of reduced axes (the map phases ride with
     the first)."""
     groups = {}
     for ph in kernel.phases:
@@ -177,7 +196,7 @@ def _tiled(kernel, name):
     out = []
     for g, (axes, reduces) in enumerate(groups.items()):
         label = name if len(groups) == 1 else f"{name}_{g}"
-        out.append(tiled_launch(kernel, label, reduces, maps if g == 0 else []))
+        out += tiled_launches(kernel, label, reduces, maps if g == 0 else [])
     return out
 
 
@@ -198,12 +217,35 @@ def tile_geometry(shape, axes, strides):
     return kept, reduced, 1, min(most, max(32, pow2(nred)))
 
 
-def tiled_launch(kernel, name, reduces, maps):
+def slices_of(ntiles, nred, by):
+    """How many slices a tiled reduction splits its reduced elements into (1: none): enough blocks
+    to fill the GPU (FILL_BLOCKS), each thread still adding MIN_SLICE elements at least."""
+    want = min(-(-FILL_BLOCKS // ntiles), nred // (by * MIN_SLICE), MAX_SLICES)
+    if want < 2:
+        return 1, nred
+    chunk = -(-nred // want)
+    return -(-nred // chunk), chunk
+
+
+def tiled_launches(kernel, name, reduces, maps):
     shape, axes = kernel.shape, set(reduces[0].axes)
     reads = [ld for ph in reduces + maps for _, t in ph.outputs for ld in loads(t)]
     big = max(reads, key=lambda ld: math.prod(ld.buf.shape) * ld.buf.dtype.itemsize, default=None)
     kept, reduced, bx, by = tile_geometry(shape, axes, big.strides if big is not None else None)
-    nkept = math.prod(shape[d] for d in kept)
-    body, bufs = _source(name, kernel, maps + reduces,
-                         lambda src, lay: tiles_body(src, lay, reduces, maps, kept, reduced, bx, by))
-    return CudaKernel(name, body, bufs, min(-(-nkept // bx), MAX_GRID), bx * by)
+    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
+    ntiles = min(-(-nkept // bx), MAX_GRID)
+    slices, chunk = slices_of(ntiles, nred, by)
+    if slices == 1:
+        body, bufs = _source(name, kernel, maps + reduces,
+                             lambda src, lay: tiles_body(src, lay, reduces, maps, kept, reduced, bx, by))
+        return [CudaKernel(name, body, bufs, ntiles, bx * by)]
+    parts = [f"p{j}" for j in range(len(reduces))]
+    scratch = Scratch([(slices * nkept, acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in reduces])
+    body, bufs = _source(name, kernel, maps + reduces, lambda src, lay: tiles_body(
+        src, lay, reduces, maps, kept, reduced, bx, by, (slices, chunk, parts)), parts)
+    threads = warps(nkept, MAP_THREADS)
+    body2, bufs2 = _source(name + "_join", kernel, reduces, lambda src, lay: combine_body(
+        src, lay, reduces, kept, slices, parts, threads), parts)
+    # the second launch takes the buffers of the first's reductions (it reads only the partials)
+    return [CudaKernel(name, body, bufs, (ntiles, slices), bx * by, scratch),
+            CudaKernel(name + "_join", body2, bufs2, min(-(-nkept // threads), MAX_GRID), threads, scratch)]

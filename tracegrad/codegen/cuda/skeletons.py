@@ -10,7 +10,9 @@
 - `tiles_body`: reductions over any axes: a block of BX x BY threads per tile of BX kept
   elements, its BY rows of threads splitting the reduced elements; BX = 1 combines with warp
   shuffles, BX > 1 (the kept axis is the unit-stride one: coalesced across it) with a shared-
-  memory tree over the rows of threads.
+  memory tree over the rows of threads. When there are too few tiles to fill the GPU, the grid's
+  y axis splits the reduced elements too, and `combine_body` (a second launch) joins the slices'
+  partial results: no atomics, and the same result on every run.
 
 A `layout` says how the space is sized and how buffers are read and written: `dims[d]` (source
 text), `load(ld, idx)`, `store_full(v, idx)` (a map output over the whole space) and
@@ -182,9 +184,12 @@ def across_body(src, layout, kernel_phases, split, ndim, u, threads):
         src.emit("t += step")
 
 
-def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by):
+def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
     """Reduce phases sharing one set of `reduced` axes (kept: the others; each list in enumeration
-    order, fastest last) and the map phases riding along (each element visited once)."""
+    order, fastest last) and the map phases riding along (each element visited once).
+    split: (slices, chunk, partials): the grid's y blocks each take `chunk` reduced elements and
+    write their partial results (accumulator dtype) to partials[j][slice * nkept + k] for
+    `combine_body` to finish."""
     dims, threads = layout.dims, bx * by
     _prologue(src, threads)
     src.emit("tx = 0" if bx == 1 else f"tx = tid & {bx - 1}")
@@ -199,14 +204,19 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by):
                 shared[a.at] = f"sh_{a.at}"
                 src.emit(f"sh_{a.at} = cuda.shared.array({threads}, {a.at})")
     nkept, nred = count(src, dims, kept), count(src, dims, reduced)
+    lo, hi = "0", nred
+    if split:
+        src.emit(f"lo = int64(cuda.blockIdx.y) * {split[1]}")
+        src.emit(f"hi = min(lo + {split[1]}, {nred})")
+        lo, hi = "lo", "hi"
     src.emit("tile = int64(cuda.blockIdx.x)")
     with src.block(f"while tile * {bx} < {nkept}:"):
         src.emit(f"k = tile * {bx} + tx")
         kidx = decompose(src, "k", kept, dims, "o")      # threads past the end read and write nothing
         for a in accs:
             a.begin()
-        src.emit(f"r = int64(ty) if k < {nkept} else int64({nred})")
-        with src.block(f"while r < {nred}:"):
+        src.emit(f"r = int64({lo} + ty) if k < {nkept} else int64({hi})")
+        with src.block(f"while r < {hi}:"):
             idx = {**kidx, **decompose(src, "r", reduced, dims, "ix")}
             st = Phases(layout, maps + reduces)
             em = st.emitter(src, idx)
@@ -214,7 +224,7 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by):
             for a, ph in zip(accs, reduces):
                 a.add(em.value(ph.outputs[0][1]))
             src.emit(f"r += {by}")
-        for a, ph in zip(accs, reduces):
+        for j, (a, ph) in enumerate(zip(accs, reduces)):
             a.end()
             v = ph.outputs[0][0]
             if bx == 1:
@@ -223,8 +233,30 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by):
             else:
                 total = _tree_over_rows(src, a, shared[a.at], bx, by)
             with src.block(f"if ty == 0 and k < {nkept}:"):
-                src.emit(f"{layout.store_kept(v, kidx, kept)} = {a.result(total)}")
+                if split:
+                    src.emit(f"{split[2][j]}[int64(cuda.blockIdx.y) * {nkept} + k] = {total}")
+                else:
+                    src.emit(f"{layout.store_kept(v, kidx, kept)} = {a.result(total)}")
         src.emit("tile += cuda.gridDim.x")
+
+
+def combine_body(src, layout, reduces, kept, slices, partials, threads):
+    """The second launch of a split reduction: a thread per kept element joins its `slices` partial
+    results (consecutive threads read consecutive partials) and writes the reduction's result."""
+    dims = layout.dims
+    nkept = count(src, dims, kept)
+    src.emit(f"k = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+    with src.block(f"while k < {nkept}:"):
+        kidx = decompose(src, "k", kept, dims, "o")
+        for ph, part in zip(reduces, partials):
+            v = ph.outputs[0][0]
+            acc = Acc(src, ph.lower, v.dtype.name)
+            acc.begin()
+            with src.block(f"for s in range({slices}):"):
+                acc.add(f"{part}[s * {nkept} + k]")
+            acc.end()
+            src.emit(f"{layout.store_kept(v, kidx, kept)} = {acc.result()}")
+        src.emit(f"k += int64(cuda.gridDim.x) * {threads}")
 
 
 def _tree_over_rows(src, acc, shared, bx, by):
