@@ -1,8 +1,6 @@
 """Reverse mode: graph nodes, the iterative backward engine, version checks, retained gradients."""
 import weakref
 
-import numpy as np
-
 from .broadcast import _quiet
 from .modes import _Mode, enable_grad, interpreter, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
@@ -231,7 +229,7 @@ def _retained_grads(node, grads, create_graph):
 def _zeros(meta, like):
     """The zero cotangent of an output nothing used, of the type of the cotangent `like`."""
     shape, dtype, dev = meta
-    return type(like)._wrap(np.zeros(shape, dtype.np), dtype, dev)
+    return type(like)._zeros(shape, dtype, dev)
 
 
 def _into_grad(leaf, g, create_graph, owned=False):

@@ -193,7 +193,7 @@ def scatter_add(g, indices, axes, shape):
             raise NotImplementedError(f"index_add (the gradient of integer-tensor indexing) of {g.dtype} on "
                                       f"cuda:0 has no device kernel; use float32/float64, or .cpu()")
         if not memory.row_major(g):
-            g = memory._contiguous(g)
+            g = memory.contiguous(g)
         idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(shape, memory.strides_of(out), indices, axes,
                                                                   g.shape)
         blocks, threads = launch_config(n)
@@ -252,10 +252,10 @@ def _randn(out, k1, k2, n):
 
 def random(name, shape, dtype, key):
     """rand (uniform in [0, 1)) or randn (standard normal) of float32/float64, from the 64-bit `key`:
-    element i depends only on (key, i), so a seed reproduces the draw on any launch configuration."""
-    if np.dtype(dtype) not in (np.float32, np.float64):
-        raise NotImplementedError(f"{name} of {np.dtype(dtype)} on cuda:0 has no device kernel; draw float32 or "
-                                  f"float64 (then .to(dtype))")
+    element i depends only on (key, i), so a seed reproduces the draw on any launch configuration.
+    None for another name."""
+    if name != "rand" and name != "randn":
+        return None
     out = memory.empty(shape, dtype)
     n = out.size
     if n:
@@ -267,3 +267,46 @@ def random(name, shape, dtype, key):
         else:
             _randn[blocks, threads](o, k1, k2, n)
     return out
+
+
+@cuda.jit
+def _arange(out, start, step, n):
+    i = cuda.grid(1)
+    while i < n:
+        out[i] = start + i * step
+        i += cuda.gridsize(1)
+
+
+def arange(n, start, step, dtype, exact_int):
+    """start, start + step, ... (n values) as `dtype`: in int64 when start and step are integers (exact),
+    else in float64 (as the cpu's arange), then stored as dtype."""
+    out = memory.empty((n,), dtype)
+    if n:
+        blocks, threads = launch_config(n)
+        start, step = (int(start), int(step)) if exact_int else (float(start), float(step))
+        _arange[blocks, threads](out, start, step, n)
+    return out
+
+
+@cuda.jit
+def _put(x, xshape, xstrides, pos, v, pshape, vstrides, n):
+    i = cuda.grid(1)
+    while i < n:
+        xo, _ = _unravel(pos[i], xshape, xstrides, xstrides)
+        vo, _ = _unravel(i, pshape, vstrides, vstrides)
+        x[xo] = v[vo]
+        i += cuda.gridsize(1)
+
+
+def put(x, pos, v):
+    """x's elements at the row-major flat positions `pos` (int64) take v's (v: pos's shape, any strides;
+    a position given twice takes one of its values, as PyTorch's index_put_ on CUDA)."""
+    n = pos.size
+    if n:
+        pos, v, x = memory.contiguous(pos) if not memory.row_major(pos) else pos, _as_nd(v), _as_nd(x)
+        ps, _ = memory.span(_as_nd(pos))
+        xs, xst = memory.span(x, _bits(x.dtype))
+        vs, vst = memory.span(v, _bits(v.dtype))
+        blocks, threads = launch_config(n)
+        _put[blocks, threads](xs, tuple(x.shape), xst, ps, vs, tuple(v.shape), vst, n)
+    return x

@@ -25,11 +25,11 @@ def _cuda():
 def copy(arr, to):
     """`arr` copied to="device" (from a NumPy array) or to="host" (from a device array); counted."""
     if to == "device":
-        host = np.ascontiguousarray(arr)
+        host = arr if arr.flags.c_contiguous else np.array(arr, order="C")     # (ascontiguousarray makes 0-d 1-d)
         out = _cuda().to_device(host)
         _STATS["to_device"] += 1
     elif to == "host":
-        src = arr if row_major(arr) else _contiguous(arr)
+        src = arr if row_major(arr) else contiguous(arr)
         out = src.copy_to_host()
         check_device_errors()
         _STATS["to_host"] += 1
@@ -145,13 +145,10 @@ def view(arr, shape, strides, offset=0, dtype=None):
     dtype = np.dtype(dtype or arr.dtype)
     shape, nbytes = tuple(int(n) for n in shape), [int(s) * dtype.itemsize for s in strides]
     start = int(offset) * arr.dtype.itemsize
-    if simulated():
-        base = arr._ary
-        iface = dict(base.__array_interface__, shape=shape, strides=tuple(nbytes), typestr=dtype.str, descr=None)
-        iface["data"] = (iface["data"][0] + start, False)
-        iface.pop("descr")
-        dummy = getattr(np.lib.stride_tricks, "DummyArray", None) or np.lib._stride_tricks_impl.DummyArray  # NumPy 2
-        return type(arr)(np.asarray(dummy(iface, base=base)))
+    if simulated():                         # the simulator's device array wraps a NumPy array
+        root = _root(arr._ary)
+        start += arr._ary.ctypes.data - root.ctypes.data
+        return type(arr)(np.ndarray(shape, dtype, buffer=root, offset=start, strides=tuple(nbytes)))
     if arr.size == 0 or math.prod(shape) == 0:
         return empty(shape, dtype)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
@@ -178,12 +175,16 @@ def data_ptr(arr):
 def storage_offset(arr):
     """How many elements arr's first element lies after the start of its allocation."""
     if simulated():
-        root = arr._ary
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        return (arr._ary.ctypes.data - root.ctypes.data) // arr.dtype.itemsize
+        return (arr._ary.ctypes.data - _root(arr._ary).ctypes.data) // arr.dtype.itemsize
     base = arr.gpu_data.owner.device_pointer_value or 0
     return (data_ptr(arr) - base) // arr.dtype.itemsize
+
+
+def _root(a):
+    """The NumPy array that owns the memory a views (the simulator's allocation)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 def may_share_memory(a, b):
@@ -200,7 +201,8 @@ def _extent(arr):
     return lo, hi
 
 
-def _contiguous(arr):
+def contiguous(arr):
+    """A row-major copy of the device array arr, made on the device."""
     from .kernels import copy_strided
     out = empty(arr.shape, arr.dtype)
     copy_strided(arr, out)

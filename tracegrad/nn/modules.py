@@ -101,6 +101,12 @@ class Module:
                     p.grad = p.grad.to(*args, **kwargs)
         return self
 
+    def cuda(self, device="cuda"):
+        return self.to(device)
+
+    def cpu(self):
+        return self.to("cpu")
+
     def float(self):
         return self.to(D.float32)
 

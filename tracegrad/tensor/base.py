@@ -10,7 +10,8 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import ops
-from ..device import CPU
+from ..cuda import memory
+from ..device import CPU, get_default_device
 from ..autograd import retain
 from ..modes import interpreter
 from ..printing import format_tensor
@@ -28,8 +29,23 @@ _EAGER = []   # [the Tensor class]: registered by tensor_class.py, which is defi
 
 
 def new(arr, dtype, dev=CPU):
-    """An eager tensor over the NumPy array `arr`."""
+    """An eager tensor over the array `arr` (a NumPy array, or a device array for a cuda `dev`: a NumPy
+    array given for a cuda tensor is copied to the device)."""
+    if dev.type == "cuda" and not memory.is_device_array(arr):
+        arr = memory.copy(np.asarray(arr, dtype=dtype.np), "device")
     return _EAGER[0]._wrap(arr, dtype, dev)
+
+
+def _row_major_copy(arr):
+    """A row-major copy of a NumPy or device array."""
+    return memory.contiguous(arr) if memory.is_device_array(arr) else np.ascontiguousarray(arr)
+
+
+def shares_memory(a, b):
+    """Whether two eager tensors' memory may overlap (NumPy or device arrays)."""
+    if a._device.type == "cuda" and b._device.type == "cuda":
+        return memory.may_share_memory(a._data, b._data)
+    return a._device == b._device and np.may_share_memory(a._data, b._data)
 
 
 def register(cls):
@@ -54,10 +70,18 @@ class TensorBase:
         """A tensor of class `cls` over array `arr` (None for a traced value: the tracer sets its shape)."""
         t = object.__new__(cls)
         t._data, t._shape, t._dtype, t._device, t._ver, t._base, t._view = \
-            arr, arr.shape if arr is not None else None, dtype, dev, [0], None, None
+            arr, tuple(arr.shape) if arr is not None else None, dtype, dev, [0], None, None
         t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
             False, None, None, 0, None, None, False
         return t
+
+    @classmethod
+    def _zeros(cls, shape, dtype, dev):
+        """A new tensor of zeros on `dev` (made there: no copy)."""
+        if dev.type == "cuda":
+            from ..cuda.kernels import zeros
+            return cls._wrap(zeros(shape, dtype.np), dtype, dev)
+        return cls._wrap(np.zeros(shape, dtype.np), dtype, dev)
 
     # ------------------------------------------------------------ attributes
     shape = property(lambda self: self._shape)
@@ -91,14 +115,24 @@ class TensorBase:
         return self._dtype.itemsize
 
     def _concrete(self, what):
-        """The NumPy array, for `what` (a traced value has none: it raises a TraceError instead)."""
+        """The array (NumPy, or a device array for a cuda tensor), for `what` (a traced value has none:
+        it raises a TraceError instead)."""
         return self._data
 
+    def _host(self, what):
+        """The values as a NumPy array: a cuda tensor's are copied to the host."""
+        arr = self._concrete(what)
+        return memory.copy(arr, "host") if self._device.type == "cuda" else arr
+
     def _row_major(self):
+        if self._device.type == "cuda":
+            return memory.row_major(self._data)
         return self._data.flags.c_contiguous
 
     def _viewable(self, shape):
         """Whether `shape` is a view of this tensor's memory layout (no copy)."""
+        if self._device.type == "cuda":
+            return ops.layout.reshape_strides(self._shape, memory.strides_of(self._data), shape) is not None
         try:
             np.reshape(self._data, shape, copy=False)
         except ValueError:
@@ -115,7 +149,7 @@ class TensorBase:
 
     def stride(self, dim=None):
         arr = self._concrete("stride()")
-        if arr.flags.c_contiguous:  # PyTorch's strides (NumPy's differ for size-0 and size-1 dims)
+        if self._row_major():  # PyTorch's strides (NumPy's differ for size-0 and size-1 dims)
             s, acc = [], 1
             for n in reversed(self._shape):
                 s.insert(0, acc)
@@ -126,13 +160,17 @@ class TensorBase:
         return s if dim is None else s[ops._norm_axis(dim, self.ndim)]
 
     def is_contiguous(self):
-        return bool(self._concrete("is_contiguous()").flags.c_contiguous)
+        self._concrete("is_contiguous()")
+        return bool(self._row_major())
 
     def data_ptr(self):
-        return self._concrete("data_ptr()").ctypes.data
+        arr = self._concrete("data_ptr()")
+        return memory.data_ptr(arr) if self._device.type == "cuda" else arr.ctypes.data
 
     def storage_offset(self):
         arr = self._concrete("storage_offset()")
+        if self._device.type == "cuda":
+            return memory.storage_offset(arr)
         root = arr
         while isinstance(root.base, np.ndarray):
             root = root.base
@@ -216,23 +254,24 @@ class TensorBase:
     def numpy(self):
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        if self._device != CPU:
-            raise TypeError(f"can't convert {self._device} tensor to numpy. Use Tensor.cpu() to copy the tensor "
-                            f"to host memory first.")
+        self._on_host("numpy()")
         return self._concrete("numpy()")
 
+    def _on_host(self, what):
+        if self._device.type == "cuda":
+            raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use Tensor.cpu() to copy "
+                            f"the tensor to host memory first.")
+
     def __array__(self, dtype=None, copy=None):
+        self._on_host("conversion to a NumPy array")
         arr = self._concrete("conversion to a NumPy array")
         return arr if dtype is None else arr.astype(dtype)
 
     def item(self):
-        arr = self._concrete("item()")
-        if arr.size != 1:
-            raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar")
-        return arr.reshape(()).item()
+        return self._scalar_value("item()")
 
     def tolist(self):
-        return self._concrete("tolist()").tolist()
+        return self._host("tolist()").tolist()
 
     def __float__(self):
         return float(self._scalar_value("float()"))
@@ -249,16 +288,17 @@ class TensorBase:
         return bool(self._scalar_value("bool()"))
 
     def _scalar_value(self, what):
+        """The one element, as a Python number (a cuda tensor's one element is copied to the host)."""
         arr = self._concrete(what)
         if arr.size != 1:
             raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar"
                                if what != "bool()" else
                                "Boolean value of Tensor with more than one value is ambiguous")
-        return arr.reshape(()).item()
+        return self._host(what).reshape(()).item()
 
     def __repr__(self):
         suffixes = []
-        if self._device != CPU:
+        if self._device.type != get_default_device().type:     # as PyTorch: a device other than the default
             suffixes.append(f"device='{self._device}'")
         if self.numel() == 0:
             if self.ndim != 1:
@@ -271,7 +311,7 @@ class TensorBase:
             suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
         elif self.requires_grad:
             suffixes.append("requires_grad=True")
-        return format_tensor(self._data, suffixes)
+        return format_tensor(self._host("printing"), suffixes)
 
     __str__ = __repr__
 

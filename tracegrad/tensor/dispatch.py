@@ -11,22 +11,25 @@ import numpy as np
 
 from .. import cuda
 from .. import dtypes as D
+from ..cuda import eager as cuda_eager
+from ..cuda import memory
 from .. import core, modes
 from ..autograd import Node
 from ..device import CPU, mismatch_error
 from ..modes import _thread
 from ..ops import PRIMS
-from .base import _EAGER, TensorBase, new
+from .base import _EAGER, TensorBase, TraceError, new
 
 _P = PRIMS
 _SCALARS = (numbers.Number, np.bool_, np.number)
 
 
-def dispatch(p, inputs, attrs):
+def dispatch(p, inputs, attrs, device=None):
     """Apply primitive `p` to tensors `inputs`: the single path of every operation. The type rule
     runs here (broadcasting lives there); this thread's innermost interpreter computes the value;
-    autograd records a node when grad mode is on and an input requires grad."""
-    dev = inputs[0]._device if inputs else CPU
+    autograd records a node when grad mode is on and an input requires grad. `device`: where a
+    primitive without inputs (rand) puts its result (default: the cpu)."""
+    dev = inputs[0]._device if inputs else device or CPU
     for t in inputs:
         if t._device is not dev and t._device != dev:
             dev = _common_device(inputs)
@@ -94,6 +97,8 @@ class Eager:
     concrete = True
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
+        if dev.type == "cuda":
+            return _apply_cuda(p, inputs, attrs, shape, dtype, dev)
         arr = p.impl(*[t._concrete(p.name) for t in inputs], **attrs)   # a traced value raises
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
@@ -120,6 +125,8 @@ class Eager:
         return inputs
 
     def mutate(self, t, new):
+        if t._device.type == "cuda":
+            return _mutate_cuda(t, new)
         if not t._data.flags.writeable:
             if not any(s == 0 and n > 1 for s, n in zip(t._data.strides, t._shape)):
                 raise RuntimeError(f"in-place update of a tensor over read-only memory (shape {list(t._shape)}, "
@@ -128,7 +135,7 @@ class Eager:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location (an expanded tensor). Please clone() the tensor before "
                                "performing the operation.")
-        np.copyto(t._data, new._concrete("an in-place update"))
+        np.copyto(t._data, new._host("an in-place update"))
         t._ver[0] += 1
         return t
 
@@ -146,6 +153,40 @@ class Eager:
 
 
 EAGER = modes.eager = Eager()
+
+
+def _apply_cuda(p, inputs, attrs, shape, dtype, dev):
+    """Eager.apply on the device: cuda/eager.py computes; views share their input's version counter."""
+    arr = cuda_eager.run(p, [t._concrete(p.name) for t in inputs], attrs, shape, dtype)
+    out = _EAGER[0]._wrap(arr, dtype, dev)
+    if p.kind == "view" and memory.may_share_memory(arr, inputs[0]._data):
+        out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
+        out._view = view_of(inputs[0], p, attrs, out._base)
+    return out
+
+
+def _mutate_cuda(t, new):
+    """Eager.mutate of a cuda tensor: `new` (already of t's shape and dtype) written into t's device
+    memory, through t's strides (a view writes into its base)."""
+    dst = t._data
+    if any(s == 0 and n > 1 for s, n in zip(dst.strides, t._shape)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location (an expanded tensor). Please clone() the tensor before "
+                           "performing the operation.")
+    src = new._concrete("an in-place update")
+    if not memory.is_device_array(src):          # a 0-d cpu tensor (expanded) written into a cuda tensor
+        host = np.asarray(src)
+        if host.size and not any(host.strides):
+            host = np.array(host.flat[0], host.dtype)
+        src = memory.copy(host, "device")
+        if src.shape != dst.shape:
+            src = memory.view(src, dst.shape, (0,) * dst.ndim)
+    elif memory.may_share_memory(src, dst):       # overlapping source and destination: read first
+        src = memory.contiguous(src)
+    from ..cuda.kernels import copy_strided
+    copy_strided(src, dst)
+    t._ver[0] += 1
+    return t
 
 
 def _bind(p, inputs, attrs):
@@ -173,7 +214,9 @@ def _common_device(inputs):
 
 
 def _scalar_tensor(v, dtype, dev):
-    return modes.interpreter().constant(v, dtype, dev)
+    """A Python scalar operand as a 0-d tensor; with cuda tensors a 0-d cpu one: kernels take it as an
+    argument (no copy), as PyTorch passes scalars."""
+    return modes.interpreter().constant(v, dtype, CPU if dev.type == "cuda" else dev)
 
 
 def _operands(*xs, device=None):
@@ -280,6 +323,21 @@ def _infer_shape(shape, numel):
 
 
 def _to_device(t, dev):
+    """t copied to device `dev` (t.to(dev)): differentiable, the gradient comes back to t's device
+    (PyTorch's ToCopyBackward)."""
     cuda.require(dev)
-    raise RuntimeError(f"moving tensors to {dev} needs the CUDA backend, which this version of tracegrad does "
-                       f"not implement yet; keep tensors on the cpu")
+    if _thread.interpreters:
+        raise TraceError(f"moving a tensor to {dev} inside tg.compile or tg.jvp is not supported; move the "
+                         f"tensors before the call")
+    arr = t._concrete("to(device)")
+    arr = memory.copy(arr, "device") if dev.type == "cuda" else memory.copy(arr, "host")
+    out = new(arr, t._dtype, dev)
+    if t._requires_grad and _thread.grad:
+        out._requires_grad = True
+        out.grad_fn = Node(_TO_DEVICE, (t,), {"device": t._device}, out)
+    return out
+
+
+_TO_DEVICE = core.Prim("to_device", "copy", None, None, save=(), save_out=False, lower=None, dtypes=(), cost=None,
+                       vjp=(lambda n, g: _to_device(g, n.attrs["device"]),), jvp=None)
+_TO_DEVICE.backward_name = "ToCopyBackward"   # not registered in the table: eager only, never traced

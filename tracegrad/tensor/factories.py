@@ -10,7 +10,8 @@ from .. import ops
 from ..device import CPU, get_default_device, to_device
 from .. import modes
 from .base import TensorBase, _ArgError, new
-from .dispatch import _P, _SCALARS, _is_int, _shape_arg, _to_device, dispatch
+from ..cuda import memory, require
+from .dispatch import _P, _SCALARS, _is_int, _shape_arg, dispatch
 
 _rng = ops.RNG
 
@@ -22,8 +23,7 @@ def manual_seed(seed):
 def _factory_args(dtype, dev, default):
     dt = D.to_dtype(dtype) if dtype is not None else default
     dev = to_device(dev) if dev is not None else get_default_device()
-    if dev != CPU:
-        _to_device(None, dev)
+    require(dev)
     return dt, dev
 
 
@@ -32,9 +32,14 @@ def _make(arr, dtype, dev, requires_grad):
     return modes.interpreter().constant_array(arr, dtype, dev, requires_grad)
 
 
-def _alloc(shape, fn, dtype):
+def _alloc(shape, fill, dtype, dev):
+    """An array of `shape` on `dev` holding `fill` everywhere (None: uninitialised)."""
     try:
-        return fn(shape, dtype.np)
+        if dev.type == "cuda":
+            from ..cuda import kernels, memory
+            arr = memory.empty(shape, dtype.np)
+            return arr if fill is None else kernels.fill(arr, fill)
+        return np.empty(shape, dtype.np) if fill is None else np.full(shape, fill, dtype.np)
     except (MemoryError, ValueError) as e:
         raise ValueError(f"cannot allocate a tensor of shape {shape} and dtype {dtype}: {e}") from None
 
@@ -47,9 +52,20 @@ def _sizes(size):
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays or tensors)."""
+    """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays, tensors, device
+    arrays); a tensor's copy stays on its device unless `device` says otherwise."""
+    if isinstance(data, TensorBase) and device is None:
+        device = data._device
+    if _on_device(data):
+        src = as_tensor(data).detach()
+        dt, dev = _factory_args(dtype, device or src._device, src._dtype)
+        if dev.type == "cuda" and dt is src._dtype:
+            t = new(memory.contiguous(src._data), dt, dev)      # a copy made on the device
+        else:
+            t = src.to(dtype=dt, device=dev)                    # cast or copied to the host: new memory
+        return t.requires_grad_(requires_grad)
     if isinstance(data, TensorBase):
-        arr = np.array(data._concrete("tg.tensor(traced)"))
+        arr = np.array(data._host("tg.tensor(traced)"))
     elif isinstance(data, (str, bytes)) or data is None:
         raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, not {type(data).__name__}")
     else:
@@ -68,9 +84,23 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
 
 def as_tensor(data, dtype=None, device=None):
-    if isinstance(data, TensorBase) and dtype is None:
-        return data
+    """`data` as a tensor, sharing memory where it can: a tensor is returned as it is (converted only
+    when `dtype`/`device` ask), a device array or any object with `__cuda_array_interface__` (CuPy,
+    a PyTorch cuda tensor) becomes a cuda tensor over the same memory; other data is copied."""
+    if isinstance(data, TensorBase):
+        return data.to(dtype=dtype, device=device)
+    if _on_device(data):
+        require(to_device("cuda"))
+        arr = memory.as_device_array(data)
+        return new(arr, D.from_numpy(arr.dtype), to_device("cuda")).to(dtype=dtype, device=device)
     return tensor(data, dtype=dtype, device=device)
+
+
+def _on_device(data):
+    """Whether `data` lives in device memory (a cuda tensor, a device array)."""
+    if isinstance(data, TensorBase):
+        return data._device.type == "cuda" and data._data is not None
+    return memory.is_device_array(data) or hasattr(data, "__cuda_array_interface__")
 
 
 def from_numpy(arr):
@@ -85,19 +115,19 @@ def from_numpy(arr):
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, np.zeros, dt), dt, dev, requires_grad)
+    return _make(_alloc(shape, 0, dt, dev), dt, dev, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, np.ones, dt), dt, dev, requires_grad)
+    return _make(_alloc(shape, 1, dt, dev), dt, dev, requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, np.empty, dt), dt, dev, requires_grad)
+    return _make(_alloc(shape, None, dt, dev), dt, dev, requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -105,9 +135,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if not isinstance(fill_value, _SCALARS):
         raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
     dt, dev = _factory_args(dtype, device, D.scalar_dtype(fill_value))
-    arr = _alloc(shape, np.empty, dt)
-    arr.fill(fill_value)
-    return _make(arr, dt, dev, requires_grad)
+    return _make(_alloc(shape, fill_value, dt, dev), dt, dev, requires_grad)
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
@@ -155,6 +183,9 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     all_int = all(_is_int(v) for v in (start, end, step))
     dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
     n = builtins.max(0, math.ceil((end - start) / step))
+    if dev.type == "cuda":
+        from ..cuda import kernels
+        return _make(kernels.arange(n, start, step, dt.np, all_int), dt, dev, requires_grad)
     arr = (np.arange(n, dtype=np.float64 if not all_int else np.int64) * step + start).astype(dt.np)
     return _make(arr, dt, dev, requires_grad)
 
@@ -172,9 +203,7 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 def _random(name, shape, dtype, dev, requires_grad):
     """Random tensors come from a primitive, so a compiled function draws fresh values per call."""
-    t = dispatch(_P[name], (), {"shape": shape, "dtype": dtype})
-    if t._device != dev:
-        _to_device(t, dev)
+    t = dispatch(_P[name], (), {"shape": shape, "dtype": dtype}, dev)
     if requires_grad:
         t.requires_grad = True
     return t
@@ -209,21 +238,23 @@ def randperm(n, dtype=None, device=None):
     return _make(_rng[0].permutation(int(n)).astype(dt.np), dt, dev, False)
 
 
-def _rebuild(arr, requires_grad):
-    """Unpickle a tensor."""
-    return tensor(arr, requires_grad=requires_grad)
+def _rebuild(arr, requires_grad, device="cpu"):
+    """Unpickle a tensor (on the device it was pickled from)."""
+    return tensor(arr, device=device, requires_grad=requires_grad)
 
 
 _ONES = {}
 
 
-def _implicit_gradient(shape, dtype):
-    """A shared read-only ones array of `shape`: backward()'s gradient (VJP rules only read their
-    cotangents, the engine copies one before storing it as a .grad, and a compiled backward binds
-    the same array each call)."""
-    arr = _ONES.get((shape, dtype))
+def _implicit_gradient(shape, dtype, dev=CPU):
+    """A shared read-only ones array of `shape` on `dev`: backward()'s gradient (VJP rules only read
+    their cotangents, the engine copies one before storing it as a .grad, and a compiled backward
+    binds the same array each call). A device array cannot be marked read-only; nothing writes it."""
+    key = (shape, dtype, dev.type)
+    arr = _ONES.get(key)
     if arr is None:
-        arr = _ONES[(shape, dtype)] = np.ones(shape, dtype.np)
-        arr.flags.writeable = False
+        arr = _ONES[key] = _alloc(shape, 1, dtype, dev)
+        if dev.type != "cuda":
+            arr.flags.writeable = False
     return arr
 

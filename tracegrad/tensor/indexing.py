@@ -5,9 +5,10 @@ import builtins
 import numpy as np
 
 from .. import dtypes as D
+from ..broadcast import broadcast_shapes
 from ..device import mismatch_error
 from ..modes import interpreter, is_grad_enabled, no_grad
-from .base import TensorBase, new
+from .base import TensorBase, new, shares_memory
 from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
 from .functions import where
@@ -37,9 +38,9 @@ def _parse_index(x, index):
             if t._dtype is D.bool_:
                 t._concrete("boolean-mask indexing (its result shape depends on the values)")
                 if t.ndim == 0:     # as a Python bool
-                    items.append(None if t._data else _EMPTY_AXIS)
+                    items.append(None if t.item() else _EMPTY_AXIS)
                     continue
-                nz = np.nonzero(t._data)
+                nz = np.nonzero(t._host("boolean-mask indexing"))    # (a cuda mask's values are copied)
                 items.extend(new(a.astype(np.int64), D.int64, x._device) for a in nz)
                 continue
             if t._dtype.is_floating_point:
@@ -108,11 +109,37 @@ def _getitem(x, index):
         out = dispatch(_P["slice"], (out,), {"index": tuple(bounds)})
     out = out.reshape(tuple(shape)) if tuple(shape) != out._shape else out
     if adv:
-        if out._device != adv[0]._device and adv[0]._shape:
-            raise mismatch_error(out._device, adv[0]._device)
+        adv = [_index_on(out, a) for a in adv]
         adv = [a if a._dtype is D.int64 or a._dtype is D.int32 else a.to(D.int64) for a in adv]
         return dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)})
     return _named(out, label, x) if label else out
+
+
+def _index_on(x, i):
+    """Index tensor i on x's device: a cuda tensor takes cpu indices (copied, as PyTorch does)."""
+    if i._device == x._device or not i._shape:
+        return i
+    if x._device.type == "cuda" and i._device.type == "cpu":
+        return i.to(x._device)
+    raise mismatch_error(x._device, i._device)
+
+
+def _scatter_into(x, index, v):
+    """x[index] = v for an advanced index: the flat positions the index selects (PyTorch's order of
+    result axes) take v's values (on cuda, by a device kernel; repeated positions take one of them)."""
+    pos = _getitem(arange(x.numel(), device=x._device).reshape(x._shape), index)
+    if broadcast_shapes(v._shape, pos._shape) != pos._shape:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(pos.shape)}")
+    if x._device.type == "cuda":
+        if v._device != x._device and v._shape:
+            raise mismatch_error(x._device, v._device)
+        from ..cuda.kernels import put
+        put(x._data, pos._data, v.to(x._device).expand(*pos._shape)._data)
+    else:
+        vals = np.broadcast_to(v._data, pos._shape)
+        x._data[np.unravel_index(pos._data.ravel(), x._shape)] = vals.ravel()
+    x._ver[0] += 1
 
 
 def _setitem(x, index, value):
@@ -122,20 +149,12 @@ def _setitem(x, index, value):
     recording = is_grad_enabled() and (x.requires_grad or isinstance(value, TensorBase) and value.requires_grad)
     if not recording and interpreter().concrete:
         view = _getitem(x.detach(), index)
-        v = value.detach() if isinstance(value, TensorBase) else full((), value, dtype=x._dtype)
+        v = value.detach() if isinstance(value, TensorBase) else full((), value, dtype=x._dtype, device=x._device)
         v = v.to(x._dtype)      # setitem copies, casting as copy_ does (float into int truncates)
-        if np.may_share_memory(view._data, x._data):
+        if shares_memory(view, x):
             write(view, v, False)     # a basic index: write through the view
-            return
-        # an advanced index: the flat positions it selects (PyTorch's order of result axes) take value
-        pos = _getitem(new(np.arange(x.numel()).reshape(x._shape), D.int64, x._device), index)._data
-        try:
-            vals = np.broadcast_to(v._data, pos.shape)
-        except ValueError:
-            raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be broadcast to "
-                               f"indexing result of shape {list(pos.shape)}") from None
-        x._data[np.unravel_index(pos.ravel(), x._shape)] = vals.ravel()
-        x._ver[0] += 1
+        else:
+            _scatter_into(x, index, v)
         return
     # Functional form, differentiable in both x and value: positions hit by the index take value.
     pos = arange(x.numel(), device=x._device).reshape(x._shape)

@@ -16,7 +16,7 @@ from ..autograd import run_backward
 from ..device import CPU, to_device
 from ..device import device as Device
 from ..ops import normalize_axes
-from .base import TensorBase, register
+from .base import TensorBase, _row_major_copy, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
                        _shape_arg, _to_device, dispatch)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
@@ -40,7 +40,7 @@ class Tensor(TensorBase):
         pass
 
     def __reduce__(self):
-        return (_rebuild, (np.array(self._concrete("pickling")), self.requires_grad))
+        return (_rebuild, (np.array(self._host("pickling")), self.requires_grad, str(self._device)))
 
     # ------------------------------------------------------------ conversions
     def to(self, *args, dtype=None, device=None, copy=False):
@@ -99,7 +99,7 @@ class Tensor(TensorBase):
             return self
         out = self.clone()  # clone keeps the layout (as PyTorch's does); contiguous() must be row-major
         if not out._row_major():
-            out._data = np.ascontiguousarray(out._data)
+            out._data = _row_major_copy(out._data)
         return out
 
     # ------------------------------------------------------------ arithmetic
@@ -496,5 +496,5 @@ class Tensor(TensorBase):
     def _implicit_gradient(self, create_graph):
         """backward()'s gradient of a one-element tensor: ones."""
         if create_graph:      # the gradient may be stored as a .grad: a private array
-            return Tensor._wrap(np.ones(self._shape, self._dtype.np), self._dtype, self._device)
-        return Tensor._wrap(_implicit_gradient(self._shape, self._dtype), self._dtype, self._device)
+            return ones(self._shape, dtype=self._dtype, device=self._device)
+        return Tensor._wrap(_implicit_gradient(self._shape, self._dtype, self._device), self._dtype, self._device)
