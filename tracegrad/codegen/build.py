@@ -2,7 +2,7 @@
 sharing one LLVM module: assign buffer slots, emit LLVM (kernels, matrix products, the driver's
 segments), optimize and JIT once."""
 from ..ir.kernels import contiguous_strides, loads
-from .driver import gemm_function, gemm_plan, gemm_slots, segment_function
+from .driver import body_call, entry_function, gemm_call, gemm_plan, gemm_slots, segment_function, step_function
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .runtime import Program, splits
@@ -27,37 +27,43 @@ def build_programs(graphs, fused, inplace=None):
             for v in k.outputs:
                 slots.setdefault(id(v), len(slots))
         label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
-        names = {id(k): mb.kernel(k, slots, f"{label}_k{j}") for j, k in enumerate(kernels)
-                 if k.kind in ("loop", "reduce_acc")}
-        gemm = gemm_slots(len(slots))
+        gemm, calls, names = gemm_slots(len(slots)), {}, {}
         for j, k in enumerate(kernels):
-            plan = gemm_plan(k)
-            if plan is not None:
-                names[id(k)] = f"{label}_k{j}"
-                mb.function(gemm_function(names[id(k)], k, plan, slots, gemm[plan["dtype"]]))
-        steps = segments(kernels, names, label)
+            c = f"c{j}"
+            if k.kind in ("loop", "reduce_acc"):
+                body, args = mb.kernel(k, slots, f"{label}_k{j}")
+                calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
+                if splits(k):           # an entry for the threads' chunks
+                    names[j] = f"{label}_k{j}"
+                    mb.function(entry_function(names[j], body, args))
+            elif (plan := gemm_plan(k)) is not None:
+                calls[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]])
+        steps = segments(kernels, calls, names, label)
         for step in steps:
             if step[0] == "native":
-                mb.function(segment_function(step[1], [(names[id(kernels[j])], kernels[j].parallel_extent())
-                                                       for j in step[2]]))
+                mb.function(segment_function(step[1], [calls[j] for j in step[2]]))
+        if len(calls) > len(names):
+            mb.function(step_function(f"{label}_step", sorted((j, c) for j, c in calls.items() if j not in names)))
         pairs = inplace[gi] if inplace else ()
-        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs), steps))
+        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs), steps,
+                      f"{label}_step"))
     text = mb.text()
     engine = compile_module(text)
     progs = [None if p is None else Program(*p, engine) for p in plans]
     return progs, text, engine
 
 
-def segments(kernels, names, label):
+def segments(kernels, calls, names, label):
     """The program's steps: ("native", segment name, [kernel indices]) for each run of kernels with
-    a native function that runs on the calling thread (see driver.py), ("chunks", j) for a kernel
-    split over the thread pool, ("host", j) for a kernel run by NumPy."""
+    native code (`calls`) that runs on the calling thread (see driver.py), ("chunks", j) for a
+    kernel split over the thread pool (entry function `names[j]`), ("host", j) for a kernel run by
+    NumPy."""
     steps = []
     for j, k in enumerate(kernels):
-        if id(k) not in names:
-            steps.append(("host", j))
-        elif k.kind != "extern" and splits(k):
+        if j in names:
             steps.append(("chunks", j))
+        elif j not in calls:
+            steps.append(("host", j))
         elif steps and steps[-1][0] == "native":
             steps[-1][2].append(j)
         else:

@@ -101,46 +101,42 @@ def gemm_plan(kernel):
                 b=(b.offset, _batch_strides(sb, b.strides, batch)))
 
 
-def gemm_function(name, kernel, plan, slots, gemm_slot):
-    """LLVM text of `void @name(ptr %table, i64 %lo, i64 %hi)` running matmul `kernel` by BLAS
-    (lo, hi ignored: one call does the whole product, batches in a loop)."""
+def gemm_call(c, kernel, plan, slots, gemm_slot):
+    """LLVM lines running matmul `kernel` by BLAS (batches in a loop); registers and labels start
+    with `c`."""
     itype = blas()[0]
     ty = "float" if plan["dtype"] == "float32" else "double"
     a, b = kernel.args
-    c = kernel.node.out
-    lines = [f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{", "entry:"]
-    for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(c)]), ("fn", gemm_slot)):
-        lines += [f"  %{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{reg} = load ptr, ptr %{reg}p"]
+    lines = []
+    for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(kernel.node.out)]),
+                      ("fn", gemm_slot)):
+        lines += [f"  %{c}{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]
     batch = plan["batch"]
     nb = math.prod(batch)
     if nb > 1:
-        lines += ["  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+        lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
+                  f"  %{c}i = phi i64 [0, %{c}pre], [%{c}i1, %{c}loop]"]
     offs = {}
     for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, list(_contiguous(batch, plan))))):
-        terms, inner = [str(offset)], 1
+        acc, inner = str(offset), 1
         for d in range(len(batch) - 1, -1, -1):
             if bstrides[d] and batch[d] > 1:
-                q = f"%{reg}q{d}"
-                lines += [f"  {q}a = udiv i64 %i, {inner}", f"  {q} = urem i64 {q}a, {batch[d]}",
-                          f"  {q}s = mul i64 {q}, {bstrides[d]}"]
-                terms.append(f"{q}s")
+                q = f"%{c}{reg}q{d}"
+                lines += [f"  {q}a = udiv i64 %{c}i, {inner}", f"  {q}b = urem i64 {q}a, {batch[d]}",
+                          f"  {q}c = mul i64 {q}b, {bstrides[d]}", f"  {q} = add i64 {acc}, {q}c"]
+                acc = q
             inner *= batch[d]
-        acc = terms[0]
-        for j, t in enumerate(terms[1:]):
-            lines.append(f"  %{reg}o{j} = add i64 {acc}, {t}")
-            acc = f"%{reg}o{j}"
-        lines.append(f"  %{reg}x = getelementptr {ty}, ptr %{reg}, i64 {acc}")
-        offs[reg] = f"%{reg}x"
+        lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr %{c}{reg}, i64 {acc}")
+        offs[reg] = f"%{c}{reg}x"
     (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
     args = (f"i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {plan['m']}, {itype} {plan['n']}, {itype} {plan['k']}, "
             f"{ty} 1.0, ptr {offs['a']}, {itype} {lda}, ptr {offs['b']}, {itype} {ldb}, {ty} 0.0, "
             f"ptr {offs['c']}, {itype} {plan['n']}")
-    lines.append(f"  call void %fn({args})")
+    lines.append(f"  call void %{c}fn({args})")
     if nb > 1:
-        lines += ["  %i1 = add i64 %i, 1", f"  %more = icmp ult i64 %i1, {nb}", "  br i1 %more, label %loop, label %done",
-                  "done:"]
-    lines += ["  ret void", "}"]
-    return "\n".join(lines)
+        lines += [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp ult i64 %{c}i1, {nb}",
+                  f"  br i1 %{c}more, label %{c}loop, label %{c}done", f"{c}done:"]
+    return lines
 
 
 def _contiguous(batch, plan):
@@ -152,9 +148,31 @@ def _contiguous(batch, plan):
     return reversed(out)
 
 
+def body_call(c, body, arg_slots, lo="0", hi="1"):
+    """LLVM lines calling kernel body `body` on the buffers of table slots `arg_slots` over rows [lo, hi)."""
+    lines = [line for i, slot in enumerate(arg_slots) for line in
+             (f"  %{c}p{i} = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}a{i} = load ptr, ptr %{c}p{i}")]
+    args = "".join(f"ptr %{c}a{i}, " for i in range(len(arg_slots)))
+    return lines + [f"  call void @{body}({args}i64 {lo}, i64 {hi})"]
+
+
+def entry_function(name, body, arg_slots):
+    """`void @name(ptr %table, i64 %lo, i64 %hi)`: a kernel's rows [lo, hi) (a chunk, for the threads)."""
+    lines = body_call("c", body, arg_slots, "%lo", "%hi")
+    return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
+            + "\n".join(lines) + "\n  ret void\n}")
+
+
 def segment_function(name, calls):
-    """LLVM text of `void @name(ptr %table)` calling each (function, trip count) in order, each over
-    its whole range. The calls are never inlined: each kernel is optimized once, in its own
-    function, so a segment adds nothing to compile time."""
-    body = "".join(f"  call void @{fn}(ptr %table, i64 0, i64 {n}) #2\n" for fn, n in calls)
-    return f"define void @{name}(ptr nocapture readonly %table) #1 {{\nentry:\n{body}  ret void\n}}"
+    """`void @name(ptr %table)`: the kernels' lines `calls` (body_call, gemm_call) one after the other."""
+    return (f"define void @{name}(ptr nocapture readonly %table) #1 {{\nentry:\n"
+            + "\n".join(line for lines in calls for line in lines) + "\n  ret void\n}")
+
+
+def step_function(name, calls):
+    """`void @name(ptr %table, i64 %j)`: kernel j alone, for each (j, lines) in `calls` (check mode and
+    profiles run a program kernel by kernel)."""
+    cases = " ".join(f"i64 {j}, label %k{j}" for j, _ in calls)
+    blocks = "".join(f"k{j}:\n" + "\n".join(lines) + "\n  br label %end\n" for j, lines in calls)
+    return (f"define void @{name}(ptr nocapture readonly %table, i64 %j) #1 {{\nentry:\n"
+            f"  switch i64 %j, label %end [ {cases} ]\n{blocks}end:\n  ret void\n}}")

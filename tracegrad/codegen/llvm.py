@@ -21,37 +21,43 @@ from .scalar import Emitter, Fn, linear, store, regtype
 from .scheduled import _across_kernel, _scheduled_map
 
 
+SMALL_KERNEL = 1 << 14    # elements: a kernel this small is optimized for size (see ModuleBuilder.kernel)
+
+
 class ModuleBuilder:
     """Collects the kernels of one or more programs (and their drivers, see driver.py) into one module.
 
+    Each kernel becomes a body function `void @<name>_body(ptr noalias %b0, ..., i64 %lo, i64 %hi)`
+    taking its buffers as arguments; the driver (driver.py) calls it from the program's segments,
+    its step function and, for kernels split over threads, an entry `@<name>(table, lo, hi)`.
     Kernels whose bodies are the same up to which buffers they touch (the layers of a deep network,
-    one optimizer update per parameter of a shape) share one body function: it is optimized and
-    compiled once, each kernel's exported function calls it with its own buffers. So compile time
-    follows the number of distinct kernels, not of kernels."""
+    one optimizer update per parameter of a shape) share one body, named after the first: it is
+    optimized and compiled once. So compile time follows the number of distinct kernels."""
 
     def __init__(self):
-        self.functions, self.math, self.bodies, self.uses = [], set(), {}, {}
+        self.functions, self.math, self.bodies = [], set(), {}
 
     def text(self):
         head = "; tracegrad kernels\n"
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
-        bodies = [f"define internal void @{name}({params}) {'alwaysinline' if self.uses[name] == 1 else 'noinline'} "
-                  f"#1 {{\nentry:\n{body}\n}}" for (params, body), name in self.bodies.items()]
+        bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
+                  for (params, body, attrs), name in self.bodies.items()]
         return (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
-                + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n"
-                + "attributes #2 = { noinline }\n")
+                + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
 
     def kernel(self, kernel, slots, name):
-        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices.
+        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices. Returns
+        (its body function's name, the table slots of the body's pointer arguments).
 
         The body takes each buffer as a `noalias` pointer argument (buffers never overlap: outputs
-        are fresh or private), so loops vectorize without runtime alias checks; the exported
-        `@<name>(table, lo, hi)` loads the pointers from the table and calls it (inlined when no
-        other kernel shares the body). Names follow `stage="kernels"`: `forward_k3` is kernel k3 of
-        the forward program."""
+        are fresh or private), so loops vectorize without runtime alias checks. A kernel of at most
+        SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on W8 (a deep narrow
+        network, all kernels small) that halves LLVM's time and its steady state does not get
+        slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body` is kernel k3
+        of the forward program."""
         f = Fn()
         order = list(dict.fromkeys(id(v) for v in _buffers(kernel)))    # first use: the body's own order
         ptrs = {vid: f"%b{i}" for i, vid in enumerate(order)}
@@ -64,20 +70,13 @@ class ModuleBuilder:
         else:
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
+        small = math.prod(kernel.shape) <= SMALL_KERNEL
         key = ("".join(f"ptr noalias %b{i}, " for i in range(len(order))) + "i64 %lo, i64 %hi",
-               "\n".join(f.allocas + f.lines))
-        body = self.bodies.setdefault(key, f"{name}_body")     # named after its first kernel
-        self.uses[body] = self.uses.get(body, 0) + 1
-        loads = "".join(f"  %p{i} = getelementptr ptr, ptr %table, i64 {slots[vid]}\n"
-                        f"  %a{i} = load ptr, ptr %p{i}\n" for i, vid in enumerate(order))
-        args = "".join(f"ptr %a{i}, " for i in range(len(order)))
-        self.functions.append(
-            f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\n"
-            f"entry:\n{loads}  call void @{body}({args}i64 %lo, i64 %hi)\n  ret void\n}}")
-        return name
+               "\n".join(f.allocas + f.lines), " optsize" if small else "")
+        return self.bodies.setdefault(key, f"{name}_body"), [slots[vid] for vid in order]
 
     def function(self, text):
-        """Add a function written elsewhere (a program's driver, driver.py)."""
+        """Add a function written elsewhere (the driver's, driver.py)."""
         self.functions.append(text)
 
 

@@ -20,8 +20,8 @@ from .driver import blas, gemm_slots
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
-KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 SEGMENT = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
@@ -62,7 +62,7 @@ def view(arr, ld, shape):
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, step_name, engine_ref):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots) + 2
         self.table = (ctypes.c_void_p * self.n_slots)()
@@ -101,15 +101,14 @@ class Program:
         self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
         self.steps = []                 # kernel by kernel (check mode, profiles)
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
-        for k in kernels:
-            if id(k) in names:
-                addr = engine_ref.address(names[id(k)])
-                extent = k.parallel_extent()
-                if k.kind != "extern" and splits(k):
-                    self.steps.append(("chunks", _Chunks(self, k, slots, addr, extent), None, None))
-                else:               # on this thread: the arguments converted once (a third of the call's cost)
-                    self.steps.append(("call", KERNEL(addr), (table_ref, ctypes.c_int64(0), ctypes.c_int64(extent)),
-                                       k.kind == "extern"))
+        native = {j for step in plan if step[0] == "native" for j in step[2]}
+        one = STEP(engine_ref.address(step_name)) if native else None
+        for j, k in enumerate(kernels):
+            if j in names:
+                self.steps.append(("chunks", _Chunks(self, k, slots, engine_ref.address(names[j]),
+                                                     k.parallel_extent()), None, None))
+            elif j in native:
+                self.steps.append(("call", one, (table_ref, ctypes.c_int64(j)), k.kind == "extern"))
             else:
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
