@@ -127,3 +127,22 @@ def test_primitives_the_lowering_does_not_cover_name_op_dtype_and_device():
     with pytest.raises(RuntimeError, match=r'"floordiv" is not implemented on cuda'):
         pointwise.run(PRIMS["floordiv"], [a, a], {}, (6,), tg.int32)
 
+
+
+def test_reductions_split_across_blocks(monkeypatch):
+    """A reduction with too few tiles to fill the GPU splits its reduced elements over blocks and
+    joins the partials in a second launch (forced here on small shapes)."""
+    from tracegrad.codegen.cuda import eager, lower
+    monkeypatch.setattr(lower, "MIN_SLICE", 1)
+    monkeypatch.setattr(eager, "THREADS", 32)
+    joins, join = [], eager.reduction_join
+    monkeypatch.setattr(eager, "reduction_join", lambda *a: joins.append(a) or join(*a))
+    x = np.random.default_rng(2).standard_normal((70, 3)).astype(np.float32)
+    dev = cuda.to_device(x)
+    for name, axes, want in [("sum", (0, 1), x.astype(np.float64).sum()), ("max", (0,), x.max(0)),
+                             ("sum", (0,), x.astype(np.float64).sum(0))]:
+        p = PRIMS[name]
+        shape, out = p.rule([x.shape], [tg.float32], axis=axes, keepdims=False)
+        got = pointwise.run(p, [dev], {"axis": axes, "keepdims": False}, shape, out).copy_to_host()
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+    assert len(joins) == 3

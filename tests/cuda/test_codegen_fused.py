@@ -180,3 +180,15 @@ def test_reductions_split_across_blocks_join_their_partials(monkeypatch):
     launches, _ = check(fwd, [x, y])
     assert any(isinstance(ck.grid, tuple) and ck.grid[1] > 1 for ck in launches)
     assert any(ck.name.endswith("_join") for ck in launches)
+
+
+def test_fused_maps_of_every_dtype():
+    """bool, int32 (wrapping as NumPy's), int64 and float64 values through one fused program."""
+    a = rng_array((4, 6), "int32") * 40000000
+    b, c = rng_array((4, 6), "int64"), rng_array((4, 6), "float64")
+
+    def f(a, b, c):
+        mask = (a > 0) & (c < 0.5) | (b == 3)
+        return mask, a * 7 + 1, tg.where(mask, b * b - 2, b.abs()), tg.where(mask, c.exp(), -c) * 2.5
+    fwd, _ = graphs(f, a, b, c)
+    check(fwd, [a, b, c], rtol=1e-12, atol=1e-12)

@@ -11,6 +11,8 @@ import math
 import numpy as np
 
 from ..codegen.cuda import eager
+from ..codegen.cuda.lower import slices_of
+from ..codegen.cuda.reduce import acc_dtype
 from ..ops import PRIMS
 from . import memory
 
@@ -77,9 +79,19 @@ def _reduction(p, x, attrs, shape, out_dtype):
     nkept = math.prod(keep)
     if nkept:
         cast = PRIMS["cast"].lower if np.dtype(x.dtype) != out_dtype else None
-        kernel, _ = eager.reduction(p.name, p.lower, np.dtype(x.dtype).name, out_dtype.name, nd, kept, reduced,
-                                    bx, by, cast)
-        kernel[eager.grid(nkept, bx), bx * by](out, x)
+        key = (p.name, p.lower, np.dtype(x.dtype).name, out_dtype.name, nd, kept, reduced)
+        tiles = eager.grid(nkept, bx)
+        slices, chunk = slices_of(tiles, math.prod(x.shape[d] for d in reduced), by)
+        if slices == 1:
+            kernel, _ = eager.reduction(*key, bx, by, cast)
+            kernel[tiles, bx * by](out, x)
+        else:          # too few tiles to fill the GPU: split the reduced elements, then join
+            partials = memory.empty((slices * nkept,), acc_dtype(p.lower, out_dtype.name))
+            kernel, _ = eager.reduction(*key, bx, by, cast, True)
+            kernel[(tiles, slices), bx * by](out, x, partials, chunk)
+            join, _ = eager.reduction_join(*key, cast)
+            threads = eager.block_threads(nkept)
+            join[eager.grid(nkept, threads), threads](out, x, partials, slices)
     return memory.view(out, shape, _row_major_strides(shape)) if keep != shape else out
 
 

@@ -13,7 +13,7 @@ from ...ir.kernels import Load, Op
 from . import compile as build
 from .expr import Lines
 from .lower import MAX_GRID, pow2, warps
-from .skeletons import map_body, tiles_body
+from .skeletons import combine_body, map_body, tiles_body
 
 THREADS = 256          # threads per block of an eager kernel
 TILE_X = 32            # kept elements side by side when a reduction keeps the unit-stride axis
@@ -95,22 +95,40 @@ def block_threads(n):
 
 
 @functools.lru_cache(maxsize=None)
-def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, by, cast_lower=None):
+def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, by, cast_lower=None, split=False):
     """(dispatcher, source) reducing an array x of rank ndim over the axes `reduced` into `out` (the
     same rank, reduced axes of size 1): `k[grid(nkept, bx), bx * by](out, x)`. `kept`/`reduced`
     list the axes in memory order (fastest last); bx kept elements side by side, by threads
     splitting each one's reduced elements (reduction_geometry). An input of another dtype than
-    the result is converted with `cast_lower` first (sum of bools)."""
+    the result is converted with `cast_lower` first (sum of bools). split: the grid's y blocks
+    take `chunk` reduced elements each and write partials: `k[(tiles, slices), bx * by](out, x,
+    partials, chunk)`, then `reduction_join`'s kernel finishes."""
+    ph, lay = _reduce_phase(op, lower, in_dtype, out_dtype, ndim, reduced, cast_lower)
+    name = (f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_{bx}x{by}"
+            + "_split" * split)
+    args = ["out", "x"] + ["p0", "chunk"] * split
+    body = _function(name, args, lay, lambda src: tiles_body(
+        src, lay, [ph], [], list(kept), list(reduced), bx, by, (None, "chunk", ["p0"]) if split else None))
+    return build.kernel(body, name), body
+
+
+@functools.lru_cache(maxsize=None)
+def reduction_join(op, lower, in_dtype, out_dtype, ndim, kept, reduced, cast_lower=None):
+    """(dispatcher, source) of a split reduction's second launch: `k[grid(nkept, t), t](out, x,
+    partials, slices)` (x gives the shape only)."""
+    ph, lay = _reduce_phase(op, lower, in_dtype, out_dtype, ndim, reduced, cast_lower)
+    name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_join"
+    body = _function(name, ["out", "x", "p0", "slices"], lay, lambda src: combine_body(
+        src, lay, [ph], list(kept), "slices", ["p0"], None))
+    return build.kernel(body, name), body
+
+
+def _reduce_phase(op, lower, in_dtype, out_dtype, ndim, reduced, cast_lower):
     x, out = _Buf("x", in_dtype, ndim), _Buf("out", out_dtype, ndim)
     elem = Load(x, (0,) * ndim)
     if in_dtype != out_dtype:
         elem = Op("cast", [elem], out.dtype, cast_lower, None)
-    lay = NdArrays("x", ndim)
-    ph = _Phase("reduce", [(out, elem)], lower, tuple(reduced))
-    name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_{bx}x{by}"
-    body = _function(name, ["out", "x"], lay, lambda src: tiles_body(src, lay, [ph], [], list(kept),
-                                                                     list(reduced), bx, by))
-    return build.kernel(body, name), body
+    return _Phase("reduce", [(out, elem)], lower, tuple(reduced)), NdArrays("x", ndim)
 
 
 def reduction_geometry(shape, strides, axes):

@@ -80,15 +80,16 @@ class CudaKernel:
     def __init__(self, name, body, buffers, grid, block, scratch=None):
         self.name, self.buffers, self.grid, self.block = name, list(buffers), grid, block
         self.source = build.module_text(body)
-        self._body, self._fn, self.scratch = body, None, scratch
+        self._body, self._launch, self.scratch = body, {}, scratch
 
     def __call__(self, *arrays, stream=0):
         if len(arrays) != len(self.buffers):
             raise TypeError(f"CUDA kernel {self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
-        if self._fn is None:
-            self._fn = build.kernel(self._body, self.name)
+        launch = self._launch.get(stream)
+        if launch is None:           # the configured launch, kept: a call is the launch alone
+            launch = self._launch[stream] = build.kernel(self._body, self.name)[self.grid, self.block, stream]
         flat = [a.reshape(a.size) if a.ndim != 1 else a for a in arrays]
-        self._fn[self.grid, self.block, stream](*flat, *(self.scratch.arrays() if self.scratch else ()))
+        launch(*flat, *(self.scratch.arrays() if self.scratch else ()))
 
     def __repr__(self):
         return f"<CudaKernel {self.name} grid={self.grid} block={self.block}>"

@@ -242,9 +242,11 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
 
 def combine_body(src, layout, reduces, kept, slices, partials, threads):
     """The second launch of a split reduction: a thread per kept element joins its `slices` partial
-    results (consecutive threads read consecutive partials) and writes the reduction's result."""
+    results (consecutive threads read consecutive partials) and writes the reduction's result
+    (threads per block: a constant, or None: the launch's)."""
     dims = layout.dims
     nkept = count(src, dims, kept)
+    threads = threads or "cuda.blockDim.x"
     src.emit(f"k = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
     with src.block(f"while k < {nkept}:"):
         kidx = decompose(src, "k", kept, dims, "o")
