@@ -2,7 +2,7 @@
 import numpy as np
 
 from tracegrad.bench import Result, check
-from tracegrad.bench.floor import floor_lines
+from tracegrad.bench.floor import FLOOR, floor_lines, floor_setup
 from tracegrad.bench.workloads import WORKLOADS, _np, find
 
 
@@ -51,9 +51,17 @@ def test_check_names_each_output_over_its_tolerance():
 
 def test_floor_lines_give_time_over_floor():
     w = find("W1")
-    res = {"numpy": Result(), "tg compiled": Result()}
-    res["numpy"].times = [w.floor_bytes / 10e9 * 3]               # 3x the floor at 10 GB/s
+    res = {"numpy": Result(), "tg compiled": Result(), FLOOR[0]: Result(), FLOOR[1]: Result()}
+    res[FLOOR[0]].times = [w.floor_bytes / 10e9]                   # the faster copy: 10 GB/s
+    res[FLOOR[1]].times = [w.floor_bytes / 5e9]
+    res["numpy"].times = [w.floor_bytes / 10e9 * 3]               # 3x the floor
     res["tg compiled"].failure = "broken"
-    lines = floor_lines([(w, res), (find("W4"), res)], ["numpy", "tg compiled"], {"copy": 10.0, "triad": 8.0}, 14)
-    assert "10.0 GB/s" in lines[0] and len(lines) == 3             # W4 has no floor
-    assert lines[2].startswith("W1 gelu_fwd") and "3.00x" in lines[2] and lines[2].rstrip().endswith("-")
+    lines = floor_lines([(w, res), (find("W4"), res)], ["numpy", "tg compiled"], 14)
+    assert "copy bandwidth" in lines[0] and len(lines) == 3       # W4 has no floor
+    assert lines[2].startswith("W1 gelu_fwd") and " 10.0" in lines[2] and "3.00x" in lines[2]
+    assert lines[2].rstrip().endswith("-")
+
+
+def test_floor_copies_move_the_workloads_bytes():
+    for threaded in (True, False):
+        assert floor_setup(1 << 20, threaded)() == []            # 512 KiB read, 512 KiB written

@@ -5,7 +5,9 @@ timed (trace + compile for compiled columns) and its results are checked against
 NumPy reference; then the columns run in interleaved rounds (numpy, tg eager, tg compiled,
 ... in turn, `repeats` rounds), each sample timing enough calls to last a few ms, and the
 median per call is reported with its ratio to NumPy's median in the same run. A column
-whose result is wrong, or that raises, fails the run (exit status 1) after the table.
+whose result is wrong, or that raises, fails the run (exit status 1) after the table; a column
+without a version of a workload (a peer's built-in op) shows "-". A memory-bound workload's
+bandwidth floor (floor.py) is timed in the same rounds.
 """
 import importlib.util
 import math
@@ -17,7 +19,7 @@ import traceback
 
 import numpy as np
 
-from .floor import floor_lines, measure_bandwidth
+from .floor import FLOOR, floor_lines, floor_setup
 from .workloads import WORKLOADS, _np, find
 
 TOLERANCE = 1e-3    # max |out - ref| / max |ref|, per output, for float32 results
@@ -29,7 +31,7 @@ def available_columns():
     if hasattr(tg, "compile"):
         cols.append("tg compiled")
     if importlib.util.find_spec("torch") is not None:
-        cols += ["torch eager", "torch.compile"]
+        cols += ["torch eager", "torch built-in", "torch.compile"]
     if importlib.util.find_spec("jax") is not None:
         cols.append("jax.jit")
     return cols
@@ -76,7 +78,7 @@ def _sample(run, inner):
 
 class Result:
     def __init__(self):
-        self.times, self.first, self.error, self.failure = [], None, None, None
+        self.times, self.first, self.error, self.failure, self.absent = [], None, None, None, False
 
     @property
     def median(self):
@@ -89,10 +91,17 @@ def bench_workload(w, columns, repeats, target_s, log=print):
     if w.implied:
         refs = [np.asarray(r, dtype=np.float64) for r in w.implied(inp, refs)]
     results, runs = {}, {}
-    for col in columns:
+    for col in columns + (list(FLOOR) if w.floor_bytes else []):
         res = results[col] = Result()
+        if col in FLOOR:
+            run = floor_setup(w.floor_bytes, threaded=col == FLOOR[0])
+            runs[col] = (run, _calibrate(run, target_s))
+            continue
         try:
             run = w.columns[col](inp)
+            if run is None:                                   # no such op in this column's library
+                res.absent = True
+                continue
             t0 = time.perf_counter()
             outs = run()
             res.first = time.perf_counter() - t0
@@ -116,8 +125,8 @@ def _fmt_ms(s):
     return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
 
 
-def print_table(rows, columns, out=print, bandwidth=None):
-    """rows: [(workload, {col: Result})]; bandwidth: measure_bandwidth()'s figures for the floor."""
+def print_table(rows, columns, out=print):
+    """rows: [(workload, {col: Result})] (with the floor's pseudo-column where timed)."""
     width = max(14, *(len(c) + 2 for c in columns))
     head = f"{'workload':24s}" + "".join(f"{c:>{width}s}" for c in columns)
     out("median ms per call (ratio to numpy in this run)")
@@ -129,8 +138,8 @@ def print_table(rows, columns, out=print, bandwidth=None):
         cells = []
         for c in columns:
             r = res[c]
-            if r.failure or r.median is None:
-                cells.append("FAILED")
+            if r.absent or r.failure or r.median is None:
+                cells.append("-" if r.absent else "FAILED")
                 continue
             ratio = r.median / base if base else math.nan
             ratios[c].append(ratio)
@@ -153,9 +162,10 @@ def print_table(rows, columns, out=print, bandwidth=None):
     for w, res in rows:
         out(f"{w.id + ' ' + w.name:24s}" + "".join(
             f"{('-' if res[c].error is None else f'{res[c].error:.1e}'):>{width}s}" for c in columns))
-    if bandwidth and any(w.floor_bytes for w, _ in rows):
+    floor = floor_lines(rows, columns, width)
+    if len(floor) > 2:
         out("")
-        for line in floor_lines(rows, columns, bandwidth, width):
+        for line in floor:
             out(line)
 
 
@@ -187,9 +197,8 @@ def main(workload=None, quick=False, repeats=None, out=print, plot=None):
         t0 = time.perf_counter()
         rows.append((w, bench_workload(w, columns, repeats, target_s, log=out)))
         print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    bandwidth = measure_bandwidth() if any(w.floor_bytes for w, _ in rows) else None
     out("")
-    print_table(rows, columns, out=out, bandwidth=bandwidth)
+    print_table(rows, columns, out=out)
     if plot:
         from ..viz.bars import write_bench
         write_bench([(f"{w.id} {w.name}", {c: None if res[c].failure else res[c].median for c in columns})

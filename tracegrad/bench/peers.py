@@ -1,4 +1,5 @@
-"""The optional peers' columns of the reference workloads: torch eager, torch.compile, jax.jit.
+"""The optional peers' columns of the reference workloads: torch eager, torch's built-in fused ops
+(where it has one), torch.compile, jax.jit.
 
 Each runs the same math functions as tracegrad's columns (workloads.py); torch.compile and jax.jit
 wrap the forward (jax: value_and_grad, and for W4/W8 the whole training step), the backward runs as
@@ -59,6 +60,23 @@ def torch_setup(wid, inp, compiled):
                  "W7": (("x", "w"), _torch_center_loss)}[wid]
     leaves = [t[n].requires_grad_() for n in names]
     return _tg_fwd_bwd(wrap(fn), list(t.values()), leaves)
+
+
+def torch_builtin_setup(wid, inp):
+    """torch's own fused op for the workload, eager (W1 gelu(approximate="tanh"), W2 softmax,
+    W3 layer_norm forward and backward); None for the others."""
+    import torch
+    import torch.nn.functional as F
+    t = {k: torch.from_numpy(v.copy()) for k, v in inp.items()}
+    if wid == "W1":
+        return lambda: [F.gelu(t["x"], approximate="tanh")]
+    if wid == "W2":
+        return lambda: [torch.softmax(t["x"], dim=1)]
+    if wid == "W3":
+        leaves = [t[n].requires_grad_() for n in ("x", "w", "b")]
+        return _tg_fwd_bwd(lambda x, w, b, g: (F.layer_norm(x, w.shape, w, b, EPS_LN) * g).sum(),
+                           list(t.values()), leaves)
+    return None
 
 
 def jax_setup(wid, inp):

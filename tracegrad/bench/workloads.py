@@ -503,6 +503,7 @@ def _workload(wid, name, what, mod=globals()):
     w.columns = {"numpy": mod[f"{n}_numpy"], "tg eager": mod[f"{n}_tg_eager"],
                  "tg compiled": mod[f"{n}_tg_compiled"],
                  "torch eager": lambda inp: _peer("torch_setup")(wid, inp, compiled=False),
+                 "torch built-in": lambda inp: _peer("torch_builtin_setup")(wid, inp),
                  "torch.compile": lambda inp: _peer("torch_setup")(wid, inp, compiled=True),
                  "jax.jit": lambda inp: _peer("jax_setup")(wid, inp)}
     return w
