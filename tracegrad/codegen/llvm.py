@@ -92,8 +92,9 @@ OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float3
 
 def _loop_kernel(mb, f, kernel, ptrs):
     """Outer loop over rows; per row, one inner loop nest per phase (a Schedule's online pair of
-    phases: one walk, online.py). A value that a reduce phase computes and a later phase needs again
-    (softmax's exp) is kept in a row-sized stack buffer instead of being recomputed."""
+    phases: one walk, online.py; an accumulated phase adds the row into its running result,
+    _RowSums). A value that a reduce phase computes and a later phase needs again (softmax's exp) is
+    kept in a row-sized stack buffer instead of being recomputed."""
     shape, k = kernel.shape, kernel.split
     outer, inner = shape[:k], shape[k:]
     full, inner_strides = contiguous_strides(shape), contiguous_strides(inner)
@@ -109,6 +110,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
                 later |= _tree_ids(t)
 
     online = dict(kernel.schedule.online) if kernel.schedule is not None else {}
+    sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
 
     def outer_body(f, oidx):
         for j, ph in enumerate(kernel.phases):
@@ -117,7 +119,23 @@ def _loop_kernel(mb, f, kernel, ptrs):
                 continue
             if j - 1 in online:
                 continue
-            if ph.kind == "map":
+            if id(ph) in sums:
+                (v, tree), = ph.outputs
+
+                def body(f, iidx, tree=tree, ph=ph):
+                    em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
+                    _seed(em, scratch, iidx, inner_strides)
+                    x = em.value(tree)
+                    if id(tree) in scratch:
+                        ty = regtype(tree.dtype)
+                        p = f.assign(f"getelementptr inbounds {ty}, ptr {scratch[id(tree)]}, i64 "
+                                     f"{linear(f, iidx, inner_strides)}")
+                        f.emit(f"store {ty} {x}, ptr {p}")
+                    sums[id(ph)].add(f, list(oidx) + list(iidx), x)
+                sums[id(ph)].row(f, inner, body)
+                sums[id(ph)].end_row(f)
+                done.add(id(tree))
+            elif ph.kind == "map":
                 def body(f, iidx, ph=ph):
                     idx = list(oidx) + list(iidx)
                     em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
@@ -159,6 +177,94 @@ def _loop_kernel(mb, f, kernel, ptrs):
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))
     else:
         outer_body(f, [])
+    for acc in sums.values():
+        acc.finish(f)
+
+
+class _RowSums:
+    """A row kernel's reduction over its outer axes (and maybe some inner ones), accumulated while
+    its rows [lo, hi) stream by; the runtime gives each chunk of rows private outputs. A scalar
+    result keeps a register accumulator (_Acc: float sums blocked, float64 total); others an array
+    over the kept axes, else the output itself: float32 sums of up to WIDE_LIMIT outputs add
+    OUTER_BLOCK rows into a float32 array (vectorized), which then joins a float64 one."""
+
+    def __init__(self, f, ph, shape, ptrs):
+        (self.v, _), = ph.outputs
+        self.lower, self.ptrs = ph.lower, ptrs
+        self.kept = [d for d in range(len(shape)) if d not in set(ph.axes)]
+        self.oshape = [shape[d] for d in self.kept]
+        dt = self.v.dtype
+        self.acc = _Acc(f, ph.lower, dt, (_squeezed(shape) or [1])[-1]) if not self.kept else None
+        at = _acc_dtype(ph.lower, dt)
+        self.at = at if self.kept and math.prod(self.oshape) <= WIDE_LIMIT else dt
+        self.wide = f.alloca(f"[{math.prod(self.oshape)} x {regtype(self.at)}]") if self.at is not dt else None
+        self.part = f.alloca(f"[{math.prod(self.oshape)} x {regtype(dt)}]") if self.wide else None
+        if self.kept:
+            _loops(f, self.oshape, lambda f, idx: f.emit(
+                f"store {regtype(self.at)} {_identity(self.lower, self.at)}, ptr {self._at(f, idx)}"))
+        if self.part:
+            self.rows = f.alloca("i64")
+            f.emit(f"store i64 0, ptr {self.rows}")
+            _loops(f, self.oshape, lambda f, idx: f.emit(
+                f"store {regtype(dt)} {_identity(self.lower, dt)}, ptr {self._at(f, idx, self.part)}"))
+
+    def _join(self, f):
+        """The float32 partials join the float64 totals and restart."""
+        ty, aty = regtype(self.v.dtype), regtype(self.at)
+
+        def one(f, idx):
+            p, q = self._at(f, idx), self._at(f, idx, self.part)
+            x = _widen(f, f.assign(f"load {ty}, ptr {q}"), self.v.dtype, self.at)
+            f.emit(f"store {aty} {_combine(f, self.lower, f.assign(f'load {aty}, ptr {p}'), x, self.at)}, ptr {p}")
+            f.emit(f"store {ty} {_identity(self.lower, self.v.dtype)}, ptr {q}")
+        _loops(f, self.oshape, one)
+
+    def end_row(self, f):
+        if not self.part:
+            return
+        n = f.assign(f"add nsw i64 {f.assign(f'load i64, ptr {self.rows}')}, 1")
+        full, go, on = f.assign(f"icmp eq i64 {n}, {OUTER_BLOCK}"), f.label(), f.label()
+        f.emit(f"store i64 {f.assign(f'select i1 {full}, i64 0, i64 {n}')}, ptr {self.rows}")
+        f.emit(f"br i1 {full}, label %{go}, label %{on}")
+        f.block(go)
+        self._join(f)
+        f.emit(f"br label %{on}")
+        f.block(on)
+
+    def _at(self, f, oidx, array=None):
+        off = linear(f, oidx, contiguous_strides(self.oshape))
+        ty = regtype(self.v.dtype if array else self.at)
+        return f.assign(f"getelementptr inbounds {ty}, ptr {array or self.wide or self.ptrs[id(self.v)]}, i64 {off}")
+
+    def row(self, f, inner, body):
+        if self.acc is not None:
+            _blocked_loops(f, inner, body, [self.acc])
+        else:
+            _loops(f, inner, body)
+
+    def add(self, f, idx, x):
+        if self.acc is not None:
+            self.acc.add(f, x)
+            return
+        if self.part:                   # float32 into the partials
+            p, ty = self._at(f, [idx[d] for d in self.kept], self.part), regtype(self.v.dtype)
+            f.emit(f"store {ty} {_combine(f, self.lower, f.assign(f'load {ty}, ptr {p}'), x, self.v.dtype)}, ptr {p}")
+            return
+        p, ty = self._at(f, [idx[d] for d in self.kept]), regtype(self.at)
+        f.emit(f"store {ty} {_combine(f, self.lower, f.assign(f'load {ty}, ptr {p}'), _widen(f, x, self.v.dtype, self.at), self.at)}"
+               f", ptr {p}")
+
+    def finish(self, f):
+        if self.acc is not None:
+            store(f, self.ptrs, self.v, "0", self.acc.result(f))
+        elif self.wide:
+            self._join(f)
+
+            def out(f, idx):
+                x = f.assign(f"load {regtype(self.at)}, ptr {self._at(f, idx)}")
+                store(f, self.ptrs, self.v, linear(f, idx, contiguous_strides(self.oshape)),
+                      _narrow(f, x, self.v.dtype, self.at))
+            _loops(f, self.oshape, out)
 
 
 def _tree_ids(t, out=None):

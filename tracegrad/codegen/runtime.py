@@ -180,19 +180,20 @@ class Program:
 class _Chunks:
     """A kernel run as chunks of its outer loop, spread over the thread pool. The chunks follow from
     the kernel's size alone, never from the thread count or from which thread ran which chunk, so
-    results are the same on any machine and under any load. A reduce_acc kernel's chunk 0 reduces
+    results are the same on any machine and under any load. A kernel that accumulates over its outer
+    loop (Kernel.accumulated: a reduce_acc kernel, a row kernel's sums over rows) has chunk 0 reduce
     into the real outputs and chunk i > 0 into private ones (its own pointer table); the partials
     are then combined in chunk order."""
 
     def __init__(self, prog, kernel, slots, fn, extent):
         n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
-        reduced = [(v, _combiner(ph.lower)) for ph in kernel.phases if ph.kind == "reduce" for v, _ in ph.outputs]
-        if kernel.kind == "reduce_acc":   # private partials: at most a sixteenth of the input's size
+        reduced = [(v, _combiner(ph.lower)) for ph in kernel.accumulated() for v, _ in ph.outputs]
+        if reduced:                       # private partials: at most a sixteenth of the input's size
             n = min(n, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
         self.fn, self.n = fn, min(n, extent, MAX_CHUNKS)
         self.bounds = np.array([extent * i // self.n for i in range(self.n + 1)], np.int64)
         self.tables = (ctypes.c_void_p * self.n)(*[ctypes.addressof(prog.table)] * self.n)
-        self.outs = [(slots[id(v)], op) for v, op in reduced] if kernel.kind == "reduce_acc" else []
+        self.outs = [(slots[id(v)], op) for v, op in reduced]
         self.private = []
         for i in range(1, self.n if self.outs else 0):
             table = (ctypes.c_void_p * max(1, prog.n_slots))()

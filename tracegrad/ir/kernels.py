@@ -89,9 +89,10 @@ def ops_of(tree):
 
 class Phase:
     """kind "map": write each (value, tree) over the kernel's full space;
-    kind "reduce": reduce `tree` over the kernel's inner axes (row) or `axes` (reduce_acc) into
-    value, with primitive `op` whose lowering `lower` joins an element b to the accumulator a
-    (at cost class `cost`)."""
+    kind "reduce": reduce `tree` over `axes` into value (in a loop kernel: its inner axes, a row
+    reduction, or axes that include all its outer axes, an accumulation over the rows), with
+    primitive `op` whose lowering `lower` joins an element b to the accumulator a (at cost class
+    `cost`)."""
     __slots__ = ("kind", "outputs", "op", "axes", "lower", "cost")
 
     def __init__(self, kind, outputs, op=None, axes=None, lower=None, cost=None):
@@ -147,6 +148,24 @@ class Kernel:
     def __init__(self, kind, shape, split=0, phases=(), node=None, args=(), impl=None):
         self.kind, self.shape, self.split, self.phases = kind, tuple(shape), split, list(phases)
         self.node, self.args, self.impl, self.schedule = node, list(args), impl, None
+
+    def accumulated(self):
+        """The reduce phases whose results every chunk of the outer loop adds to, so that threads
+        keep private partials: a reduce_acc kernel's, and a row kernel's reductions over all its
+        outer axes (a sum over the rows streamed by: a layer norm backward's weight gradient)."""
+        if self.kind == "reduce_acc":
+            return [ph for ph in self.phases if ph.kind == "reduce"]
+        if self.kind != "loop" or not self.split:
+            return []
+        return [ph for ph in self.phases if ph.kind == "reduce" and set(range(self.split)) <= set(ph.axes)]
+
+    def apart(self):
+        """(row kernel, reduce_acc kernel): this row kernel without, and with only, its accumulated
+        phases; the second runs after the first (a target without accumulating row kernels)."""
+        acc = self.accumulated()
+        rows = Kernel("loop", self.shape, self.split, [ph for ph in self.phases if ph not in acc])
+        sums = Kernel("reduce_acc", self.shape, 0, acc)
+        return rows, sums
 
     def parallel_extent(self):
         """The trip count of the outermost loop, which threads split (1: not splittable)."""

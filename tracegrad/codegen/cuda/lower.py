@@ -121,6 +121,9 @@ def lower_kernel(kernel, name):
     """The CudaKernels computing one loop or reduce_acc kernel (empty when its space is empty)."""
     if 0 in kernel.shape:
         return []
+    if kernel.kind == "loop" and kernel.accumulated():    # a row kernel's sums over its rows: a launch after
+        rows, sums = kernel.apart()
+        return lower_kernel(rows, name) + lower_kernel(sums, f"{name}_sums")
     if kernel.kind == "reduce_acc":
         return _tiled(kernel, name)
     if all(ph.kind == "map" for ph in kernel.phases):

@@ -15,7 +15,11 @@ Rules
   *row* reductions; consecutive row reductions and maps over the same iteration space that read
   each other only within the same row merge into one kernel of phases (outer loop over rows, one
   inner loop per phase): a softmax or a layernorm forward is one kernel and one pass over memory.
-  Reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
+  A reduction over all the outer axes of a neighbouring row kernel over the same space (a loss
+  summed after a layer norm forward, the weight and bias gradients beside its backward) joins
+  that kernel and accumulates while its rows stream by, when it reads the row kernel's results only
+  in the current row and the row kernel does not read it: the inputs are read once for both.
+  Other reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
   backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it).
@@ -142,7 +146,7 @@ def fuse(graph, enabled=True):
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
-    return (merge_rows(kernels) if enabled else kernels), aliases
+    return (merge_accumulations(merge_rows(kernels)) if enabled else kernels), aliases
 
 
 def _const_buffer(v, expr, kernels):
@@ -219,3 +223,41 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = ph.kind
     return out
+
+
+def merge_accumulations(kernels):
+    """Move the phases of a reduce_acc kernel into a neighbouring row kernel over the same space (see
+    rules) when they all reduce over its outer axes and read its results only within a row."""
+    out = []
+    for k in kernels:
+        prev = out[-1] if out else None
+        if prev is not None and _accumulates_into(k, prev, after=True):
+            prev.phases.extend(k.phases)
+            continue
+        if prev is not None and _accumulates_into(prev, k, after=False):
+            out[-1] = k
+            k.phases.extend(prev.phases)
+        else:
+            out.append(k)
+    return out
+
+
+def _accumulates_into(acc, rows, after):
+    """Whether reduce_acc kernel `acc` (run after row kernel `rows` when `after`, else before it)
+    can accumulate inside it."""
+    if acc.kind != "reduce_acc" or rows.kind != "loop" or not rows.split or acc.shape != rows.shape:
+        return False
+    outer = set(range(rows.split))
+    if not all(ph.kind == "reduce" and outer <= set(ph.axes) for ph in acc.phases):
+        return False
+    made = {id(v) for v in acc.outputs}
+    if any(id(ld.buf) in made for ld in rows.reads):
+        return False
+    produced = {id(v): ph.kind for ph in rows.phases for v, _ in ph.outputs}
+    if not after and any(id(ld.buf) in produced for ld in acc.reads):
+        return False
+    if len(rows.ops()) + len(acc.ops()) > MAX_TREE_OPS or \
+            not all(_row_read(ld, rows.shape, rows.split, produced) for ld in acc.reads):
+        return False
+    from .schedule import choose                 # the merged kernel must walk memory in natural order
+    return choose(Kernel("loop", rows.shape, rows.split, rows.phases + acc.phases)) is None

@@ -67,8 +67,9 @@ def online_pairs(k):
     exp(a - g(m)) into a value of m's dtype (see Schedule.online)."""
     pairs = []
     for i, (p, q) in enumerate(zip(k.phases, k.phases[1:])):
+        inner = set(range(k.split, len(k.shape)))
         if p.kind != "reduce" or q.kind != "reduce" or not _joins(p, "maximum") or not _joins(q, "+") or \
-                (pairs and pairs[-1][1] == i):
+                set(p.axes) != inner or set(q.axes) != inner or (pairs and pairs[-1][1] == i):
             continue
         (m, _), = p.outputs
         (s, tree), = q.outputs
@@ -96,7 +97,7 @@ def operands(k):
 
 
 def _reduced(k, ph):
-    return set(ph.axes) if k.kind == "reduce_acc" else set(range(k.split, len(k.shape)))
+    return set(ph.axes)
 
 
 def unit_axis(shape, strides):
