@@ -201,6 +201,39 @@ def test_gradient_through_a_view_of_a_detached_alias_read_after_the_update():
         assert grads(tg.compile(f, backend=backend)) == want, backend
 
 
+SAVES = ["(x1 * w).sum()", "(x1[:, -1] @ w)", "(x1.T[0] * w).sum()", "(x0 * w).sum()"]
+WRITES = ["x0.mul_(2.0)", "x1.data.mul_(0.5)", "x0.data.add_(1.0)"]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), min_size=1, max_size=4), st.sampled_from(["detach", "data"]))
+def test_backward_through_one_storage_follows_eager(steps, second):
+    """The backward reads what eager's does (the memory as last written, or eager's error when a
+    version counter shared with the saved tensor moved), and the arguments end as eagerly."""
+    def f(x0, x1, w):
+        total = w.sum() * 0.0
+        for save, k in steps:
+            if save:
+                total = total + eval(SAVES[k % len(SAVES)])
+            else:
+                with tg.no_grad():
+                    eval(WRITES[k % len(WRITES)])
+        return total
+
+    def run(fn):
+        a = tg.tensor([[1., 2.], [3., 4.]], requires_grad=True)
+        w = tg.tensor([0.5, -1.], requires_grad=True)
+        try:
+            out = fn(a, a.detach() if second == "detach" else a.data, w)
+            out.backward()
+            return _plain([out, a.grad, w.grad, a])
+        except RuntimeError as e:
+            return type(e).__name__, "modified by an inplace operation" in str(e), _plain(a)
+    want = run(f)
+    for backend in BACKENDS:
+        assert run(tg.compile(f, backend=backend)) == want, backend
+
+
 # ---------------------------------------------------------------------------- random draws
 
 DRAWS = ["tg.rand(x.shape)", "tg.randn(3)", "tg.nn.functional.dropout(x, 0.5)", "tg.randn(x.shape) * x"]

@@ -194,7 +194,7 @@ class Tracer:
         self.owners = {}           # id(Value) -> the tensor whose storage held it first (.data aliases)
         self.views = {}            # id(view) -> (view, root's generation and value when it was taken)
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
-        self.storages = {}         # id(array of a lifted tensor) -> the stand-in owning that storage
+        self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
         self.layout_used = False   # whether a layout was asked for, or a tensor updated (views vs copies)
 
     # ------------------------------------------------------------------ values
@@ -216,12 +216,15 @@ class Tracer:
             st = Traced.of(t._shape, t._dtype, t._device, value, L.of_array(t._data))
             st._requires_grad = t.requires_grad
             first = self.storages.get(id(t._data)) if source[0] != "const" else None
-            if first is not None:     # another tensor over the same array (a.detach(), a.data): one storage
-                st._ver = first._ver
-            else:
+            if first is None:
                 self.roots[id(st._ver)] = st
-                self.storages[id(t._data)] = st
-            self.owners[id(value)] = st
+                self.storages[id(t._data)] = (st, t)
+                self.owners[id(value)] = st
+            else:   # another tensor over the same array: one storage; a.detach() shares the version
+                root, real = first          # counter too, a.data has its own (as eagerly)
+                if t._ver is real._ver:
+                    st._ver = root._ver
+                self.owners[id(value)] = root
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
             self.lifted[id(t)] = entry
@@ -250,8 +253,10 @@ class Tracer:
                      for t in inputs)
 
     def _root(self, t):
-        """The traced tensor owning t's storage: by the shared version counter (views, detach), else
-        by the value (.data aliases), else None."""
+        """The traced tensor owning t's storage (of a view: its base's): by the shared version counter
+        (views, detach), else by the value (.data aliases), else None."""
+        if t._base is not None:
+            t = t._base
         root = self.roots.get(id(t._ver))
         if root is None:
             owner = self.owners.get(id(t._ir))
@@ -303,7 +308,7 @@ class Tracer:
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
             out._view = view_of(inputs[0], p, attrs, out._base)
             out._ver = inputs[0]._ver
-            root = self.roots.get(id(out._ver))
+            root = self._root(out)
             if root is not None:   # the ops replay from the storage's value this chain started from
                 before = self.views.get(id(inputs[0]))
                 start = before[2] if before is not None else inputs[0]._ir

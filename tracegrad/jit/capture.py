@@ -57,6 +57,10 @@ class Capture:
         finally:
             grad_changes = tracer.grad_changes()
             _restore_dynamic(dynamic, name)
+        # a tensor (or view) over memory updated through another tensor (a and a.detach(), a.data)
+        # holds, like the memory, the last value: what the backward reads, and what is written back
+        tracer.lift_inputs(tuple(e.standin for e in tracer.order if e.source[0] != "const") +
+                           tuple(view for view, _, _ in list(tracer.views.values())))
         self._plan_outputs(out, name)
         self._plan_writes(grad_changes, name)
         inputs = [(e.source, e.real) for e in tracer.order]
