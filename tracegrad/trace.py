@@ -150,7 +150,7 @@ def _layout_read():
     """The trace running in this thread depends on the layout of its inputs (guards.py)."""
     for interp in interpreters():
         if isinstance(interp, Tracer):
-            interp.layout_used = True
+            interp.layout_asked = True
 
 
 def _unit_dims_only(node):
@@ -195,7 +195,8 @@ class Tracer:
         self.views = {}            # id(view) -> (view, root's generation and value when it was taken)
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
         self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
-        self.layout_used = False   # whether a layout was asked for, or a tensor updated (views vs copies)
+        self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
+        self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
 
     # ------------------------------------------------------------------ values
     def lift(self, t, source=("captured",), name=None):
@@ -297,6 +298,7 @@ class Tracer:
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         view = p.kind == "view"
         if view:               # a reshape the layout cannot view is a copy, as eagerly
+            self.reshaped = self.reshaped or p.name == "reshape" and not _unit_dims_only(out.node)
             s = inputs[0]._layout()
             remapped = None if s is None else p.remap(inputs[0]._shape, shape, list(s), 0, **attrs)
             strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(shape)
@@ -338,7 +340,7 @@ class Tracer:
                              f"(at {location()}); write to the base tensor or compute the value out of place")
         st = self.lift(t)
         root = self._root(st)
-        self.layout_used = True
+        self.updated = True
         st._ir = self.lift(new)._ir
         if root is not None and root is not st:        # through an alias (detach, .data): the tensor
             root._ir = st._ir
@@ -347,6 +349,12 @@ class Tracer:
         self.owners[id(st._ir)] = st if root is None else root     # its storage holds the value now
         st._ver[0] += 1
         return st
+
+    @property
+    def layout_used(self):
+        """Whether the trace depends on its inputs' layouts: it asked for one, or it took a reshape
+        (a view or a copy) and updated a tensor (so which one matters)."""
+        return self.layout_asked or self.reshaped and self.updated
 
     def grad_access(self, t):
         """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the

@@ -4,8 +4,8 @@
   object, a number, string or tuple still the same value;
 - tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad;
 - for an entry whose trace depended on memory layouts (it asked contiguous(), is_contiguous(),
-  stride() or view(), or updated a tensor in place, where a reshape's being a view or a copy
-  matters): each argument and captured tensor keeps its layout;
+  stride() or view(), or took a reshape, a view or a copy as the layout decides, and updated a
+  tensor in place): each argument and captured tensor keeps its layout;
 - each .grad the trace read or wrote is still the same object;
 - the state of reachable modules and optimizers (state.py) is unchanged, and each tensor argument is
   still the same object as the same held tensors (a parameter passed as an argument and also held
