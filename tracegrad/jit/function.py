@@ -45,10 +45,16 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
       every reachable module and optimizer, each submodule, parameter and held tensor by identity
       and each plain attribute by value (`training`, so `model.eval()` retraces; momentum, betas,
       eps, weight_decay); the shape, dtype and requires_grad of tensors read through closures and
-      objects; and, for a function that writes to its inputs, which inputs share memory.
+      objects; for a function that writes to its inputs, which inputs share memory (and which are
+      one array: a and a.detach() are one storage inside the trace, as eagerly); and the memory
+      layout (strides) of tensor arguments and captured tensors when the trace depends on it (it
+      called contiguous(), is_contiguous(), stride() or view(), or took a reshape and updated a
+      tensor in place).
     - read at every call, never retraced: tensor values, and numbers registered as dynamic
       (an optimizer's `lr`, so a learning-rate schedule costs no retrace).
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
+    Random tensors (tg.rand, tg.randn, dropout) draw at every call, in eager's order, unused ones
+    included: the generator ends where eager leaves it under the same tg.manual_seed.
 
     The `cache_size` most recently used signatures stay in memory per function; an evicted one is
     traced again on its next call and its machine code reloads from the disk cache.
