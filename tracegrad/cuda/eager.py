@@ -9,7 +9,8 @@ the way by the primitive's `kind` (core.py):
 - elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering.
 
 `arrays` are device arrays, except that 0-d NumPy arrays stand for Python scalars and 0-d cpu tensors
-(they combine with cuda tensors, as in PyTorch): kernels take them as arguments, or upload them.
+(they combine with cuda tensors, as in PyTorch): elementwise kernels read them from a cache of device
+constants (one upload per distinct value), the other kernels upload them.
 A primitive without a device path raises NotImplementedError naming it; nothing runs on the host.
 """
 import numpy as np
@@ -114,7 +115,8 @@ def _pointwise(p, arrays, attrs, shape, dtype):
         from .pointwise import run as pointwise
     except ImportError:
         raise unsupported(p, dtype, "elementwise and reduction kernels are not in this build") from None
-    return pointwise(p, arrays, attrs, shape, dtype)
+    return pointwise(p, [a if memory.is_device_array(a) else memory.constant(a) for a in arrays], attrs, shape,
+                     dtype)
 
 
 _KINDS = dict(view=_view, copy=_copy, index=_index, creation=_creation, random=_random, extern=_extern,

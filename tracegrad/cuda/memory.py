@@ -5,6 +5,7 @@ device (`copy`): every host<->device copy of tensor data goes through it, so tes
 A cuda tensor's storage is a numba.cuda device array (under NUMBA_ENABLE_CUDASIM=1, the simulator's
 stand-in, which wraps a NumPy array: the few places that must tell them apart are here).
 """
+import collections
 import contextlib
 import math
 
@@ -73,6 +74,25 @@ def count_transfers():
         yield c
     finally:
         c._end = transfer_stats()
+
+
+_CONSTANTS = collections.OrderedDict()     # (dtype, bytes) -> a 0-d device array, most recently used last
+MAX_CONSTANTS = 1024
+
+
+def constant(value):
+    """A read-only 0-d device array holding the 0-d NumPy array `value` (a scalar operand): uploaded once
+    per distinct value and dtype, then reused (kernels never write their inputs)."""
+    value = np.asarray(value)
+    key = (value.dtype.str, value.tobytes())
+    arr = _CONSTANTS.get(key)
+    if arr is None:
+        arr = _CONSTANTS[key] = copy(value.reshape(()), "device")
+        if len(_CONSTANTS) > MAX_CONSTANTS:
+            _CONSTANTS.popitem(last=False)
+    else:
+        _CONSTANTS.move_to_end(key)
+    return arr
 
 
 # ------------------------------------------------------------ device-side errors
