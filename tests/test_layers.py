@@ -9,6 +9,8 @@ ABOVE = {
     "modes": ["core", "ops", "autograd", "tensor", "composites", "forward", "trace", "ir", "jit"],
     "autograd": ["tensor", "composites", "forward", "trace", "functional", "ir", "jit", "nn", "optim"],
     "tensor": ["forward", "trace", "functional", "ir", "jit", "nn", "optim"],     # its class calls composites
+    # device arrays and eager device kernels: below the tensors that hold them (tensor/ calls cuda/)
+    "cuda": ["autograd", "tensor", "composites", "forward", "trace", "functional", "jit", "nn", "optim"],
     "composites": ["forward", "trace", "functional", "ir", "jit", "nn", "optim"],
     "forward": ["trace", "functional", "ir", "jit", "nn", "optim"],
     "trace": ["functional", "ir", "jit", "nn", "optim"],

@@ -43,7 +43,9 @@ class Tensor(TensorBase):
         return (_rebuild, (np.array(self._host("pickling")), self.requires_grad, str(self._device)))
 
     # ------------------------------------------------------------ conversions
-    def to(self, *args, dtype=None, device=None, copy=False):
+    def to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
+        """A tensor of the given dtype and/or device (self when it already is one); non_blocking is
+        accepted as PyTorch's and ignored: copies between host and device complete before returning."""
         for a in args:
             if isinstance(a, (str, Device)):
                 device = a
@@ -88,7 +90,7 @@ class Tensor(TensorBase):
     def cpu(self):
         return self.to(CPU)
 
-    def cuda(self, device="cuda"):
+    def cuda(self, device="cuda", non_blocking=False):
         return self.to(device)
 
     def clone(self):
