@@ -75,7 +75,7 @@ class Program:
         out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
         in_ids = {id(v) for v in graph.inputs}
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
-        self.inputs = [[slots[id(v)], v.shape, v.dtype.np, _dead, 0] for v in graph.inputs]
+        self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
         self.fresh = []
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         temps = []
@@ -84,7 +84,7 @@ class Program:
             if vid in in_ids or slot in inplace:
                 continue
             if vid in out_ids:
-                self.fresh.append((slot, v.shape, v.dtype.np))
+                self.fresh.append((slot, v.shape, np.dtype(v.dtype.np)))
             else:
                 temps.append((slot, v))
         for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
@@ -127,13 +127,27 @@ class Program:
         wrote it (check mode; intermediates share memory, so later steps overwrite them). Calls from
         several threads take turns: the pointer table and the intermediate buffers are shared."""
         with self.lock:
-            return self._run(arrays, timings, capture)
+            if timings is None and capture is None:
+                cur = self._bind(arrays)
+                for step in self.plan:
+                    if step[0] == "call":
+                        if step[3] and _POOLS:
+                            _POOLS[0].park()            # spinning workers leave the cores to BLAS
+                        step[1](*step[2])
+                    else:
+                        self._other(step, cur)
+            else:
+                cur = self._bind(arrays)
+                self._kernel_by_kernel(cur, timings, capture)
+            return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
-    def _run(self, arrays, timings, capture):
+    def _bind(self, arrays):
+        """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
+        addresses written into the pointer table."""
         cur, table = self.template.copy(), self.table
         for spec, a in zip(self.inputs, arrays):
             slot, shape, dtype, ref, ptr = spec
-            if a.dtype != dtype or a.shape != shape:
+            if a.dtype is not dtype and a.dtype != dtype or a.shape != shape:
                 raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
@@ -146,35 +160,40 @@ class Program:
             cur[o] = cur[i]
             table[o] = table[i]
         for slot, shape, dtype in self.fresh:
-            a = np.empty(shape, dtype)
-            cur[slot] = a
+            cur[slot] = a = np.empty(shape, dtype)
             table[slot] = _address(a)
-        steps = self.plan if timings is None and capture is None else self.steps
-        for j, step in enumerate(steps):
+        return cur
+
+    def _kernel_by_kernel(self, cur, timings, capture):
+        for j, step in enumerate(self.steps):
             if timings is not None:
                 t0 = time.perf_counter()
             if step[0] == "call":
                 if step[3] and _POOLS:
-                    _POOLS[0].park()            # spinning workers leave the cores to BLAS
+                    _POOLS[0].park()
                 step[1](*step[2])
-            elif step[0] == "chunks":
-                step[1].run(table, cur)
             else:
-                _, k, ins, out = step
-                args = [view(cur[s], ld, shape) for s, ld, shape in ins]
-                if _POOLS:
-                    _POOLS[0].park()            # spinning workers leave the cores to BLAS
-                if k.kind == "extern":
-                    k.impl(*args, out=cur[out], **k.node.attrs)
-                else:
-                    with np.errstate(all="ignore"):
-                        res = k.impl(*args, **k.node.attrs)
-                    np.copyto(cur[out], res, casting="unsafe")
+                self._other(step, cur)
             if timings is not None:
                 timings.append(time.perf_counter() - t0)
             if capture is not None:
                 capture.update({vid: np.array(cur[slot]) for vid, slot in self.written[j]})
-        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+
+    def _other(self, step, cur):
+        """A step run from Python: a kernel split over the threads, or a host kernel."""
+        if step[0] == "chunks":
+            step[1].run(self.table, cur)
+            return
+        _, k, ins, out = step
+        args = [view(cur[s], ld, shape) for s, ld, shape in ins]
+        if _POOLS:
+            _POOLS[0].park()            # spinning workers leave the cores to NumPy
+        if k.kind == "extern":
+            k.impl(*args, out=cur[out], **k.node.attrs)
+        else:
+            with np.errstate(all="ignore"):
+                res = k.impl(*args, **k.node.attrs)
+            np.copyto(cur[out], res, casting="unsafe")
 
 
 class _Chunks:
