@@ -42,14 +42,14 @@ def build_programs(graphs, fused, inplace=None):
         for step in steps:
             if step[0] == "native":
                 mb.function(segment_function(step[1], [calls[j] for j in step[2]]))
-        if len(calls) > len(names):
-            mb.function(step_function(f"{label}_step", sorted((j, c) for j, c in calls.items() if j not in names)))
+        native = sorted((j, c) for j, c in calls.items() if j not in names)
+        step_text = step_function(f"{label}_step", native) if native else None
         pairs = inplace[gi] if inplace else ()
         plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs), steps,
-                      f"{label}_step"))
+                      step_text, f"{label}_step"))
     text = mb.text()
     engine = compile_module(text)
-    progs = [None if p is None else Program(*p, engine) for p in plans]
+    progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine) for p in plans]
     return progs, text, engine
 
 

@@ -62,7 +62,7 @@ def view(arr, ld, shape):
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, step_name, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, step_source, engine_ref):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = len(slots) + 2
         self.table = (ctypes.c_void_p * self.n_slots)()
@@ -99,46 +99,63 @@ class Program:
         fresh_slots = {slot for slot, _, _ in self.fresh}
         # positions of the outputs allocated by each run: they never share memory with an input
         self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
-        self.steps = []                 # kernel by kernel (check mode, profiles)
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
-        native = {j for step in plan if step[0] == "native" for j in step[2]}
-        one = STEP(engine_ref.address(step_name)) if native else None
+        self.other = {}                 # kernel index: its step run from Python (threads, NumPy)
         for j, k in enumerate(kernels):
             if j in names:
-                self.steps.append(("chunks", _Chunks(self, k, slots, engine_ref.address(names[j]),
-                                                     k.parallel_extent()), None, None))
-            elif j in native:
-                self.steps.append(("call", one, (table_ref, ctypes.c_int64(j)), k.kind == "extern"))
-            else:
+                self.other[j] = ("chunks", _Chunks(self, k, slots, engine_ref.address(names[j]), k.parallel_extent()))
+            elif not any(j in step[2] for step in plan if step[0] == "native"):
                 n = k.node
                 ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
-                self.steps.append(("host", k, ins, slots[id(n.out)]))
+                self.other[j] = ("host", k, ins, slots[id(n.out)])
         self.plan = []                  # a normal call: each native segment at once
         for step in plan:
             if step[0] == "native":
                 blas_call = any(kernels[j].kind == "extern" for j in step[2])
                 self.plan.append(("call", SEGMENT(engine_ref.address(step[1])), (table_ref,), blas_call))
             else:
-                self.plan.append(self.steps[step[1]])
+                self.plan.append(self.other[step[1]])
+        self.step_source, self._steps = step_source, None
+
+    @property
+    def steps(self):
+        """Kernel by kernel (check mode, profiles): the native kernels through the program's step
+        function, compiled on first use (a module of its own: a normal call never pays for it)."""
+        with self.lock:
+            if self._steps is None:
+                from .engine import compile_module
+                text, step_text, step_name = self.step_source
+                steps, one = [], None
+                if step_text is not None:
+                    self.step_engine = compile_module(text + "\n" + step_text)
+                    one = STEP(self.step_engine.address(step_name))
+                table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
+                for j, k in enumerate(self.kernels):
+                    steps.append(self.other[j] if j in self.other else
+                                 ("call", one, (table_ref, ctypes.c_int64(j)), k.kind == "extern"))
+                self._steps = steps
+            return self._steps
 
     def run(self, arrays, timings=None, capture=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
         `capture` dict, fills it with {id(Value): array copy} for every kernel output as the kernel
         wrote it (check mode; intermediates share memory, so later steps overwrite them). Calls from
         several threads take turns: the pointer table and the intermediate buffers are shared."""
+        if timings is not None or capture is not None:
+            steps = self.steps
+            with self.lock:
+                cur = self._bind(arrays)
+                self._kernel_by_kernel(steps, cur, timings, capture)
+                return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
         with self.lock:
-            if timings is None and capture is None:
-                cur = self._bind(arrays)
-                for step in self.plan:
-                    if step[0] == "call":
-                        if step[3] and _POOLS:
-                            _POOLS[0].park()            # spinning workers leave the cores to BLAS
-                        step[1](*step[2])
-                    else:
-                        self._other(step, cur)
-            else:
-                cur = self._bind(arrays)
-                self._kernel_by_kernel(cur, timings, capture)
+            cur = self._bind(arrays)
+            for step in self.plan:
+                if step[0] == "call":
+                    if step[3] and _POOLS:
+                        _POOLS[0].park()            # spinning workers leave the cores to BLAS
+                    step[1](*step[2])
+                else:
+                    self._other(step, cur)
             return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
     def _bind(self, arrays):
@@ -164,8 +181,8 @@ class Program:
             table[slot] = _address(a)
         return cur
 
-    def _kernel_by_kernel(self, cur, timings, capture):
-        for j, step in enumerate(self.steps):
+    def _kernel_by_kernel(self, steps, cur, timings, capture):
+        for j, step in enumerate(steps):
             if timings is not None:
                 t0 = time.perf_counter()
             if step[0] == "call":
