@@ -146,3 +146,16 @@ def test_reductions_split_across_blocks(monkeypatch):
         got = pointwise.run(p, [dev], {"axis": axes, "keepdims": False}, shape, out).copy_to_host()
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
     assert len(joins) == 3
+
+
+def test_zero_dimensional_and_empty_arrays():
+    a, b = np.array(2.5, np.float32), np.array(-1.5, np.float32)
+    p = PRIMS["mul"]
+    got = pointwise.run(p, [cuda.to_device(a), cuda.to_device(b)], {}, (), tg.float32).copy_to_host()
+    assert got.shape == () and got == a * b
+    e = np.zeros((0, 3), np.float64)
+    s = PRIMS["sum"]
+    got = pointwise.run(s, [cuda.to_device(e)], {"axis": (0,), "keepdims": False}, (3,), tg.float64)
+    np.testing.assert_array_equal(got.copy_to_host(), np.zeros(3))
+    got = pointwise.run(s, [cuda.to_device(a)], {"axis": (), "keepdims": False}, (), tg.float32)
+    assert got.copy_to_host() == a

@@ -118,8 +118,9 @@ def compile_kernels(kernels, name="forward"):
 
 
 def lower_kernel(kernel, name):
-    """The CudaKernels computing one loop or reduce_acc kernel (empty when its space is empty)."""
-    if 0 in kernel.shape:
+    """The CudaKernels computing one loop or reduce_acc kernel (none when it writes no element; a
+    reduction over no elements writes its identity)."""
+    if all(0 in v.shape for v in kernel.outputs):
         return []
     if kernel.kind == "loop" and kernel.accumulated():    # a row kernel's sums over its rows: a launch after
         rows, sums = kernel.apart()
