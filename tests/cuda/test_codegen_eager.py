@@ -134,6 +134,7 @@ def test_reductions_split_across_blocks(monkeypatch):
     joins the partials in a second launch (forced here on small shapes)."""
     from tracegrad.codegen.cuda import eager, lower
     monkeypatch.setattr(lower, "MIN_SLICE", 1)
+    monkeypatch.setattr(lower, "FILL_BLOCKS", 4)
     monkeypatch.setattr(eager, "THREADS", 32)
     joins, join = [], eager.reduction_join
     monkeypatch.setattr(eager, "reduction_join", lambda *a: joins.append(a) or join(*a))

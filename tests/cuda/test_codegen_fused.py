@@ -165,6 +165,7 @@ def test_reductions_split_across_blocks_join_their_partials(monkeypatch):
     launch joins the partial results (here forced on small shapes)."""
     from tracegrad.codegen.cuda import lower
     monkeypatch.setattr(lower, "MIN_SLICE", 1)
+    monkeypatch.setattr(lower, "FILL_BLOCKS", 4)
     monkeypatch.setattr(lower, "TILE_THREADS", 32)
     x, y = rng_array((70, 3)), rng_array((70, 3), "int64")
     fwd, _ = graphs(lambda x, y: (x.sum(), x.sum(0), (x * 2).amax(0), y.sum(0), y.amin()), x, y)

@@ -12,7 +12,7 @@ import math
 from ...ir.kernels import Load, Op
 from . import compile as build
 from .expr import Lines
-from .lower import MAX_GRID, pow2, warps
+from .lower import MAX_GRID, PER_THREAD, pow2, warps
 from .skeletons import combine_body, map_body, tiles_body
 
 THREADS = 256          # threads per block of an eager kernel
@@ -142,6 +142,7 @@ def reduction_geometry(shape, strides, axes):
     live = [d for d in range(len(shape)) if shape[d] > 1 and strides[d]]
     unit = min(live, key=lambda d: abs(strides[d])) if live else None
     nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
+    per = -(-nred // PER_THREAD)
     if unit is not None and unit not in axes and nkept > 1:
-        return kept, reduced, TILE_X, min(THREADS // TILE_X, pow2(nred))
-    return kept, reduced, 1, min(THREADS, max(32, pow2(nred)))
+        return kept, reduced, TILE_X, min(THREADS // TILE_X, pow2(per))
+    return kept, reduced, 1, min(THREADS, max(32, pow2(per)))

@@ -18,6 +18,7 @@ MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space
 ROW_THREADS = 256      # threads per block walking one row
 TILE_THREADS = 1024    # most threads of a block of a tiled reduction
 MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
+PER_THREAD = 8         # reduced elements per thread a reduction's block is sized for (fewer threads on short rows)
 FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
 MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
 MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
@@ -184,7 +185,7 @@ def _rows(kernel, name, across=None):
         body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: across_body(
             src, lay, kernel.phases, k, len(shape), across, threads))
         return CudaKernel(name, body, bufs, min(-(-nrows // threads), MAX_GRID), threads)
-    threads = min(ROW_THREADS, max(32, pow2(ninner)))
+    threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
         src, lay, kernel.phases, k, len(shape), threads))
     return CudaKernel(name, body, bufs, min(nrows, MAX_GRID), threads)
@@ -217,9 +218,9 @@ def tile_geometry(shape, axes, strides):
     u = unit_axis(shape, strides) if strides is not None else (len(shape) - 1 if shape else None)
     if u is not None and u not in axes and nkept > 1:
         bx = min(32, pow2(nkept))
-        return kept, reduced, bx, min(TILE_THREADS // bx, pow2(nred))
+        return kept, reduced, bx, min(TILE_THREADS // bx, pow2(-(-nred // PER_THREAD)))
     most = TILE_THREADS if nkept < 64 else ROW_THREADS
-    return kept, reduced, 1, min(most, max(32, pow2(nred)))
+    return kept, reduced, 1, min(most, max(32, pow2(-(-nred // PER_THREAD))))
 
 
 def slices_of(ntiles, nred, by):

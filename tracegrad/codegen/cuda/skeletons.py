@@ -230,6 +230,8 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
             if bx == 1:
                 block_allreduce(src, a.how, a.var, a.at, threads, shared[a.at])
                 total = a.var
+            elif by == 1:                                  # one thread per kept element: its own total
+                total = a.var
             else:
                 total = _tree_over_rows(src, a, shared[a.at], bx, by)
             with src.block(f"if ty == 0 and k < {nkept}:"):
