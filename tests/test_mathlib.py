@@ -227,7 +227,8 @@ def test_f32_routines_are_branch_free():
         body = re.search(r"@tg_%s_f32\(.*?\n}\n" % name, text, re.S).group(0)
         assert " br " not in body and "phi " not in body and "load " not in body
         calls = re.findall(r"call \w+ (@[\w.]+)", body)
-        assert all(c.startswith(("@llvm.sqrt", "@llvm.fma")) for c in calls), (name, calls)
+        # intrinsics that lower to instructions (llvm.ldexp: vscalefps, used on AVX-512 hosts only)
+        assert all(c.startswith(("@llvm.sqrt", "@llvm.fma", "@llvm.ldexp")) for c in calls), (name, calls)
 
 
 @pytest.mark.parametrize("name", mathlib.FUNCS)

@@ -60,8 +60,22 @@ def _exp_f32_lines(x: str, p: str, moderate: bool = False) -> tuple[list, str]:
     return L, f"%{p}res"
 
 
+def _scalef() -> bool:
+    """Whether the host has AVX-512 (vscalefps): LLVM lowers a vectorized llvm.ldexp to it; elsewhere
+    ldexp becomes a call per element, so 2^n is built from the exponent bits instead."""
+    if not _SCALEF:
+        import llvmlite.binding as llvm
+        _SCALEF.append("+avx512f" in llvm.get_host_cpu_features().flatten().split(","))
+    return _SCALEF[0]
+
+
+_SCALEF = []
+
+
 def _exp_f32() -> str:
     L, r = _exp_f32_lines("%x", "e")
+    if _scalef():      # p * 2^n in one instruction, rounded once (also into the denormals)
+        L = L[:L.index("%en1 = ashr i32 %eni, 1")] + ["%eres = call float @llvm.ldexp.f32.i32(float %epp, i32 %eni)"]
     body = "\n  ".join(L)
     return (f"{_H32.format('exp')} #0 {{\nentry:\n  {body}\n  %isnan = fcmp uno float %x, %x\n"
             f"  %out = select i1 %isnan, float %x, float {r}\n  ret float %out\n}}\n")
