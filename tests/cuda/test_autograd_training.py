@@ -112,3 +112,18 @@ def test_module_dtype_and_device_conversions():
     assert m[0].weight.grad.device == "cuda:0"
     m.cpu()
     assert m[0].weight.device == "cpu" and m[0].weight.grad.device == "cpu"
+
+
+def test_in_place_updates_of_views_with_history():
+    """An in-place op on a view of a value autograd records updates its base (CopySlices), on the device."""
+    grads = {}
+    for dev in ("cpu", "cuda"):
+        a = tg.tensor(np.arange(12.0).reshape(3, 4) / 7, dtype=tg.float64, device=dev, requires_grad=True)
+        b = a * 2.0
+        b[1:, 1].mul_(3.0)
+        b.T[0] += 1.0
+        (b * b).sum().backward()
+        assert b.grad_fn.name() == "CopySlices" and a.grad.device == dev
+        grads[dev] = b.detach().cpu().numpy(), a.grad.cpu().numpy()
+    for x, y in zip(grads["cuda"], grads["cpu"]):
+        np.testing.assert_allclose(x, y, rtol=1e-13)

@@ -210,3 +210,13 @@ def test_the_tiled_matmul_warns_once():
         a @ a
     assert [str(w.message) for w in rec] == ["tracegrad: matrix products on cuda run a tiled numba.cuda kernel: "
                                              "numba's CUDA simulator has no cuBLAS"]
+
+
+def test_pickling_keeps_the_device_and_the_interface_is_cuda_only():
+    import pickle
+    c = tg.tensor([1.5, 2.5], device="cuda")
+    d = pickle.loads(pickle.dumps(c))
+    assert d.device == "cuda:0" and d.tolist() == [1.5, 2.5]
+    assert not hasattr(tg.ones(2), "__cuda_array_interface__")
+    with pytest.raises(RuntimeError, match="requires grad"):
+        tg.ones(2, device="cuda", requires_grad=True).__cuda_array_interface__

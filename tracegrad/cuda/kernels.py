@@ -73,7 +73,7 @@ def copy_strided(src, dst):
         return dst
     if src.dtype == dst.dtype and memory.row_major(src) and memory.row_major(dst) \
             and memory.strides_of(src) == memory.strides_of(dst):
-        dst.copy_to_device(src)                # device to device: one memcpy
+        memory.copy_on_device(src, dst)        # one memcpy
         return dst
     src, dst_nd = _as_nd(src), _as_nd(dst)
     bits = _bits(src.dtype) if src.dtype == dst.dtype else None
@@ -90,8 +90,7 @@ def fill(dst, value):
     if n:
         blocks, threads = launch_config(n)
         d, _ = memory.span(dst, _bits(dst.dtype))
-        if dst.dtype == np.float16:
-            value = int(np.array(value, np.float16).view(np.int16))
+        value = np.array(value).astype(dst.dtype).view(d.dtype).reshape(())[()]   # the element's bits, typed
         _fill[blocks, threads](d, value, n)
     return dst
 

@@ -30,8 +30,7 @@ def copy(arr, to):
         out = _cuda().to_device(host)
         _STATS["to_device"] += 1
     elif to == "host":
-        src = arr if row_major(arr) else contiguous(arr)
-        out = src.copy_to_host()
+        out = _to_host(arr if row_major(arr) else contiguous(arr))
         check_device_errors()
         _STATS["to_host"] += 1
     else:
@@ -113,6 +112,28 @@ def check_device_errors():
         raise IndexError("index out of range in an indexing kernel on cuda:0 (a device-side check, reported at "
                          "the next synchronization as PyTorch reports its device-side assert); check the index "
                          "tensors' values against the indexed sizes")
+
+
+def _to_host(src):
+    """A NumPy copy of the row-major device array src: exactly its bytes (numba's copy_to_host copies
+    from src's first byte to the end of its allocation, all of a large buffer for a view into it)."""
+    if simulated():
+        return src.copy_to_host()
+    from numba.cuda.cudadrv import driver
+    out = np.empty(tuple(src.shape), src.dtype)
+    if out.nbytes:
+        driver.device_to_host(out, src, out.nbytes)
+    return out
+
+
+def copy_on_device(src, dst):
+    """dst[...] = src for two row-major device arrays of one shape and dtype: one memcpy of exactly
+    their bytes (numba's copy_to_device would copy to the end of dst's allocation)."""
+    if simulated():
+        dst.copy_to_device(src)
+    elif dst.size:
+        from numba.cuda.cudadrv import driver
+        driver.device_to_device(dst, src, dst.size * dst.dtype.itemsize)
 
 
 # ------------------------------------------------------------ allocation, views, layout

@@ -262,6 +262,16 @@ class TensorBase:
             raise TypeError(f"can't convert {self._device} device type tensor to numpy. Use Tensor.cpu() to copy "
                             f"the tensor to host memory first.")
 
+    @property
+    def __cuda_array_interface__(self):
+        """A cuda tensor's memory for CuPy, numba or PyTorch, without a copy (as PyTorch exports it)."""
+        if self._device.type != "cuda":
+            raise AttributeError(f"Can't get __cuda_array_interface__ on non-CUDA tensor type: {self._device}")
+        if self.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
+                               "aren't required, use var.detach() to get Variable that doesn't require grad.")
+        return self._concrete("__cuda_array_interface__").__cuda_array_interface__
+
     def __array__(self, dtype=None, copy=None):
         self._on_host("conversion to a NumPy array")
         arr = self._concrete("conversion to a NumPy array")
