@@ -59,7 +59,8 @@ def _same(f, make_args, after=None):
 
 # ---------------------------------------------------------------------------- layout
 
-STEPS = ["t", "permute", "slice", "step", "unsqueeze", "reshape", "exp", "add_t", "sum0", "clone", "expand"]
+STEPS = ["t", "permute", "slice", "step", "unsqueeze", "reshape", "exp", "add_t", "sum0", "clone", "expand",
+         "cat", "mean_last", "where"]
 
 
 def _apply(y, step):
@@ -83,6 +84,12 @@ def _apply(y, step):
         return y.sum(0) if y.ndim > 1 else y
     if step == "clone":
         return y.clone()
+    if step == "cat":
+        return tg.cat([y, y * 2.0], 0)
+    if step == "mean_last":
+        return y.mean(-1) if y.ndim > 1 else y
+    if step == "where":
+        return tg.where(y > 2.0, y, 0.5)
     return y.unsqueeze(0).expand(2, *y.shape)
 
 

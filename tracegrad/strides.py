@@ -61,13 +61,12 @@ def of_result(p, inputs, shape, attrs):
             out = np.asarray(p.impl(*probes, **attrs))
     except Exception:  # noqa: BLE001  (attributes tied to the real sizes: layout unknown)
         return None
-    small = tuple(min(n, _PROBE) for n in shape)
-    if out.shape != small:
-        return None
+    if out.ndim != len(shape) or any(min(n, 2) != min(m, 2) for n, m in zip(shape, out.shape)):
+        return None          # (cat's result is larger than the stand-ins; its axes are as many and as empty)
     if out.flags.c_contiguous:
         return row_major(shape)
     # the axes from the largest stride to the smallest, then dense strides in that order
-    order = sorted(range(len(shape)), key=lambda i: (-abs(out.strides[i]) if small[i] > 1 else 0, i))
+    order = sorted(range(len(shape)), key=lambda i: (-abs(out.strides[i]) if out.shape[i] > 1 else 0, i))
     strides, acc = [0] * len(shape), 1
     for i in reversed(order):
         strides[i] = acc
