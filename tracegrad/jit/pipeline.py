@@ -1,9 +1,12 @@
 """The stage list of one compiled signature, top to bottom."""
+import numpy as np
+
 from ..ir.interpret import run as interpret_run
 from ..ir.passes import optimize
 from ..ir.passes.autodiff import reverse_mode
 from ..ir.passes.remat import rematerialize
 from ..autograd import is_grad_enabled
+from ..tensor import TraceError
 from .capture import Capture
 from .writeback import protect_reads
 
@@ -63,12 +66,25 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
 
 def _reads_updated_memory(cap, saved):
     """Eager's error, when the backward would read an input whose memory the call updated through
-    another input (a view or alias of it), else None."""
+    another input sharing its version counter (a view of it), else None. Through one that does not
+    (two tensors over overlapping arrays), eager's backward reads that memory as it is at backward
+    time, which the graph cannot express (it knows neither how the arrays overlap nor later
+    writes): refused at the call, naming both."""
     from .writeback import views_of
     order = cap.tracer.order
+    updated = [order[ii] for _, ii in cap.updates]
     for i in sorted(cap.shared - {ii for _, ii in cap.updates}):
-        if any(views_of(v, {id(order[i].value)}) for v in saved):
-            e = order[i]
+        e = order[i]
+        if not any(views_of(v, {id(e.value)}) for v in saved):
+            continue
+        writers = [u for u in updated if np.may_share_memory(u.real._data, e.real._data)]
+        if not any(u.real._ver is e.real._ver and u.standin._ver[0] for u in writers):
+            raise TraceError(f"compiled function {cap.graph.name}: its backward reads {e.value.name}, whose memory "
+                             f"the call updates in place through {' and '.join(u.value.name for u in writers)} "
+                             f"(another tensor over overlapping memory, with its own version counter); eagerly the "
+                             f"backward would read that memory as it is when backward() runs, which a compiled "
+                             f"function cannot follow. Pass {e.value.name}.clone(), or a view of the updated "
+                             f"tensor taken inside the function")
             return (f"one of the variables needed for gradient computation has been modified by an inplace "
                     f"operation: [{e.real.dtype} {list(e.real.shape)}], input {e.value.name} of compiled "
                     f"{cap.graph.name}, shares memory with an input the call updated in place")
