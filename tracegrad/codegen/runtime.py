@@ -50,13 +50,13 @@ def _address(a):
         return a.ctypes.data
 
 
-def view(arr, ld, shape):
-    """The strided view of buffer `arr` that a Load describes (no copy)."""
-    if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and arr.shape == tuple(shape):
-        return arr
-    item = arr.dtype.itemsize
-    return np.ndarray(shape, arr.dtype, buffer=arr, offset=ld.offset * item,
-                      strides=[s * item for s in ld.strides])
+def viewer(ld, shape):
+    """How a host step sees buffer ld.buf through Load `ld` as an array of `shape`: None (the buffer
+    as it is) or (shape, dtype, byte offset, byte strides) of a strided view (no copy)."""
+    if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and ld.buf.shape == tuple(shape):
+        return None
+    dtype = np.dtype(ld.buf.dtype.np)
+    return tuple(shape), dtype, ld.offset * dtype.itemsize, tuple(s * dtype.itemsize for s in ld.strides)
 
 
 class Program:
@@ -106,7 +106,7 @@ class Program:
                 self.other[j] = ("chunks", _Chunks(self, k, slots, engine_ref.address(names[j]), k.parallel_extent()))
             elif not any(j in step[2] for step in plan if step[0] == "native"):
                 n = k.node
-                ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, n.inputs)]
+                ins = [(slots[id(ld.buf)], viewer(ld, i.shape)) for ld, i in zip(k.args, n.inputs)]
                 self.other[j] = ("host", k, ins, slots[id(n.out)])
         self.plan = []                  # a normal call: each native segment at once
         for step in plan:
@@ -202,7 +202,8 @@ class Program:
             step[1].run(self.table, cur)
             return
         _, k, ins, out = step
-        args = [view(cur[s], ld, shape) for s, ld, shape in ins]
+        args = [cur[s] if v is None else np.ndarray(v[0], v[1], buffer=cur[s], offset=v[2], strides=v[3])
+                for s, v in ins]
         if _POOLS:
             _POOLS[0].park()            # spinning workers leave the cores to NumPy
         if k.kind == "extern":

@@ -25,6 +25,7 @@ class Entry:
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
+        self.writes = bool(self.mutations or self.grad_writes)
         self._kernels = None
         # no backward graph, yet outputs that require grad: they get a node passing nothing on, or
         # raising eager's error at backward() (s.refused: that message, or False)
@@ -62,7 +63,7 @@ class Entry:
         return [resolve(s, r, leaves) for s, r in self.inputs]
 
     def call(self, leaves):
-        sources = self.input_tensors(leaves)
+        sources = [leaves[k] for k in self.arg_inputs] if self.arg_inputs is not None else self.input_tensors(leaves)
         arrays = [t._data for t in sources]
         for i, name in self.updated:
             if not arrays[i].flags.writeable:
@@ -72,7 +73,8 @@ class Entry:
         else:
             outs = self.run_fwd(arrays)
         fresh = Fresh(arrays) if self.fwd_checks else None
-        write_back(self, outs, leaves, fresh)
+        if self.writes:
+            write_back(self, outs, leaves, fresh)
         results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
                    for kind, x, check, dtype, dev in self.out_items]
         if self.run_bwd is not None and _Mode.grad:
