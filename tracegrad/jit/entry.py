@@ -36,6 +36,11 @@ class Entry:
 
     def _plan_calls(self, backward):
         self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None
+        # inputs resolved per call (arguments, their .grad, number attributes); the others are the
+        # captured tensors themselves (resolve returns them; the guards check they are still held)
+        per_call = ("arg", "grad", "dynamic")
+        self.fixed_inputs = [None if s[0] in per_call else r for s, r in self.inputs]
+        self.varying_inputs = [(i, (s, r)) for i, (s, r) in enumerate(self.inputs) if s[0] in per_call]
         fwd_fresh = self.programs[0].fresh_outputs if self.programs is not None else frozenset()
         self.out_items = [(kind, x, x not in fwd_fresh, st._dtype, st._device) if kind == "tensor" else
                           (kind, x, False, None, None) for kind, x, st in self.out_plan]
@@ -60,7 +65,10 @@ class Entry:
         """The caller's tensors feeding the forward graph's inputs, in order."""
         if self.arg_inputs is not None:
             return [leaves[k] for k in self.arg_inputs]
-        return [resolve(s, r, leaves) for s, r in self.inputs]
+        out = self.fixed_inputs.copy()
+        for i, (s, r) in self.varying_inputs:
+            out[i] = resolve(s, r, leaves)
+        return out
 
     def call(self, leaves):
         sources = [leaves[k] for k in self.arg_inputs] if self.arg_inputs is not None else self.input_tensors(leaves)
