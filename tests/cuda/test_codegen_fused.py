@@ -190,3 +190,17 @@ def test_reductions_over_no_elements_write_their_identity():
     x = np.zeros((3, 0, 2), np.float32)
     fwd, _ = graphs(lambda x: (x.sum(1), x.sum((0, 1)), (x + 1).sum(-1), x.sum()), x)
     check(fwd, [x])
+
+
+def test_a_row_kernel_accumulating_sums_over_its_rows_launches_them_after():
+    """Fusion keeps a layer norm's sums over the rows inside its row kernel (Kernel.accumulated);
+    the GPU runs them as a launch of their own after the rows."""
+    x, w = rng_array((5, 12)), rng_array((12,), seed=1)
+
+    def f(x, w):
+        mu = x.mean(-1, keepdim=True)
+        return ((x - mu) * w).sum(0), mu.sum()
+    fwd, _ = graphs(f, x, w)
+    launches, kernels = check(fwd, [x, w])
+    assert any(k.kind == "loop" and k.accumulated() for k in kernels)
+    assert any(ck.name.endswith("_sums") for ck in launches)

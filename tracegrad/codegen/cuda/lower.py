@@ -8,7 +8,7 @@ specialized to its signature, as the CPU's is). The entry is `compile_kernels`.
 import math
 
 from ...ir.kernels import contiguous_strides, loads
-from ...ir.passes.schedule import memory_order, unit_axis
+from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
 from .expr import Lines
 from .reduce import acc_dtype
@@ -125,6 +125,7 @@ def lower_kernel(kernel, name):
         return []
     if kernel.kind == "loop" and kernel.accumulated():    # a row kernel's sums over its rows: a launch after
         rows, sums = kernel.apart()
+        rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk
         return lower_kernel(rows, name) + lower_kernel(sums, f"{name}_sums")
     if kernel.kind == "reduce_acc":
         return _tiled(kernel, name)
