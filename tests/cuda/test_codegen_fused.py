@@ -75,11 +75,15 @@ def layernorm(x, w, b):
     return (x - mu) / (var + 1e-5).sqrt() * w + b
 
 
-def test_softmax_rows_are_one_kernel_with_a_block_per_row():
-    fwd, _ = graphs(softmax, rng_array((5, 37)))
-    launches, kernels = check(fwd, [rng_array((5, 37))])
+@pytest.mark.parametrize("shape, block", [((5, 37), 5 * 32), ((3, 300), 64)])
+def test_softmax_rows_are_one_kernel_a_warp_or_a_block_per_row(shape, block):
+    """Short rows take a warp each (several per block), long rows a block each (warp shuffles, then
+    one shared slot per warp)."""
+    fwd, _ = graphs(softmax, rng_array(shape))
+    launches, kernels = check(fwd, [rng_array(shape, seed=2)])
     assert len(kernels) == 1 and len(launches) == 1
-    assert launches[0].grid == 5 and "shfl_xor_sync(" in launches[0].source
+    assert launches[0].block == block and "shfl_xor_sync(" in launches[0].source
+    assert ("cuda.syncthreads()" in launches[0].source) == (block == 64)
 
 
 def test_softmax_over_columns_of_memory_reads_across_the_kept_axis():

@@ -19,6 +19,7 @@ ROW_THREADS = 256      # threads per block walking one row
 TILE_THREADS = 1024    # most threads of a block of a tiled reduction
 MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
 PER_THREAD = 8         # reduced elements per thread a reduction's block is sized for (fewer threads on short rows)
+WARP_ROWS = 8          # rows a block takes at once when each row needs a warp only
 FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
 MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
 MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
@@ -187,9 +188,10 @@ def _rows(kernel, name, across=None):
             src, lay, kernel.phases, k, len(shape), across, threads))
         return CudaKernel(name, body, bufs, min(-(-nrows // threads), MAX_GRID), threads)
     threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
+    per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
-        src, lay, kernel.phases, k, len(shape), threads))
-    return CudaKernel(name, body, bufs, min(nrows, MAX_GRID), threads)
+        src, lay, kernel.phases, k, len(shape), threads * per_block, per_block))
+    return CudaKernel(name, body, bufs, min(-(-nrows // per_block), MAX_GRID), threads * per_block)
 
 
 def _tiled(kernel, name):

@@ -5,6 +5,7 @@
 - `rows_body`: a block per row (grid-stride over rows); each phase walks the row with the block's
   threads side by side (coalesced), a reduce phase then combines the threads' partials with warp
   shuffles and one shared slot per warp, and every thread holds the row's result for later phases.
+  Short rows take a warp each instead (several rows per block, shuffles only).
 - `across_body`: a thread per row, rows ordered so that consecutive threads take consecutive
   elements of the kept unit-stride axis (a reduction over columns of memory reads coalesced).
 - `tiles_body`: reductions over any axes: a block of BX x BY threads per tile of BX kept
@@ -21,7 +22,7 @@ axis d's index. Skeletons emit the body of the kernel function into `src` (expr.
 """
 from ...ir.kernels import loads
 from .expr import Emitter
-from .reduce import WARP, Acc, block_allreduce, combine
+from .reduce import WARP, Acc, block_allreduce, combine, warp_allreduce
 
 
 def decompose(src, flat, axes, dims, stem):
@@ -116,15 +117,18 @@ def _shared(src, dtypes):
     return out
 
 
-def rows_body(src, layout, kernel_phases, split, ndim, threads):
-    """A block per row of the outer `split` axes; phases in turn over the row's inner axes."""
+def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1):
+    """A block per row of the outer `split` axes (or, rows_per_block > 1, a warp per row: short
+    rows); phases in turn over the row's inner axes."""
     dims = layout.dims
     outer, inner = list(range(split)), list(range(split, ndim))
     _prologue(src, threads)
     accs = {id(ph): Acc(src, ph.lower, ph.outputs[0][0].dtype.name) for ph in kernel_phases if ph.kind == "reduce"}
-    shared = _shared(src, [a.at for a in accs.values()])
+    warp_rows = rows_per_block > 1
+    shared = {} if warp_rows else _shared(src, [a.at for a in accs.values()])
+    me, width = ("lane", WARP) if warp_rows else ("tid", threads)
     nrows, ninner = count(src, dims, outer), count(src, dims, inner)
-    src.emit("row = int64(cuda.blockIdx.x)")
+    src.emit(f"row = int64(cuda.blockIdx.x) * {rows_per_block} + warp" if warp_rows else "row = int64(cuda.blockIdx.x)")
     with src.block(f"while row < {nrows}:"):
         oidx = decompose(src, "row", outer, dims, "o")
         st = Phases(layout, kernel_phases, split)
@@ -132,7 +136,7 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads):
             acc = accs.get(id(ph))
             if acc:
                 acc.begin()
-            src.emit("j = int64(tid)")
+            src.emit(f"j = int64({me})")
             with src.block(f"while j < {ninner}:"):
                 idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
                 em = st.emitter(src, idx)
@@ -140,17 +144,20 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads):
                     st.put_maps(src, em, [ph], idx)
                 else:
                     acc.add(em.value(ph.outputs[0][1]))
-                src.emit(f"j += {threads}")
+                src.emit(f"j += {width}")
             if acc is None:
                 continue
             acc.end()
-            block_allreduce(src, acc.how, acc.var, acc.at, threads, shared[acc.at])
+            if warp_rows:
+                warp_allreduce(src, acc.how, acc.var, acc.at)
+            else:
+                block_allreduce(src, acc.how, acc.var, acc.at, threads, shared[acc.at])
             v = ph.outputs[0][0]
             res = src.assign(acc.result(), "r")
-            with src.block("if tid == 0:"):
+            with src.block(f"if {me} == 0:"):
                 src.emit(f"{layout.store_kept(v, oidx, outer)} = {res}")
             st.rows[id(v)] = res
-        src.emit("row += cuda.gridDim.x")
+        src.emit(f"row += int64(cuda.gridDim.x) * {rows_per_block}")
 
 
 def across_body(src, layout, kernel_phases, split, ndim, u, threads):
