@@ -216,3 +216,56 @@ def test_cublas_operand_layouts():
     assert (op, ld) == (0, 3) and memory.row_major(x)
     assert cuda_matmul._merged_batch((2, 3), (12, 4), (0, 0), (30, 10)) == [(6, [4, 0, 10])]
     assert cuda_matmul._merged_batch((2, 3), (4, 8), (0, 0), (30, 10)) == [(2, [4, 0, 30]), (3, [8, 0, 10])]
+
+
+class _ColumnMajorBlas:
+    """cuBLAS's ?gemmStridedBatched contract in NumPy, reading and writing through the raw pointers
+    (the simulator's device arrays are host memory): an oracle for how matmul.py calls cuBLAS."""
+
+    def __init__(self):
+        self.calls = 0
+        self.cublasSgemmStridedBatched = lambda *a: self._gemm(np.float32, *a)
+        self.cublasDgemmStridedBatched = lambda *a: self._gemm(np.float64, *a)
+
+    def _gemm(self, dtype, handle, opa, opb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count):
+        import ctypes
+        ct, size = (ctypes.c_double, 8) if dtype == np.float64 else (ctypes.c_float, 4)
+        m, n, k, lda, ldb, ldc = m.value, n.value, k.value, lda.value, ldb.value, ldc.value
+
+        def matrix(ptr, op, rows, cols, ld):     # op(X) (rows x cols); X column-major, leading dimension ld
+            r, c = (rows, cols) if op == 0 else (cols, rows)
+            x = np.array([[ct.from_address(ptr + (i + j * ld) * size).value for j in range(c)] for i in range(r)])
+            return x if op == 0 else x.T
+
+        for z in range(count.value):
+            a = matrix(A.value + z * sa.value * size, opa.value, m, k, lda)
+            b = matrix(B.value + z * sb.value * size, opb.value, k, n, ldb)
+            c = alpha._obj.value * (a @ b)             # (alpha, beta: byref; C is written, beta is 0)
+            assert beta._obj.value == 0
+            for i in range(m):
+                for j in range(n):
+                    ct.from_address(C.value + (z * sc.value + i + j * ldc) * size).value = c[i, j]
+        self.calls += 1
+        return 0
+
+
+@pytest.mark.parametrize("a_shape, b_shape, ta, tb", [
+    ((3, 4), (4, 2), False, False), ((3, 4), (4, 2), True, True), ((2, 3, 4), (4, 5), True, False),
+    ((2, 1, 3, 2), (3, 2, 4), False, True)])
+def test_the_cublas_call_computes_numpys_product(a_shape, b_shape, ta, tb):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape[:-2] + (a_shape[-1], a_shape[-2]) if ta else a_shape)
+    b = rng.standard_normal(b_shape[:-2] + (b_shape[-1], b_shape[-2]) if tb else b_shape)
+    da, db = tg.tensor(a).cuda(), tg.tensor(b).cuda()
+    da, db = (da.mT if ta else da), (db.mT if tb else db)
+    want = np.matmul(da.cpu().numpy(), db.cpu().numpy())
+    shape = want.shape
+    out = memory.empty(shape, np.float64)
+    m, k, n = shape[-2], da.shape[-1], shape[-1]
+    batch = shape[:-2]
+    blas = _ColumnMajorBlas()
+    x = memory.view(da._data, batch + (m, k), cuda_matmul._batch_strides(da._data, batch))
+    y = memory.view(db._data, batch + (k, n), cuda_matmul._batch_strides(db._data, batch))
+    cuda_matmul._gemm((blas, None), x, y, out, m, n, k)
+    np.testing.assert_allclose(memory.copy(out, "host"), want, rtol=1e-12)
+    assert blas.calls == (1 if len(batch) < 2 else batch[0])

@@ -44,8 +44,7 @@ class Tensor(TensorBase):
 
     # ------------------------------------------------------------ conversions
     def to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
-        """A tensor of the given dtype and/or device (self when it already is one); non_blocking is
-        accepted as PyTorch's and ignored: copies between host and device complete before returning."""
+        """This tensor of `dtype` and/or on `device` (self if already); copies complete before returning."""
         for a in args:
             if isinstance(a, (str, Device)):
                 device = a
