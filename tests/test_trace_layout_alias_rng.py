@@ -285,3 +285,22 @@ def test_backward_reading_memory_updated_through_an_unrelated_tensor_is_refused_
         with tg.no_grad():
             out = tg.compile(f, backend=backend)(tg.from_numpy(arr), tg.from_numpy(arr[1]), w)
         assert out.item() == want and float(arr[1].sum()) == 2 * want
+
+
+@pytest.mark.parametrize("alias", ["detach()", "data"])
+@pytest.mark.parametrize("update", ["x.mul_(0.9)", "x.add_(1.0)", "x[0] = 5.0"])
+def test_an_alias_of_a_view_taken_before_an_update_reads_the_memory_after_it(alias, update):
+    """x.mul_(0.9).add_(v.detach() * 0.1) with v = x[-1] taken before: eagerly v.detach() (and
+    v.data) read the memory after mul_, as a view does."""
+    src = f'''
+def f(x):
+    v = x[-1]
+    with tg.no_grad():
+        {update}
+    d = v.{alias}
+    x.add_(d * 0.1)
+    return v * 1.0, d * 1.0
+'''
+    scope = {"tg": tg}
+    exec(src, scope)
+    _same(scope["f"], lambda: (tg.tensor([[1., 2.], [3., 4.], [5., 6.]]),))

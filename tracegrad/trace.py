@@ -89,8 +89,17 @@ class Traced(Tensor):
         return s if dim is None else s[dim if dim >= 0 else dim + len(s)]
 
     def _alias(self):
+        """detach(), .data: the value this tensor holds now (a view re-read after an update of its
+        base); an alias of a view is re-read as the view is."""
+        tracer = next((i for i in interpreters() if isinstance(i, Tracer) and i.graph is self._ir.graph), None)
+        if tracer is not None:
+            tracer._current(self)
         t = super()._alias()
         t._strides = self._layout()
+        view = tracer.views.get(id(self)) if tracer is not None else None
+        if view is not None:          # (.data too: over the view's memory, with its own version)
+            t._base = self._base
+            tracer.views[id(t)] = (t,) + view[1:]
         return t
 
     def _implicit_gradient(self, create_graph):
@@ -202,7 +211,7 @@ class Tracer:
     def lift(self, t, source=("captured",), name=None):
         """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
         if type(t) is Traced:
-            return t if t._ir.graph is self.graph else self._from_parent(t)
+            return self._current(t) if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
         if entry is not None:
             return entry.standin

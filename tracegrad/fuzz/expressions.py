@@ -80,6 +80,8 @@ class Builder:
         return tuple(out)
 
     def add_input(self, shape, grad=True, **opts):
+        if len(shape) >= 2 and min(shape) > 1 and self.chance(0.2):
+            opts["layout"] = "F"               # a column-major input: its layout matters to views
         name = f"x{len(self.inputs)}"
         self.inputs.append((name, tuple(shape), dict(grad=grad, **opts)))
         v = Val(name, shape)

@@ -7,9 +7,10 @@ import tracegrad as tg
 SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1e4, -1e-30)
 
 
-def data(rng, shape, dtype="float32", grad=False, special=False, low=None):
+def data(rng, shape, dtype="float32", grad=False, special=False, low=None, layout="C"):
     """A tensor of standard normal values (|x| + `low` when `low` is given: a positive domain);
-    `special` sprinkles NaN, ±inf, ±0 and extreme values in."""
+    `special` sprinkles NaN, ±inf, ±0 and extreme values in; layout "F" lays it out column-major
+    (not contiguous: contiguous(), view() and reshape() then copy or refuse as eagerly)."""
     a = rng.standard_normal(shape)
     if low is not None:
         a = np.abs(a) + low
@@ -17,6 +18,8 @@ def data(rng, shape, dtype="float32", grad=False, special=False, low=None):
         k = max(1, a.size // 5)
         a.flat[rng.integers(0, a.size, k)] = rng.choice(SPECIALS, k)
     t = tg.tensor(a, dtype=getattr(tg, dtype))
+    if layout == "F":
+        t = tg.from_numpy(np.asfortranarray(t.numpy()))
     if grad:
         t.requires_grad = True
     return t
