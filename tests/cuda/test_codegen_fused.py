@@ -78,12 +78,14 @@ def layernorm(x, w, b):
 @pytest.mark.parametrize("shape, block", [((5, 37), 5 * 32), ((3, 300), 64)])
 def test_softmax_rows_are_one_kernel_a_warp_or_a_block_per_row(shape, block):
     """Short rows take a warp each (several per block), long rows a block each (warp shuffles, then
-    one shared slot per warp)."""
+    one shared slot per warp); x, which the three phases read, is read from memory once (the
+    first phase keeps it in shared memory)."""
     fwd, _ = graphs(softmax, rng_array(shape))
     launches, kernels = check(fwd, [rng_array(shape, seed=2)])
     assert len(kernels) == 1 and len(launches) == 1
     assert launches[0].block == block and "shfl_xor_sync(" in launches[0].source
     assert ("cuda.syncthreads()" in launches[0].source) == (block == 64)
+    assert launches[0].source.count("b0[") == 1 and launches[0].source.count("rc0[") == 3
 
 
 def test_softmax_over_columns_of_memory_reads_across_the_kept_axis():

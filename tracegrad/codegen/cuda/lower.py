@@ -20,6 +20,7 @@ TILE_THREADS = 1024    # most threads of a block of a tiled reduction
 MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
 PER_THREAD = 8         # reduced elements per thread a reduction's block is sized for (fewer threads on short rows)
 WARP_ROWS = 8          # rows a block takes at once when each row needs a warp only
+ROW_CACHE_BYTES = 32768  # shared memory a row kernel keeps inputs in that several of its phases read
 FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
 MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
 MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
@@ -190,7 +191,7 @@ def _rows(kernel, name, across=None):
     threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
     per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
-        src, lay, kernel.phases, k, len(shape), threads * per_block, per_block))
+        src, lay, kernel.phases, k, len(shape), threads * per_block, per_block, ROW_CACHE_BYTES))
     return CudaKernel(name, body, bufs, min(-(-nrows // per_block), MAX_GRID), threads * per_block)
 
 

@@ -53,12 +53,14 @@ def count(src, dims, axes):
 
 
 class Phases:
-    """The phases of one kernel with the values this launch already holds: a map output at the
-    element being written (`made`), a row's reduction result (`rows`)."""
+    """The phases of one kernel with the values this launch already holds: a row's reduction
+    result (`rows`), and the row cache: {load key: (shared array, first phase)} — a kernel input
+    that several phases of a row kernel read is kept in shared memory by the first, the others read
+    it there (`phase`: the phase being emitted; `slot`: the element's index in the cache)."""
 
-    def __init__(self, layout, phases, split=None):
+    def __init__(self, layout, phases, split=None, cache=None, slot=None):
         self.layout, self.phases, self.split = layout, phases, split
-        self.made, self.rows = set(), {}
+        self.rows, self.cache, self.slot, self.phase = {}, cache or {}, slot, 0
 
     def emitter(self, src, idx):
         lay = self.layout
@@ -69,6 +71,13 @@ class Phases:
                 if not lay.reads_row(ld, self.split):
                     raise NotImplementedError(f"a row reduction's result {ld.buf} read outside its row")
                 return held
+            cached = self.cache.get(_key(ld))
+            if cached is not None and self.phase > cached[1]:
+                return f"{cached[0]}[{self.slot}]"
+            if cached is not None and self.phase == cached[1]:
+                x = src.assign(lay.load(ld, idx), "x")
+                src.emit(f"{cached[0]}[{self.slot}] = {x}")
+                return x
             return lay.load(ld, idx)
         return Emitter(src, load)
 
@@ -80,6 +89,34 @@ class Phases:
                 for t in _loads_of(self.phases, v):   # later phases read it here: the value held
                     if self.layout.same_element(t, v):
                         em.memo[id(t)] = val
+
+
+def _key(ld):
+    return id(ld.buf), tuple(ld.strides), ld.offset
+
+
+def row_cache(src, phases, split, ninner, rows, budget):
+    """Declare the row cache of a row kernel (see Phases): the kernel inputs read by two or more
+    phases, varying along and across the rows, while their rows (`rows` at once) fit in `budget`
+    bytes of shared memory; returns it."""
+    made = {id(v) for ph in phases for v, _ in ph.outputs}
+    first, seen = {}, {}
+    for p, ph in enumerate(phases):
+        for _, t in ph.outputs:
+            for ld in loads(t):
+                if id(ld.buf) in made or ld.dtype.name == "bool" or not any(ld.strides[:split]) \
+                        or not any(ld.strides[split:]):
+                    continue
+                first.setdefault(_key(ld), (p, ld))
+                seen.setdefault(_key(ld), set()).add(p)
+    cache = {}
+    for key, (p, ld) in first.items():
+        size = rows * ninner * ld.dtype.itemsize
+        if len(seen[key]) > 1 and size <= budget:
+            budget -= size
+            cache[key] = (f"rc{len(cache)}", p)
+            src.emit(f"rc{len(cache) - 1} = cuda.shared.array({rows * ninner}, {ld.dtype.name})")
+    return cache
 
 
 def _loads_of(phases, v):
@@ -117,9 +154,10 @@ def _shared(src, dtypes):
     return out
 
 
-def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1):
+def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1, cache_bytes=0):
     """A block per row of the outer `split` axes (or, rows_per_block > 1, a warp per row: short
-    rows); phases in turn over the row's inner axes."""
+    rows); phases in turn over the row's inner axes, inputs several phases read kept in shared
+    memory (at most `cache_bytes`; the row's size must be a constant)."""
     dims = layout.dims
     outer, inner = list(range(split)), list(range(split, ndim))
     _prologue(src, threads)
@@ -128,11 +166,14 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
     shared = {} if warp_rows else _shared(src, [a.at for a in accs.values()])
     me, width = ("lane", WARP) if warp_rows else ("tid", threads)
     nrows, ninner = count(src, dims, outer), count(src, dims, inner)
+    cache = row_cache(src, kernel_phases, split, int(ninner), rows_per_block, cache_bytes) \
+        if cache_bytes and ninner.isdigit() else {}
     src.emit(f"row = int64(cuda.blockIdx.x) * {rows_per_block} + warp" if warp_rows else "row = int64(cuda.blockIdx.x)")
     with src.block(f"while row < {nrows}:"):
         oidx = decompose(src, "row", outer, dims, "o")
-        st = Phases(layout, kernel_phases, split)
-        for ph in kernel_phases:
+        st = Phases(layout, kernel_phases, split, cache, f"warp * {ninner} + j" if warp_rows else "j")
+        for p, ph in enumerate(kernel_phases):
+            st.phase = p
             acc = accs.get(id(ph))
             if acc:
                 acc.begin()
