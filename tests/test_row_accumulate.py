@@ -1,6 +1,6 @@
 """Reductions over all the outer axes of a neighbouring row kernel accumulate inside it while its rows
 stream by (fusion's merge_accumulations): a layer norm's loss and its weight/bias gradients read the
-inputs once with the rows. Read from `stage="kernels"`; compiled == interpret == NumPy on odd sizes,
+inputs once with the rows; values only the row kernel reads stay in the row (keep_in_rows). Read from `stage="kernels"`; compiled == interpret == NumPy on odd sizes,
 float32 and float64, one chunk or many (threads keep private partials).
 
 TRACEGRAD_ACCUMULATE_EXAMPLES raises the hypothesis example count (default 15, for CI)."""
@@ -37,12 +37,36 @@ def test_layernorm_forward_and_backward_are_one_row_kernel_each():
     assert "[reduce_acc]" not in text and "f32[1,300], f32[1,300]" in blocks[1], text
 
 
+def test_values_only_the_row_kernel_reads_are_not_written():
+    """A layer norm backward's normalized gradient (shared by two later phases) stays in the row."""
+    rng = np.random.default_rng(0)
+    x = tg.tensor(rng.standard_normal((37, 300)).astype(np.float32), requires_grad=True)
+    w, b = (tg.tensor(rng.standard_normal(300).astype(np.float32), requires_grad=True) for _ in "wb")
+    g = tg.tensor(rng.standard_normal((37, 300)).astype(np.float32))
+    backward = tg.compile(layernorm_loss).ir(x, w, b, g, stage="kernels").split("kernels ")[2]
+    assert backward.count("f32[37,300]") == 1, backward                 # dx alone
+
+    def shared(x, w):                        # a value of more than 8 ops read by two later phases
+        y = ((x - x.mean(-1, keepdims=True)) * w + 1.0).tanh() * 2.0 - 0.5
+        return y * y.sum(-1, keepdims=True) + y.exp()
+    xs, ws = tg.tensor(rng.standard_normal((9, 70)).astype(np.float32)), tg.tensor(rng.standard_normal(70).astype(np.float32))
+    (line,) = kernels(shared, xs, ws)
+    assert line.count("f32[9,70]") == 1, line
+    xn, wn = xs.numpy().astype(np.float64), ws.numpy().astype(np.float64)
+    y = np.tanh((xn - xn.mean(-1, keepdims=True)) * wn + 1.0) * 2.0 - 0.5
+    np.testing.assert_allclose(tg.compile(shared)(xs, ws).numpy(), y * y.sum(-1, keepdims=True) + np.exp(y), rtol=2e-5)
+
+
 PROGRAMS = {
     # (fn, numpy oracle): a row kernel and a reduction over its rows side by side
     "centered_col_sums": (lambda x, w: ((x - x.mean(-1, keepdims=True)) * w).sum(0),
                           lambda x, w: ((x - x.mean(-1, keepdims=True)) * w).sum(0)),
     "row_norm_loss": (lambda x, w: (x / (x * x).sum(-1, keepdims=True).add(1.0).sqrt() * w).sum(),
                       lambda x, w: (x / np.sqrt((x * x).sum(-1, keepdims=True) + 1.0) * w).sum()),
+    "row_value_kept_in_rows": (lambda x, w: (lambda y: y * y.sum(-1, keepdims=True) + y.exp())(
+        ((x - x.mean(-1, keepdims=True)) * w + 1.0).tanh() * 2.0 - 0.5),
+        lambda x, w: (lambda y: y * y.sum(-1, keepdims=True) + np.exp(y))(
+        np.tanh((x - x.mean(-1, keepdims=True)) * w + 1.0) * 2.0 - 0.5)),
     "col_max_beside_rows": (lambda x, w: (x * w).amax(0) + (x - x.amax(-1, keepdims=True)).exp().sum(-1).sum(),
                             lambda x, w: (x * w).max(0) + np.exp(x - x.max(-1, keepdims=True)).sum(-1).sum()),
 }

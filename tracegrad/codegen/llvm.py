@@ -12,10 +12,11 @@ with a Schedule's map or across order are lowered by scheduled.py.
 """
 import math
 
-from ..ir.kernels import Op, contiguous_strides
+from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .loops import _loops, _nest
 from .online import online_row
+from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import Emitter, Fn, linear, store, regtype
 from .scheduled import _across_kernel, _scheduled_map
@@ -85,7 +86,6 @@ def _buffers(kernel):
     return out
 
 
-SCRATCH_LIMIT = 8192   # elements of a row kept in a per-thread scratch buffer (see _loop_kernel)
 WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's) kept in float64 stack arrays
 OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
 
@@ -93,85 +93,62 @@ OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float3
 def _loop_kernel(mb, f, kernel, ptrs):
     """Outer loop over rows; per row, one inner loop nest per phase (a Schedule's online pair of
     phases: one walk, online.py; an accumulated phase adds the row into its running result,
-    _RowSums). A value that a reduce phase computes and a later phase needs again (softmax's exp) is
-    kept in a row-sized stack buffer instead of being recomputed."""
+    _RowSums). A value that a phase computes and a later phase needs again (softmax's exp) is kept
+    in a row-sized stack buffer instead of being recomputed (rowcache.py)."""
     shape, k = kernel.shape, kernel.split
     outer, inner = shape[:k], shape[k:]
-    full, inner_strides = contiguous_strides(shape), contiguous_strides(inner)
-    scratch = {}
-    if k and 0 < math.prod(inner) <= SCRATCH_LIMIT:
-        later = set()
-        for j in range(len(kernel.phases) - 1, -1, -1):
-            ph = kernel.phases[j]
-            for _, t in ph.outputs:
-                if ph.kind == "reduce" and isinstance(t, Op) and id(t) in later:
-                    scratch[id(t)] = f.alloca(f"[{math.prod(inner)} x {regtype(t.dtype)}]")
-            for _, t in ph.outputs:
-                later |= _tree_ids(t)
-
+    full = contiguous_strides(shape)
     online = dict(kernel.schedule.online) if kernel.schedule is not None else {}
+    cache = RowCache(f, kernel, roots_only={i + d for i in online for d in (0, 1)})
     sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
 
     def outer_body(f, oidx):
         for j, ph in enumerate(kernel.phases):
             if j in online:                     # with phase j + 1: one walk (online.py)
-                done.update(id(t) for t in online_row(mb, f, kernel, ptrs, oidx, j, scratch))
+                online_row(mb, f, kernel, ptrs, oidx, j, cache.bufs)
+                cache.finish(j)
+                cache.finish(j + 1)
                 continue
             if j - 1 in online:
                 continue
             if id(ph) in sums:
                 (v, tree), = ph.outputs
 
-                def body(f, iidx, tree=tree, ph=ph):
+                def body(f, iidx, tree=tree, ph=ph, j=j):
                     em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
-                    _seed(em, scratch, iidx, inner_strides)
+                    cache.seed(em, iidx)
                     x = em.value(tree)
-                    if id(tree) in scratch:
-                        ty = regtype(tree.dtype)
-                        p = f.assign(f"getelementptr inbounds {ty}, ptr {scratch[id(tree)]}, i64 "
-                                     f"{linear(f, iidx, inner_strides)}")
-                        f.emit(f"store {ty} {x}, ptr {p}")
+                    cache.keep(em, j, iidx)
                     sums[id(ph)].add(f, list(oidx) + list(iidx), x)
                 sums[id(ph)].row(f, inner, body)
                 sums[id(ph)].end_row(f)
-                done.add(id(tree))
+                cache.finish(j)
             elif ph.kind == "map":
-                def body(f, iidx, ph=ph):
+                def body(f, iidx, ph=ph, j=j):
                     idx = list(oidx) + list(iidx)
                     em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
-                    _seed(em, scratch, iidx, inner_strides)
+                    cache.seed(em, iidx)
                     vals = [(v, em.value(t)) for v, t in ph.outputs]
+                    cache.keep(em, j, iidx)
                     off = linear(f, idx, full)
                     for v, val in vals:
                         store(f, ptrs, v, off, val)
                 _loops(f, inner, body)
+                cache.finish(j)
             else:
                 (v, tree), = ph.outputs
                 acc = _Acc(f, ph.lower, v.dtype, (_squeezed(inner) or [1])[-1])
 
-                def body(f, iidx, tree=tree, acc=acc):
+                def body(f, iidx, tree=tree, acc=acc, j=j):
                     em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
+                    cache.seed(em, iidx)
                     x = em.value(tree)
-                    if id(tree) in scratch:
-                        off = linear(f, iidx, inner_strides)
-                        ty = regtype(tree.dtype)
-                        p = f.assign(f"getelementptr inbounds {ty}, ptr {scratch[id(tree)]}, i64 {off}")
-                        f.emit(f"store {ty} {x}, ptr {p}")
+                    cache.keep(em, j, iidx)
                     acc.add(f, x)
                 _blocked_loops(f, inner, body, [acc])
                 res = acc.result(f)
                 store(f, ptrs, v, linear(f, oidx, contiguous_strides(outer)), res)
-                done.add(id(tree))
-
-    done = set()
-
-    def _seed(em, scratch, iidx, strides):
-        for tid, buf in scratch.items():
-            if tid in done:
-                t = _find(kernel, tid)
-                ty = regtype(t.dtype)
-                p = em.f.assign(f"getelementptr inbounds {ty}, ptr {buf}, i64 {linear(em.f, iidx, strides)}")
-                em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
+                cache.finish(j)
 
     if outer:
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))
@@ -265,26 +242,6 @@ class _RowSums:
                 store(f, self.ptrs, self.v, linear(f, idx, contiguous_strides(self.oshape)),
                       _narrow(f, x, self.v.dtype, self.at))
             _loops(f, self.oshape, out)
-
-
-def _tree_ids(t, out=None):
-    out = set() if out is None else out
-    stack = [t]
-    while stack:
-        x = stack.pop()
-        if id(x) not in out:
-            out.add(id(x))
-            if isinstance(x, Op):
-                stack.extend(x.args)
-    return out
-
-
-def _find(kernel, tid):
-    for ph in kernel.phases:
-        for _, t in ph.outputs:
-            if id(t) == tid:
-                return t
-    raise KeyError(tid)
 
 
 def _reduce_acc(mb, f, kernel, ptrs):

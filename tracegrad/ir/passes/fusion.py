@@ -19,6 +19,9 @@ Rules
   summed after a layer norm forward, the weight and bias gradients beside its backward) joins
   that kernel and accumulates while its rows stream by, when it reads the row kernel's results only
   in the current row and the row kernel does not read it: the inputs are read once for both.
+  A value a row kernel's map phase makes that only its later phases read, each at the same element,
+  is not written to memory: those reads become its expression, shared, so a target computes it
+  once per element (the LLVM target keeps it in the row's scratch buffer).
   Other reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
@@ -29,7 +32,7 @@ Rules
 """
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
-from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, nbytes, postorder, size
+from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, size
 
 RECOMPUTE_LIMIT = 8
 MAX_TREE_OPS = 256   # a longer chain is cut into kernels of this many ops (code size; LLVM's time grows faster than linearly)
@@ -146,7 +149,10 @@ def fuse(graph, enabled=True):
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
-    return (merge_accumulations(merge_rows(kernels)) if enabled else kernels), aliases
+    if not enabled:
+        return kernels, aliases
+    keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
+    return keep_in_rows(merge_accumulations(merge_rows(kernels)), keep), aliases
 
 
 def _const_buffer(v, expr, kernels):
@@ -261,3 +267,46 @@ def _accumulates_into(acc, rows, after):
         return False
     from .schedule import choose                 # the merged kernel must walk memory in natural order
     return choose(Kernel("loop", rows.shape, rows.split, rows.phases + acc.phases)) is None
+
+
+def keep_in_rows(kernels, keep):
+    """Drop the map-phase outputs that only later phases of the same row kernel read, at the same
+    element, and are not in `keep` (graph outputs, aliased buffers): their loads become the
+    expression (see rules)."""
+    readers = {}
+    for j, k in enumerate(kernels):
+        for ld in k.reads:
+            readers.setdefault(id(ld.buf), set()).add(j)
+    for j, k in enumerate(kernels):
+        if k.kind != "loop" or not k.split:
+            continue
+        full = contiguous_strides(k.shape)
+        for pi, ph in enumerate(k.phases):
+            for v, tree in list(ph.outputs) if ph.kind == "map" else ():
+                later = [ld for q in k.phases[pi + 1:] for _, t in q.outputs for ld in loads(t) if ld.buf is v]
+                if id(v) in keep or readers.get(id(v), set()) != {j} or not isinstance(tree, Op) or \
+                        any(ld.offset or tuple(ld.strides) != full for ld in later):
+                    continue
+                memo = {}
+                for q in k.phases[pi + 1:]:
+                    q.outputs = [(w, _inline(t, v, tree, memo)) for w, t in q.outputs]
+                ph.outputs.remove((v, tree))
+        k.phases = [ph for ph in k.phases if ph.outputs]
+    return kernels
+
+
+def _inline(tree, v, expr, memo):
+    """`tree` with its loads of buffer v replaced by `expr`; nodes that do not read v stay the same
+    objects (`memo` shared across the trees of a kernel keeps shared nodes shared)."""
+    for t in postorder(tree):
+        if id(t) in memo:
+            continue
+        if isinstance(t, Load):
+            memo[id(t)] = expr if t.buf is v else t
+        elif isinstance(t, Op):
+            args = [memo[id(a)] for a in t.args]
+            memo[id(t)] = t if all(a is b for a, b in zip(args, t.args)) else \
+                Op(t.op, args, t.dtype, t.lower, t.cost)
+        else:
+            memo[id(t)] = t
+    return memo[id(tree)]

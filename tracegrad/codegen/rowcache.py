@@ -1,0 +1,71 @@
+"""Values a row kernel computes once per element and reads again in later phases (softmax's exp, a
+layer norm backward's normalized gradient), kept in row-sized stack buffers: the row stays in cache
+and nothing goes to memory for them."""
+import math
+
+from ..ir.kernels import Op, postorder, size
+from .scalar import linear, regtype
+
+SCRATCH_LIMIT = 8192   # elements of a row kept in a per-thread scratch buffer
+MAX_KEPT = 8           # row buffers per kernel at most (stack: 8 x 32 KiB of float32)
+MIN_OPS = 2            # a shared value of fewer ops is recomputed instead
+
+
+class RowCache:
+    """For each phase j, `picked[j]`: the outermost nodes of its trees that a later phase also reads
+    (only the trees themselves for `roots_only` phases, which lower their own loops: online.py)."""
+
+    def __init__(self, f, kernel, roots_only=()):
+        self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, set()
+        inner = kernel.shape[kernel.split:]
+        self.strides = [math.prod(inner[d + 1:]) for d in range(len(inner))]
+        if not kernel.split or not 0 < math.prod(inner) <= SCRATCH_LIMIT:
+            return
+        later = set()
+        for j in range(len(kernel.phases) - 1, -1, -1):
+            trees = [t for _, t in kernel.phases[j].outputs]
+            picked = [t for t in trees if isinstance(t, Op) and id(t) in later] if j in roots_only else \
+                [t for t in _outermost(trees, later) if size(t) >= MIN_OPS or t in trees]
+            picked = [t for t in picked if id(t) in self.bufs or len(self.bufs) < MAX_KEPT]
+            for t in picked:
+                self.nodes[id(t)] = t
+                if id(t) not in self.bufs:
+                    self.bufs[id(t)] = f.alloca(f"[{math.prod(inner)} x {regtype(t.dtype)}]")
+            self.picked[j] = picked
+            for t in trees:
+                later.update(id(x) for x in postorder(t))
+
+    def _slot(self, f, tid, iidx):
+        ty = regtype(self.nodes[tid].dtype)
+        return ty, f.assign(f"getelementptr inbounds {ty}, ptr {self.bufs[tid]}, i64 {linear(f, iidx, self.strides)}")
+
+    def seed(self, em, iidx):
+        """Values cached by earlier phases: loaded, not recomputed."""
+        for tid in self.done:
+            ty, p = self._slot(em.f, tid, iidx)
+            em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
+
+    def keep(self, em, j, iidx):
+        """After phase j's element: store the values it computed first that later phases read."""
+        for t in self.picked.get(j, ()):
+            if id(t) not in self.done and id(t) in em.memo:
+                ty, p = self._slot(em.f, id(t), iidx)
+                em.f.emit(f"store {ty} {em.memo[id(t)]}, ptr {p}")
+
+    def finish(self, j):
+        self.done.update(id(t) for t in self.picked.get(j, ()))
+
+
+def _outermost(trees, wanted):
+    """The nodes of `trees` with ids in `wanted`, outermost first (their subtrees not searched)."""
+    out, seen, stack = [], set(), list(trees)
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or not isinstance(t, Op):
+            continue
+        seen.add(id(t))
+        if id(t) in wanted:
+            out.append(t)
+        else:
+            stack.extend(t.args)
+    return out
