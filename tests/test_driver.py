@@ -137,3 +137,41 @@ def test_many_kernels_and_check_mode():
     want = oracle(x, w).numpy()
     close(fast(x, w).numpy(), want, np.float32)
     close(checked(x, w).numpy(), want, np.float32)
+
+
+def test_threads_share_a_program_with_products():
+    """Threads calling one compiled function with matrix products (BLAS from native code, the
+    program's shared pointer table) each get their own correct result."""
+    import threading
+
+    f = tg.compile(lambda x, w: ((x @ w).relu() @ w.T).sum(1))
+    rng = np.random.default_rng(11)
+    w = tg.from_numpy(rng.standard_normal((24, 24)).astype(np.float32))
+    xs = [tg.from_numpy(rng.standard_normal((32, 24)).astype(np.float32)) for _ in range(4)]
+    wants = [(np.maximum(x.numpy().astype(np.float64) @ w.numpy(), 0) @ w.numpy().T).sum(1) for x in xs]
+    errors = []
+
+    def work(i):
+        for _ in range(30):
+            got = f(xs[i], w).numpy()
+            if not np.allclose(got, wants[i], rtol=1e-4, atol=1e-3):
+                errors.append(i)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_profile_after_calls_runs_the_same_kernels():
+    """The kernel-by-kernel module (profiles, check mode) is compiled on first use; its results
+    equal a normal call's."""
+    f = tg.compile(lambda x, w: ((x @ w).tanh().cumsum(1) @ w).exp().sum())
+    rng = np.random.default_rng(5)
+    x, w = (tg.from_numpy(rng.standard_normal(s).astype(np.float32) * 0.3) for s in ((6, 5), (5, 5)))
+    before = f(x, w).numpy()
+    rows = f.profile(x, w)
+    assert [r["kind"] for r in rows].count("extern") == 2 and any(r["kind"] == "host" for r in rows)
+    close(f(x, w).numpy(), before, np.float32)
+    close(tg.compile(f.fn, check=True)(x, w).numpy(), before, np.float32)
