@@ -104,7 +104,8 @@ def main(argv=None):
     fz.add_argument("--seed", type=int, default=0, help="the program stream (program i of a seed is always the same)")
     fz.add_argument("--start", type=int, default=0, help="first program number (to split a run into chunks)")
     fz.add_argument("--backend", action="append", metavar="NAME",
-                    help="backend(s) compared with eager: interpret, llvm (repeat or comma-separate; default both)")
+                    help="backend(s) compared with eager: interpret, llvm, cuda (repeat or comma-separate; default "
+                         "interpret,llvm; cuda needs a GPU or NUMBA_ENABLE_CUDASIM=1)")
     fz.add_argument("--kind", help="only these kinds: graph,inplace,mutate,alias,train")
     fz.add_argument("--dtype", choices=["float32", "float64"], help="only this dtype (default: both)")
     fz.add_argument("--out", default="fuzz-failures", help="folder for the failing programs' .py files")

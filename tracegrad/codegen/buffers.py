@@ -15,29 +15,34 @@ import numpy as np
 def plan(kernels, temps):
     """{slot: array} for `temps`, a list of (slot, Value) intermediates written by `kernels` (steps
     in run order); arrays of slots whose lives do not overlap are views of one block."""
+    out = {}
+    for size, users in blocks(kernels, temps):
+        raw = np.empty(size, np.uint8)
+        for slot, v in users:
+            n = math.prod(v.shape)
+            out[slot] = raw[:n * v.dtype.itemsize].view(v.dtype.np).reshape(v.shape)
+    return out
+
+
+def blocks(kernels, temps):
+    """[(bytes, [(slot, Value)])]: the blocks of memory `temps` share (any device allocates them)."""
     written, last_read = {}, {}
     for j, k in enumerate(kernels):
         for v in k.outputs:
             written.setdefault(id(v), j)
         for ld in k.reads:
             last_read[id(ld.buf)] = j
-    blocks = []                     # [bytes, free from this step on, [(slot, value)]]
+    found = []                      # [bytes, free from this step on, [(slot, value)]]
     for slot, v in sorted(temps, key=lambda sv: (written.get(id(sv[1]), -1), sv[0])):
         start = written.get(id(v), -1)
         need = math.prod(v.shape) * v.dtype.itemsize
-        free = [b for b in blocks if b[1] <= start]
+        free = [b for b in found if b[1] <= start]
         fits = [b for b in free if b[0] >= need]
         block = min(fits, key=lambda b: b[0]) if fits else max(free, key=lambda b: b[0], default=None)
         if block is None:
             block = [need, 0, []]
-            blocks.append(block)
+            found.append(block)
         block[0] = max(block[0], need)
         block[1] = max(start, last_read.get(id(v), start)) + 1
         block[2].append((slot, v))
-    out = {}
-    for size, _, users in blocks:
-        raw = np.empty(size, np.uint8)
-        for slot, v in users:
-            n = math.prod(v.shape)
-            out[slot] = raw[:n * v.dtype.itemsize].view(v.dtype.np).reshape(v.shape)
-    return out
+    return [(size, users) for size, _, users in found]

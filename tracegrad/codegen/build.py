@@ -20,12 +20,7 @@ def build_programs(graphs, fused, inplace=None):
             plans.append(None)
             continue
         kernels, aliases = fused[gi]
-        slots = {}
-        for v in g.inputs:
-            slots.setdefault(id(v), len(slots))
-        for k in kernels:
-            for v in k.outputs:
-                slots.setdefault(id(v), len(slots))
+        slots = buffer_slots(g, kernels)
         label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
         gemm, calls, names = gemm_slots(len(slots)), {}, {}
         for j, k in enumerate(kernels):
@@ -69,6 +64,17 @@ def segments(kernels, calls, names, label):
         else:
             steps.append(("native", f"{label}_s{sum(s[0] == 'native' for s in steps)}", [j]))
     return steps
+
+
+def buffer_slots(graph, kernels):
+    """{id(Value): slot}: the graph's inputs, then each kernel's outputs, numbered in that order."""
+    slots = {}
+    for v in graph.inputs:
+        slots.setdefault(id(v), len(slots))
+    for k in kernels:
+        for v in k.outputs:
+            slots.setdefault(id(v), len(slots))
+    return slots
 
 
 def inplace_slots(graph, kernels, aliases, slots, pairs):

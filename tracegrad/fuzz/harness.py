@@ -45,7 +45,7 @@ class Recorder:
 
     def __call__(self, label, value):
         if isinstance(value, tg.Tensor):
-            value = np.array(value.detach().numpy(), copy=True)
+            value = np.array(value.detach().cpu().numpy(), copy=True)
         elif value is not None:
             value = np.asarray(value)
         self.items.append((label, value))
@@ -70,16 +70,19 @@ class Recorder:
 
 
 def main(run):
-    """Run a repro file: every backend against eager; print the differences; exit status 1 if any."""
+    """Run a repro file: every backend (cuda too where tg.cuda.is_available()) against eager; print
+    the differences; exit status 1 if any."""
     import sys
 
     from .compare import compare_runs
     from .runner import observe
     dtype = getattr(sys.modules["__main__"], "DTYPE", "float32")
-    obs = {m: observe(run, m, dtype) for m in ("eager", "interpret", "llvm")}
+    backends = ("interpret", "llvm") + (("cuda",) if tg.cuda.is_available() else ())
+    obs = {m: observe(run, m, dtype) for m in ("eager",) + backends}
     ref = observe(run, "eager", "float64") if dtype == "float32" else obs["eager"]
     problems = []
-    for b in ("interpret", "llvm"):
+    for b in backends:
         problems += [f"{b}: {c}: {t}" for c, t in compare_runs(obs["eager"], obs[b], ref, dtype)]
-    print("\n".join(problems) or "no difference between eager, interpret and llvm")
+    names = ("eager",) + backends
+    print("\n".join(problems) or f"no difference between {', '.join(names[:-1])} and {names[-1]}")
     sys.exit(1 if problems else 0)

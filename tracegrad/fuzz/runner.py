@@ -1,5 +1,6 @@
 """Run generated programs eagerly and under each backend, compare, shrink what fails, summarize."""
 import collections
+import contextlib
 import linecache
 import os
 import re
@@ -22,14 +23,31 @@ class Observation:
         self.kinds = set(kinds) or ({error[0]} if error else set())
 
 
-def observe(run, mode, dtype):
-    with warnings.catch_warnings():
+def observe(run, mode, dtype, device=None):
+    """Run a program in `mode` (eager or a backend) with `device` as the default device (the cuda
+    backend: cuda), so that its inputs, models and the tensors it makes live there."""
+    with warnings.catch_warnings(), on_device("cuda" if mode == "cuda" else device):
         warnings.simplefilter("ignore")
         try:
             return Observation(run(mode, dtype).items)
         except Exception as e:  # noqa: BLE001 -- any error is an observation to compare
             return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]),
                                kinds=[c.__name__ for c in type(e).__mro__])
+
+
+@contextlib.contextmanager
+def on_device(dev):
+    """tg.set_default_device(dev) for the block (dev None: leave it)."""
+    if dev is None:
+        yield
+        return
+    import tracegrad as tg
+    before = tg.get_default_device()
+    tg.set_default_device(dev)
+    try:
+        yield
+    finally:
+        tg.set_default_device(before)
 
 
 def load(program):
@@ -43,15 +61,30 @@ def load(program):
 
 
 def check(program, backends=BACKENDS):
-    """(eager error or None, [(backend, category, text)]) for one program."""
+    """(eager error or None, [(backend, category, text)]) for one program. The cuda backend is
+    compared with eager on cuda (random draws on cuda differ from the cpu's, as in PyTorch; that
+    eager cuda computes what eager cpu does is what tests/cuda check); where eager cuda fails on a
+    program the cpu runs and the backend does not fail the same way, with eager on the cpu."""
     run = load(program)
-    eager = observe(run, "eager", program.dtype)
-    ref = observe(run, "eager", "float64") if program.dtype == "float32" else eager
+    eager, ref = _eager(run, program.dtype)
     problems = []
     for b in backends:
-        problems += [(b, cat, text) for cat, text in compare_runs(eager, observe(run, b, program.dtype), ref,
-                                                                   program.dtype)]
+        got = observe(run, b, program.dtype)
+        if b != "cuda":
+            found = compare_runs(eager, got, ref, program.dtype)
+        else:
+            e, r = _eager(run, program.dtype, "cuda")
+            found = compare_runs(e, got, r, program.dtype)
+            if found and e.error is not None and eager.error is None:
+                found = compare_runs(eager, got, ref, program.dtype)
+        problems += [(b, cat, text) for cat, text in found]
     return eager.error, problems
+
+
+def _eager(run, dtype, *device):
+    """The eager observation of a program, and its float64 reference (on `device`: default cpu)."""
+    eager = observe(run, "eager", dtype, *device)
+    return eager, (observe(run, "eager", "float64", *device) if dtype == "float32" else eager)
 
 
 def shrink(program, backend, cat, budget=40):
@@ -117,10 +150,15 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
          log=print):
     """Generate and check programs start..start+n-1 of stream `seed`; write failing ones into `out`;
     return the summary (a dict) and print it."""
-    from ..jit import BACKENDS as known
+    from ..jit.function import ALL_BACKENDS as known
     for b in backends:
         if b not in known:
             raise ValueError(f"unknown backend {b!r}; expected one of {', '.join(known)}")
+        if b == "cuda":
+            from .. import cuda
+            if not cuda.is_available():
+                raise ValueError("backend cuda needs a GPU (numba-cuda: pip install -e '.[gpu]') or numba's CUDA "
+                                 "simulator: NUMBA_ENABLE_CUDASIM=1 python -m tracegrad fuzz --backend cuda")
     for k in kinds or ():
         if k not in KINDS:
             raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")

@@ -16,6 +16,7 @@ from ..modes import interpreting
 from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
+from .device import shares_memory
 from .guards import Guards, free_objects
 from .signature import STATIC
 from .state import is_number, read_state, reachable
@@ -143,7 +144,7 @@ def _overlaps(tracer, name, results):
         if e.standin._ir is e.value:
             continue
         for j, o in lifted:
-            if o is e or not np.may_share_memory(e.real._data, o.real._data):
+            if o is e or not shares_memory(e.real._data, o.real._data):
                 continue
             out.update((i, j))
             if e.real._data is o.real._data:

@@ -9,8 +9,10 @@ from ..ir.interpret import values
 def checked_run(programs, which, graph, arrays):
     """Outputs of graph `which` run on `arrays`; CheckError names the first differing kernel with the
     ops fused into it."""
-    ref = values(graph, *arrays)
     prog = programs[which] if programs is not None else None
+    to_host = getattr(getattr(prog, "ops", None), "to_host", None)     # a device program: compare on the host
+    ref = values(graph, *(arrays if to_host is None else
+                          [a if isinstance(a, np.ndarray) else to_host(a) for a in arrays]))
     if prog is None:
         return tuple(ref[id(v)] for v in graph.outputs)
     got = {}

@@ -2,10 +2,13 @@
 from, which outputs need the aliasing check, what the autograd node needs)."""
 import re
 
+import numpy as np
+
 from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
 from .check import checked_run
+from .device import DeviceFresh, DeviceInputs, expanded
 from .node import CompiledNode, RefusedBackward
 from .pipeline import compile_call
 from .writeback import Fresh, resolve, write_back
@@ -21,6 +24,11 @@ class Entry:
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
         self.run_fwd, self.run_bwd = s.run_fwd, s.run_bwd
+        self.backend, self.device = s.backend, s.device
+        self.on_device = s.device.type == "cuda"
+        # the forward's and the backward's host inputs kept on the device
+        self.device_inputs = DeviceInputs() if self.on_device else None
+        self.device_bwd_inputs = DeviceInputs() if self.on_device else None
         self.guards = cap.guards
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
@@ -73,14 +81,16 @@ class Entry:
     def call(self, leaves):
         sources = [leaves[k] for k in self.arg_inputs] if self.arg_inputs is not None else self.input_tensors(leaves)
         arrays = [t._data for t in sources]
+        if self.on_device:
+            arrays = self.device_inputs(arrays)
         for i, name in self.updated:
-            if not arrays[i].flags.writeable:
+            if not writable(arrays[i]):
                 raise_read_only(self.name, name, sources[i])
-        if self.check:
+        if self.check and (self.programs is not None or not self.on_device):
             outs = checked_run(self.programs, 0, self.fwd, arrays)
         else:
             outs = self.run_fwd(arrays)
-        fresh = Fresh(arrays) if self.fwd_checks else None
+        fresh = (DeviceFresh if self.on_device else Fresh)(arrays) if self.fwd_checks else None
         if self.writes:
             write_back(self, outs, leaves, fresh)
         results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
@@ -102,6 +112,10 @@ class Entry:
         if self.programs is not None:
             return sum(len(p.kernels) for p in self.programs if p is not None)
         return len(self.fwd.nodes) + (len(self.bwd.nodes) if self.bwd is not None else 0)
+
+
+def writable(a):
+    return a.flags.writeable if isinstance(a, np.ndarray) else not expanded(a)
 
 
 def raise_read_only(fn_name, name, t):

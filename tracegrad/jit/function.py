@@ -11,7 +11,8 @@ from . import introspect
 from .entry import Entry
 from .signature import call_signature, changes, fast_key
 
-BACKENDS = ("llvm", "interpret")
+BACKENDS = ("llvm", "interpret")          # the cpu backends
+ALL_BACKENDS = BACKENDS + ("cuda",)
 
 
 CACHE_SIZE = 64     # compiled signatures kept in memory per function (least recently used go first)
@@ -21,15 +22,17 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False)`.
 
     Options:
-    - backend: "llvm" (the default): fused kernels compiled through llvmlite, run on all cores
-      (TRACEGRAD_THREADS), machine code cached on disk (TRACEGRAD_CACHE_DIR); "interpret": the
-      IR run op by op with NumPy, the oracle compiled code is tested against.
+    - backend: "llvm" (the default for cpu tensors): fused kernels compiled through llvmlite, run on
+      all cores (TRACEGRAD_THREADS), machine code cached on disk (TRACEGRAD_CACHE_DIR); "cuda" (the
+      default for cuda tensors): the same fused kernels as numba.cuda kernels, buffers and the
+      whole call on the device; "interpret": the IR run op by op with NumPy, the oracle compiled
+      code is tested against. Inputs on two devices raise the device error.
     - fuse: False makes every op its own kernel (to measure what fusion buys, or to bisect a bug).
     - check: True runs the interpreter beside every call and raises tg.CheckError at the first
       kernel whose result differs, naming the ops fused into it (slow; for debugging).
     - cache_size: how many signatures stay compiled in memory per function (see below).
 
-    The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"),
+    The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"|"cuda"),
     f.draw(*args, stage=...) (a picture), f.profile(*args, plot=None) (time, bytes and rates per
     kernel), f.stats() (traces, cache hits, compile time, retrace reasons) and f.to_dot(*args).
 
@@ -68,9 +71,8 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
 
 class CompiledFunction:
     def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE):
-        backend = backend or "llvm"
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(BACKENDS)}")
+        if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
+            raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"tg.compile: cache_size must be a positive int, got {cache_size!r}")
         self.fn, self.backend, self.fuse, self.check, self.cache_size = fn, backend, fuse, check, cache_size
@@ -186,7 +188,7 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ introspection
     def ir(self, *args, stage="forward", source=False, optimized=False, **kwargs):
-        """The IR text of a stage: traced, forward, backward, kernels, llvm (see SPEC §5)."""
+        """The IR text of a stage: traced, forward, backward, kernels, llvm, cuda (see SPEC §5)."""
         return introspect.stage_text(self._entry_for(args, kwargs)[0], stage, source, optimized)
 
     def profile(self, *args, repeat=5, plot=None, **kwargs):
@@ -194,7 +196,8 @@ class CompiledFunction:
         over `repeat` runs), "bytes" moved, achieved "GB/s", "flops", "GFLOP/s", "intensity" (flop per
         byte), and its "bandwidth share" and "compute share" of this machine's measured peaks
         (tg.viz.roofline.peaks()). `plot="profile.svg"` also writes the kernels on an SVG roofline.
-        Needs backend="llvm"."""
+        Needs backend="llvm", or "cuda": kernels timed with CUDA events, rows without the cpu's
+        roofline shares."""
         entry, leaves = self._entry_for(args, kwargs)
         return introspect.profile_rows(entry, leaves, repeat, plot)
 

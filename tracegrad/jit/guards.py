@@ -22,6 +22,7 @@ from ..pytree import object_state
 from ..tensor import Tensor
 from ..trace import Traced
 from ..strides import of_array
+from .device import shares_memory
 from .signature import STATIC
 
 
@@ -30,8 +31,8 @@ class Guards:
         self.names = {id(e.real): e.value.name for e in tracer.order}
         self.input_names = [e.value.name for e in tracer.order]
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
-        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad) for e in tracer.order
-                        if e.source[0] == "captured"]
+        self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad, e.real._device)
+                        for e in tracer.order if e.source[0] == "captured"]
         self.layouts = [(s, real, layout_of(real)) for s, real in inputs if s[0] in ("arg", "captured")] \
             if tracer.layout_used else []
         self.grads = [(t, before) for t, before in tracer.grads.values() if not isinstance(t, Traced)]
@@ -75,10 +76,12 @@ class Guards:
             if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
                 return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
                                              "rebound to another object")
-        for t, shape, dtype, rg in self.tensors:
+        for t, shape, dtype, rg, dev in self.tensors:
             if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: {dtype.name}{list(shape)} " \
                        f"requires_grad={rg} -> {t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
+            if t._device is not dev and t._device != dev:
+                return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: device {dev} -> {t._device}"
         for s, real, layout in self.layouts:
             t = leaves[s[1]] if s[0] == "arg" else real
             if layout_of(t) != layout:
@@ -122,7 +125,11 @@ class Guards:
 
 def layout_of(x):
     """A real tensor's memory layout, as the guards compare it."""
-    return "row-major" if x._data.flags.c_contiguous else f"strides {of_array(x._data)}"
+    a = x._data
+    if not isinstance(a, np.ndarray):         # a device array
+        from ..cuda import memory
+        return "row-major" if memory.row_major(a) else f"strides {memory.strides_of(a)}"
+    return "row-major" if a.flags.c_contiguous else f"strides {of_array(a)}"
 
 
 def _guarded_binding(obj, tracer):
@@ -135,10 +142,16 @@ def _guarded_binding(obj, tracer):
 
 
 def _storage(a):
-    """The object owning array a's memory: the base of its chain of views (an array, bytes, mmap)."""
+    """The object owning array a's memory: the base of its chain of views (an array, bytes, mmap);
+    all device memory counts as one storage (address ranges tell arrays apart)."""
+    if not isinstance(a, np.ndarray):
+        return _DEVICE
     while isinstance(a.base, np.ndarray):
         a = a.base
     return a if a.base is None else a.base
+
+
+_DEVICE = "device memory"
 
 
 def _pattern(arrays, roots):
@@ -149,7 +162,7 @@ def _pattern(arrays, roots):
         j = first.setdefault(r, i)
         if j != i:
             overlaps += [(k, i, arrays[k] is arrays[i]) for k in range(j, i)
-                         if roots[k] == r and np.may_share_memory(arrays[k], arrays[i])]
+                         if roots[k] == r and shares_memory(arrays[k], arrays[i])]
     return tuple(overlaps)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import print_graph
 
-STAGES = "traced, forward, backward, kernels, llvm"
+STAGES = "traced, forward, backward, kernels, llvm, cuda"
 
 
 def stage_text(entry, stage, source=False, optimized=False):
@@ -24,12 +24,29 @@ def stage_text(entry, stage, source=False, optimized=False):
         return kernels_text(entry)
     if stage == "llvm":
         if entry.llvm_text is None:
-            raise ValueError(f"stage 'llvm' needs backend='llvm'; {entry.name} uses {entry.cf.backend!r}")
+            raise ValueError(f"stage 'llvm' needs backend='llvm'; {entry.name} uses {entry.backend!r}")
         if optimized:
             from ..codegen.engine import optimize
             return str(optimize(entry.llvm_text))
         return entry.llvm_text
+    if stage == "cuda":
+        if entry.backend != "cuda":
+            raise ValueError(f"stage 'cuda' needs backend='cuda' (cuda tensors); {entry.name} uses {entry.backend!r}")
+        return cuda_text(entry)
     raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+
+
+def cuda_text(entry):
+    """The generated numba.cuda kernels of the forward and backward programs, each under a header
+    naming its kernel, kind and fused ops (library kernels: the call they make)."""
+    out = []
+    for label, prog in zip(("forward", "backward"), entry.programs):
+        if prog is None:
+            continue
+        for j, kind, text in prog.sources():
+            k = prog.kernels[j]
+            out.append(f"# {entry.name} ({label}) k{j} [{kind}] ops={'+'.join(k.ops()) or 'copy'}\n{text.rstrip()}")
+    return "\n\n".join(out)
 
 
 def fused_kernels(entry):
@@ -56,8 +73,10 @@ def profile_rows(entry, leaves, repeat, plot=None):
     """Per kernel of the forward program: kernel, kind, ops, median time, bytes moved, GB/s, and the
     roofline figures (tg.viz.roofline); `plot` is a path for the roofline SVG."""
     if entry.programs is None:
-        raise ValueError(f"profile() needs backend='llvm'; {entry.name} uses {entry.cf.backend!r}")
+        raise ValueError(f"profile() needs backend='llvm' or 'cuda'; {entry.name} uses {entry.backend!r}")
     arrays = [t._data for t in entry.input_tensors(leaves)]
+    if entry.on_device:
+        arrays = entry.device_inputs(arrays)
     prog = entry.programs[0]
     runs = []
     for _ in range(repeat):
@@ -70,6 +89,10 @@ def profile_rows(entry, leaves, repeat, plot=None):
         moved = k.bytes_moved()
         rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "time": sec, "bytes": moved,
                      "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
+    if entry.on_device:             # this machine's roofline is the cpu's
+        if plot:
+            raise ValueError("profile(plot=...) draws the cpu's roofline; for backend='cuda' use the rows' GB/s")
+        return rows
     from ..viz import roofline
     roofline.annotate(rows, prog.kernels)
     if plot:

@@ -2,6 +2,7 @@
 from ..autograd import _edge, _Mode
 from ..tensor import Tensor
 from .check import checked_run
+from .device import DeviceFresh
 from .writeback import Fresh
 
 
@@ -43,12 +44,14 @@ class CompiledNode:
         arrays = [g._data for g in grads]
         arrays += self.saved
         arrays += self.const_arrays
-        if entry.check:
+        if entry.on_device:
+            arrays = entry.device_bwd_inputs(arrays)
+        if entry.check and (entry.programs is not None or not entry.on_device):
             outs = checked_run(entry.programs, 1, entry.bwd, arrays)
         else:
             outs = entry.run_bwd(arrays)
         known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
-        fresh = Fresh(arrays) if len(known) < len(outs) else None
+        fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
         return [Tensor._wrap(o if j in known else fresh(o), t._dtype, t._device)
                 for j, (o, t) in enumerate(zip(outs, self.reals))]
 

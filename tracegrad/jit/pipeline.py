@@ -8,6 +8,7 @@ from ..ir.passes.remat import rematerialize
 from ..autograd import is_grad_enabled
 from ..tensor import TraceError
 from .capture import Capture
+from .device import choose_backend
 from .writeback import protect_reads
 
 
@@ -18,6 +19,7 @@ class Stages:
 def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     s = Stages()
     s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths)            # trace
+    s.backend, s.device = choose_backend(backend, name, cap.tracer.order)     # where it runs
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
     s.backward = s.refused = None
     if not cap.tracer.ran_backward and is_grad_enabled():                      # reverse mode
@@ -47,20 +49,25 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     for g in (s.traced, fwd):       # printed apart: `return results; saved values`
         g.n_saved = len(g.outputs) - s.saved_at
     s.programs, s.llvm_text, s.disk_hit = None, None, False
-    if backend == "llvm":                                                      # fuse, lower
-        from ..codegen import build_programs
+    if s.backend in ("llvm", "cuda"):                                          # fuse, lower
         from ..ir.passes.fusion import fuse as fuse_graph
         from ..ir.passes.schedule import schedule
         fused = [None if g is None else fuse_graph(g, fuse) for g in (fwd, bwd)]
         for kernels_aliases in filter(None, fused):                            # schedule
             schedule(kernels_aliases[0])
-        s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fused, [cap.inplace, ()])
-        s.disk_hit = engine.disk_hit
+        if s.backend == "llvm":
+            from ..codegen import build_programs
+            s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fused, [cap.inplace, ()])
+            s.disk_hit = engine.disk_hit
+        else:
+            from ..codegen.cuda.program import build_device_programs
+            from .device import cuda_ops
+            s.programs = build_device_programs([fwd, bwd], fused, [cap.inplace, ()], cuda_ops())
         s.run_fwd = s.programs[0].run
         s.run_bwd = s.programs[1].run if s.programs[1] is not None else None
     else:
-        s.run_fwd = executable(fwd, backend)
-        s.run_bwd = executable(bwd, backend) if bwd is not None else None
+        s.run_fwd = executable(fwd, s.backend, s.device)
+        s.run_bwd = executable(bwd, s.backend, s.device) if bwd is not None else None
     return s
 
 
@@ -91,8 +98,12 @@ def _reads_updated_memory(cap, saved):
     return None
 
 
-def executable(graph, backend):
-    """The callable running `graph` on a list of arrays with the chosen backend."""
+def executable(graph, backend, device=None):
+    """The callable running `graph` on a list of arrays with the chosen backend (interpret on cuda
+    arrays: the oracle runs on host copies, its results go back to the device)."""
+    if backend == "interpret" and device is not None and device.type == "cuda":
+        from .device import interpret_on_host
+        return lambda arrays: interpret_on_host(graph, arrays)
     if backend == "interpret":
         return lambda arrays: interpret_run(graph, *arrays)
     raise ValueError(f"backend {backend!r} is not available")

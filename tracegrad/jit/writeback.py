@@ -5,6 +5,7 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..tensor import Tensor
+from .device import copy_into, expanded
 
 
 def resolve(source, real, leaves):
@@ -23,21 +24,30 @@ def resolve(source, real, leaves):
 
 def write_back(entry, outs, leaves, fresh):
     """Apply entry's mutations (in-place updates) and grad writes from the program's outputs."""
+    copyto, writable = (copy_into, not_expanded) if entry.on_device else (np.copyto, _writeable)
     if entry.mutations:
         for (source, real), arr in zip(entry.mutations, outs[entry.n_user:]):
             t = resolve(source, real, leaves)
             if arr is not t._data:          # unless the kernel already wrote in place
-                np.copyto(t._data, arr)
+                copyto(t._data, arr)
             t._ver[0] += 1
     for (target, j) in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
         if j is None:
             t._grad = None
-        elif type(t._grad) is Tensor and t._grad._data.flags.writeable:
-            np.copyto(t._grad._data, outs[j])
+        elif type(t._grad) is Tensor and writable(t._grad._data):
+            copyto(t._grad._data, outs[j])
             t._grad._ver[0] += 1
         else:
             t._grad = Tensor._wrap(fresh(outs[j]), t._dtype, t._device)
+
+
+def _writeable(a):
+    return a.flags.writeable
+
+
+def not_expanded(a):
+    return not expanded(a)
 
 
 class Fresh:

@@ -1,0 +1,180 @@
+"""Run a compiled program on the GPU: one graph's kernels, lowered to numba.cuda (loop and reduce_acc
+kernels, this package) or run by the device library (matrix products, indexing, ...), over device
+buffers planned once and reused by every call — the device counterpart of codegen/runtime.py.
+
+Per call the Python work is: checking the input arrays, allocating the output arrays (handed to the
+user, so never reused), and one launch per kernel. Nothing is copied between host and device
+(check mode aside). This module knows numba.cuda's launch interface and nothing about tensors: the
+device operations (allocation, strided views, library kernels) are handed in by the caller (jit).
+"""
+import time
+
+from ...ir.kernels import contiguous_strides
+from .. import buffers, forksafe
+
+
+class DeviceOps:
+    """What a device program needs from the device library, as plain functions:
+    empty(shape, dtype), view(arr, shape, strides, offset, dtype=None), row_major(arr),
+    contiguous(arr) (a row-major copy), to_host(arr) (a NumPy copy, for check mode),
+    library(kernel) -> fn(args) for an extern or host kernel (args: strided views of its inputs;
+    fn returns the result, a new device array), or raises NotImplementedError naming what is missing,
+    synchronize(), and timer() -> (start, stop, elapsed) callables: elapsed() is the milliseconds
+    between start() and stop() once synchronized (CUDA events)."""
+
+    def __init__(self, **fns):
+        self.__dict__.update(fns)
+
+
+def unsupported(kernel, why):
+    """The compile-time error for a kernel the GPU cannot run (no silent host fallback)."""
+    op = kernel.node.op if kernel.node is not None else "+".join(kernel.ops())
+    ins = ", ".join(f"{ld.buf.type}" for ld in kernel.reads) or "no inputs"
+    return NotImplementedError(
+        f"backend='cuda': op {op!r} ({ins}) has no CUDA implementation on cuda:0 ({why}); tracegrad does not "
+        f"copy it to the host behind your back. Compute it outside the compiled function, or compile for the "
+        f"cpu (tensors on cpu, backend='llvm')")
+
+
+class DeviceProgram:
+    """One graph's executable on the device: `run(arrays) -> tuple of output device arrays`.
+    `launchers[id(kernel)]`: the CudaKernels (lower.py) computing a loop or reduce_acc kernel, in
+    launch order: each takes the arrays of its `.buffers` (Values) and has its `.source` text."""
+
+    def __init__(self, graph, kernels, aliases, slots, inplace, launchers, ops):
+        self.graph, self.kernels, self.ops, self.slots = graph, kernels, ops, slots
+        self.lock = forksafe.lock()
+        self.launchers = launchers
+        values = {id(v): v for v in graph.inputs}
+        values.update({id(v): v for k in kernels for v in k.outputs})
+        out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
+        in_ids = {id(v) for v in graph.inputs}
+        self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
+        self.inplace = list(inplace.items())
+        self.fresh, temps = [], []
+        for vid, slot in slots.items():
+            v = values[vid]
+            if vid in in_ids or slot in inplace:
+                continue
+            if vid in out_ids:
+                self.fresh.append((slot, v.shape, v.dtype.np))
+            else:
+                temps.append((slot, v))
+        self.template, self.flat_template = [None] * len(slots), [None] * len(slots)
+        for nbytes, users in buffers.blocks(kernels, temps):     # intermediates: shared when lives allow
+            raw = ops.empty((nbytes,), "uint8")
+            for slot, v in users:
+                self.template[slot] = ops.view(raw, v.shape, contiguous_strides(v.shape), 0, v.dtype.np)
+                self.flat_template[slot] = _flat(self.template[slot])
+        self.written = [[(id(v), slots[id(v)]) for v in k.outputs] for k in kernels]
+        self.outputs = []
+        for v in graph.outputs:
+            b = aliases.get(id(v))
+            src = b if b is not None else v
+            self.outputs.append((slots[id(src)], v.shape if src.shape != v.shape else None))
+        fresh_slots = {slot for slot, _, _ in self.fresh}
+        self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
+        self.steps = []
+        for k in kernels:
+            if k.kind in ("loop", "reduce_acc"):
+                self.steps.append(("launch", [(ck, [slots[id(v)] for v in ck.buffers]) for ck in launchers[id(k)]],
+                                   None, None))
+            else:
+                ins = [(slots[id(ld.buf)], ld, i.shape) for ld, i in zip(k.args, k.node.inputs)]
+                self.steps.append(("library", ops.library(k), ins, slots[id(k.node.out)]))
+
+    def sources(self):
+        """[(kernel index, kind, numba.cuda source text or the library call)] of every step."""
+        out = []
+        for j, k in enumerate(self.kernels):
+            cks = self.launchers.get(id(k))
+            text = "\n".join(f"# launch {ck.name}: grid={ck.grid} block={ck.block}\n{ck.source}" for ck in cks) \
+                if cks is not None else f"# {k.node.op}: run by the device library (tracegrad/cuda)"
+            out.append((j, k.kind, text or "# empty space: no launch"))
+        return out
+
+    def run(self, arrays, timings=None, capture=None):
+        """Outputs for `arrays` (device arrays); with a `timings` list, appends each step's seconds
+        (CUDA events); with a `capture` dict, fills it with {id(Value): NumPy copy} of every kernel
+        output as the kernel wrote it (check mode). Calls from several threads take turns."""
+        with self.lock:
+            return self._run(arrays, timings, capture)
+
+    def _run(self, arrays, timings, capture):
+        # cur: each slot's array; flat: the same memory as one axis, as the generated kernels take it
+        ops, cur, flat = self.ops, self.template.copy(), self.flat_template.copy()
+        for (slot, shape, dtype), a in zip(self.inputs, arrays):
+            if a.dtype != dtype or tuple(a.shape) != shape:
+                raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+            flat_a = a.__dict__.get("_tg_flat")        # a device array's layout never changes: flattened once
+            if flat_a is None:
+                if ops.row_major(a):
+                    flat_a = a._tg_flat = _flat(a)
+                else:
+                    a = ops.contiguous(a)
+                    flat_a = _flat(a)
+            cur[slot], flat[slot] = a, flat_a
+        for o, i in self.inplace:
+            cur[o], flat[o] = cur[i], flat[i]
+        for slot, shape, dtype in self.fresh:
+            cur[slot] = a = ops.empty(shape, dtype)
+            flat[slot] = _flat(a)
+        marks = []
+        for j, (kind, fn, ins, out) in enumerate(self.steps):
+            if timings is not None:
+                marks.append(ops.timer())
+                marks[-1][0]()
+            if kind == "launch":
+                for ck, arg_slots in fn:
+                    ck(*[flat[s] for s in arg_slots])
+            else:
+                a = fn([ops.view(cur[s], shape, ld.strides, ld.offset) for s, ld, shape in ins])
+                cur[out] = a = a if ops.row_major(a) else ops.contiguous(a)
+                flat[out] = _flat(a)
+            if timings is not None:
+                marks[-1][1]()
+            if capture is not None:
+                capture.update({vid: ops.to_host(cur[slot]) for vid, slot in self.written[j]})
+        if timings is not None:
+            ops.synchronize()
+            timings.extend(elapsed() / 1e3 for _, _, elapsed in marks)
+        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+
+
+def _flat(a):
+    return a if a.ndim == 1 else a.reshape(a.size)
+
+
+def wall_timer(synchronize):
+    """A step timer on the wall clock, synchronizing around the step (the simulator has no events)."""
+    box = [0.0]
+
+    def start():
+        synchronize()
+        box[0] = time.perf_counter()
+
+    def stop():
+        synchronize()
+        box[0] = (time.perf_counter() - box[0]) * 1e3
+    return start, stop, lambda: box[0]
+
+
+def build_device_programs(graphs, fused, inplace, ops):
+    """[DeviceProgram or None] for each graph (None passes through). fused[g]: graph g's (kernels,
+    aliases) from fusion; inplace[g]: its (output index, input index) pairs that may share memory
+    (build.inplace_slots decides). A kernel the GPU cannot run raises here, at compile time."""
+    from ..build import buffer_slots, inplace_slots
+    from .lower import compile_kernels
+    progs = []
+    for gi, g in enumerate(graphs):
+        if g is None:
+            progs.append(None)
+            continue
+        kernels, aliases = fused[gi]
+        slots = buffer_slots(g, kernels)
+        label = ("forward", "backward")[gi] if gi < 2 else f"graph{gi}"
+        launchers = {id(k): cks for k, cks in zip(kernels, compile_kernels(kernels, label)) if cks is not None}
+        pairs = inplace[gi] if inplace else ()
+        progs.append(DeviceProgram(g, kernels, aliases, slots, inplace_slots(g, kernels, aliases, slots, pairs),
+                                   launchers, ops))
+    return progs
