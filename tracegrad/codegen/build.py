@@ -8,10 +8,10 @@ from .llvm import ModuleBuilder
 from .runtime import Program, splits
 
 
-def build_programs(graphs, fused, inplace=None):
+def build_programs(graphs, fused, inplace_pairs=None):
     """[Program or None] for each graph (None passes through), the module's LLVM text and its
     engine. fused[g]: graph g's (kernels, aliases) as ir/passes/fusion.py's `fuse` returns them.
-    inplace[g]: (output index, input index) pairs of graph g that may share memory (see
+    inplace_pairs[g]: (output index, input index) pairs of graph g that may share memory (see
     inplace_slots)."""
     mb = ModuleBuilder()
     plans = []
@@ -23,10 +23,14 @@ def build_programs(graphs, fused, inplace=None):
         slots = buffer_slots(g, kernels)
         label = "forward" if len(plans) == 0 else "backward" if len(plans) == 1 else f"graph{len(plans)}"
         gemm, calls, names = gemm_slots(len(slots)), {}, {}
+        inplace = inplace_slots(g, kernels, aliases, slots, inplace_pairs[gi] if inplace_pairs else ())
+        # a body addresses memory: an output written into an input is the input's pointer (never a
+        # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
+        in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
         for j, k in enumerate(kernels):
             c = f"c{j}"
             if k.kind in ("loop", "reduce_acc"):
-                body, args = mb.kernel(k, slots, f"{label}_k{j}")
+                body, args = mb.kernel(k, in_memory, f"{label}_k{j}")
                 calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
                 if splits(k):           # an entry for the threads' chunks
                     names[j] = f"{label}_k{j}"
@@ -39,8 +43,7 @@ def build_programs(graphs, fused, inplace=None):
                 mb.function(segment_function(step[1], [calls[j] for j in step[2]]))
         native = sorted((j, c) for j, c in calls.items() if j not in names)
         step_text = step_function(f"{label}_step", native) if native else None
-        pairs = inplace[gi] if inplace else ()
-        plans.append((g, kernels, aliases, slots, names, inplace_slots(g, kernels, aliases, slots, pairs), steps,
+        plans.append((g, kernels, aliases, slots, names, inplace, steps,
                       step_text, f"{label}_step"))
     text = mb.text()
     engine = compile_module(text)

@@ -53,15 +53,16 @@ class ModuleBuilder:
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices. Returns
         (its body function's name, the table slots of the body's pointer arguments).
 
-        The body takes each buffer as a `noalias` pointer argument (buffers never overlap: outputs
-        are fresh or private), so loops vectorize without runtime alias checks. A kernel of at most
-        SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on W8 (a deep narrow
-        network, all kernels small) that halves LLVM's time and its steady state does not get
-        slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body` is kernel k3
-        of the forward program."""
+        The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
+        alias checks: values sharing a slot (an output written into its input's memory, build.py's
+        inplace_slots) are one pointer, and distinct slots never overlap (fresh or private memory).
+        A kernel of at most SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on
+        W8 (a deep narrow network, all kernels small) that halves LLVM's time and its steady state
+        does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
+        is kernel k3 of the forward program."""
         f = Fn()
-        order = list(dict.fromkeys(id(v) for v in _buffers(kernel)))    # first use: the body's own order
-        ptrs = {vid: f"%b{i}" for i, vid in enumerate(order)}
+        order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
+        ptrs = {id(v): f"%b{order.index(slots[id(v)])}" for v in _buffers(kernel)}
         if kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
@@ -74,7 +75,7 @@ class ModuleBuilder:
         small = math.prod(kernel.shape) <= SMALL_KERNEL
         key = ("".join(f"ptr noalias %b{i}, " for i in range(len(order))) + "i64 %lo, i64 %hi",
                "\n".join(f.allocas + f.lines), " optsize" if small else "")
-        return self.bodies.setdefault(key, f"{name}_body"), [slots[vid] for vid in order]
+        return self.bodies.setdefault(key, f"{name}_body"), order
 
     def function(self, text):
         """Add a function written elsewhere (the driver's, driver.py)."""
