@@ -63,3 +63,49 @@ def test_fuzzer_programs_updating_inputs_match_eager(kind, index):
     """The fuzzer's programs 61 (mutate) and 20 (alias) of stream 23 found the llvm case."""
     _, problems = check(generate(index, 23, kind=kind), ("llvm",))
     assert not problems, problems
+
+
+def _product_kernel(a_shape, b_shape):
+    from tracegrad.ir import parse
+    from tracegrad.ir.passes.fusion import fuse
+    t = lambda s: f"f32[{','.join(map(str, s))}]"          # noqa: E731
+    out = np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1])
+    g = parse(f"graph f(%a: {t(a_shape)}, %b: {t(b_shape)}) {{\n  %0: {t(out)} = matmul(%a, %b)\n  return %0\n}}")
+    return next(k for k in fuse(g)[0] if k.kind == "extern")
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.sampled_from([(0,), (2, 0), (0, 3), (3,), ()]), m=st.integers(0, 3), k=st.integers(0, 3),
+       n=st.integers(0, 17), broadcast=st.booleans(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_products_with_empty_sizes_match_numpy_and_stay_in_their_memory(batch, m, k, n, broadcast, dtype):
+    """An empty batch ran one BLAS call into the empty output (heap corruption, fuzz seed 24 program 463):
+    every empty product now runs NumPy's matmul, values and gradients as eagerly."""
+    rng = np.random.default_rng(m + 4 * k + 16 * n)
+    a = rng.standard_normal(batch + (m, k)).astype(dtype)
+    b = rng.standard_normal((k, n) if broadcast else batch + (k, n)).astype(dtype)
+    f = tg.compile(lambda x, y: x @ y, backend="llvm")
+    want = a.astype(np.float64) @ b
+    g = 2 * want                                            # d sum(out^2) / d out
+    want_ga = g @ np.swapaxes(b, -1, -2)
+    want_gb = np.swapaxes(a, -1, -2).astype(np.float64) @ g
+    if broadcast:                                           # b was broadcast over the batch: summed
+        want_gb = want_gb.sum(axis=tuple(range(len(batch))))
+    for _ in range(2):
+        x, y = tg.tensor(a, requires_grad=True), tg.tensor(b, requires_grad=True)
+        out = f(x, y)
+        (out * out).sum().backward()
+        for got, ref in ((out.detach(), want), (x.grad, want_ga), (y.grad, want_gb)):
+            assert got.shape == ref.shape
+            np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_blas_plans_that_would_leave_their_buffers_are_refused():
+    from tracegrad.codegen import driver
+    kernel = _product_kernel((2, 3, 4), (4, 5))
+    plan = driver.gemm_plan(kernel)
+    assert plan is not None and plan["batch"] == (2,)
+    for change in ({"m": 4}, {"n": 6}, {"k": 5}, {"batch": (3,)}, {"a": (1, plan["a"][1])}, {"dtype": "float64"},
+                   {"batch": (0,)}, {"m": 0}):
+        with pytest.raises(RuntimeError, match="internal error: .*BLAS call"):
+            driver._check_extents(kernel, {**plan, **change})
+    assert driver.gemm_plan(_product_kernel((0, 3, 4), (4, 5))) is None

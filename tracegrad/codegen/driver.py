@@ -89,16 +89,44 @@ def gemm_plan(kernel):
     if out.dtype.name not in ("float32", "float64") or a.dtype is not out.dtype or b.dtype is not out.dtype:
         return None
     m, n, k = out.shape[-2], out.shape[-1], sa[-1]
-    if 0 in (m, n, k):
+    if 0 in out.shape or k == 0:        # an empty batch too: the call below would still run once
         return None
     ta = _operand((m, k), a.strides[-2:])
     tb = _operand((k, n), b.strides[-2:])
     if ta is None or tb is None:
         return None
     batch = out.shape[:-2]
-    return dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
+    plan = dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
                 a=(a.offset, _batch_strides(sa, a.strides, batch)),
                 b=(b.offset, _batch_strides(sb, b.strides, batch)))
+    _check_extents(kernel, plan)
+    return plan
+
+
+def _check_extents(kernel, plan):
+    """Before any native code exists: every element the BLAS calls of `plan` read (the operands) or
+    write (the output) lies inside that buffer, of the plan's dtype. Raises RuntimeError (a compiler
+    bug, never a user's) instead of emitting a call that reads or writes outside its memory."""
+    (a, b), out = kernel.args, kernel.node.out
+    batch, m, n, k = plan["batch"], plan["m"], plan["n"], plan["k"]
+    spans = [("a", a.buf, plan["a"], (m, k), plan["ta"]), ("b", b.buf, plan["b"], (k, n), plan["tb"]),
+             ("out", out, (0, list(_contiguous(batch, plan))), (m, n), (NO_TRANS, n))]
+    if min(m, n, k, *batch) < 1:        # gemm_call calls BLAS at least once
+        raise RuntimeError(f"internal error: a BLAS call planned for an empty matmul -> {out.dtype.name}"
+                           f"{list(out.shape)} (m={m} n={n} k={k}, batch {list(batch)}); please report it")
+    for name, buf, (offset, bstrides), (r, c), (trans, ld) in spans:
+        lo = hi = offset
+        for size, stride in zip(batch, bstrides):
+            if stride > 0:
+                hi += (size - 1) * stride
+            else:
+                lo += (size - 1) * stride
+        hi += (r - 1) * ld + c if trans == NO_TRANS else (c - 1) * ld + r
+        if buf.dtype.name != plan["dtype"] or lo < 0 or hi > math.prod(buf.shape):
+            raise RuntimeError(f"internal error: the BLAS call of matmul -> {out.dtype.name}{list(out.shape)} "
+                               f"would reach {name} elements [{lo}, {hi}) of a {buf.dtype.name}"
+                               f"{list(buf.shape)} buffer (m={m} n={n} k={k}, leading dimension {ld}, "
+                               f"batch {list(batch)} strides {list(bstrides)}); please report it")
 
 
 def gemm_call(c, kernel, plan, slots, gemm_slot):
