@@ -1,11 +1,12 @@
-"""The four kernel shapes of the GPU, as numba.cuda source over an iteration space.
+"""The kernel shapes of the GPU, as numba.cuda source over an iteration space.
 
 - `map_body`: one thread per element, grid-stride loop; consecutive threads take consecutive
   elements along the space's innermost axis of `order` (the memory order: coalesced).
 - `rows_body`: a block per row (grid-stride over rows); each phase walks the row with the block's
   threads side by side (coalesced), a reduce phase then combines the threads' partials with warp
   shuffles and one shared slot per warp, and every thread holds the row's result for later phases.
-  Short rows take a warp each instead (several rows per block, shuffles only).
+  Short rows take a warp each instead (several rows per block, shuffles only). An input several
+  phases read is kept in shared memory by the first (read from memory once per row).
 - `across_body`: a thread per row, rows ordered so that consecutive threads take consecutive
   elements of the kept unit-stride axis (a reduction over columns of memory reads coalesced).
 - `tiles_body`: reductions over any axes: a block of BX x BY threads per tile of BX kept
