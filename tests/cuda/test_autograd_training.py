@@ -127,3 +127,18 @@ def test_in_place_updates_of_views_with_history():
         grads[dev] = b.detach().cpu().numpy(), a.grad.cpu().numpy()
     for x, y in zip(grads["cuda"], grads["cpu"]):
         np.testing.assert_allclose(x, y, rtol=1e-13)
+
+
+def test_backward_gradients_given_for_cuda_outputs():
+    x = tg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    (x * x).backward([1.0, 0.5])                         # a list: made on the output's device
+    assert x.grad.device == "cuda:0" and x.grad.tolist() == [2.0, 2.0]
+    with pytest.raises(RuntimeError, match="invalid gradient at index 0 - expected device cuda:0 but got cpu"):
+        (x * x).backward(tg.ones(2))
+    (g,) = tg.autograd.grad((x * x * x).sum(), x, create_graph=True)      # 3x^2, differentiable
+    assert g.device == "cuda:0" and g.requires_grad
+    g.sum().backward()
+    assert x.grad.tolist() == [2.0 + 6.0, 2.0 + 12.0]
+    y = tg.tensor(3.0, device="cuda", requires_grad=True)
+    (y * y).backward(create_graph=True)
+    assert y.grad.device == "cuda:0" and y.grad.grad_fn is not None and y.grad.item() == 6.0

@@ -246,10 +246,13 @@ def _rebuild(arr, requires_grad, device="cpu"):
 _ONES = {}
 
 
-def _implicit_gradient(shape, dtype, dev=CPU):
+def _implicit_gradient(shape, dtype, dev=CPU, private=False):
     """A shared read-only ones array of `shape` on `dev`: backward()'s gradient (VJP rules only read
     their cotangents, the engine copies one before storing it as a .grad, and a compiled backward
-    binds the same array each call). A device array cannot be marked read-only; nothing writes it."""
+    binds the same array each call). A device array cannot be marked read-only; nothing writes it.
+    `private`: a new array instead."""
+    if private:
+        return _alloc(shape, 1, dtype, dev)
     key = (shape, dtype, dev.type)
     arr = _ONES.get(key)
     if arr is None:

@@ -487,7 +487,10 @@ class Tensor(TensorBase):
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             gradient = self._implicit_gradient(create_graph)
         elif not isinstance(gradient, Tensor):
-            gradient = tensor(gradient, dtype=self._dtype)
+            gradient = tensor(gradient, dtype=self._dtype, device=self._device)
+        elif gradient._device != self._device:
+            raise RuntimeError(f"invalid gradient at index 0 - expected device {self._device} but got "
+                               f"{gradient._device}")
         if gradient._shape != self._shape:
             raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {gradient.shape} and output[0] "
                                f"has a shape of {self.shape}.")
@@ -495,7 +498,7 @@ class Tensor(TensorBase):
         run_backward([self], [gradient], retain, create_graph)
 
     def _implicit_gradient(self, create_graph):
-        """backward()'s gradient of a one-element tensor: ones."""
-        if create_graph:      # the gradient may be stored as a .grad: a private array
-            return ones(self._shape, dtype=self._dtype, device=self._device)
-        return Tensor._wrap(_implicit_gradient(self._shape, self._dtype, self._device), self._dtype, self._device)
+        """backward()'s gradient of a one-element tensor: ones (with create_graph it may be stored as a
+        .grad: a private array)."""
+        arr = _implicit_gradient(self._shape, self._dtype, self._device, private=create_graph)
+        return Tensor._wrap(arr, self._dtype, self._device)
