@@ -129,6 +129,8 @@ def test_random_draws_on_the_device_follow_manual_seed():
     u = a.cpu().numpy()
     assert u.min() >= 0.0 and u.max() < 1.0 and len(set(u.tolist())) == 40
     assert not same(tg.rand(40, device="cuda").cpu().numpy(), u)      # the generator moved on
+    tg.cuda.manual_seed_all(3)
+    assert same(tg.rand(40, device="cuda").cpu().numpy(), u)
     r = tg.rand(3, 5, device="cuda", requires_grad=True)
     assert r.requires_grad and r.shape == (3, 5)
 

@@ -84,6 +84,17 @@ def synchronize(device=None):
     memory.check_device_errors()
 
 
+def manual_seed(seed):
+    """Seed random draws, as tg.manual_seed: cpu and cuda draws share one generator (core.RNG; a cuda
+    draw takes its key from it), so this seeds both."""
+    import numpy as np
+    from ..core import RNG
+    RNG[0] = np.random.default_rng(int(seed))
+
+
+manual_seed_all = manual_seed
+
+
 def _check():
     from ..device import device
     require(device("cuda"))
