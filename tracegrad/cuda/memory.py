@@ -217,7 +217,8 @@ def storage_offset(arr):
     """How many elements arr's first element lies after the start of its allocation."""
     if simulated():
         return (arr._ary.ctypes.data - _root(arr._ary).ctypes.data) // arr.dtype.itemsize
-    base = arr.gpu_data.owner.device_pointer_value or 0
+    owner = arr.gpu_data.owner          # numba's allocation (memory from another library: its first view)
+    base = getattr(owner, "device_pointer_value", None) or arr.gpu_data.device_pointer_value or 0
     return (data_ptr(arr) - base) // arr.dtype.itemsize
 
 
