@@ -46,11 +46,13 @@ class RowCache:
             em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
 
     def keep(self, em, j, iidx):
-        """After phase j's element: store the values it computed first that later phases read."""
+        """After phase j's element: store each value it picked that no earlier phase kept, computed
+        here if its own trees skipped it (reached only through a value an earlier phase kept): every
+        buffer a later phase loads is written first."""
         for t in self.picked.get(j, ()):
-            if id(t) not in self.done and id(t) in em.memo:
+            if id(t) not in self.done:
                 ty, p = self._slot(em.f, id(t), iidx)
-                em.f.emit(f"store {ty} {em.memo[id(t)]}, ptr {p}")
+                em.f.emit(f"store {ty} {em.value(t)}, ptr {p}")
 
     def finish(self, j):
         self.done.update(id(t) for t in self.picked.get(j, ()))
