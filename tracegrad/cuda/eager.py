@@ -6,7 +6,8 @@ the way by the primitive's `kind` (core.py):
   no strides express copies first, as NumPy's reshape does);
 - copy (cat, unslice), index (gather, scatter-add), creation, random: kernels.py;
 - extern (matmul): matmul.py (cuBLAS, or a tiled kernel);
-- elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering.
+- elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering
+  (argmax/argmin: argreduce.py).
 
 `arrays` are device arrays, except that 0-d NumPy arrays stand for Python scalars and 0-d cpu tensors
 (they combine with cuda tensors, as in PyTorch): elementwise kernels read them from a cache of device
@@ -111,6 +112,9 @@ def _extern(p, arrays, attrs, shape, dtype):
 
 
 def _pointwise(p, arrays, attrs, shape, dtype):
+    if p.name in ("argmax", "argmin"):
+        from .argreduce import run as argreduce
+        return argreduce(p.name, _on_device(arrays[0]), attrs["axis"], attrs["keepdims"], shape)
     try:
         from .pointwise import run as pointwise
     except ImportError:
