@@ -7,7 +7,7 @@ the way by the primitive's `kind` (core.py):
 - copy (cat, unslice), index (gather, scatter-add), creation, random: kernels.py;
 - extern (matmul): matmul.py (cuBLAS, or a tiled kernel);
 - elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering
-  (argmax/argmin: argreduce.py).
+  (argmax/argmin: argreduce.py; floor, round, floordiv, remainder: rounding.py).
 
 `arrays` are device arrays, except that 0-d NumPy arrays stand for Python scalars and 0-d cpu tensors
 (they combine with cuda tensors, as in PyTorch): elementwise kernels read them from a cache of device
@@ -115,6 +115,9 @@ def _pointwise(p, arrays, attrs, shape, dtype):
     if p.name in ("argmax", "argmin"):
         from .argreduce import run as argreduce
         return argreduce(p.name, _on_device(arrays[0]), attrs["axis"], attrs["keepdims"], shape)
+    from . import rounding
+    if p.name in rounding.NAMES:
+        return rounding.run(p.name, [_on_device(a) for a in arrays], shape, dtype.np)
     try:
         from .pointwise import run as pointwise
     except ImportError:
