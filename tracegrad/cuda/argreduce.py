@@ -6,6 +6,7 @@ Over an axis each thread scans one row of the reduced axis. Over the whole tenso
 are cut into consecutive chunks, one thread per chunk, and one thread joins the chunks' winners in
 order (so the first occurrence still wins). float16 is compared as float32 (exact).
 """
+import functools
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from . import memory
 from .kernels import _unravel, copy_strided, launch_config
 
 
+@functools.lru_cache(maxsize=None)
 def _kernels(is_max):
     """(scan kernel, join kernel) for argmax (is_max) or argmin."""
     @cuda.jit(device=True)
@@ -62,13 +64,20 @@ def _kernels(is_max):
 
 
 PARTS = 4096          # most chunks (threads) of a whole-tensor scan
-_KERNELS = {"argmax": _kernels(True), "argmin": _kernels(False)}
 
 
-def run(name, x, axis, keepdims, shape):
-    """argmax/argmin (`name`) of device array x over `axis` (None: all elements), as a new int64 device
-    array of `shape` (the type rule's)."""
-    scan, join = _KERNELS[name]
+def run_argmax(arrays, attrs, shape, dtype):
+    return run(_kernels(True), arrays[0], attrs["axis"], shape)
+
+
+def run_argmin(arrays, attrs, shape, dtype):
+    return run(_kernels(False), arrays[0], attrs["axis"], shape)
+
+
+def run(kernels, x, axis, shape):
+    """argmax or argmin (`kernels`) of device array x over `axis` (None: all elements), as a new int64
+    device array of `shape` (the type rule's)."""
+    scan, join = kernels
     if x.dtype == np.float16:
         x = copy_strided(x, memory.empty(x.shape, np.float32))
     if x.ndim == 0:

@@ -112,12 +112,10 @@ def _extern(p, arrays, attrs, shape, dtype):
 
 
 def _pointwise(p, arrays, attrs, shape, dtype):
-    if p.name in ("argmax", "argmin"):
-        from .argreduce import run as argreduce
-        return argreduce(p.name, _on_device(arrays[0]), attrs["axis"], attrs["keepdims"], shape)
-    from . import rounding
-    if p.name in rounding.NAMES:
-        return rounding.run(p.name, [_on_device(a) for a in arrays], shape, dtype.np)
+    from . import argreduce, rounding          # device kernels of primitives without a scalar lowering
+    special = getattr(argreduce, "run_" + p.name, None) or getattr(rounding, "run_" + p.name, None)
+    if special is not None:
+        return special([_on_device(a) for a in arrays], attrs, tuple(shape), dtype.np)
     try:
         from .pointwise import run as pointwise
     except ImportError:

@@ -135,14 +135,29 @@ def _remainder_i(a, b, err):
 _KERNELS = {("floor", "f"): _elementwise(_floor_s, 1), ("round", "f"): _elementwise(_round_s, 1),
             ("floordiv", "f"): _elementwise(_floordiv_f, 2), ("remainder", "f"): _elementwise(_remainder_f, 2),
             ("floordiv", "i"): _elementwise(_floordiv_i, 2), ("remainder", "i"): _elementwise(_remainder_i, 2)}
-NAMES = ("floor", "round", "floordiv", "remainder")
+
+
+def run_floor(arrays, attrs, shape, dtype):
+    return run("floor", arrays, shape, dtype)
+
+
+def run_round(arrays, attrs, shape, dtype):
+    return run("round", arrays, shape, dtype)
+
+
+def run_floordiv(arrays, attrs, shape, dtype):
+    return run("floordiv", arrays, shape, dtype)
+
+
+def run_remainder(arrays, attrs, shape, dtype):
+    return run("remainder", arrays, shape, dtype)
 
 
 def run(name, arrays, shape, dtype):
-    """Primitive `name` (one of NAMES) of device `arrays` broadcast to `shape`; a new row-major device
-    array of numpy `dtype` (the type rule's)."""
+    """Primitive `name` of device `arrays` broadcast to `shape`; a new row-major device array of numpy
+    `dtype` (the type rule's)."""
     dtype = np.dtype(dtype)
-    if name in ("floor", "round") and dtype.kind != "f":        # integers and bools are their own floor
+    if len(arrays) == 1 and dtype.kind != "f":        # integers and bools are their own floor and round
         return copy_strided(_broadcast(arrays[0], shape), memory.empty(shape, dtype))
     work = np.dtype(np.float32) if dtype == np.float16 else dtype
     arrays = [a if a.dtype == work else copy_strided(a, memory.empty(a.shape, work)) for a in arrays]
