@@ -186,12 +186,12 @@ def view(arr, shape, strides, offset=0, dtype=None):
     dtype = np.dtype(dtype or arr.dtype)
     shape, nbytes = tuple(int(n) for n in shape), [int(s) * dtype.itemsize for s in strides]
     start = int(offset) * arr.dtype.itemsize
+    if arr.size == 0 or math.prod(shape) == 0:      # reads nothing; its offset may lie past the memory
+        return empty(shape, dtype)
     if simulated():                         # the simulator's device array wraps a NumPy array
         root = _root(arr._ary)
         start += arr._ary.ctypes.data - root.ctypes.data
         return type(arr)(np.ndarray(shape, dtype, buffer=root, offset=start, strides=tuple(nbytes)))
-    if arr.size == 0 or math.prod(shape) == 0:
-        return empty(shape, dtype)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     return DeviceNDArray(shape, tuple(nbytes), dtype, gpu_data=arr.gpu_data.view(start))
 

@@ -163,8 +163,11 @@ def _const_buffer(v, expr, kernels):
 
 
 def _move(n, tree):
-    """`tree` read through view node n: its loads rewritten by the view's `remap` (no copy)."""
+    """`tree` read through view node n: its loads rewritten by the view's `remap` (no copy). The loads
+    of an empty view read at offset 0 (host kernels see them as NumPy views of their buffers)."""
     p, src, v = PRIMS[n.op], n.inputs[0], n.out
+    if 0 in v.shape:      # reads nothing, and its offset may lie past the buffer: a fresh empty array's layout
+        return _remap(tree, lambda ld: Load(ld.buf, contiguous_strides(v.shape)))
     probe = contiguous_strides(src.shape)
     if tuple(src.shape) == tuple(v.shape) and p.remap(src.shape, v.shape, probe, 0, **n.attrs) == (list(probe), 0):
         return tree                           # the identity (an expand or slice to the same shape)
