@@ -1,13 +1,16 @@
 """Views of cuda tensors with empty and size-1 axes, under numba's simulator, against the cpu: an
 index or slice of an empty array has the offset it would have on a non-empty one (x[-5] of a
 (17, 0) array starts at element 12 of no memory), which no device view may be built from.
-Eager values and gradients (compiled code reads empty views through ir/passes/fusion.py, tested in
-tests/test_empty_views.py)."""
+Eager and compiled (backend "cuda"), values and gradients."""
+import os
+
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+
+EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
 
 
 @st.composite
@@ -28,17 +31,19 @@ def program(i, s, t):
     return f
 
 
-@settings(max_examples=10, deadline=None)
-@given(case=cases())
-@example(case=((17, 0), -5, slice(None), slice(None)))     # the fuzzer's x[-5] of a (17, 0) array
-@example(case=((2, 3, 3), -1, slice(3, None), slice(3, None)))   # x[1, 3:, 3:]: 21 elements into 18
-def test_empty_and_unit_views_match_the_cpu(case):
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=cases(), compiled=st.booleans())
+@example(case=((17, 0), -5, slice(None), slice(None)), compiled=False)     # the fuzzer's x[-5] of a (17, 0) array
+@example(case=((2, 3, 3), -1, slice(3, None), slice(3, None)), compiled=False)   # x[1, 3:, 3:]: 21 elements into 18
+@example(case=((2, 3, 3), -1, slice(3, None), slice(3, None)), compiled=True)
+def test_empty_and_unit_views_match_the_cpu(case, compiled):
     shape, i, s, t = case
     xa = np.random.default_rng(0).standard_normal(shape)
     got = {}
     for dev in ("cpu", "cuda"):
         x = tg.tensor(xa, device=dev, requires_grad=True)
-        outs = program(i, s, t)(x)
+        f = program(i, s, t)
+        outs = (tg.compile(f) if compiled and dev == "cuda" else f)(x)
         (g,) = tg.grad([o.sum() for o in outs], [x])
         got[dev] = [o.detach().cpu().numpy() for o in outs] + [g.cpu().numpy()]
     for c, want in zip(got["cuda"], got["cpu"]):

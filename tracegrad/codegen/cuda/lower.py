@@ -197,10 +197,10 @@ def _rows(kernel, name, across=None):
 
 def _tiled(kernel, name):
     """A reduce_acc kernel: launches for each distinct set of reduced axes (the map phases ride with
-    the first)."""
+    the first), none for reductions into empty outputs (their space is empty: so are the maps)."""
     groups = {}
     for ph in kernel.phases:
-        if ph.kind == "reduce":
+        if ph.kind == "reduce" and not all(0 in v.shape for v, _ in ph.outputs):
             groups.setdefault(tuple(sorted(ph.axes)), []).append(ph)
     maps = [ph for ph in kernel.phases if ph.kind == "map"]
     out = []
