@@ -34,9 +34,12 @@ def _identity(lower, dtype):
 
 
 def _combine(f, lower, acc, v, dtype):
+    """acc joined with v. Float sums are `reassoc` so LLVM vectorizes them, and carry no other
+    fast-math flag: with `nsz` LLVM also reassociates into the element's own expression and folds
+    NaN-producing parts away (acc + (x - x) -> acc where x is inf/NaN)."""
     ty, how = regtype(dtype), _join(lower)
     if how == "+":
-        return f.assign(f"fadd reassoc nsz {ty} {acc}, {v}" if dtype.is_floating_point else f"add {ty} {acc}, {v}")
+        return f.assign(f"fadd reassoc {ty} {acc}, {v}" if dtype.is_floating_point else f"add {ty} {acc}, {v}")
     if dtype.is_floating_point:
         return f.assign(f"call {ty} @llvm.{how}.{SHORT[dtype.name]}({ty} {acc}, {ty} {v})")
     c = f.assign(f"icmp {'sgt' if how == 'maximum' else 'slt'} {ty} {v}, {acc}")
