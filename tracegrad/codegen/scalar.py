@@ -232,6 +232,15 @@ class Emitter:
         argtext = ", ".join(f"{ty} {v}" for v, _ in vals)
         return f.assign(f"call {ty} {mathlib.symbol(*key)}({argtext})"), d
 
+    def _fn_pow(self, f, vals, t):
+        """x ** 0.5 for a literal 0.5 is sqrt(x), as NumPy and PyTorch compute it (sqrt(-inf) is NaN
+        where the C library's pow(-inf, 0.5) is inf); other powers call pow."""
+        key = ("sqrt" if isinstance(t.args[1], Const) and t.args[1].value == 0.5 else "pow", SHORT[vals[0][1].name])
+        self.mb.math.add(key)
+        ty = regtype(vals[0][1])
+        args = ", ".join(f"{ty} {v}" for v, _ in vals[:1 if key[0] == "sqrt" else 2])
+        return f.assign(f"call {ty} {mathlib.symbol(*key)}({args})"), vals[0][1]
+
     # the vocabulary's functions that are a few instructions each: where, cast, maximum, minimum, abs, sign
     @staticmethod
     def _fn_where(f, vals, t):
