@@ -6,7 +6,7 @@ from .loops import _loops
 from .scalar import SHORT, parsed, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
-MIN_BLOCK = 32  # shorter innermost loops add each element to the float64 total (no partial)
+MIN_BLOCK = BLOCK  # float32: shorter innermost loops add each element to the float64 total
 
 
 def _join(lower):
@@ -22,7 +22,8 @@ def _join(lower):
 
 
 def _identity(lower, dtype):
-    """The accumulator's start: 0 for a sum, the lowest value for a maximum, the highest for a minimum."""
+    """The accumulator's start: 0 for a sum (+0.0, as NumPy: a sum of -0.0 is +0.0), the lowest value
+    for a maximum, the highest for a minimum."""
     how = _join(lower)
     if how == "+":
         return const_text(0, dtype)
@@ -36,7 +37,9 @@ def _identity(lower, dtype):
 def _combine(f, lower, acc, v, dtype):
     """acc joined with v. Float sums are `reassoc` so LLVM vectorizes them, and carry no other
     fast-math flag: with `nsz` LLVM also reassociates into the element's own expression and folds
-    NaN-producing parts away (acc + (x - x) -> acc where x is inf/NaN)."""
+    NaN-producing parts away (acc + (x - x) -> acc where x is inf/NaN). Without `nsz` LLVM joins
+    vector lanes in order and does not vectorize a row's sum horizontally: short rows add in order
+    (float32 rows shorter than MIN_BLOCK add in float64, so only float64 rows pay for it)."""
     ty, how = regtype(dtype), _join(lower)
     if how == "+":
         return f.assign(f"fadd reassoc {ty} {acc}, {v}" if dtype.is_floating_point else f"add {ty} {acc}, {v}")
