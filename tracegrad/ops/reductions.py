@@ -58,6 +58,8 @@ def _prod_vjp(n, g):
 
 def _prod_others_impl(x, axis):
     """For each element, the product of the other elements along `axis` (exclusive products)."""
+    if x.size == 0:             # nothing to multiply (and no -1 to infer in the reshape below)
+        return np.ones_like(x)
     moved = np.moveaxis(x, axis, tuple(range(x.ndim - len(axis), x.ndim)))
     flat = moved.reshape(moved.shape[:x.ndim - len(axis)] + (-1,))
     ones = np.ones(flat.shape[:-1] + (1,), x.dtype)
