@@ -1,22 +1,36 @@
 """check=True: run a compiled program beside the interpret backend and name the first kernel whose
-output differs."""
+output differs.
+
+Like is compared with like: the compiled program runs first, on the caller's arrays, as a normal
+call would; the interpreter then runs on copies of the inputs taken before (the program may update
+them in place) and takes each random draw (rand, randn, dropout's mask) from the compiled run, so
+the generator advances once, as one eager call would move it."""
 import numpy as np
 
+from ..core import RNG, PRIMS
 from ..errors import CheckError
-from ..ir.interpret import values
+from ..ir.interpret import evaluate
 
 
 def checked_run(programs, which, graph, arrays):
     """Outputs of graph `which` run on `arrays`; CheckError names the first differing kernel with the
     ops fused into it."""
     prog = programs[which] if programs is not None else None
-    to_host = getattr(getattr(prog, "ops", None), "to_host", None)     # a device program: compare on the host
-    ref = values(graph, *(arrays if to_host is None else
-                          [a if isinstance(a, np.ndarray) else to_host(a) for a in arrays]))
     if prog is None:
-        return tuple(ref[id(v)] for v in graph.outputs)
+        return prog_free_run(graph, arrays)
+    to_host = getattr(getattr(prog, "ops", None), "to_host", None)     # a device program: compare on the host
+    host = [np.array(a) if isinstance(a, np.ndarray) or to_host is None else to_host(a) for a in arrays]
+    gen, before = RNG[0], RNG[0].bit_generator.state
     got = {}
     outs = prog.run(arrays, capture=got)
+    after = RNG[0], RNG[0].bit_generator.state
+    RNG[0] = gen                       # a draw the run did not capture is drawn again from where it began
+    gen.bit_generator.state = before
+    try:
+        ref = _values(graph, host, got)
+    finally:
+        RNG[0] = after[0]
+        RNG[0].bit_generator.state = after[1]
     for j, k in enumerate(prog.kernels):
         for v in k.outputs:
             a, b = got[id(v)], ref[id(v)]
@@ -25,6 +39,27 @@ def checked_run(programs, which, graph, arrays):
                 raise CheckError(f"{graph.name}: kernel k{j} [{k.kind}] output {v.type} differs from the interpret "
                                  f"backend (max abs diff {diff}); ops fused into it: {', '.join(k.ops()) or 'copy'}")
     return outs
+
+
+def prog_free_run(graph, arrays):
+    """backend='interpret': the interpreter is the program."""
+    ref = _values(graph, arrays, {})
+    return tuple(ref[id(v)] for v in graph.outputs)
+
+
+def _values(graph, arrays, drawn):
+    """Every value of graph on arrays ({id(Value): array}), random draws taken from `drawn` where it
+    has them."""
+    if len(arrays) != len(graph.inputs):
+        raise ValueError(f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(arrays)}")
+    env = {id(v): np.asarray(a) for v, a in zip(graph.inputs, arrays)}
+    for n in graph.nodes:
+        p = PRIMS.get(n.op)
+        if p is not None and p.kind == "random" and id(n.out) in drawn:
+            env[id(n.out)] = drawn[id(n.out)]
+        else:
+            env[id(n.out)] = evaluate(n, [env[id(i)] for i in n.inputs])
+    return env
 
 
 def _close(a, b):

@@ -29,7 +29,8 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
       code is tested against. Inputs on two devices raise the device error.
     - fuse: False makes every op its own kernel (to measure what fusion buys, or to bisect a bug).
     - check: True runs the interpreter beside every call and raises tg.CheckError at the first
-      kernel whose result differs, naming the ops fused into it (slow; for debugging).
+      kernel whose result differs, naming the ops fused into it (slow; for debugging). The
+      interpreter takes the compiled run's random draws, so the generator moves as in one call.
     - cache_size: how many signatures stay compiled in memory per function (see below).
 
     The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"|"cuda"),
