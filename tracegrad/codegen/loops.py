@@ -1,4 +1,36 @@
-"""How a loop nest is emitted: in natural order over a shape (_loops) or in a Schedule's level order (_nest)."""
+"""How a loop nest is emitted: in natural order over a shape (_loops) or in a Schedule's level order (_nest),
+both of counted loops (_counted), which are while loops (_while)."""
+
+
+def _while(f, head, body):
+    """Emit a loop: head(f) -> (i1 condition, value) is emitted at the top of each trip; while the
+    condition holds, body(f, value) emits the rest of the trip."""
+    top, bod, done = f.label(), f.label(), f.label()
+    f.emit(f"br label %{top}")
+    f.block(top)
+    cond, value = head(f)
+    f.emit(f"br i1 {cond}, label %{bod}, label %{done}")
+    f.block(bod)
+    body(f, value)
+    f.emit(f"br label %{top}")
+    f.block(done)
+
+
+def _counted(f, start, stop, body):
+    """Emit a loop of an i64 counter from `start` while it is below `stop` (value names); body(f, i)
+    emits a trip's work at counter value i."""
+    ctr = f.alloca("i64")
+    f.emit(f"store i64 {start}, ptr {ctr}")
+
+    def head(f):
+        i = f.assign(f"load i64, ptr {ctr}")
+        return f.assign(f"icmp slt i64 {i}, {stop}"), i
+
+    def trip(f, i):
+        body(f, i)
+        i2 = f.assign(f"load i64, ptr {ctr}")
+        f.emit(f"store i64 {f.assign(f'add nsw i64 {i2}, 1')}, ptr {ctr}")
+    _while(f, head, trip)
 
 
 def _loops(f, dims, body, lo_hi=None):
@@ -10,24 +42,12 @@ def _loops(f, dims, body, lo_hi=None):
         if d == len(dims):
             body(f, idx)
             return
-        ctr = f.alloca("i64")
-        start, stop = (lo_hi if d == 0 and lo_hi else ("0", str(dims[d])))
-        f.emit(f"store i64 {start}, ptr {ctr}")
-        cond, bod, done = f.label(), f.label(), f.label()
-        f.emit(f"br label %{cond}")
-        f.block(cond)
-        i = f.assign(f"load i64, ptr {ctr}")
-        c = f.assign(f"icmp slt i64 {i}, {stop}")
-        f.emit(f"br i1 {c}, label %{bod}, label %{done}")
-        f.block(bod)
-        idx.append(i)
-        level(d + 1)
-        idx.pop()
-        i2 = f.assign(f"load i64, ptr {ctr}")
-        nxt = f.assign(f"add nsw i64 {i2}, 1")
-        f.emit(f"store i64 {nxt}, ptr {ctr}")
-        f.emit(f"br label %{cond}")
-        f.block(done)
+
+        def trip(f, i):
+            idx.append(i)
+            level(d + 1)
+            idx.pop()
+        _counted(f, *(lo_hi if d == 0 and lo_hi else ("0", str(dims[d]))), trip)
 
     level(0)
 
@@ -55,23 +75,14 @@ def _nest(f, shape, levels, body, lo_hi=None, idx=None, base=None):
             stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
         else:
             start, stop = "0", str(n)
-        ctr = f.alloca("i64")
-        f.emit(f"store i64 {start}, ptr {ctr}")
-        cond, bod, done = f.label(), f.label(), f.label()
-        f.emit(f"br label %{cond}")
-        f.block(cond)
-        i = f.assign(f"load i64, ptr {ctr}")
-        f.emit(f"br i1 {f.assign(f'icmp slt i64 {i}, {stop}')}, label %{bod}, label %{done}")
-        f.block(bod)
-        if tile:
-            first = f.assign(f"mul nsw i64 {i}, {tile}")
-            base[d] = (first, f.assign(f"add nsw i64 {first}, {tile}"))
-        else:
-            idx[d] = i
-        level(j + 1)
-        i2 = f.assign(f"load i64, ptr {ctr}")
-        f.emit(f"store i64 {f.assign(f'add nsw i64 {i2}, 1')}, ptr {ctr}")
-        f.emit(f"br label %{cond}")
-        f.block(done)
+
+        def trip(f, i):
+            if tile:
+                first = f.assign(f"mul nsw i64 {i}, {tile}")
+                base[d] = (first, f.assign(f"add nsw i64 {first}, {tile}"))
+            else:
+                idx[d] = i
+            level(j + 1)
+        _counted(f, start, stop, trip)
 
     level(0)

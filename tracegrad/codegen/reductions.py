@@ -2,7 +2,7 @@
 import ast
 
 from ..dtypes import float64
-from .loops import _loops
+from .loops import _loops, _while
 from .scalar import SHORT, parsed, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
@@ -111,21 +111,19 @@ class _Acc:
         f.emit(f"store double {x}, ptr {val}")
         f.emit(f"store i64 0, ptr {lvl}")
         f.emit(f"store i64 {n}, ptr {rest}")
-        head, body, done = f.label(), f.label(), f.label()
-        f.emit(f"br label %{head}")
-        f.block(head)
-        r = f.assign(f"load i64, ptr {rest}")
-        odd = f.assign(f"trunc i64 {r} to i1")
-        f.emit(f"br i1 {odd}, label %{body}, label %{done}")
-        f.block(body)
-        i = f.assign(f"load i64, ptr {lvl}")
-        p = f.assign(f"getelementptr inbounds [64 x double], ptr {self.levels}, i64 0, i64 {i}")
-        v = f.assign(f"fadd double {f.assign(f'load double, ptr {val}')}, {f.assign(f'load double, ptr {p}')}")
-        f.emit(f"store double {v}, ptr {val}")
-        f.emit(f"store i64 {f.assign(f'add i64 {i}, 1')}, ptr {lvl}")
-        f.emit(f"store i64 {f.assign(f'lshr i64 {r}, 1')}, ptr {rest}")
-        f.emit(f"br label %{head}")
-        f.block(done)
+
+        def head(f):
+            r = f.assign(f"load i64, ptr {rest}")
+            return f.assign(f"trunc i64 {r} to i1"), r
+
+        def body(f, r):
+            i = f.assign(f"load i64, ptr {lvl}")
+            p = f.assign(f"getelementptr inbounds [64 x double], ptr {self.levels}, i64 0, i64 {i}")
+            v = f.assign(f"fadd double {f.assign(f'load double, ptr {val}')}, {f.assign(f'load double, ptr {p}')}")
+            f.emit(f"store double {v}, ptr {val}")
+            f.emit(f"store i64 {f.assign(f'add i64 {i}, 1')}, ptr {lvl}")
+            f.emit(f"store i64 {f.assign(f'lshr i64 {r}, 1')}, ptr {rest}")
+        _while(f, head, body)
         i = f.assign(f"load i64, ptr {lvl}")
         p = f.assign(f"getelementptr inbounds [64 x double], ptr {self.levels}, i64 0, i64 {i}")
         f.emit(f"store double {f.assign(f'load double, ptr {val}')}, ptr {p}")
