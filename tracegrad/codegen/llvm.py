@@ -54,7 +54,7 @@ class ModuleBuilder:
         (its body function's name, the table slots of the body's pointer arguments).
 
         The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
-        alias checks: values sharing a slot (an output written into its input's memory, build.py's
+        alias checks: values sharing a slot (an output written into its input's memory, slots.py's
         inplace_slots) are one pointer, and distinct slots never overlap (fresh or private memory).
         A kernel of at most SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on
         W8 (a deep narrow network, all kernels small) that halves LLVM's time and its steady state

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir.kernels import contiguous_strides
 from . import buffers, forksafe
 from .driver import blas, gemm_slots
+from .slots import roles
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
@@ -71,34 +72,14 @@ class Program:
                 self.table[slot] = blas()[1][dtype]
         self.lock = forksafe.lock()
         self.template = [None] * self.n_slots
-        values = {vid: v for vid, v in _values(graph, kernels)}
-        out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
-        in_ids = {id(v) for v in graph.inputs}
+        fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
         self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
-        self.fresh = []
+        self.fresh = [(slot, v.shape, np.dtype(v.dtype.np)) for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
-        temps = []
-        for vid, slot in slots.items():
-            v = values[vid]
-            if vid in in_ids or slot in inplace:
-                continue
-            if vid in out_ids:
-                self.fresh.append((slot, v.shape, np.dtype(v.dtype.np)))
-            else:
-                temps.append((slot, v))
         for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
             self.template[slot] = arr
             self.table[slot] = arr.ctypes.data
-        self.written = [[(id(v), slots[id(v)]) for v in k.outputs] for k in kernels]
-        self.outputs = []               # outputs that are inputs come back as the input arrays
-        for v in graph.outputs:
-            b = aliases.get(id(v))
-            src = b if b is not None else v
-            self.outputs.append((slots[id(src)], v.shape if src.shape != v.shape else None))
-        fresh_slots = {slot for slot, _, _ in self.fresh}
-        # positions of the outputs allocated by each run: they never share memory with an input
-        self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
         self.other = {}                 # kernel index: its step run from Python (threads, NumPy)
         for j, k in enumerate(kernels):
@@ -267,11 +248,3 @@ def _combiner(lower):
     if isinstance(tree, ast.Call) and isinstance(getattr(np, tree.func.id, None), np.ufunc):
         return getattr(np, tree.func.id)         # the vocabulary's maximum/minimum are NumPy's
     raise NotImplementedError(f"the runtime cannot combine partial reductions of lowering {lower!r}")
-
-
-def _values(graph, kernels):
-    for v in graph.inputs:
-        yield id(v), v
-    for k in kernels:
-        for v in k.outputs:
-            yield id(v), v

@@ -11,6 +11,7 @@ import time
 
 from ...ir.kernels import contiguous_strides
 from .. import buffers, forksafe
+from ..slots import per_graph, roles
 
 
 class DeviceOps:
@@ -45,35 +46,16 @@ class DeviceProgram:
         self.graph, self.kernels, self.ops, self.slots = graph, kernels, ops, slots
         self.lock = forksafe.lock()
         self.launchers = launchers
-        values = {id(v): v for v in graph.inputs}
-        values.update({id(v): v for k in kernels for v in k.outputs})
-        out_ids = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
-        in_ids = {id(v) for v in graph.inputs}
+        fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
         self.inplace = list(inplace.items())
-        self.fresh, temps = [], []
-        for vid, slot in slots.items():
-            v = values[vid]
-            if vid in in_ids or slot in inplace:
-                continue
-            if vid in out_ids:
-                self.fresh.append((slot, v.shape, v.dtype.np))
-            else:
-                temps.append((slot, v))
+        self.fresh = [(slot, v.shape, v.dtype.np) for slot, v in fresh]
         self.template, self.flat_template = [None] * len(slots), [None] * len(slots)
         for nbytes, users in buffers.blocks(kernels, temps):     # intermediates: shared when lives allow
             raw = ops.empty((nbytes,), "uint8")
             for slot, v in users:
                 self.template[slot] = ops.view(raw, v.shape, contiguous_strides(v.shape), 0, v.dtype.np)
                 self.flat_template[slot] = _flat(self.template[slot])
-        self.written = [[(id(v), slots[id(v)]) for v in k.outputs] for k in kernels]
-        self.outputs = []
-        for v in graph.outputs:
-            b = aliases.get(id(v))
-            src = b if b is not None else v
-            self.outputs.append((slots[id(src)], v.shape if src.shape != v.shape else None))
-        fresh_slots = {slot for slot, _, _ in self.fresh}
-        self.fresh_outputs = frozenset(j for j, (slot, _) in enumerate(self.outputs) if slot in fresh_slots)
         self.steps = []
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
@@ -162,19 +144,10 @@ def wall_timer(synchronize):
 def build_device_programs(graphs, fused, inplace, ops):
     """[DeviceProgram or None] for each graph (None passes through). fused[g]: graph g's (kernels,
     aliases) from fusion; inplace[g]: its (output index, input index) pairs that may share memory
-    (build.inplace_slots decides). A kernel the GPU cannot run raises here, at compile time."""
-    from ..build import buffer_slots, inplace_slots
+    (slots.inplace_slots decides). A kernel the GPU cannot run raises here, at compile time."""
     from .lower import compile_kernels
-    progs = []
-    for gi, g in enumerate(graphs):
-        if g is None:
-            progs.append(None)
-            continue
-        kernels, aliases = fused[gi]
-        slots = buffer_slots(g, kernels)
-        label = ("forward", "backward")[gi] if gi < 2 else f"graph{gi}"
+
+    def program(g, kernels, aliases, slots, in_place, label):
         launchers = {id(k): cks for k, cks in zip(kernels, compile_kernels(kernels, label)) if cks is not None}
-        pairs = inplace[gi] if inplace else ()
-        progs.append(DeviceProgram(g, kernels, aliases, slots, inplace_slots(g, kernels, aliases, slots, pairs),
-                                   launchers, ops))
-    return progs
+        return DeviceProgram(g, kernels, aliases, slots, in_place, launchers, ops)
+    return per_graph(program, graphs, fused, inplace)
