@@ -98,3 +98,8 @@ manual_seed_all = manual_seed
 def _check():
     from ..device import device
     require(device("cuda"))
+
+
+if os.environ.get("TRACEGRAD_RECORD_KERNELS") and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    from .ptxcheck import record_launches     # what tracegrad launches, for the PTX check (ptxcheck.py)
+    record_launches(os.environ["TRACEGRAD_RECORD_KERNELS"])

@@ -256,7 +256,8 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
     lo, hi = "0", nred
     if split:
         src.emit(f"lo = int64(cuda.blockIdx.y) * {split[1]}")
-        src.emit(f"hi = min(lo + {split[1]}, {nred})")
+        src.emit(f"hi = lo + {split[1]}")               # (no min(): numba.cuda cannot type min of two ints)
+        src.emit(f"hi = hi if hi < {nred} else int64({nred})")
         lo, hi = "lo", "hi"
     src.emit("tile = int64(cuda.blockIdx.x)")
     with src.block(f"while tile * {bx} < {nkept}:"):

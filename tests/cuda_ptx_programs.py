@@ -1,0 +1,132 @@
+"""The programs whose kernels tests/test_cuda_ptx.py compiles to PTX: run under numba's simulator with
+TRACEGRAD_RECORD_KERNELS=<file> (tracegrad/cuda/ptxcheck.py records each distinct launch), at tiny
+sizes. They launch every kind of kernel tracegrad has:
+
+- eager: every primitive with a scalar lowering, for every dtype it covers (elementwise; reductions
+  over the unit-stride axis, over another axis, and split over blocks), casts from every dtype,
+  argmax/argmin, floor/round/floordiv/remainder, random draws, arange, copies of views, cat,
+  integer indexing and its gradient, index_put, matrix products (the tiled kernel);
+- compiled: examples/gpu_check.py's correctness checks and its workloads G1-G5 (gelu, softmax,
+  layernorm forward+backward, an MLP training step, the 20-op chain) compiled, and an Adam
+  training step compiled.
+"""
+import ast
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
+
+import tracegrad as tg  # noqa: E402
+from tracegrad.codegen.cuda import eager, lower  # noqa: E402
+from tracegrad.cuda import memory, pointwise  # noqa: E402
+from tracegrad.ops import PRIMS  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def sample(dtype, shape):
+    if dtype == "bool":
+        return RNG.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return RNG.integers(1, 5, shape).astype(dtype)
+    return RNG.uniform(0.25, 2.0, shape).astype(dtype)
+
+
+def dev(a):
+    return memory.copy(np.ascontiguousarray(a), "device")
+
+
+def arity(p):
+    return max("abc".index(n.id) + 1 for n in ast.walk(ast.parse(p.lower)) if isinstance(n, ast.Name)
+               and n.id in "abc")
+
+
+def eager_primitives():
+    shape = (3, 5)
+    for name, p in sorted(PRIMS.items()):
+        if p.lower is None or p.kind not in ("elementwise", "reduction"):
+            continue
+        for dtype in p.dtypes:
+            ins = [sample(dtype, shape) for _ in range(arity(p) if p.kind == "elementwise" else 1)]
+            if name == "where":
+                ins[0] = ins[0] > ins[0].mean() if dtype != "bool" else ins[0]
+            targets = [d for d in p.dtypes if d != dtype][:1] if name == "cast" else [None]
+            for to in targets:
+                attrs = {"dtype": getattr(tg, to)} if to else {}
+                calls = [attrs] if p.kind == "elementwise" else \
+                    [{"axis": ax, "keepdims": False} for ax in ((1,), (0,))]     # one tile per row, tiles of 32 columns
+                for a in calls:
+                    try:
+                        out_shape, out = p.rule([x.shape for x in ins], [tg.dtypes.from_numpy(x.dtype) for x in ins],
+                                                **a)
+                    except TypeError:       # the type rule refuses these dtypes
+                        continue
+                    pointwise.run(p, [dev(x) for x in ins], a, out_shape, out)
+
+
+def split_reductions():
+    """Reductions with too few tiles to fill the GPU: split over blocks, then joined."""
+    saved = lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS
+    lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = 1, 4, 32
+    try:
+        for dtype in ("float32", "float64", "int64"):
+            x = tg.tensor(sample(dtype, (2, 70)), device="cuda")
+            x.sum(1), x.sum(), x.amax(0)
+    finally:
+        lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = saved
+
+
+def eager_library():
+    """The hand-written kernels: argreduce, rounding, random, arange, copies, indexing, matmul."""
+    for dtype in ("float32", "float64", "int32", "int64"):
+        x = tg.tensor(sample(dtype, (3, 4)), device="cuda")
+        x.argmax(), x.argmin(1), x.T.argmax(0)
+        x.T.contiguous(), tg.cat([x, x], 1), x[tg.tensor([2, 0], device="cuda")]
+        x // tg.tensor(sample(dtype, (3, 4)), device="cuda"), x % 3
+        x @ x.T
+    f = tg.tensor(sample("float32", (3, 4)) - 1, device="cuda")
+    f.floor(), f.round()
+    w = tg.tensor(sample("float32", (4, 3)), device="cuda", requires_grad=True)
+    w[tg.tensor([1, 1, 3], device="cuda")].sum().backward()
+    w2 = w.detach().clone()
+    w2[tg.tensor([0, 2], device="cuda")] = tg.tensor(np.ones((2, 3), np.float32), device="cuda")
+    for dtype in (tg.float32, tg.float64):
+        tg.rand(3, 5, dtype=dtype, device="cuda"), tg.randn(7, dtype=dtype, device="cuda")
+    tg.arange(5, device="cuda"), tg.arange(0.5, 3, 0.5, device="cuda")
+    tg.zeros(3, device="cuda"), tg.full((2, 2), 3.0, device="cuda")
+
+
+def gpu_check_functions():
+    """examples/gpu_check.py's correctness checks and workloads at its --quick sizes."""
+    import gpu_check as g
+    failed = [c for c in g.correctness(g.QUICK["check"], time.perf_counter() + 600) if not isinstance(c[1], float)]
+    assert not failed, failed
+    for wid in ("G1", "G2", "G3", "G4", "G5"):        # compiled (eager_primitives covers eager kernels)
+        g.tg_column(wid, g.inputs(wid, g.QUICK[wid], int(wid[1])), True)()
+
+
+def adam_step():
+    model = tg.nn.Sequential(tg.nn.Linear(4, 6), tg.nn.ReLU(), tg.nn.Linear(6, 3)).cuda()
+    opt = tg.optim.Adam(model.parameters(), lr=0.01)
+
+    @tg.compile
+    def step(x, y):
+        loss = tg.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    x, y = tg.tensor(sample("float32", (5, 4)), device="cuda"), tg.tensor([0, 2, 1, 1, 0], device="cuda")
+    step(x, y), step(x, y)
+
+
+if __name__ == "__main__":
+    assert tg.cuda.simulated(), "run under NUMBA_ENABLE_CUDASIM=1"
+    for part in (eager_primitives, split_reductions, eager_library, adam_step, gpu_check_functions):
+        t0 = time.perf_counter()
+        part()
+        print(f"{part.__name__}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -1,0 +1,90 @@
+"""Every kind of kernel tracegrad launches compiles to PTX for sm_90 (H100/H200) through the CUDA
+toolkit's NVVM, without a GPU: the simulator tests run kernels as Python and never type them.
+
+tests/cuda_ptx_programs.py runs under the simulator recording each distinct launch
+(TRACEGRAD_RECORD_KERNELS); tracegrad/cuda/ptxcheck.py then compiles each with numba.cuda's
+compile_ptx in a process without the simulator. Skipped where no NVVM is found (CUDA_HOME, or a
+toolkit under /usr/local/cuda*). The whole cuda suite's kernels: see ptxcheck's docstring.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracegrad.cuda import ptxcheck
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
+
+
+def _python(args, env, timeout=300):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def nvvm():
+    r = _python(["-c", "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"], HOST_ENV)
+    why = r.stdout.strip() or (r.stderr.strip()[-500:] if r.returncode else "")
+    if why:
+        pytest.skip(f"no PTX check here: {why}")
+
+
+def _families(path):
+    """Which kernels were recorded: tracegrad's hand-written ones by name, generated ones by kind."""
+    out = set()
+    for line in path.read_text().splitlines():
+        fn = json.loads(line)["fn"]
+        if "source" in fn:
+            out.add("generated " + ("eager" if fn["qualname"].startswith("eager_") else "compiled"))
+        else:
+            out.add(f"{fn['module'].rsplit('.', 1)[-1]}.{fn['qualname'].rsplit('.', 1)[-1]}")
+    return out
+
+
+def test_every_kernel_kind_compiles_to_ptx_for_sm90(nvvm, tmp_path):
+    rec = tmp_path / "kernels.jsonl"
+    env = dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(rec)})
+    r = _python(["tests/cuda_ptx_programs.py"], env)
+    assert r.returncode == 0, f"the programs failed under the simulator:\n{r.stdout}\n{r.stderr[-6000:]}"
+    want = {"generated eager", "generated compiled", "kernels._copy", "kernels._fill", "kernels._gather",
+            "kernels._scatter_add", "kernels._put", "kernels._rand", "kernels._randn", "kernels._arange",
+            "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel"}
+    assert want <= _families(rec), f"not recorded: {sorted(want - _families(rec))}"
+    r = _python(["-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(rec)], HOST_ENV)
+    assert r.returncode == 0, f"kernels that do not compile for a real GPU:\n{r.stdout[-20000:]}\n{r.stderr[-3000:]}"
+    assert "failed" not in r.stdout.splitlines()[-1]
+
+
+def test_the_check_reports_a_kernel_numba_cuda_cannot_compile(nvvm, tmp_path):
+    """The check can fail: a kernel the simulator runs (Python's min of two integers) but numba.cuda
+    cannot type, and one that compiles, recorded as generated kernels are."""
+    head = "from numba import cuda, int64\n"
+    bad = head + "def k(out, n):\n    out[0] = min(int64(n), int64(out.shape[0]))\n"
+    good = head + "def k(out, n):\n    out[0] = n if n < out.shape[0] else out.shape[0]\n"
+    rec = tmp_path / "two.jsonl"
+    args = [["array", "int64", 1, "C"], ["scalar", "int64"]]
+    rec.write_text("".join(json.dumps({"fn": {"module": f"tracegrad_cuda_{name}", "qualname": "k", "line": 2,
+                                              "cells": [], "source": src}, "args": args}) + "\n"
+                           for name, src in (("bad", bad), ("good", good))))
+    r = _python(["-m", "tracegrad.cuda.ptxcheck", str(rec)], HOST_ENV, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED tracegrad_cuda_bad.k(int64[1dC],int64)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "1 of 2 distinct kernels compiled to PTX for sm_90; 1 failed"
+
+
+def test_argument_types_follow_numba_cudas_rule_for_device_arrays():
+    a = np.zeros((3, 4), np.float32)
+    assert ptxcheck._argtype(a) == ["array", "float32", 2, "C"]
+    assert ptxcheck._argtype(a.T) == ["array", "float32", 2, "F"]
+    assert ptxcheck._argtype(a[:, ::2]) == ["array", "float32", 2, "A"]
+    assert ptxcheck._argtype(np.broadcast_to(a[:1], (3, 4))) == ["array", "float32", 2, "A"]
+    assert ptxcheck._argtype((3, np.int64(2))) == ["tuple", [["scalar", "int64"], ["scalar", "int64"]]]
+    assert [ptxcheck._argtype(v) for v in (1.5, True, np.float32(1))] == \
+        [["scalar", "float64"], ["scalar", "bool"], ["scalar", "float32"]]
+    assert str(ptxcheck.numba_type(["tuple", [["array", "int32", 1, "A"], ["scalar", "bool"]]])) == \
+        "Tuple(array(int32, 1d, A), bool)"

@@ -1,0 +1,260 @@
+"""Whether every kernel tracegrad launches compiles for a real GPU, checked without one.
+
+numba's simulator runs kernels as Python and never types them, so a kernel can pass every simulator
+test and still fail to compile on a GPU. This module closes that gap in two steps:
+
+1. record: with TRACEGRAD_RECORD_KERNELS=<file> set under NUMBA_ENABLE_CUDASIM=1, each distinct
+   kernel launch appends one JSON line to <file>: how to rebuild its Python function in another
+   process (module and qualified name, the generated source for generated kernels, the values its
+   closure holds) and the numba types of its arguments (arrays: dtype, rank, layout as numba.cuda
+   types a device array; scalars and tuples: their numba types);
+2. compile: `python -m tracegrad.cuda.ptxcheck <file>...` (numba.cuda not simulated) rebuilds each
+   recorded function with real numba.cuda device functions (the simulator's stand-ins for warp
+   shuffles and math are refused) and compiles it with `cuda.compile_ptx(fn, argtypes, cc=(9, 0))`
+   through the CUDA toolkit's NVVM (CUDA_HOME, or /usr/local/cuda*): PTX for sm_90 (H100/H200).
+"""
+import base64
+import glob
+import hashlib
+import importlib
+import json
+import os
+import pickle
+import sys
+import types
+
+RECORD_ENV = "TRACEGRAD_RECORD_KERNELS"
+CC = (9, 0)
+
+
+# ------------------------------------------------------------ recording (under the simulator)
+def record_launches(path):
+    """Append each distinct kernel launched from now on (tracegrad's own kernels only) to `path`."""
+    from numba.cuda.simulator import kernel as sim
+    seen, launch = set(), sim.FakeCUDAKernel.__call__
+
+    def call(self, *args):
+        if not self._device and _ours(self.fn):
+            fn = self.__dict__.get("_tg_recipe") or self.__dict__.setdefault("_tg_recipe", _recipe(self.fn))
+            line = json.dumps({"fn": fn, "args": [_argtype(a) for a in args]}, sort_keys=True)
+            if line not in seen:
+                seen.add(line)
+                with open(path, "a") as fh:
+                    fh.write(line + "\n")
+        return launch(self, *args)
+    sim.FakeCUDAKernel.__call__ = call
+
+
+def _ours(fn):
+    return fn.__module__.startswith(("tracegrad.", "tracegrad_cuda_"))
+
+
+def _recipe(fn):
+    """How another process rebuilds the Python function `fn`."""
+    r = {"module": fn.__module__, "qualname": fn.__qualname__, "line": fn.__code__.co_firstlineno,
+         "cells": [_value(c.cell_contents) for c in fn.__closure__ or ()]}
+    if not fn.__module__.startswith("tracegrad."):       # a generated kernel: its file's text
+        with open(fn.__code__.co_filename) as fh:
+            r["source"] = fh.read()
+    return r
+
+
+def _value(v):
+    if hasattr(v, "fn") and hasattr(v, "_device"):       # a jitted function of the simulator
+        return {"jit": _recipe(v.fn), "device": bool(v._device)}
+    return {"pickle": base64.b64encode(pickle.dumps(v)).decode()}
+
+
+def _argtype(a):
+    """A kernel argument's numba type, as JSON: arrays by numba.cuda's rule for device arrays (layout C
+    or F when contiguous without a stride-0 axis, else A)."""
+    import numpy as np
+    ary = getattr(a, "_ary", a)                  # the simulator's device array wraps a NumPy array
+    if isinstance(ary, np.ndarray) and (ary.ndim or ary is not a):
+        broadcast = 0 in ary.strides
+        layout = "C" if ary.flags.c_contiguous and not broadcast else \
+            "F" if ary.flags.f_contiguous and not broadcast else "A"
+        return ["array", ary.dtype.name, ary.ndim, layout]
+    if isinstance(a, tuple):
+        return ["tuple", [_argtype(x) for x in a]]
+    from numba import typeof
+    from numba.np.numpy_support import as_dtype
+    return ["scalar", as_dtype(typeof(a)).name]
+
+
+# ------------------------------------------------------------ compiling (real numba.cuda)
+def numba_type(t):
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    import numpy as np
+    if t[0] == "array":
+        return types.Array(from_dtype(np.dtype(t[1])), t[2], t[3])
+    if t[0] == "tuple":
+        return types.BaseTuple.from_types([numba_type(x) for x in t[1]])
+    return from_dtype(np.dtype(t[1]))
+
+
+_MODULES = {}
+
+
+def _module(r):
+    src = r.get("source")
+    if src is None:
+        return importlib.import_module(r["module"])
+    key = hashlib.sha256(src.encode()).hexdigest()
+    if key not in _MODULES:
+        mod = types.ModuleType(r["module"])
+        exec(compile(src, f"<{r['module']}>", "exec"), mod.__dict__)
+        _MODULES[key] = mod
+    return _MODULES[key]
+
+
+def rebuild(r):
+    """The Python function a recipe names, its closure rebuilt with real numba.cuda functions."""
+    from numba import cuda
+    mod = _module(r)
+    head, *nested = r["qualname"].split(".<locals>.")
+    obj = mod
+    for part in head.split("."):
+        obj = getattr(obj, part)
+    obj = getattr(obj, "py_func", obj)
+    if not nested:
+        _refuse_stand_ins(obj)
+        return obj
+    code = _nested_code(getattr(obj, "__wrapped__", obj).__code__, nested[-1], r["line"])
+    cells = []
+    for v in r["cells"]:
+        if "jit" in v:
+            fn = rebuild(v["jit"])
+            cells.append(types.CellType(cuda.jit(device=True)(fn) if v["device"] else cuda.jit(fn)))
+        else:
+            cells.append(types.CellType(pickle.loads(base64.b64decode(v["pickle"]))))
+    fn = types.FunctionType(code, mod.__dict__, nested[-1], None, tuple(cells))
+    _refuse_stand_ins(fn)
+    return fn
+
+
+def _nested_code(code, name, line):
+    """The code object of the function `name` defined at `line` inside `code` (at any depth)."""
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            if c.co_name == name and c.co_firstlineno == line:
+                return c
+            found = _nested_code(c, name, line)
+            if found is not None:
+                return found
+    return None
+
+
+def _refuse_stand_ins(fn):
+    """Raise when a global the function reads is a simulator stand-in (not what a GPU compiles)."""
+    from ..codegen.cuda import compile as build
+    for name in fn.__code__.co_names:
+        v = fn.__globals__.get(name)
+        if v is build._SimMath or v is build._sim_shfl_xor or \
+                getattr(v, "__module__", "").startswith("numba.cuda.simulator"):
+            raise RuntimeError(f"{fn.__qualname__} reads the simulator's stand-in {name!r}")
+
+
+def load(paths):
+    """The distinct recorded launches of the files at `paths`: [(recipe, argtypes)]."""
+    out, seen = [], set()
+    for p in paths:
+        with open(p) as fh:
+            for line in fh:
+                if line.strip() and line not in seen:
+                    seen.add(line)
+                    rec = json.loads(line)
+                    out.append((rec["fn"], rec["args"]))
+    return out
+
+
+def label(recipe, args):
+    kinds = ",".join(_short(a) for a in args)
+    return f"{recipe['module']}.{recipe['qualname']}({kinds})"
+
+
+def _short(t):
+    if t[0] == "array":
+        return f"{t[1]}[{t[2]}d{t[3]}]"
+    if t[0] == "tuple":
+        return "(" + ",".join(_short(x) for x in t[1]) + ")"
+    return t[1]
+
+
+def compile_one(recipe, args, cc=CC):
+    """PTX of one recorded kernel for compute capability `cc`."""
+    from numba import cuda
+    from numba.cuda import dispatcher
+    real = dispatcher.get_current_device
+    # device functions a kernel calls (numba's own shfl_xor_sync among them) compile for the current
+    # device's compute capability: with no GPU here, the target's stands for it
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
+    try:
+        return cuda.compile_ptx(rebuild(recipe), tuple(numba_type(a) for a in args), cc=cc)[0]
+    finally:
+        dispatcher.get_current_device = real
+
+
+def nvvm_missing():
+    """Why NVVM cannot be used here (None when it can). Without CUDA_HOME, the newest toolkit under
+    /usr/local/cuda* is used."""
+    if not (os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")):
+        kits = sorted(glob.glob("/usr/local/cuda*/nvvm/libdevice"))
+        if kits and not os.path.isdir("/usr/local/cuda/nvvm"):
+            os.environ["CUDA_HOME"] = os.path.dirname(os.path.dirname(kits[-1]))
+    try:
+        from numba.cuda.cudadrv import nvvm
+        nvvm.NVVM()
+    except Exception as e:        # numba raises several errors when no toolkit is found
+        return f"no NVVM (CUDA toolkit) found: set CUDA_HOME ({type(e).__name__}: {str(e).strip()[:300]})"
+    return None
+
+
+def check(launches, jobs=1):
+    """[(label, error text)] of the recorded launches that fail to compile (compiled in `jobs`
+    forked processes)."""
+    if jobs <= 1:
+        return _check_part(launches)
+    import concurrent.futures
+    import multiprocessing
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        return [f for part in pool.map(_check_part, [launches[j::jobs] for j in range(jobs)]) for f in part]
+
+
+def _check_part(launches):
+    failed = []
+    for recipe, args in launches:
+        try:
+            compile_one(recipe, args)
+        except Exception as e:
+            failed.append((label(recipe, args), f"{type(e).__name__}: {str(e).strip()[:2000]}"))
+    return failed
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m tracegrad.cuda.ptxcheck", description=(
+        f"Compile recorded kernels to PTX for sm_{CC[0]}{CC[1]} (record them with NUMBA_ENABLE_CUDASIM=1 "
+        f"{RECORD_ENV}=FILE)."))
+    ap.add_argument("files", nargs="+", help="files of recorded launches (JSON lines)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes compiling at once")
+    args = ap.parse_args(argv)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        print("ptxcheck compiles for a real GPU: run it without NUMBA_ENABLE_CUDASIM=1")
+        return 2
+    why = nvvm_missing()
+    if why:
+        print(why)
+        return 3
+    launches = load(args.files)
+    failed = check(launches, args.jobs)
+    for name, err in failed:
+        print(f"FAILED {name}\n    {err}\n")
+    print(f"{len(launches) - len(failed)} of {len(launches)} distinct kernels compiled to PTX for sm_"
+          f"{CC[0]}{CC[1]}" + (f"; {len(failed)} failed" if failed else ""))
+    return 1 if failed or not launches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
