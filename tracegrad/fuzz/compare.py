@@ -8,7 +8,9 @@ program (for float64 programs r is the eager run itself) and may differ from it 
 where e is the eager run in the program's own dtype: a compiled result may be a few times less
 accurate than eager float32 is (fused kernels reassociate sums and use their own exp/tanh/...),
 plus a small relative term and an absolute floor scaled by the array's magnitude (cancellation in
-reductions). float32: K=4, RTOL=ATOL=1e-4; float64: K=0, RTOL=ATOL=1e-6. Where eager gives NaN or
+reductions). float32: K=4, RTOL=ATOL=1e-4; float64: K=0, RTOL=ATOL=1e-6 — by the program's dtype,
+also for values a float32 program computes in float64 (`.double()`), since r ran on float64
+inputs and e on their float32 roundings. Where eager gives NaN or
 ±inf, the backend must give exactly the same. Bool and integer values must be equal, except where
 eager in the program's dtype already disagrees with the float64 run (a comparison of two values
 closer than float32 rounding). Shapes and dtypes must be equal.
@@ -62,7 +64,7 @@ def compare_values(e, c, r, dtype):
     if e.dtype.kind != "f":
         bad = (e != c) & (np.asarray(r, e.dtype) == e)
         return ("value", _where(bad, e, c)) if bad.any() else None
-    k, rtol, atol = TOLERANCES["float64" if e.dtype == np.float64 else dtype]
+    k, rtol, atol = TOLERANCES[dtype]      # by the program's dtype, whatever the value's (see above)
     e64, c64 = e.astype(np.float64), c.astype(np.float64)
     r64 = r.astype(np.float64) if r.dtype.kind == "f" else e64
     fin = np.isfinite(e64)
