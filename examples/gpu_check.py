@@ -31,6 +31,7 @@ import tracegrad as tg  # noqa: E402
 import tracegrad.nn.functional as F  # noqa: E402
 from gpu_peers import LR, fwd_bwd, jax_clock, jax_column, mlp_logits, params, torch_clock, torch_column  # noqa: E402
 from tracegrad.bench.workloads import _chain, _gelu, _layernorm_loss, _softmax, w3_numpy, w5_numpy  # noqa: E402
+from tracegrad.bench.workloads import _tg_train_step as mlp_step_tg  # noqa: E402
 
 FULL = {"G1": 64 << 20, "G2": (16384, 4096), "G3": (16384, 4096), "G4": ((4096, 4096, 4096, 1024), 4096),
         "G5": 8, "copy": 1 << 30, "check": {"n": 1 << 22, "rows": (4096, 1000), "mlp": ((784, 256, 256, 10), 256)}}
@@ -160,14 +161,6 @@ def flops(inp):
 
 
 # ------------------------------------------------------------------ the columns
-def mlp_step_tg(model, opt, x, y):
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return loss
-
-
 def tg_column(wid, inp, compiled):
     wrap = tg.compile if compiled else (lambda f: f)
     ts = {k: tg.tensor(v, device="cuda", requires_grad=k in ("x", "w", "b") and wid in ("G3", "G5"))

@@ -6,19 +6,9 @@ import time
 
 from tracegrad.bench.peers import _mlp_logits as mlp_logits
 from tracegrad.bench.workloads import EPS_LN, _chain, _gelu, _layernorm_loss
+from tracegrad.bench.workloads import _tg_fwd_bwd as fwd_bwd   # any framework's tensors with .grad and .backward()
 
 LR = 0.01
-
-
-def fwd_bwd(loss_fn, tensors, leaves):
-    """run(): grads reset, loss = loss_fn(*tensors), loss.backward(); [loss, grads...]."""
-    def run():
-        for t in leaves:
-            t.grad = None
-        loss = loss_fn(*tensors)
-        loss.backward()
-        return [loss] + [t.grad for t in leaves]
-    return run
 
 
 def params(inp):
