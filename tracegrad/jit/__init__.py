@@ -7,7 +7,8 @@
   pipeline.py    the stage list: trace, reverse mode, optimize, remat, optimize, fuse and lower
   entry.py       one compiled signature and its call
   writeback.py   in-place updates and .grad writes applied to the caller's tensors
-  node.py        the autograd node of a compiled call
+  aliases.py     results that are inputs, their .grad, or views of inputs or of other results
+  node.py        the autograd node of a compiled call, and what its backward reads
   check.py       check=True: compiled kernels against the interpret backend
   introspect.py  IR text of each stage, kernels, DOT, profile, dumps
 """

@@ -16,6 +16,7 @@ from ..modes import interpreting
 from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
+from .aliases import plan_aliases
 from .device import shares_memory
 from .guards import Guards, free_objects
 from .signature import STATIC
@@ -64,6 +65,8 @@ class Capture:
                            tuple(view for view, _, _ in list(tracer.views.values())))
         self._plan_outputs(out, name)
         self._plan_writes(grad_changes, name)
+        self.aliases = plan_aliases(tracer, [(k, st) for k, (kind, _, st) in enumerate(self.out_plan)
+                                             if kind == "tensor"], grad_changes)
         inputs = [(e.source, e.real) for e in tracer.order]
         self.guards = Guards(fn, tracer, self.objects, inputs, bool(self.mutations or self.grad_writes))
         # where each graph input comes from at a call; an argument (or its .grad) is read from the

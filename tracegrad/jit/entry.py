@@ -7,9 +7,10 @@ import numpy as np
 from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
+from .aliases import rebuild_aliases
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
-from .node import CompiledNode, RefusedBackward
+from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call
 from .writeback import Fresh, resolve, write_back
 
@@ -32,6 +33,8 @@ class Entry:
         self.guards = cap.guards
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
+        self.aliases = cap.aliases
+        self.updates = cap.updates
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self.writes = bool(self.mutations or self.grad_writes)
         self._kernels = None
@@ -56,6 +59,8 @@ class Entry:
         if self.run_bwd is None:
             return
         self.diff_outputs = backward.diff_outputs
+        inputs, outputs = watch_plan(self.traced, self.fwd, self.saved_at, self.n_user, self.updates)
+        self.watch = inputs, [k for k, (kind, x, _) in enumerate(self.out_plan) if kind == "tensor" and x in outputs]
         self.bwd_targets = [e.source if e.source[0] == "arg" else ("captured", e.real) for e in backward.targets]
         self.bwd_inputs = backward.reads       # tensors the backward reads directly (constants)
         tensor_pos = [k for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
@@ -96,7 +101,7 @@ class Entry:
         results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
                    for kind, x, check, dtype, dev in self.out_items]
         if self.run_bwd is not None and _Mode.grad:
-            node = CompiledNode(self, leaves, outs[self.saved_at:], sources)
+            node = CompiledNode(self, leaves, outs[self.saved_at:], sources, results)
             for oi, k in enumerate(self.diff_pos):
                 t = results[k]
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi
@@ -106,6 +111,8 @@ class Entry:
             for oi, k in enumerate(positions):
                 t = results[k]
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi
+        if self.aliases:            # results that are inputs, or views of inputs or of each other
+            rebuild_aliases(self.aliases, results, leaves, _Mode.grad)
         return unflatten(self.out_struct, results)
 
     def kernel_count(self):

@@ -56,6 +56,11 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
       tensor in place).
     - read at every call, never retraced: tensor values, and numbers registered as dynamic
       (an optimizer's `lr`, so a learning-rate schedule costs no retrace).
+    Results are what eager code returns: an input (or its .grad) returned is that tensor, a view of
+    an input or of another result is a view over its memory, one tensor returned twice is one
+    object. A call's backward raises eager's in-place error when a tensor it reads was changed in
+    place since the call (an input, a result, or a view of either); as under torch.compile, that
+    includes an input the compiled backward recomputes from where eager would have saved the result.
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
     Random tensors (tg.rand, tg.randn, dropout) draw at every call, in eager's order, unused ones
     included: the generator ends where eager leaves it under the same tg.manual_seed.

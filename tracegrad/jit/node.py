@@ -1,5 +1,6 @@
 """The autograd node of a compiled call: its backward runs the compiled backward graph."""
 from ..autograd import _edge, _Mode
+from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
 from .device import DeviceFresh
@@ -9,14 +10,17 @@ from .writeback import Fresh
 class CompiledNode:
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
 
-    def __init__(self, entry, leaves, saved, inputs):
+    def __init__(self, entry, leaves, saved, inputs, results):
         self.entry, self.saved, self.freed = entry, saved, False
         self.out_meta, self.n_out = entry.diff_meta, len(entry.diff_meta)
         idx = entry.bwd_arg_targets
         self.reals = [leaves[k] for k in idx] if idx is not None else \
             [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
-        self.watched = inputs          # the backward may read any forward input: watch their versions
-        self.versions = [t._ver[0] for t in inputs]
+        # the inputs and results the backward reads (entry.watch): an in-place change of one before
+        # backward() raises eager's error
+        self.watched = [(inputs[i], "an input") for i in entry.watch[0]] + \
+            [(results[k], "a result") for k in entry.watch[1]]
+        self.versions = [t._ver[0] for t, _ in self.watched]
         self.edges = [_edge(t) for t in self.reals]
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
 
@@ -30,10 +34,10 @@ class CompiledNode:
         if self.freed:
             raise RuntimeError("Trying to backward through the graph of a compiled call a second time; specify "
                                "retain_graph=True on the first backward if you need to.")
-        for t, v in zip(self.watched, self.versions):
+        for (t, what), v in zip(self.watched, self.versions):
             if t._ver[0] != v:
                 raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
-                                   f"inplace operation: [{t.dtype} {list(t.shape)}], an input of compiled "
+                                   f"inplace operation: [{t.dtype} {list(t.shape)}], {what} of compiled "
                                    f"{self.entry.name}, is at version {t._ver[0]}; expected version {v} instead.")
 
     def apply(self, grads):
@@ -82,3 +86,29 @@ class RefusedBackward:
 
     def release(self):
         pass
+
+
+def watch_plan(traced, fwd, saved_at, n_user, updates):
+    """(input positions, graph output positions) whose tensors must not change before backward():
+    those sharing memory with a value eager's backward would save (eager's version counter is one
+    per storage: the traced backward reads a value over the same storage: the input, what an update
+    inside the call left in it, the result or what it views), and those sharing it with a value the
+    compiled backward reads (a saved array over an input, its updated memory or a result)."""
+    eager = {id(_storage(v)) for v in traced.outputs[saved_at:]}
+    compiled = {id(_storage(v)) for v in fwd.outputs[saved_at:]}
+
+    def read(j):           # graph output j's storage is read by either backward
+        return id(_storage(traced.outputs[j])) in eager or id(_storage(fwd.outputs[j])) in compiled
+    new_value = {ii: oi for oi, ii in updates}
+    inputs = [i for i in range(len(traced.inputs)) if id(traced.inputs[i]) in eager or id(fwd.inputs[i]) in compiled
+              or i in new_value and read(new_value[i])]
+    return inputs, [j for j in range(n_user) if read(j)]
+
+
+def _storage(v):
+    """The value whose memory v views (through view primitives): v itself when not a view."""
+    while True:
+        n = v.node
+        if n is None or len(n.inputs) != 1 or PRIMS.get(n.op) is None or PRIMS[n.op].kind != "view":
+            return v
+        v = n.inputs[0]
