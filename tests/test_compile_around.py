@@ -4,6 +4,7 @@ memory, writes seen through them, gradients through the views); generated progra
 import os
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,3 +185,74 @@ def test_an_input_the_backward_does_not_read_may_change_before_backward():
         loss.backward()
         np.testing.assert_allclose(w.grad.numpy(), [3.0, 3.0])
         np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+# ------------------------------------------------------------------ Python values read between calls
+G = {"scale": 2.0}
+KINDS = {"float": (1.5, 2.5), "int": (2, 3), "bool": (True, False), "str": ("exp", "tanh"),
+         "list": ([1.0, 2.0], [1.0, 5.0]), "tensor": ("t1", "t2")}
+
+
+def _reads(kind, where):
+    """A function reading a value of `kind` through a closure variable, a global or a default
+    argument, and a way to change that value between calls."""
+    first, second = (list(v) if isinstance(v, list) else v for v in KINDS[kind])
+    tensors = {"t1": tg.tensor([1.0, -1.0]), "t2": tg.tensor([0.5, 3.0])}
+    first, second = (tensors.get(first, first), tensors.get(second, second)) if kind == "tensor" else (first, second)
+
+    def use(x, v):
+        if isinstance(v, str):
+            return getattr(x, v)()
+        if isinstance(v, list):
+            return x * v[0] + v[1]
+        if isinstance(v, bool):
+            return x.exp() if v else x * 0.5
+        return x * v
+    if where == "closure":
+        v = first
+
+        def f(x):
+            return use(x, v)
+
+        def change():
+            nonlocal v
+            if kind == "list":
+                v[1] = second[1]          # mutated in place
+            else:
+                v = second
+        return f, change, "v"
+    if where == "global":
+        G["value"] = first
+
+        def f(x):
+            return use(x, G["value"])
+
+        def change():
+            G["value"] = second
+        return f, change, "G['value']"
+
+    def f(x, v=first):
+        return use(x, v)
+
+    def change():
+        f.__defaults__ = (second,)
+    return f, change, "v"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("where", ["closure", "global", "default"])
+def test_python_values_read_by_the_function_are_guarded(kind, where):
+    x = tg.tensor([0.5, 2.0])
+    f, change = _reads(kind, where)[:2]
+    want = [f(x).numpy().copy()]
+    change()
+    want.append(f(x).numpy().copy())
+    for backend in BACKENDS:
+        f, change, name = _reads(kind, where)
+        cf = tg.compile(f, backend=backend)
+        got = [cf(x).numpy().copy()]
+        change()
+        got.append(cf(x).numpy().copy())
+        _same(want, got, f"{kind} {where} {backend}")
+        if kind != "tensor":           # a tensor is an input read at each call: no retrace
+            assert any(name in r for r in cf.stats()["retrace_reasons"]), cf.stats()["retrace_reasons"]

@@ -89,15 +89,15 @@ def _creation(p, arrays, attrs, shape, dtype):
 
 def _random(p, arrays, attrs, shape, dtype):
     """rand/randn from a key drawn from the generator behind tg.manual_seed (core.RNG), so seeding
-    reproduces cuda draws (they differ from cpu draws, as in PyTorch)."""
+    reproduces cuda draws (they differ from cpu draws, as in PyTorch). A draw without a device
+    kernel (randint, randperm) takes NumPy's stream on the host, as on the cpu, and is uploaded."""
     from .kernels import random
-    if dtype.np not in (np.float32, np.float64):
+    if dtype.is_floating_point and dtype.np not in (np.float32, np.float64):
         raise unsupported(p, dtype, "random draws on the device are float32 or float64 (then .to(dtype))")
-    key = int(core.RNG[0].integers(0, 2 ** 63))
-    out = random(p.name, shape, dtype.np, key)
-    if out is None:
-        raise unsupported(p, dtype, "no device kernel for this random primitive")
-    return out
+    out = None
+    if dtype.is_floating_point:
+        out = random(p.name, shape, dtype.np, int(core.RNG[0].integers(0, 2 ** 63)))
+    return out if out is not None else _on_device(p.impl(**attrs))
 
 
 def _extern(p, arrays, attrs, shape, dtype):

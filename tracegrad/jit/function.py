@@ -44,8 +44,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     - retraced when it changes (the signature and guards; `stats()["retrace_reasons"]` says which):
       each tensor argument's shape, dtype, device, requires_grad, whether its .grad is None, and
       which arguments are the same tensor; the values of number, string and None arguments; the
-      identity of module and optimizer arguments; grad mode; the globals and closure variables the
-      code reads (a tensor, module or optimizer by identity, a number or string by value); for
+      identity of module and optimizer arguments; grad mode; the globals, closure variables and
+      default argument values the code reads (a tensor, module or optimizer by identity, a number
+      or string by value, a list or dict by its items); for
       every reachable module and optimizer, each submodule, parameter and held tensor by identity
       and each plain attribute by value (`training`, so `model.eval()` retraces; momentum, betas,
       eps, weight_decay); the shape, dtype and requires_grad of tensors read through closures and
@@ -62,7 +63,7 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     place since the call (an input, a result, or a view of either); as under torch.compile, that
     includes an input the compiled backward recomputes from where eager would have saved the result.
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
-    Random tensors (tg.rand, tg.randn, dropout) draw at every call, in eager's order, unused ones
+    Random tensors (tg.rand, tg.randn, tg.randint, tg.randperm, dropout) draw at every call, in eager's order, unused ones
     included: the generator ends where eager leaves it under the same tg.manual_seed.
 
     The `cache_size` most recently used signatures stay in memory per function; an evicted one is

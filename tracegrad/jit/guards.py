@@ -1,7 +1,7 @@
 """Guards: what a compiled entry assumed about the world outside its signature, checked per call.
 
-- globals and closure variables the code reads: a tensor, module or optimizer is still the same
-  object, a number, string or tuple still the same value;
+- globals and closure variables the code reads, and the function's default argument values: a
+  tensor, module or optimizer is still the same object, a number, string or tuple the same value;
 - tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad;
 - for an entry whose trace depended on memory layouts (it asked contiguous(), is_contiguous(),
   stride() or view(), or took a reshape, a view or a copy as the layout decides, and updated a
@@ -72,7 +72,8 @@ class Guards:
     def failure(self, leaves):
         """None when every guard holds, else the reason of the first that fails."""
         for kind, name, holder, obj in self.bindings:
-            now = holder.get(name) if kind == "global" else cell_value(holder)
+            now = holder.get(name) if kind == "global" else cell_value(holder) if kind == "closure variable" \
+                else _defaults(holder).get(name)
             if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
                 return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
                                              "rebound to another object")
@@ -134,11 +135,12 @@ def layout_of(x):
 
 def _guarded_binding(obj, tracer):
     """Globals and closure variables worth a guard: a tensor the trace lifted, a module or optimizer,
-    a number, string, None or tuple of them (a Python value the code may read)."""
+    a number, string, None or tuple of them (a Python value the code may read), a list or dict (by
+    identity: rebound to another one retraces; its items are guarded as state)."""
     from .state import is_static
     if isinstance(obj, Tensor):
         return id(obj) in tracer.lifted
-    return object_state(obj) is not None or is_static(obj)
+    return object_state(obj) is not None or is_static(obj) or isinstance(obj, (list, dict))
 
 
 def _storage(a):
@@ -186,7 +188,15 @@ def free_objects(fn):
     out = [("global", n, fn.__globals__, fn.__globals__[n]) for n in sorted(names) if n in fn.__globals__]
     for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         out.append(("closure variable", n, cell, cell_value(cell)))
+    out += [("default value of", n, fn, v) for n, v in _defaults(fn).items()]
     return out
+
+
+def _defaults(fn):
+    """{parameter: default value} of a function (read when a call leaves the parameter out)."""
+    code, pos = fn.__code__, fn.__defaults__ or ()
+    names = code.co_varnames[code.co_argcount - len(pos):code.co_argcount]
+    return dict(zip(names, pos), **(fn.__kwdefaults__ or {}))
 
 
 def cell_value(cell):

@@ -18,3 +18,9 @@ prim("rand", "random", _random_rule, lambda shape, dtype: RNG[0].random(shape, d
 prim("randn", "random", _random_rule,
      lambda shape, dtype: RNG[0].standard_normal(shape, dtype=np.float64).astype(dtype.np),
      vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)
+prim("randint", "random", lambda shapes, dtypes, low, high, shape, dtype: (tuple(shape), dtype),
+     lambda low, high, shape, dtype: RNG[0].integers(low, high, shape).astype(dtype.np),
+     vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)
+prim("randperm", "random", lambda shapes, dtypes, n, dtype: ((n,), dtype),
+     lambda n, dtype: RNG[0].permutation(n).astype(dtype.np),
+     vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)

@@ -229,13 +229,16 @@ def randint(low, high=None, size=(), dtype=None, device=None):
     if high is None:
         low, high = 0, low
     dt, dev = _factory_args(dtype, device, D.int64)
-    return _make(_rng[0].integers(low, high, _sizes((size,) if _is_int(size) else tuple(size))).astype(dt.np),
-                 dt, dev, False)
+    low, high = int(low), int(high)
+    if low >= high:
+        raise ValueError(f"randint: low ({low}) must be below high ({high})")
+    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    return dispatch(_P["randint"], (), {"low": low, "high": high, "shape": shape, "dtype": dt}, dev)
 
 
 def randperm(n, dtype=None, device=None):
     dt, dev = _factory_args(dtype, device, D.int64)
-    return _make(_rng[0].permutation(int(n)).astype(dt.np), dt, dev, False)
+    return dispatch(_P["randperm"], (), {"n": int(n), "dtype": dt}, dev)
 
 
 def _rebuild(arr, requires_grad, device="cpu"):
