@@ -50,10 +50,11 @@ def register_object(cls, state, dynamic=(), watch=None):
     """Objects of `cls` (and subclasses) are leaves identified by identity. `state(obj)` yields
     (name, value) for what obj holds, in a stable order: tensors, registered objects, Python values.
     `dynamic` names attributes holding numbers that may change every call (a learning rate): a
-    compiled function reads them at each call instead of retracing. `watch(obj)`, optional, lists
+    compiled function reads them at each call instead of retracing; or it is a function of obj
+    returning [(label, holder, key)] for numbers held in dicts (holder a dict) or attributes. `watch(obj)`, optional, lists
     the dicts and lists whose contents make up the state: while each holds the same objects, the
     state is unchanged and a guard need not read it again."""
-    _OBJECTS[cls] = (state, tuple(dynamic), watch)
+    _OBJECTS[cls] = (state, dynamic if callable(dynamic) else tuple(dynamic), watch)
 
 
 def object_state(obj):

@@ -20,7 +20,7 @@ from .aliases import plan_aliases
 from .device import shares_memory
 from .guards import Guards, free_objects
 from .signature import STATIC
-from .state import is_number, read_state, reachable
+from .state import dynamic_slots, is_number, read_state, reachable, set_slot, slot_value
 from .writeback import views_of
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,30 +179,32 @@ def _name_tensors_of(obj, prefix, names):
 
 
 def _lift_dynamic(tracer, objects):
-    """Replace each dynamic number attribute (an optimizer's lr) by a graph input for the trace:
-    [(object, attribute, number, stand-in)]. A call reads the attribute again (writeback.resolve)."""
+    """Replace each dynamic number (an optimizer group's lr) by a graph input for the trace:
+    [(holder, key, label, number, stand-in)]. A call reads the number again (writeback.resolve)."""
     out = []
     for name, obj in objects:
-        for attr in (object_state(obj) or ((), ()))[1]:
-            v = getattr(obj, attr, None)
+        if object_state(obj) is None:
+            continue
+        for label, holder, key in dynamic_slots(obj):
+            v = slot_value(holder, key)
             if not is_number(v):
                 continue
             like = next((t for _, t, _ in read_state([(name, obj)]) if isinstance(t, Tensor)
                          and t._dtype.is_floating_point), None)
             dtype, dev = (like._dtype, like._device) if like is not None else (D.float32, CPU)
-            holder = Tensor._wrap(np.array(v, dtype.np), dtype, dev)
-            st = tracer.lift(holder, ("dynamic", obj, attr, dtype, dev), name=f"{name}.{attr}")
-            setattr(obj, attr, st)
-            out.append((obj, attr, v, st))
+            holder_t = Tensor._wrap(np.array(v, dtype.np), dtype, dev)
+            st = tracer.lift(holder_t, ("dynamic", holder, key, dtype, dev), name=f"{name}.{label}")
+            set_slot(holder, key, st)
+            out.append((holder, key, f"{type(obj).__name__}.{label}", v, st))
     return out
 
 
 def _restore_dynamic(dynamic, name):
-    for obj, attr, v, st in dynamic:
-        now = getattr(obj, attr, None)
-        setattr(obj, attr, v)
+    for holder, key, label, v, st in dynamic:
+        now = slot_value(holder, key)
+        set_slot(holder, key, v)
         if now is not st:
-            raise TraceError(f"compiled function {name} assigned {type(obj).__name__}.{attr}; it is read at each "
+            raise TraceError(f"compiled function {name} assigned {label}; it is read at each "
                              f"call, so set it outside the compiled function (e.g. a learning-rate schedule "
                              f"between steps)")
 

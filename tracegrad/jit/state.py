@@ -52,19 +52,37 @@ def read_state(objects):
         if isinstance(obj, CONTAINERS):
             out += [(p, v, ident) for p, v, ident in _walk(name, obj) if ident is not None]
             continue
-        state, dynamic, _ = object_state(obj)
+        state = object_state(obj)[0]
         for n, v in state(obj):
             if isinstance(v, Tensor) or object_state(v) is not None:
                 out.append((f"{name}.{n}", v, True))
             elif is_static(v):
                 out.append((f"{name}.{n}", v, False))
-        for attr in dynamic:
-            v = getattr(obj, attr, None)
+        for label, holder, key in dynamic_slots(obj):
+            v = slot_value(holder, key)
             if isinstance(v, Tensor):
-                out.append((f"{name}.{attr}", v, True))
+                out.append((f"{name}.{label}", v, True))
             else:           # a number read per call: only its kind is guarded
-                out.append((f"{name}.{attr}", "a number" if is_number(v) else type(v).__name__, False))
+                out.append((f"{name}.{label}", "a number" if is_number(v) else type(v).__name__, False))
     return out
+
+
+def dynamic_slots(obj):
+    """[(label, holder, key)] for the numbers a registered object holds that a call reads afresh:
+    an attribute (holder: the object) or a dict item (holder: the dict, an optimizer's group)."""
+    dynamic = object_state(obj)[1]
+    return dynamic(obj) if callable(dynamic) else [(attr, obj, attr) for attr in dynamic]
+
+
+def slot_value(holder, key):
+    return holder.get(key) if isinstance(holder, dict) else getattr(holder, key, None)
+
+
+def set_slot(holder, key, value):
+    if isinstance(holder, dict):
+        holder[key] = value
+    else:
+        setattr(holder, key, value)
 
 
 CONTAINERS = (dict, list, tuple)

@@ -16,9 +16,10 @@ def resolve(source, real, leaves):
         return leaves[source[1]]
     if kind == "grad":
         return leaves[source[1]]._grad
-    if kind == "dynamic":           # a number attribute read per call: (object, attribute, dtype, device)
-        _, obj, attr, dtype, dev = source
-        return Tensor._wrap(np.array(getattr(obj, attr), dtype.np), dtype, dev)
+    if kind == "dynamic":           # a number read per call: (object or dict, attribute or key, dtype, device)
+        _, holder, key, dtype, dev = source
+        return Tensor._wrap(np.array(holder[key] if type(holder) is dict else getattr(holder, key), dtype.np),
+                            dtype, dev)
     return real
 
 
