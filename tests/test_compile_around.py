@@ -256,3 +256,44 @@ def test_python_values_read_by_the_function_are_guarded(kind, where):
         _same(want, got, f"{kind} {where} {backend}")
         if kind != "tensor":           # a tensor is an input read at each call: no retrace
             assert any(name in r for r in cf.stats()["retrace_reasons"]), cf.stats()["retrace_reasons"]
+
+
+# ------------------------------------------------------------------ in-place updates of inputs with grad
+UPDATES = ["x.add_(w)", "x.mul_(w)", "x.copy_(w * 2.0)", "x[0] = w[1]", "x.add_(1.0)"]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.integers(0, len(UPDATES) - 1), st.sampled_from(["plain", "non-leaf"]), st.booleans())
+def test_an_input_updated_with_autograd_history_follows_eager_or_is_refused(update, x_kind, under_no_grad):
+    def f(x, w):
+        if under_no_grad:
+            with tg.no_grad():
+                exec(UPDATES[update])
+        else:
+            exec(UPDATES[update])
+        return (x * w).sum()
+
+    def observe(fn):
+        a = tg.tensor([1.0, 2.0], requires_grad=x_kind == "non-leaf")
+        x = a * 1.0 if x_kind == "non-leaf" else a
+        w = tg.tensor([3.0, 4.0], requires_grad=True)
+        try:
+            loss = fn(x, w)
+            loss.backward()
+        except RuntimeError as e:
+            return "raised", type(e).__name__, str(e)
+        return [x.detach().numpy().copy(), x.requires_grad, w.grad.numpy().copy(),
+                None if a.grad is None else a.grad.numpy().copy()]
+
+    want = observe(f)
+    for backend in BACKENDS:
+        got = observe(tg.compile(f, backend=backend))
+        if isinstance(want, list) and isinstance(got, tuple):
+            # refused at the call, naming the update: the caller's tensor cannot take the history
+            assert "in place" in got[2] or "in-place" in got[2], got
+            assert not under_no_grad
+            continue
+        if isinstance(want, tuple):
+            assert isinstance(got, tuple), (backend, want, got)
+            continue
+        _same(want, got, backend)

@@ -7,6 +7,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -271,3 +272,56 @@ def test_add_param_group_takes_the_defaults_and_refuses_a_parameter_twice():
         assert "more than one parameter group" in str(e)
     else:
         raise AssertionError("a parameter in two groups was accepted")
+
+
+# ------------------------------------------------------------------ other things users do around a call
+
+def _retain_grad(fn):
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    a, b = fn(x)
+    a.retain_grad()
+    b.retain_grad()
+    (a * b).sum().backward()
+    return [a.grad.numpy(), b.grad.numpy(), x.grad.numpy()]
+
+
+def _enable_grad_inside(fn):
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    with tg.no_grad():
+        r = fn(x)
+    return [r.numpy(), r.requires_grad]
+
+
+def _data_assigned(fn):
+    x = tg.tensor([1.0, 1.0])
+    out = [fn(x).numpy().copy()]
+    SHARED["w"].data = tg.tensor([5.0, 6.0])
+    out.append(fn(x).numpy().copy())
+    x.data = tg.tensor([2.0, 2.0])
+    out.append(fn(x).numpy().copy())
+    return out
+
+
+def _inner_grad(x):
+    with tg.enable_grad():
+        y = (x * x).sum()
+        y.backward()
+    return x.grad * 1.0
+
+
+SHARED = {}
+PATTERNS = {
+    "retain_grad on results": (lambda x: (x * 2.0, x.exp()), _retain_grad),
+    "backward inside enable_grad under no_grad": (_inner_grad, _enable_grad_inside),
+    ".data assigned between calls": (lambda x: x * SHARED["w"], _data_assigned),
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def test_other_patterns_follow_eager(pattern):
+    fn, use = PATTERNS[pattern]
+    SHARED["w"] = tg.tensor([1.0, 2.0])
+    want = use(fn)
+    for backend in BACKENDS:
+        SHARED["w"] = tg.tensor([1.0, 2.0])
+        _same(want, use(tg.compile(fn, backend=backend)), backend)

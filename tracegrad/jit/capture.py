@@ -54,6 +54,7 @@ class Capture:
             with interpreting(tracer), watch_draws(name):
                 out = fn(*call_args, **call_kwargs)
         except Exception as e:
+            _explain_leaf(e, tracer)
             _annotate(e, name)
             raise
         finally:
@@ -95,6 +96,11 @@ class Capture:
         self.mutations, self.inplace = [], []      # inplace: (output index, input index) candidates
         for i, e in enumerate(tracer.order):
             if e.standin._ir is not e.value and e.source[0] != "const":
+                if e.standin.grad_fn is not None:
+                    raise TraceError(f"compiled function {name} updates {e.value.name} in place with a value that has "
+                                     f"autograd history (it requires grad); the caller's tensor would not get that "
+                                     f"history. Compute the new value out of place and return it (y = x * w), or "
+                                     f"update under tg.no_grad()")
                 self.mutations.append((e.source, e.real))
                 self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
@@ -213,6 +219,19 @@ def _rebuild_call(args, kwargs, new_leaves, struct):
     rebuilt = unflatten(struct, new_leaves)
     n = len(args)
     return list(rebuilt[:n]), dict(zip(kwargs, rebuilt[n:]))
+
+
+def _explain_leaf(e, tracer):
+    """Eager's in-place error on a leaf, raised for an input that is not a leaf outside: inside the
+    trace every input is a leaf of the graph; say so."""
+    if not (isinstance(e, RuntimeError) and e.args and str(e.args[0]).startswith("a leaf Variable")):
+        return
+    inner = [e.value.name for e in tracer.order if e.source[0] in ("arg", "captured") and e.real.grad_fn is not None]
+    if inner:
+        e.args = (f"{e.args[0]} Inside a compiled function its inputs ({', '.join(inner)}, results of autograd "
+                  f"outside) are leaves of the traced graph, so an in-place update of them that autograd would "
+                  f"record is not supported: compute the new value out of place and return it (y = x * w), or "
+                  f"update under tg.no_grad()",) + e.args[1:]
 
 
 def _annotate(e, name):

@@ -62,6 +62,10 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     object. A call's backward raises eager's in-place error when a tensor it reads was changed in
     place since the call (an input, a result, or a view of either); as under torch.compile, that
     includes an input the compiled backward recomputes from where eager would have saved the result.
+    A call that raises while it is traced changes no tensor and no .grad (eagerly, the updates made
+    before the exception would remain); the next call traces again. An in-place update of an input
+    that autograd records (x.add_(w) with w requiring grad, outside tg.no_grad()) is refused at the
+    call: the caller's tensor could not take that history.
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
     Random tensors (tg.rand, tg.randn, tg.randint, tg.randperm, dropout) draw at every call, in eager's order, unused ones
     included: the generator ends where eager leaves it under the same tg.manual_seed.
