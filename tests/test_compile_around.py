@@ -297,3 +297,14 @@ def test_an_input_updated_with_autograd_history_follows_eager_or_is_refused(upda
             assert isinstance(got, tuple), (backend, want, got)
             continue
         _same(want, got, backend)
+
+
+def test_a_gradient_read_and_returned_is_the_tensor_in_grad():
+    def f(w):
+        return w.grad, w.grad.t()
+
+    for backend in BACKENDS:
+        w = tg.tensor([[1.0, 2.0]], requires_grad=True)
+        w.grad = tg.tensor([[3.0, 4.0]])
+        g, gt = tg.compile(f, backend=backend)(w)
+        assert g is w.grad and np.shares_memory(gt.numpy(), w.grad.numpy())

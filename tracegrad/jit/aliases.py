@@ -11,20 +11,22 @@ the storage it views (trace.Tracer._root) and the view primitives from that stor
 from ..autograd import is_grad_enabled, set_grad_enabled
 from ..ops import PRIMS
 from ..tensor.dispatch import dispatch
+from .writeback import resolve
 
 INPUT, GRAD, SAME, OUTPUT = "input", "grad", "same", "output"
 
 
 def plan_aliases(tracer, outputs, grad_changes):
     """[(k, kind, where, ops, how)] for the results (outputs: (k, traced result)) that alias an input
-    or another result: kind INPUT (where: the input's source and real tensor), GRAD (where: the
+    or another result: kind INPUT (where: the input's source and real tensor: an argument, its .grad,
+    a captured tensor), GRAD (where: the
     tensor whose .grad it is), SAME (where: the earlier result's position), OUTPUT (where: the
     result it views); ops: the view primitives to replay [(prim, attrs)]; how: None (the view
     itself, with autograd as the traced one), "detach" or "data" (an alias without history)."""
     first = {}
     for k, st in outputs:
         first.setdefault(id(st), k)
-    lifted = {id(e.standin): e for e in tracer.order if e.source[0] in ("arg", "captured")}
+    lifted = {id(e.standin): e for e in tracer.order if e.source[0] in ("arg", "grad", "captured")}
     grads = {id(after): t for t, _, after in grad_changes if after is not None}
     arg_of = {id(e.standin): e.source[1] for e in tracer.order if e.source[0] == "arg"}
     plan = []
@@ -49,7 +51,7 @@ def plan_aliases(tracer, outputs, grad_changes):
             # compiled result (its gradient flows through the compiled backward)
             if root.grad_fn is not None or root.requires_grad != e.real.requires_grad:
                 continue
-            plan.append((k, INPUT, (e.source, None if e.source[0] == "arg" else e.real), ops, how))
+            plan.append((k, INPUT, (e.source, None if e.source[0] in ("arg", "grad") else e.real), ops, how))
         elif id(root) in first and first[id(root)] != k:
             plan.append((k, OUTPUT, first[id(root)], ops, how))
     order = {INPUT: 0, GRAD: 0, SAME: 1, OUTPUT: 1}
@@ -73,8 +75,7 @@ def rebuild_aliases(plan, results, leaves, grad_enabled):
     """Replace the planned results (a list, in place) by the caller's tensors or views of them."""
     for k, kind, where, ops, how in plan:
         if kind == INPUT:
-            source, real = where
-            t = leaves[source[1]] if source[0] == "arg" else real
+            t = resolve(*where, leaves)
         elif kind == GRAD:
             t = (leaves[where[1]] if where[0] == "arg" else where[1])._grad
         else:
