@@ -7,7 +7,8 @@ the way by the primitive's `kind` (core.py):
 - copy (cat, unslice), index (gather, scatter-add), creation, random: kernels.py;
 - extern (matmul): matmul.py (cuBLAS, or a tiled kernel);
 - elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering
-  (argmax/argmin: argreduce.py; floor, round, floordiv, remainder: rounding.py).
+  (argmax/argmin: argreduce.py; floor, round, floordiv, remainder: rounding.py; prod, cumsum,
+  prod_others: scan.py).
 
 `arrays` are device arrays, except that 0-d NumPy arrays stand for Python scalars and 0-d cpu tensors
 (they combine with cuda tensors, as in PyTorch): elementwise kernels read them from a cache of device
@@ -112,8 +113,8 @@ def _extern(p, arrays, attrs, shape, dtype):
 
 
 def _pointwise(p, arrays, attrs, shape, dtype):
-    from . import argreduce, rounding          # device kernels of primitives without a scalar lowering
-    special = getattr(argreduce, "run_" + p.name, None) or getattr(rounding, "run_" + p.name, None)
+    from . import argreduce, rounding, scan    # device kernels of primitives without a scalar lowering
+    special = next(filter(None, (getattr(m, "run_" + p.name, None) for m in (argreduce, rounding, scan))), None)
     if special is not None:
         return special([_on_device(a) for a in arrays], attrs, tuple(shape), dtype.np)
     try:

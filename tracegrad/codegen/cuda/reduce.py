@@ -15,10 +15,11 @@ WARP = 32
 
 
 def join_of(lower):
-    """How a reduction's lowering joins an element b to the accumulator a: "+", "maximum" or "minimum"."""
+    """How a reduction's lowering joins an element b to the accumulator a: "+", "*", "maximum" or
+    "minimum"."""
     tree = parsed(lower)
-    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
-        return "+"
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Add, ast.Mult)):
+        return "+" if isinstance(tree.op, ast.Add) else "*"
     fn = getattr(getattr(tree, "func", None), "id", None)
     if fn == "maximum" or fn == "minimum":
         return fn
@@ -31,9 +32,9 @@ def acc_dtype(lower, dtype):
 
 
 def identity(how, dtype):
-    """The accumulator's start for join `how`: 0, or the lowest (maximum) or highest (minimum) value."""
-    if how == "+":
-        return literal(0, dtype)
+    """The accumulator's start for join `how`: 0, 1, or the lowest (maximum) or highest (minimum) value."""
+    if how == "+" or how == "*":
+        return literal(int(how == "*"), dtype)
     low = how == "maximum"
     if dtype in ("float32", "float64"):
         return literal(float("-inf") if low else float("inf"), dtype)
@@ -43,8 +44,8 @@ def identity(how, dtype):
 
 def combine(how, a, b, dtype):
     """Source text joining b into a (both of `dtype`)."""
-    if how == "+":
-        return f"{_ctor(dtype)}({a} + {b})"
+    if how == "+" or how == "*":
+        return f"{_ctor(dtype)}({a} {how} {b})"
     return extreme(how, a, b, dtype)
 
 
