@@ -13,7 +13,7 @@ import tracegrad as tg
 from tracegrad.cuda import scan
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
-DTYPES = [tg.float32, tg.float64, tg.int32, tg.int64, tg.bool]
+DTYPES = [tg.float32, tg.float64, tg.float16, tg.int32, tg.int64, tg.bool]
 TOL = {tg.float16: 2e-2, tg.float32: 1e-5, tg.float64: 1e-12}
 
 

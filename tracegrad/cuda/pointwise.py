@@ -5,12 +5,14 @@ and rank (reductions: also per reduced axes and memory order), generated, compil
 Inputs are device arrays of any strides (views stay views; a broadcast operand is read through a
 stride-0 view); results are new row-major device arrays. A primitive whose lowering does not cover
 the dtypes raises, naming the op, dtype and device: nothing runs on the host behind the caller's back.
+float16 goes wherever float32 does: computed in float32, each result rounded to float16 once.
 """
 import math
 
 import numpy as np
 
 from ..codegen.cuda import eager
+from ..codegen.cuda.expr import held
 from ..codegen.cuda.lower import slices_of
 from ..codegen.cuda.reduce import acc_dtype
 from ..ops import PRIMS
@@ -36,7 +38,7 @@ def _check_lowered(p, in_dtypes, out_dtype):
                            f"no CUDA kernel ({'/'.join(in_dtypes)} inputs). Compute it on the CPU (.cpu()).")
     # a reduction whose type rule converts (sum of bools -> int64) converts each element first
     converted = p.kind == "reduction" and in_dtypes[0] != out_dtype and in_dtypes[0] in PRIMS["cast"].dtypes
-    bad = [d for d in (in_dtypes if not converted else ()) + (out_dtype,) if d not in p.dtypes]
+    bad = [d for d in (in_dtypes if not converted else ()) + (out_dtype,) if held(d) not in p.dtypes]
     if bad:
         raise RuntimeError(f'"{p.name}" is not implemented on cuda for {bad[0]} '
                            f"({'/'.join(in_dtypes)} inputs, {out_dtype} result): its CUDA kernel covers "

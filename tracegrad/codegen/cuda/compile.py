@@ -27,6 +27,7 @@ from .. import cache
 HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
           "import math\n"
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
+          "from numba.types import float16\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")
 WARP = 32
 _KERNELS = {}

@@ -7,9 +7,15 @@ float32 math stays float32 on the GPU (numba would otherwise widen `x * 0.5` to 
 arithmetic wraps as NumPy's does. The math library's functions (mathlib.FUNCS) are `math.<name>`,
 which numba.cuda compiles to libdevice's float or double routine by the argument's type; the few-
 operation functions of the vocabulary are the `_fn_<name>` methods, as in the LLVM generator.
+
+float16 values are held in float32 variables (`held`): a float16 buffer's element is read as
+float32, an op with a float16 result computes in float32 (float64 when an operand is float64: a
+cast) and rounds its result to float16 once, as NumPy's float16 loops do; a store converts exactly.
 """
 import ast
 import math
+
+import numpy as np
 
 from ...ir.kernels import Const, Load, postorder
 from .. import mathlib
@@ -23,11 +29,25 @@ def _name(dtype):
     return dtype if isinstance(dtype, str) else dtype.name
 
 
+def held(dtype):
+    """The dtype a kernel holds values of `dtype` in (float16: float32)."""
+    d = _name(dtype)
+    return "float32" if d == "float16" else d
+
+
+def to_half(text):
+    """Source text of a float value rounded once to float16, held as float32."""
+    return f"float32(float16({text}))"
+
+
 def literal(value, dtype):
     """Source text of `value` as a constant of `dtype` (exactly rounded once, as the CPU's)."""
     d = _name(dtype)
     if d == "bool":
         return "True" if value else "False"
+    if d == "float16":
+        with np.errstate(over="ignore"):
+            return literal(float(np.float16(value)), "float32")
     if d in FLOATS:
         v = float(value)
         text = ("math.nan" if math.isnan(v) else ("-math.inf" if v < 0 else "math.inf") if math.isinf(v)
@@ -95,7 +115,8 @@ class _Indent:
 
 
 def dtype_of(t):
-    return _name(t.dtype)
+    """The dtype a kernel holds node t's value in."""
+    return held(t.dtype)
 
 
 class Emitter:
@@ -111,9 +132,14 @@ class Emitter:
             if id(x) in self.memo:
                 continue
             if isinstance(x, Load):
-                self.memo[id(x)] = self.src.assign(self.load(x), "x")
+                text = self.load(x)
+                self.memo[id(x)] = self.src.assign(f"float32({text})" if x.dtype.name == "float16" else text, "x")
             elif isinstance(x, Const):
                 self.memo[id(x)] = literal(x.value, x.dtype)
+            elif x.dtype.name == "float16":
+                args = [(self.memo[id(a)], dtype_of(a)) for a in x.args]
+                wide = "float64" if any(d == "float64" for _, d in args) else "float32"
+                self.memo[id(x)] = self.src.assign(to_half(self.op(x.op, x.lower, args, wide)))
             else:
                 self.memo[id(x)] = self.op(x.op, x.lower, [(self.memo[id(a)], dtype_of(a)) for a in x.args],
                                            dtype_of(x))

@@ -8,7 +8,7 @@ with the number of elements a thread adds.
 """
 import ast
 
-from .expr import extreme, literal, parsed
+from .expr import extreme, literal, parsed, to_half
 
 FULL_MASK = "0xFFFFFFFF"
 WARP = 32
@@ -27,7 +27,10 @@ def join_of(lower):
 
 
 def acc_dtype(lower, dtype):
-    """The dtype a reduction accumulates in: float64 for float32 sums, else the value's own."""
+    """The dtype a reduction accumulates in: float64 for float32 sums, float32 for float16 (as NumPy's
+    float16 sums), else the value's own."""
+    if dtype == "float16":
+        return "float32"
     return "float64" if dtype == "float32" and join_of(lower) == "+" else dtype
 
 
@@ -88,6 +91,8 @@ class Acc:
     def result(self, total=None):
         """Source text of the total (default: this thread's variable) in the reduction's own dtype."""
         total = total or self.var
+        if self.dtype == "float16":
+            return to_half(total)
         return total if self.at == self.dtype else f"{_ctor(self.dtype)}({total})"
 
 
