@@ -2,9 +2,11 @@
 simulator with NUMBA_ENABLE_CUDASIM=1), how many, and waiting for it.
 
 numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work without it.
-The package's modules: memory.py (device arrays, the counted host<->device copies), eager.py (eager
+The package's modules: memory.py (device arrays, the counted host<->device copies; allocator.py, the
+caching allocator behind them: `tg.cuda.empty_cache()`, `memory_allocated()`, ...), eager.py (eager
 primitives on the device, by kind), kernels.py (copy, gather, scatter-add, fill), random.py,
-matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels).
+matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels), argreduce.py,
+rounding.py and scan.py (primitives without a scalar lowering: argmax, floor, prod, cumsum, ...).
 """
 import os
 
@@ -98,6 +100,32 @@ manual_seed_all = manual_seed
 def _check():
     from ..device import device
     require(device("cuda"))
+
+
+def _memory():
+    from . import memory
+    return memory
+
+
+def empty_cache():
+    """Give the cached device memory back to the driver (as torch.cuda.empty_cache)."""
+    _memory().empty_cache()
+
+
+def memory_allocated(device=None):
+    return _memory().memory_allocated()
+
+
+def memory_reserved(device=None):
+    return _memory().memory_reserved()
+
+
+def max_memory_allocated(device=None):
+    return _memory().max_memory_allocated()
+
+
+def memory_stats(device=None):
+    return _memory().memory_stats()
 
 
 if os.environ.get("TRACEGRAD_RECORD_KERNELS") and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":

@@ -2,8 +2,10 @@
 device (`copy`): every host<->device copy of tensor data goes through it, so tests can count them
 (`transfer_stats()`, `count_transfers()`).
 
-A cuda tensor's storage is a numba.cuda device array (under NUMBA_ENABLE_CUDASIM=1, the simulator's
-stand-in, which wraps a NumPy array: the few places that must tell them apart are here).
+Device arrays come from the caching allocator (allocator.py: blocks kept by size class and reused;
+`empty_cache()`, `memory_stats()`). A cuda tensor's storage is a numba.cuda device array (under
+NUMBA_ENABLE_CUDASIM=1, the simulator's stand-in, which wraps a NumPy array: the few places that
+must tell them apart are here and in allocator.py).
 """
 import collections
 import contextlib
@@ -11,7 +13,7 @@ import math
 
 import numpy as np
 
-from . import simulated
+from . import allocator, simulated
 
 _STATS = {"to_device": 0, "to_host": 0, "bytes": 0}
 _ERRORS = []          # [the mapped int32 flag device kernels raise] (created on first use)
@@ -27,7 +29,8 @@ def copy(arr, to):
     """`arr` copied to="device" (from a NumPy array) or to="host" (from a device array); counted."""
     if to == "device":
         host = arr if arr.flags.c_contiguous else np.array(arr, order="C")     # (ascontiguousarray makes 0-d 1-d)
-        out = _cuda().to_device(host)
+        out = empty(host.shape, host.dtype)
+        _to_device(host, out)
         _STATS["to_device"] += 1
     elif to == "host":
         out = _to_host(arr if row_major(arr) else contiguous(arr))
@@ -126,6 +129,15 @@ def _to_host(src):
     return out
 
 
+def _to_device(host, dst):
+    """dst[...] = host (a row-major NumPy array of dst's shape and dtype): exactly its bytes."""
+    if simulated():
+        dst.copy_to_device(host)
+    elif host.nbytes:
+        from numba.cuda.cudadrv import driver
+        driver.host_to_device(dst, host, host.nbytes)
+
+
 def copy_on_device(src, dst):
     """dst[...] = src for two row-major device arrays of one shape and dtype: one memcpy of exactly
     their bytes (numba's copy_to_device would copy to the end of dst's allocation)."""
@@ -154,8 +166,43 @@ def as_device_array(obj):
 
 
 def empty(shape, dtype):
-    """A new row-major device array (uninitialised)."""
-    return _cuda().device_array(tuple(shape), np.dtype(dtype))
+    """A new row-major device array (uninitialised), from the caching allocator (allocator.py)."""
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    if math.prod(shape) == 0:
+        return _cuda().device_array(shape, dtype)
+    return allocator.POOL.empty(shape, dtype)
+
+
+def empty_cache():
+    """Give the device memory the caching allocator keeps for reuse back to the driver (as
+    torch.cuda.empty_cache); memory tensors still use stays theirs."""
+    allocator.POOL.empty_cache()
+
+
+def memory_stats():
+    """The caching allocator's counts: {"allocated_bytes" (blocks in use), "reserved_bytes" (blocks
+    held: in use or cached), "peak_allocated_bytes", "cached_blocks", "allocations_from_driver",
+    "reuses"}."""
+    return allocator.POOL.stats()
+
+
+def memory_allocated(device=None):
+    """Bytes of device memory in use by arrays (their blocks' sizes), as torch.cuda.memory_allocated."""
+    return allocator.POOL.stats()["allocated_bytes"]
+
+
+def memory_reserved(device=None):
+    """Bytes of device memory the caching allocator holds, in use or cached."""
+    return allocator.POOL.stats()["reserved_bytes"]
+
+
+def max_memory_allocated(device=None):
+    return allocator.POOL.stats()["peak_allocated_bytes"]
+
+
+def reset_peak_memory_stats(device=None):
+    with allocator.POOL.lock:
+        allocator.POOL.peak = allocator.POOL.allocated
 
 
 def strides_of(arr):
