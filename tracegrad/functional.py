@@ -139,13 +139,14 @@ def jvp(f, primals, tangents):
 def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     """Compare analytic gradients of f at `inputs` with central differences in float64.
 
-    Inputs that do not require grad are held fixed; float32 inputs are checked on float64 copies.
+    Inputs that do not require grad are held fixed; float32 inputs are checked on float64 copies, on
+    their device (cuda tensors: f runs on the device; only the scalars compared come to the host).
     Returns True or raises GradcheckError naming the input, the element and both values."""
     inputs = _as_tuple(inputs)
     xs = []
     for x in inputs:
         if isinstance(x, Tensor) and x.dtype.is_floating_point:
-            c = tensor(x.detach().numpy(), dtype=D.float64)
+            c = tensor(x.detach(), dtype=D.float64)
             c.requires_grad = x.requires_grad
             xs.append(c)
         else:
@@ -154,7 +155,7 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     with enable_grad():
         out = f(*xs)
     outs = [o for o in _as_tuple(out) if isinstance(o, Tensor)]
-    weights = [tensor(np.random.default_rng(1234 + k).standard_normal(o.shape), dtype=D.float64)
+    weights = [tensor(np.random.default_rng(1234 + k).standard_normal(o.shape), dtype=D.float64, device=o.device)
                for k, o in enumerate(outs)]
 
     def scalar(*args):
@@ -170,7 +171,7 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
             analytic = grad(total, [xs[i] for i in checked], allow_unused=True)
     for i, a in zip(checked, analytic):
         x = xs[i]
-        a = np.zeros(x.shape) if a is None else a.detach().numpy()
+        a = np.zeros(x.shape) if a is None else a.detach().cpu().numpy()
         for k in range(x.numel()):
             num = (scalar(*_nudged(xs, i, k, eps)) - scalar(*_nudged(xs, i, k, -eps))) / (2 * eps)
             ana = a.reshape(-1)[k]
@@ -182,10 +183,10 @@ def gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
 def _nudged(xs, i, k, delta):
     """The inputs with element k of input i moved by delta (a fresh leaf that requires grad, so a
     function that itself differentiates, as for second derivatives, runs as it did unperturbed)."""
-    arr = xs[i].detach().numpy().copy()
+    arr = xs[i].detach().cpu().numpy().copy()
     arr.reshape(-1)[k] += delta
     args = list(xs)
-    args[i] = tensor(arr, dtype=D.float64, requires_grad=True)
+    args[i] = tensor(arr, dtype=D.float64, device=xs[i].device, requires_grad=True)
     return args
 
 
@@ -203,16 +204,16 @@ def _mismatch(f, xs, i, k, eps, atol, rtol):
     outs = _outputs(f, args)
     worst = None
     for o, (out, p, m) in enumerate(zip(outs, plus, minus)):
-        num = (p.detach().double().numpy() - m.detach().double().numpy()).reshape(-1) / (2 * eps)
+        num = (p.detach().double().cpu().numpy() - m.detach().double().cpu().numpy()).reshape(-1) / (2 * eps)
         for j in range(out.numel()):
             ana = 0.0
             if out.requires_grad:
                 onehot = np.zeros(out.numel())
                 onehot[j] = 1.0
                 with enable_grad():
-                    (g,) = grad(out, args[i], tensor(onehot.reshape(out.shape), dtype=out.dtype),
+                    (g,) = grad(out, args[i], tensor(onehot.reshape(out.shape), dtype=out.dtype, device=out.device),
                                 retain_graph=True, allow_unused=True)
-                ana = 0.0 if g is None else float(g.detach().numpy().reshape(-1)[k])
+                ana = 0.0 if g is None else float(g.detach().cpu().numpy().reshape(-1)[k])
             excess = abs(ana - num[j]) - (atol + rtol * abs(num[j]))
             if worst is None or excess > worst[0]:
                 worst = (excess, o, j, ana, float(num[j]), out.shape)
