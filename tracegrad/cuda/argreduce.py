@@ -12,6 +12,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from ..ir.kernels import contiguous_strides
 from . import memory
 from .kernels import _unravel, copy_strided, launch_config
 
@@ -95,7 +96,7 @@ def run(kernels, x, axis, shape):
         blocks, threads = launch_config(nout)
         scan[blocks, threads](memory.span(idx)[0], memory.span(val)[0], xs, kshape, xst, ost,
                               x.shape[axis], xst[axis], 0, x.shape[axis], nout)
-    return memory.view(idx, shape, _row_major(shape))
+    return memory.view(idx, shape, contiguous_strides(shape))
 
 
 def _flat(scan, join, x, shape):
@@ -111,12 +112,4 @@ def _flat(scan, join, x, shape):
     scan[blocks, threads](idx, val, flat, (parts,), (chunk,), (1,), chunk, 1, chunk, n, parts)
     out = memory.empty((1,), np.int64)
     join[1, 1](out, idx, val, parts)
-    return memory.view(out, shape, _row_major(shape))
-
-
-def _row_major(shape):
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
+    return memory.view(out, shape, contiguous_strides(shape))

@@ -15,6 +15,7 @@ from ..codegen.cuda import eager
 from ..codegen.cuda.expr import held
 from ..codegen.cuda.lower import slices_of
 from ..codegen.cuda.reduce import acc_dtype
+from ..ir.kernels import contiguous_strides
 from ..ops import PRIMS
 from . import memory
 
@@ -94,12 +95,4 @@ def _reduction(p, x, attrs, shape, out_dtype):
             join, _ = eager.reduction_join(*key, cast)
             threads = eager.block_threads(nkept)
             join[eager.grid(nkept, threads), threads](out, x, partials, slices)
-    return memory.view(out, shape, _row_major_strides(shape)) if keep != shape else out
-
-
-def _row_major_strides(shape):
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
+    return memory.view(out, shape, contiguous_strides(shape)) if keep != shape else out

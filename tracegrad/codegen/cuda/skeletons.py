@@ -180,12 +180,7 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
                 acc.begin()
             src.emit(f"j = int64({me})")
             with src.block(f"while j < {ninner}:"):
-                idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
-                em = st.emitter(src, idx)
-                if acc is None:
-                    st.put_maps(src, em, [ph], idx)
-                else:
-                    acc.add(em.value(ph.outputs[0][1]))
+                _row_element(src, st, ph, acc, oidx, inner, dims)
                 src.emit(f"j += {width}")
             if acc is None:
                 continue
@@ -194,11 +189,7 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
                 warp_allreduce(src, acc.how, acc.var, acc.at)
             else:
                 block_allreduce(src, acc.how, acc.var, acc.at, threads, shared[acc.at])
-            v = ph.outputs[0][0]
-            res = src.assign(acc.result(), "r")
-            with src.block(f"if {me} == 0:"):
-                src.emit(f"{layout.store_kept(v, oidx, outer)} = {res}")
-            st.rows[id(v)] = res
+            _row_result(src, st, ph, acc, oidx, outer, f"{me} == 0")
         src.emit(f"row += int64(cuda.gridDim.x) * {rows_per_block}")
 
 
@@ -217,20 +208,37 @@ def across_body(src, layout, kernel_phases, split, ndim, u, threads):
             if acc:
                 acc.begin()
             with src.block(f"for j in range({ninner}):"):
-                idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
-                em = st.emitter(src, idx)
-                if acc is None:
-                    st.put_maps(src, em, [ph], idx)
-                else:
-                    acc.add(em.value(ph.outputs[0][1]))
+                _row_element(src, st, ph, acc, oidx, inner, dims)
             if acc is None:
                 continue
             acc.end()
-            v = ph.outputs[0][0]
-            res = src.assign(acc.result(), "r")
-            src.emit(f"{layout.store_kept(v, oidx, outer)} = {res}")
-            st.rows[id(v)] = res
+            _row_result(src, st, ph, acc, oidx, outer)
         src.emit("t += step")
+
+
+def _row_element(src, st, ph, acc, oidx, inner, dims):
+    """Phase ph at element j of a row (rows_body, across_body): its map outputs stored, or its value
+    joined to the reduction's accumulator acc."""
+    idx = {**oidx, **decompose(src, "j", inner, dims, "ix")}
+    em = st.emitter(src, idx)
+    if acc is None:
+        st.put_maps(src, em, [ph], idx)
+    else:
+        acc.add(em.value(ph.outputs[0][1]))
+
+
+def _row_result(src, st, ph, acc, oidx, outer, only=None):
+    """A row reduction's result: stored (by the thread for which `only` holds, else by each) and held
+    for the row's later phases."""
+    v = ph.outputs[0][0]
+    res = src.assign(acc.result(), "r")
+    store = f"{st.layout.store_kept(v, oidx, outer)} = {res}"
+    if only is None:
+        src.emit(store)
+    else:
+        with src.block(f"if {only}:"):
+            src.emit(store)
+    st.rows[id(v)] = res
 
 
 def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
