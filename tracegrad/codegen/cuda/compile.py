@@ -27,7 +27,6 @@ from .. import cache
 HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
           "import math\n"
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
-          "from numba.types import float16\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")
 WARP = 32
 _KERNELS = {}
@@ -41,7 +40,8 @@ def simulated():
 
 def module_text(body):
     """The whole file of a generated kernel function `body` (what `stage="cuda"` shows)."""
-    return HEADER + "\n\n" + body + "\n"
+    half = "from numba.types import float16\n" if "float16" in body else ""    # only where float16 is used
+    return HEADER + half + "\n\n" + body + "\n"
 
 
 def kernel(body, fn_name):
