@@ -130,3 +130,19 @@ def test_gradients_of_float16_match_the_cpu():
         out[dev] = x.grad.cpu().numpy()
         assert x.grad.dtype is tg.float16
     _close_in_float16(out["cuda"], out["cpu"], 1)
+
+
+def test_matmul_and_indexing_gradient_in_float16():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 3, 5)).astype(np.float16), rng.standard_normal((5, 4)).astype(np.float16)
+    got = (tg.tensor(a, device="cuda") @ tg.tensor(b, device="cuda")).cpu().numpy()
+    assert got.dtype == np.float16
+    _close_in_float16(got, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float16), 1)
+    idx = np.array([0, 2, 2, 4, 0, 0])
+    out = {}
+    for dev in ("cpu", "cuda"):
+        x = tg.tensor(a[0], device=dev, requires_grad=True)
+        (x[:, idx] * tg.tensor(np.arange(6, dtype=np.float16), device=dev)).sum().backward()
+        out[dev] = x.grad.cpu().numpy()
+    assert out["cuda"].dtype == np.float16
+    np.testing.assert_array_equal(out["cuda"], out["cpu"])

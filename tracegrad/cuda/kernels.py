@@ -188,9 +188,12 @@ def scatter_add(g, indices, axes, shape):
     out = zeros(shape, g.dtype)
     n = g.size
     if n:
-        if g.dtype == np.float16 or g.dtype == np.bool_:
+        if g.dtype == np.float16:        # atomic adds in float32, each sum rounded to float16 once
+            wide = scatter_add(copy_strided(g, memory.empty(g.shape, np.float32)), indices, axes, shape)
+            return copy_strided(wide, out)
+        if g.dtype == np.bool_:
             raise NotImplementedError(f"index_add (the gradient of integer-tensor indexing) of {g.dtype} on "
-                                      f"cuda:0 has no device kernel; use float32/float64, or .cpu()")
+                                      f"cuda:0 has no device kernel; use an integer or float dtype, or .cpu()")
         if not memory.row_major(g):
             g = memory.contiguous(g)
         idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(shape, memory.strides_of(out), indices, axes,

@@ -26,9 +26,14 @@ TILE = 16
 
 
 def matmul(a, b, shape):
-    """a @ b for device arrays of shapes (..., M, K) and (..., K, N): a new row-major (..., M, N)."""
+    """a @ b for device arrays of shapes (..., M, K) and (..., K, N): a new row-major (..., M, N)
+    (float16: computed in float32)."""
     (m, k), n = tuple(a.shape)[-2:], tuple(b.shape)[-1]
     dtype = a.dtype
+    if dtype == np.float16:              # as PyTorch: products and sums in float32, rounded to float16 once
+        from .kernels import copy_strided
+        wide = matmul(*(copy_strided(x, memory.empty(x.shape, np.float32)) for x in (a, b)), shape)
+        return copy_strided(wide, memory.empty(shape, dtype))
     if dtype not in (np.float32, np.float64, np.int32, np.int64):
         raise NotImplementedError(f"no device kernel for this dtype (float32, float64, int32, int64 have one)")
     out = memory.empty(shape, dtype)
