@@ -98,6 +98,13 @@ def eager_library():
         tg.rand(3, 5, dtype=dtype, device="cuda"), tg.randn(7, dtype=dtype, device="cuda")
     tg.arange(5, device="cuda"), tg.arange(0.5, 3, 0.5, device="cuda")
     tg.zeros(3, device="cuda"), tg.full((2, 2), 3.0, device="cuda")
+    for dtype in ("float32", "float64", "int32", "int64", "bool"):       # prod and the scans (scan.py)
+        x = tg.tensor(sample(dtype, (3, 4)), device="cuda")
+        x.prod(1), x.cumsum(0), x.T.cumsum(1)
+    p = tg.tensor(sample("float32", (3, 40)), device="cuda", requires_grad=True)
+    (p.prod(1).sum() + p.cumsum(1).sum()).backward()      # prod_others and a reverse cumsum, rows of chunks
+    h = tg.tensor(sample("float16", (3, 4)), device="cuda")   # float16: computed in float32, stored rounded
+    h * h + 1, h.exp(), h.sum(1), h.double().half(), h.float().half(), h @ h.T, h.cumsum(1), h.prod(0)
 
 
 def gpu_check_functions():

@@ -53,7 +53,8 @@ def test_every_kernel_kind_compiles_to_ptx_for_sm90(nvvm, tmp_path):
     assert r.returncode == 0, f"the programs failed under the simulator:\n{r.stdout}\n{r.stderr[-6000:]}"
     want = {"generated eager", "generated compiled", "kernels._copy", "kernels._fill", "kernels._gather",
             "kernels._scatter_add", "kernels._put", "kernels._rand", "kernels._randn", "kernels._arange",
-            "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel"}
+            "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel", "scan._totals", "scan._running",
+            "scan._finish"}
     assert want <= _families(rec), f"not recorded: {sorted(want - _families(rec))}"
     r = _python(["-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(rec)], HOST_ENV)
     assert r.returncode == 0, f"kernels that do not compile for a real GPU:\n{r.stdout[-20000:]}\n{r.stderr[-3000:]}"

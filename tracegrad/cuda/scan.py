@@ -102,7 +102,8 @@ def _totals(tot, x, kshape, rshape, xk, ok, xr, orr, n, chunk, nchunks, rows, id
         c = t // rows
         acc = ident
         j = c * chunk
-        while j < min(c * chunk + chunk, n):
+        hi = j + chunk if j + chunk < n else n        # (numba.cuda cannot type min() of two ints)
+        while j < hi:
             xo, _ = _offsets(r, j, kshape, rshape, xk, ok, xr, orr)
             acc = acc * x[xo] if product else acc + x[xo]
             j += 1
@@ -136,7 +137,7 @@ def _finish(out, x, pre, suf, kshape, rshape, xk, ok, xr, orr, n, chunk, nchunks
         r = t % rows
         c = t // rows
         lo = c * chunk
-        hi = min(lo + chunk, n)
+        hi = lo + chunk if lo + chunk < n else n
         if mode != 1:
             acc = pre[t]
             j = lo
