@@ -1,7 +1,10 @@
-"""Algebraic simplification: x*1, x+0, x-0, x/1, neg(neg x), copy, cast to the same dtype,
+"""Algebraic simplification, exact in IEEE arithmetic (signed zeros included): x*1, x+(-0.0), x-(+0.0)
+(any zero for integers; x + 0.0 is not x when x is -0.0), x/1, neg(neg x), copy, cast to the same dtype,
 reshape∘reshape, permute∘permute, expand of a constant, x**1, x**2 and x**3 as products, where with a
 constant condition, and (A @ B)^T as B^T @ A^T when the product is used only transposed (the
 product then comes out in the layout its consumer reads; the operand transposes are free views)."""
+import math
+
 from .rewrite import Builder
 
 
@@ -34,13 +37,23 @@ def _rule(b, n, ins):
     return rule(b, n, ins) if rule is not None else None
 
 
-def _visit_add(b, n, ins):                  # x + 0, 0 + x
+def _zero(v, sign, dtype):
+    """v is a constant zero that leaves every value of `dtype` unchanged when added with `sign`:
+    -0.0 for a float add (+0.0 + -0.0 is +0.0), +0.0 for a float subtraction, any zero otherwise."""
+    c = _const(v)
+    if c is None or c != 0:
+        return False
+    return not dtype.is_floating_point or math.copysign(1.0, c) == -sign
+
+
+def _visit_add(b, n, ins):                  # x + (-0.0), (-0.0) + x
     x, y = ins
-    return _same(x, n) if _const(y) == 0 else _same(y, n) if _const(x) == 0 else None
+    d = n.out.dtype
+    return _same(x, n) if _zero(y, 1, d) else _same(y, n) if _zero(x, 1, d) else None
 
 
-def _visit_sub(b, n, ins):                  # x - 0
-    return _same(ins[0], n) if _const(ins[1]) == 0 else None
+def _visit_sub(b, n, ins):                  # x - (+0.0)
+    return _same(ins[0], n) if _zero(ins[1], -1, n.out.dtype) else None
 
 
 def _visit_mul(b, n, ins):                  # x * 1, 1 * x
