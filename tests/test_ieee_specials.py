@@ -50,7 +50,10 @@ def _pool(dtype):
 @st.composite
 def _case(draw, dtype):
     rows, cols = draw(st.integers(1, 4)), draw(st.integers(1, 5))
-    pool = _pool(dtype)
+    # subnormals never share a case with normal finite values: whether -1 + 0.5 + 0.5 + tiny is tiny
+    # or 0 depends on the order of the additions (a rounding question, not an IEEE-special one)
+    tiny = draw(st.booleans())
+    pool = [v for v in _pool(dtype) if not np.isfinite(v) or v == 0 or (v == TINY[dtype]) == tiny]
     x = np.array(draw(st.lists(st.sampled_from(pool), min_size=rows * cols, max_size=rows * cols)))
     x = x.reshape(rows, cols)
     for r in draw(st.sets(st.integers(0, rows - 1), max_size=rows)):       # zero-spread rows
