@@ -103,8 +103,8 @@ class Eager:
         if type(arr) is not np.ndarray or arr.dtype is not dtype.np:
             arr = np.asarray(arr).astype(dtype.np, copy=False)
         out = _EAGER[0]._wrap(arr, dtype, dev)       # new(), without its call (the hot path)
-        if p.kind == "view" and arr.base is not None \
-                and np.may_share_memory(arr, inputs[0]._data):
+        if p.kind == "view" and (arr.size == 0 or arr.base is not None          # an empty view holds
+                                 and np.may_share_memory(arr, inputs[0]._data)):  # no memory to share
             out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
             out._view = view_of(inputs[0], p, attrs, out._base)
         return out
@@ -159,7 +159,7 @@ def _apply_cuda(p, inputs, attrs, shape, dtype, dev):
     """Eager.apply on the device: cuda/eager.py computes; views share their input's version counter."""
     arr = cuda_eager.run(p, [t._concrete(p.name) for t in inputs], attrs, shape, dtype)
     out = _EAGER[0]._wrap(arr, dtype, dev)
-    if p.kind == "view" and memory.may_share_memory(arr, inputs[0]._data):
+    if p.kind == "view" and (math.prod(shape) == 0 or memory.may_share_memory(arr, inputs[0]._data)):
         out._ver, out._base = inputs[0]._ver, inputs[0]._base if inputs[0]._base is not None else inputs[0]
         out._view = view_of(inputs[0], p, attrs, out._base)
     return out
