@@ -1,6 +1,7 @@
 """Reverse mode: graph nodes, the iterative backward engine, version checks, retained gradients."""
 import weakref
 
+from . import modes
 from .broadcast import _quiet
 from .modes import _Mode, enable_grad, interpreter, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
@@ -129,7 +130,9 @@ def _accumulate(a, b):
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
     interp = interpreter()
-    interp.backward_started()
+    hooked = interp is not modes.eager     # an interpreter that follows the backward (a tracer)
+    if hooked:
+        interp.backward_started()
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
         if not out._requires_grad:
@@ -143,7 +146,8 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
         if slot is None:
             slot = pending[id(fn)] = [None] * fn.n_out
             roots.append(fn)
-        slot[out._oi] = _accumulate(slot[out._oi], g)
+        prev = slot[out._oi]
+        slot[out._oi] = g if prev is None else prev + g
     wanted = targets = None
     if inputs is not None:
         wanted, targets = {id(t) for t in inputs}, {}
@@ -172,15 +176,19 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             if inputs is None and getattr(node, "retained", None):
                 _retained_grads(node, grads, create_graph)
             node.check_saved()
-            interp.at(getattr(node, "loc", None))      # backward ops point at the forward op they differentiate
+            if hooked:
+                interp.at(getattr(node, "loc", None))      # backward ops point at the forward op they differentiate
             in_grads = node.apply(grads)
             owned = getattr(node, "owned_grads", False)
             for e, g in zip(node.edges, in_grads):
                 if e is None or g is None:
                     continue
                 if isinstance(e, tuple):
-                    slot = pending.setdefault(id(e[0]), [None] * e[0].n_out)
-                    slot[e[1]] = _accumulate(slot[e[1]], g)
+                    slot = pending.get(id(e[0]))
+                    if slot is None:
+                        slot = pending[id(e[0])] = [None] * e[0].n_out
+                    prev = slot[e[1]]
+                    slot[e[1]] = g if prev is None else prev + g
                 else:
                     prev = leaf_grads.get(id(e))
                     if prev is None:
@@ -195,7 +203,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     if inputs is None:
         for leaf, g, owned in leaf_grads.values():
             if g is not None:
-                _into_grad(leaf, g, create_graph, owned)
+                _into_grad(leaf, g, create_graph, owned, interp)
         return None
     for leaf, g, _ in leaf_grads.values():
         if id(leaf) in wanted:
@@ -232,21 +240,26 @@ def _zeros(meta, like):
     return type(like)._zeros(shape, dtype, dev)
 
 
-def _into_grad(leaf, g, create_graph, owned=False):
+def _into_grad(leaf, g, create_graph, owned=False, interp=None):
     """Accumulate into leaf.grad; without create_graph the stored gradient is a private copy (unless
     `owned`: freshly made for this leaf alone), so in-place updates of .grad never alias another
     tensor."""
-    leaf = interpreter().grad_owner(leaf)   # a tracer decides which tensor owns a traced leaf's .grad
+    interp = interp or interpreter()
+    if interp is not modes.eager:
+        leaf = interp.grad_owner(leaf)  # a tracer decides which tensor owns a traced leaf's .grad
     if g._shape != leaf._shape:
         g = g.expand(*leaf._shape)
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
-    elif leaf.grad is None:
+    elif (leaf._grad if interp is modes.eager else leaf.grad) is None:    # eager: .grad is the field
         if not owned or g._base is not None:
             g = g.detach().clone()
         elif g.grad_fn is not None or g._requires_grad or g._tangent is not None:
             g = g.detach()              # an owned plain tensor is stored as it is
-        leaf.grad = g
+        if interp is modes.eager:       # what the .grad setter does eagerly, its checks known to hold
+            leaf._grad = g
+        else:
+            leaf.grad = g
     else:
         with no_grad():
             leaf.grad.add_(g)

@@ -1,7 +1,7 @@
 """Run a compiled program: buffers planned once, a short list of steps, threads for big loops.
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
-output arrays (handed to the user, so never reused), one ctypes call per native segment (a run of
+output arrays (handed to the user; a small one is reused only once nothing else holds it), one ctypes call per native segment (a run of
 kernels and matrix products, see driver.py), the thread pool's bookkeeping for kernels large
 enough to split into chunks, and one NumPy call per host step. Check mode and profiles run the
 same native functions kernel by kernel.
@@ -9,6 +9,7 @@ same native functions kernel by kernel.
 import ast
 import ctypes
 import math
+import sys
 import time
 import weakref
 
@@ -26,6 +27,20 @@ STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
+
+
+RECYCLE_BYTES = 1 << 16       # fresh outputs this small are recycled once nothing holds them (see _bind)
+_getrefcount = sys.getrefcount
+
+
+def _count_held():
+    """The reference count _bind reads of an array that only a list and a local variable hold."""
+    spec = [np.empty(0)]
+    a = spec[0]
+    return _getrefcount(a)
+
+
+_HELD = _count_held()
 
 
 def work(kernel):
@@ -75,11 +90,14 @@ class Program:
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
         self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
-        self.fresh = [(slot, v.shape, np.dtype(v.dtype.np)) for slot, v in fresh]
+        # per fresh output: slot, shape, dtype, whether recycled, then (the array last made, its address)
+        self.fresh = [[slot, tuple(v.shape), np.dtype(v.dtype.np),
+                       math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0] for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
             self.template[slot] = arr
             self.table[slot] = arr.ctypes.data
+        self.out_slots = [s for s, shape in self.outputs] if all(sh is None for _, sh in self.outputs) else None
         table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
         self.other = {}                 # kernel index: its step run from Python (threads, NumPy)
         for j, k in enumerate(kernels):
@@ -137,11 +155,16 @@ class Program:
                     step[1](*step[2])
                 else:
                     self._other(step, cur)
+            if self.out_slots is not None:
+                return tuple([cur[s] for s in self.out_slots])
             return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
     def _bind(self, arrays):
         """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
-        addresses written into the pointer table."""
+        addresses written into the pointer table. A small fresh output reuses the array the previous
+        call made for it when only this program still holds it (its tensors, views and saved copies
+        are gone: any of them holds a reference), so a hot loop of small calls allocates nothing;
+        an output whose array is still held is a new array, as always."""
         cur, table = self.template.copy(), self.table
         for spec, a in zip(self.inputs, arrays):
             slot, shape, dtype, ref, ptr = spec
@@ -157,9 +180,16 @@ class Program:
         for o, i in self.inplace:
             cur[o] = cur[i]
             table[o] = table[i]
-        for slot, shape, dtype in self.fresh:
-            cur[slot] = a = np.empty(shape, dtype)
-            table[slot] = _address(a)
+        for f in self.fresh:
+            slot, shape, dtype, recycled, a, ptr = f
+            if a is None or _getrefcount(a) != _HELD or not a.flags.writeable or a.shape != shape or \
+                    a.dtype is not dtype:       # else: the previous call's array, which nothing else holds now
+                a = np.empty(shape, dtype)
+                ptr = _address(a)
+                if recycled:
+                    f[4:] = a, ptr
+            cur[slot] = a
+            table[slot] = ptr
         return cur
 
     def _kernel_by_kernel(self, steps, cur, timings, capture):

@@ -23,7 +23,7 @@ def per_graph(build, graphs, fused, inplace_pairs):
 
 def roles(graph, kernels, aliases, slots, inplace):
     """What the slots hold in a call, as (fresh, temps, written, outputs, fresh_outputs):
-    fresh [(slot, Value)]: outputs allocated by each call (handed to the caller, never reused);
+    fresh [(slot, Value)]: outputs allocated by each call (handed to the caller);
     temps [(slot, Value)]: the intermediates, allocated once; the graph's inputs and the outputs
     written into them (`inplace`) are neither. written[j]: [(id(Value), slot)] of kernel j's outputs.
     outputs [(slot, shape or None)]: where each graph output is (an alias: its source's slot, so an

@@ -31,6 +31,7 @@ class Entry:
         self.device_inputs = DeviceInputs() if self.on_device else None
         self.device_bwd_inputs = DeviceInputs() if self.on_device else None
         self.guards = cap.guards
+        self.guarded = bool(cap.guards)          # whether a call must check them
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
         self.aliases = cap.aliases
@@ -56,6 +57,11 @@ class Entry:
         self.out_items = [(kind, x, x not in fwd_fresh, st._dtype, st._device) if kind == "tensor" else
                           (kind, x, False, None, None) for kind, x, st in self.out_plan]
         self.fwd_checks = bool(self.grad_writes) or any(check for _, _, check, _, _ in self.out_items)
+        # the common case, wrapped without per-item decisions: nothing written back, every output a
+        # tensor needing no copy
+        self.plain_outs = [(x, dtype, dev) for _, x, _, dtype, dev in self.out_items] \
+            if not (self.writes or self.fwd_checks) and all(kind == "tensor" for kind, *_ in self.out_items) else None
+        self.one_out = self.out_struct[0] == "leaf"
         if self.run_bwd is None:
             return
         self.diff_outputs = backward.diff_outputs
@@ -67,6 +73,7 @@ class Entry:
         self.diff_pos = [tensor_pos[i] for i in self.diff_outputs]
         self.diff_meta = [(st._shape, st._dtype, st._device) for st in
                           (self.out_plan[k][2] for k in self.diff_pos)]
+        self.n_diff = len(self.diff_meta)
         self.bwd_fresh = self.programs[1].fresh_outputs if self.programs is not None else frozenset()
         self.bwd_arg_targets = [s[1] for s in self.bwd_targets] if all(s[0] == "arg" for s in self.bwd_targets) \
             else None
@@ -95,11 +102,14 @@ class Entry:
             outs = checked_run(self.programs, 0, self.fwd, arrays)
         else:
             outs = self.run_fwd(arrays)
-        fresh = (DeviceFresh if self.on_device else Fresh)(arrays) if self.fwd_checks else None
-        if self.writes:
-            write_back(self, outs, leaves, fresh)
-        results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
-                   for kind, x, check, dtype, dev in self.out_items]
+        if self.plain_outs is not None:
+            results = [Tensor._wrap(outs[x], dtype, dev) for x, dtype, dev in self.plain_outs]
+        else:
+            fresh = (DeviceFresh if self.on_device else Fresh)(arrays) if self.fwd_checks else None
+            if self.writes:
+                write_back(self, outs, leaves, fresh)
+            results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
+                       for kind, x, check, dtype, dev in self.out_items]
         if self.run_bwd is not None and _Mode.grad:
             node = CompiledNode(self, leaves, outs[self.saved_at:], sources, results)
             for oi, k in enumerate(self.diff_pos):
@@ -113,7 +123,7 @@ class Entry:
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi
         if self.aliases:            # results that are inputs, or views of inputs or of each other
             rebuild_aliases(self.aliases, results, leaves, _Mode.grad)
-        return unflatten(self.out_struct, results)
+        return results[0] if self.one_out else unflatten(self.out_struct, results)
 
     def kernel_count(self):
         if self.programs is not None:

@@ -6,10 +6,11 @@ import types
 import warnings
 from collections import Counter
 
+from ..modes import _thread
 from ..trace import tracing
 from . import introspect
 from .entry import Entry
-from .signature import call_signature, changes, fast_key
+from .signature import call_signature, changes, fast_key, last_call
 
 BACKENDS = ("llvm", "interpret")          # the cpu backends
 ALL_BACKENDS = BACKENDS + ("cuda",)
@@ -89,6 +90,7 @@ class CompiledFunction:
         self.fn, self.backend, self.fuse, self.check, self.cache_size = fn, backend, fuse, check, cache_size
         self.cache = {}      # signature -> entry, at most cache_size (least recently used evicted)
         self._fast = {}      # hot-path signature (all-tensor/number arguments) -> entry
+        self._last = None    # (LastCall, entry) of the latest hot-path call: checked first
         self._stats = {"traces": 0, "cache_hits": 0, "disk_hits": 0, "compile_seconds": 0.0, "kernels": 0,
                        "retrace_reasons": []}
         self._last_desc = None
@@ -116,15 +118,23 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if tracing():                      # called while tracing another function: inline it
+        if _thread.interpreters and tracing():    # called while tracing another function: inline it
             return self.fn(*args, **kwargs)
+        last = self._last                  # (LastCall, entry) of the latest hot-path call
+        if last is not None and not kwargs and last[0].matches(args):
+            entry = last[1]
+            if not entry.guarded or entry.guard_failure(args) is None:
+                stats = self._stats
+                stats["cache_hits"] += 1
+                self._clock += 1
+                entry.last_used = self._clock
+                return entry.call(args)
         fast = fast_key(args, kwargs)
         entry = self._fast.get(fast) if fast is not None else None
-        if entry is not None and (not entry.guards or entry.guard_failure(args) is None):
-            self._stats["cache_hits"] += 1
-            self._clock += 1
-            entry.last_used = self._clock
-            return entry.call(args)
+        if entry is not None and (not entry.guarded or entry.guard_failure(args) is None):
+            m = last_call(args)
+            self._last = (m, entry) if m is not None else None
+            return self._hit(entry, args)
         leaves, paths, key, desc = call_signature(self._signature_of, args, kwargs)
         entry = self._lookup(key, leaves)
         if entry is None:
@@ -140,6 +150,16 @@ class CompiledFunction:
             self._fast[fast] = entry
         return entry.call(leaves)
 
+    def _hit(self, entry, args):
+        self._stats["cache_hits"] += 1
+        self._clock += 1
+        entry.last_used = self._clock
+        return entry.call(args)
+
+    def _forget_fast(self):
+        """An entry left the cache: no hot path may lead to it."""
+        self._fast, self._last = {}, None
+
     def _lookup(self, key, leaves):
         """The cached entry for `key` whose guards hold, else None (a failed guard drops the entry)."""
         entry = self.cache.get(key)
@@ -153,7 +173,7 @@ class CompiledFunction:
         with self._lock:
             if self.cache.get(key) is entry:
                 del self.cache[key]
-                self._fast = {}
+                self._forget_fast()
                 self._note_retrace([reason])
                 self._last_desc = None
         return None
@@ -178,7 +198,7 @@ class CompiledFunction:
         if len(self.cache) >= self.cache_size:     # evict the least recently used signature
             old = min(self.cache, key=lambda k: self.cache[k].last_used)
             del self.cache[old]
-            self._fast = {}
+            self._forget_fast()
         self.cache[key] = entry
         if self._stats["traces"] > 8 and not self._warned:
             self._warned = True

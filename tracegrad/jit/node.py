@@ -1,5 +1,5 @@
 """The autograd node of a compiled call: its backward runs the compiled backward graph."""
-from ..autograd import _edge, _Mode
+from ..autograd import _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
@@ -8,20 +8,26 @@ from .writeback import Fresh
 
 
 class CompiledNode:
+    """What the engine needs of a compiled call, and nothing more: its edges, the saved values, the
+    forward inputs' versions (the backward may read any of them), and apply()."""
+    __slots__ = ("entry", "saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
+                 "const_arrays", "retained", "__weakref__")
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
+    loc = None             # no forward op to point at
 
     def __init__(self, entry, leaves, saved, inputs, results):
         self.entry, self.saved, self.freed = entry, saved, False
-        self.out_meta, self.n_out = entry.diff_meta, len(entry.diff_meta)
+        self.out_meta, self.n_out = entry.diff_meta, entry.n_diff
         idx = entry.bwd_arg_targets
-        self.reals = [leaves[k] for k in idx] if idx is not None else \
+        self.reals = reals = [leaves[k] for k in idx] if idx is not None else \
             [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
         # the inputs and results the backward reads (entry.watch): an in-place change of one before
         # backward() raises eager's error
         self.watched = [(inputs[i], "an input") for i in entry.watch[0]] + \
             [(results[k], "a result") for k in entry.watch[1]]
         self.versions = [t._ver[0] for t, _ in self.watched]
-        self.edges = [_edge(t) for t in self.reals]
+        self.edges = [None if not t._requires_grad else t if t.grad_fn is None else (t.grad_fn, t._oi)
+                      for t in reals]       # autograd._edge, inline
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
 
     def name(self):
@@ -56,6 +62,8 @@ class CompiledNode:
             outs = entry.run_bwd(arrays)
         known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
         fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
+        if fresh is None:
+            return [Tensor._wrap(o, t._dtype, t._device) for o, t in zip(outs, self.reals)]
         return [Tensor._wrap(o if j in known else fresh(o), t._dtype, t._device)
                 for j, (o, t) in enumerate(zip(outs, self.reals))]
 

@@ -83,6 +83,53 @@ def fast_key(args, kwargs):
     return tuple(key)
 
 
+class LastCall:
+    """The signature of one hot-path call (see fast_key), checked against a new call's positional
+    arguments with a few attribute reads each: a match has the same fast_key. Tensors are
+    compared by shape, dtype, device, requires_grad and whether .grad is None, numbers by type and
+    value, modules and optimizers by identity; the aliasing pattern is checked only when the
+    recorded call's tensors were all over distinct arrays (last_call makes no LastCall otherwise)
+    and the new call's must be too. Any other call is a miss: the caller falls back to fast_key."""
+
+    __slots__ = ("n", "tensors", "numbers", "objects", "grad", "dtype", "device")
+
+    def __init__(self, args):
+        self.n, self.grad, self.dtype, self.device = len(args), _Mode.grad, D.default_float, get_default_device()
+        self.tensors, self.numbers, self.objects = [], [], []
+        for i, x in enumerate(args):
+            if type(x) is Tensor:
+                self.tensors.append((i, x._shape, x._dtype, x._device, x._requires_grad, x._grad is None))
+            elif type(x) in (int, float, bool):
+                self.numbers.append((i, type(x), x))
+            else:
+                self.objects.append((i, x))
+
+    def matches(self, args):
+        if len(args) != self.n or _Mode.grad is not self.grad or D.default_float is not self.dtype or \
+                get_default_device() is not self.device:
+            return False
+        for i, shape, dtype, dev, rg, no_grad in self.tensors:
+            x = args[i]
+            if type(x) is not Tensor or x._shape != shape or x._dtype is not dtype or x._requires_grad is not rg \
+                    or (x._grad is None) is not no_grad or x._device is not dev and x._device != dev:
+                return False
+        for i, kind, v in self.numbers:
+            x = args[i]
+            if type(x) is not kind or x != v:
+                return False
+        for i, obj in self.objects:
+            if args[i] is not obj:
+                return False
+        tensors = self.tensors
+        return len(tensors) < 2 or len({id(args[t[0]]._data) for t in tensors}) == len(tensors)
+
+
+def last_call(args):
+    """A LastCall for the arguments of a hot-path call whose tensors are over distinct arrays, else None."""
+    arrays = [id(x._data) for x in args if type(x) is Tensor]
+    return LastCall(args) if len(set(arrays)) == len(arrays) else None
+
+
 def changes(before, now):
     """Readable reasons for a retrace: what differs between two signature descriptions."""
     return [f"{p}: {a} {before[(p, a)]} -> {v}" if (p, a) in before else f"{p}: new argument"

@@ -13,7 +13,7 @@ from .. import ops
 from ..cuda import memory
 from ..device import CPU, get_default_device
 from ..autograd import retain
-from ..modes import interpreter
+from ..modes import _thread, interpreter
 from ..printing import format_tensor
 
 
@@ -207,8 +207,8 @@ class TensorBase:
 
     @property
     def grad(self):
-        return interpreter().grad_access(self)._grad
-        return self._grad
+        stack = _thread.interpreters       # none pushed (eager): the field itself
+        return stack[-1].grad_access(self)._grad if stack else self._grad
 
     @grad.setter
     def grad(self, value):
@@ -217,7 +217,9 @@ class TensorBase:
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got {type(value).__name__}")
             if value._shape != self._shape:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
-        self = interpreter().grad_access(self)   # the tensor that holds the gradient (a tracer's stand-in)
+        stack = _thread.interpreters
+        if stack:
+            self = stack[-1].grad_access(self)   # the tensor that holds the gradient (a tracer's stand-in)
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):
