@@ -123,6 +123,36 @@ def _toposort(roots):
     return order
 
 
+def _leaf_edges(node):
+    """Whether every input of `node` is a leaf or needs no gradient: the graph is this node alone."""
+    for e in node.edges:
+        if isinstance(e, tuple):
+            return False
+    return True
+
+
+def _backward_one(node, g, retain_graph, create_graph):
+    """run_backward, eagerly, for a graph of one node with one output whose inputs are leaves (a
+    compiled call's, the usual case): the same steps without the bookkeeping of a graph."""
+    prev_mode, _Mode.grad = _Mode.grad, bool(create_graph)
+    _quiet.depth += 1
+    try:
+        node.check_saved()
+        in_grads = node.apply([g])
+        if not retain_graph:
+            node.release()
+    finally:
+        _Mode.grad = prev_mode
+        _quiet.depth -= 1
+    owned, leaf_grads = getattr(node, "owned_grads", False), {}
+    for e, g in zip(node.edges, in_grads):
+        if e is not None and g is not None:
+            prev = leaf_grads.get(id(e))      # a leaf twice among the inputs: its gradients sum
+            leaf_grads[id(e)] = (e, g, owned) if prev is None else (e, prev[1] + g, True)
+    for leaf, g, owned in leaf_grads.values():
+        _into_grad(leaf, g, create_graph, owned, modes.eager)
+
+
 def _accumulate(a, b):
     return b if a is None else a + b
 
@@ -133,6 +163,11 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     hooked = interp is not modes.eager     # an interpreter that follows the backward (a tracer)
     if hooked:
         interp.backward_started()
+    elif inputs is None and len(outputs) == 1:
+        node = outputs[0].grad_fn
+        if node is not None and outputs[0]._requires_grad and node.n_out == 1 and grad_outputs[0] is not None \
+                and not getattr(node, "retained", None) and _leaf_edges(node):
+            return _backward_one(node, grad_outputs[0], retain_graph, create_graph)
     roots, pending, leaf_grads = [], {}, {}
     for out, g in zip(outputs, grad_outputs):
         if not out._requires_grad:

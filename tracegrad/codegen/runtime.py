@@ -156,12 +156,12 @@ class Program:
                 else:
                     self._other(step, cur)
             if self.out_slots is not None:
-                return tuple([cur[s] for s in self.out_slots])
+                return tuple(map(cur.__getitem__, self.out_slots))
             return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
 
     def _bind(self, arrays):
         """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
-        addresses written into the pointer table. A small fresh output reuses the array the previous
+        addresses written into the pointer table (where it does not hold them already). A small fresh output reuses the array the previous
         call made for it when only this program still holds it (its tensors, views and saved copies
         are gone: any of them holds a reference), so a hot loop of small calls allocates nothing;
         an output whose array is still held is a new array, as always."""
@@ -172,11 +172,10 @@ class Program:
                 raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
-            if ref() is not a:          # an array's data never moves: reuse the address of the last one
-                ptr = _address(a)
-                spec[3:] = weakref.ref(a), ptr
+            if ref() is not a:          # an array's data never moves: the table holds the last one's address
+                spec[3:] = weakref.ref(a), _address(a)
+                table[slot] = spec[4]
             cur[slot] = a
-            table[slot] = ptr
         for o, i in self.inplace:
             cur[o] = cur[i]
             table[o] = table[i]
@@ -185,11 +184,10 @@ class Program:
             if a is None or _getrefcount(a) != _HELD or not a.flags.writeable or a.shape != shape or \
                     a.dtype is not dtype:       # else: the previous call's array, which nothing else holds now
                 a = np.empty(shape, dtype)
-                ptr = _address(a)
+                table[slot] = ptr = _address(a)
                 if recycled:
                     f[4:] = a, ptr
             cur[slot] = a
-            table[slot] = ptr
         return cur
 
     def _kernel_by_kernel(self, steps, cur, timings, capture):

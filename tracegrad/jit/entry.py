@@ -1,6 +1,7 @@
 """One compiled signature: its graphs and executables, and the plan of a call (where inputs come
 from, which outputs need the aliasing check, what the autograd node needs)."""
 import re
+from operator import attrgetter
 
 import numpy as np
 
@@ -13,6 +14,10 @@ from .device import DeviceFresh, DeviceInputs, expanded
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call
 from .writeback import Fresh, resolve, write_back
+
+
+_data_of = attrgetter("_data")
+_wrap = Tensor._wrap            # bound once (a classmethod binds at every attribute read)
 
 
 class Entry:
@@ -91,8 +96,10 @@ class Entry:
         return out
 
     def call(self, leaves):
-        sources = [leaves[k] for k in self.arg_inputs] if self.arg_inputs is not None else self.input_tensors(leaves)
-        arrays = [t._data for t in sources]
+        # map over C getters, not list comprehensions: each of those is a function object and a frame
+        sources = list(map(leaves.__getitem__, self.arg_inputs)) if self.arg_inputs is not None else \
+            self.input_tensors(leaves)
+        arrays = list(map(_data_of, sources))
         if self.on_device:
             arrays = self.device_inputs(arrays)
         for i, name in self.updated:
@@ -103,7 +110,9 @@ class Entry:
         else:
             outs = self.run_fwd(arrays)
         if self.plain_outs is not None:
-            results = [Tensor._wrap(outs[x], dtype, dev) for x, dtype, dev in self.plain_outs]
+            results = []
+            for x, dtype, dev in self.plain_outs:
+                results.append(_wrap(outs[x], dtype, dev))
         else:
             fresh = (DeviceFresh if self.on_device else Fresh)(arrays) if self.fwd_checks else None
             if self.writes:

@@ -1,10 +1,15 @@
 """The autograd node of a compiled call: its backward runs the compiled backward graph."""
+from operator import attrgetter
+
 from ..autograd import _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
 from .device import DeviceFresh
 from .writeback import Fresh
+
+_data_of = attrgetter("_data")
+_wrap = Tensor._wrap            # bound once (a classmethod binds at every attribute read)
 
 
 class CompiledNode:
@@ -16,18 +21,22 @@ class CompiledNode:
     loc = None             # no forward op to point at
 
     def __init__(self, entry, leaves, saved, inputs, results):
-        self.entry, self.saved, self.freed = entry, saved, False
+        self.entry, self.saved, self.freed, self.retained = entry, saved, False, None
         self.out_meta, self.n_out = entry.diff_meta, entry.n_diff
         idx = entry.bwd_arg_targets
-        self.reals = reals = [leaves[k] for k in idx] if idx is not None else \
+        # loops and map over C getters, not list comprehensions (each a function object and a frame)
+        self.reals = reals = list(map(leaves.__getitem__, idx)) if idx is not None else \
             [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
         # the inputs and results the backward reads (entry.watch): an in-place change of one before
         # backward() raises eager's error
         self.watched = [(inputs[i], "an input") for i in entry.watch[0]] + \
             [(results[k], "a result") for k in entry.watch[1]]
-        self.versions = [t._ver[0] for t, _ in self.watched]
-        self.edges = [None if not t._requires_grad else t if t.grad_fn is None else (t.grad_fn, t._oi)
-                      for t in reals]       # autograd._edge, inline
+        self.versions = versions = []
+        for t, _ in self.watched:
+            versions.append(t._ver[0])
+        self.edges = edges = []
+        for t in reals:                # autograd._edge, inline
+            edges.append(None if not t._requires_grad else t if t.grad_fn is None else (t.grad_fn, t._oi))
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
 
     def name(self):
@@ -51,7 +60,7 @@ class CompiledNode:
             raise RuntimeError(f"create_graph=True (double backward) through compiled function {self.entry.name} "
                                f"is not supported; call the function without tg.compile for higher-order grads")
         entry = self.entry
-        arrays = [g._data for g in grads]
+        arrays = list(map(_data_of, grads))
         arrays += self.saved
         arrays += self.const_arrays
         if entry.on_device:
@@ -63,7 +72,10 @@ class CompiledNode:
         known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
         fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
         if fresh is None:
-            return [Tensor._wrap(o, t._dtype, t._device) for o, t in zip(outs, self.reals)]
+            wrapped = []
+            for o, t in zip(outs, self.reals):
+                wrapped.append(_wrap(o, t._dtype, t._device))
+            return wrapped
         return [Tensor._wrap(o if j in known else fresh(o), t._dtype, t._device)
                 for j, (o, t) in enumerate(zip(outs, self.reals))]
 
