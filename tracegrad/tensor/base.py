@@ -54,6 +54,9 @@ def register(cls):
     return cls
 
 
+_new_object = object.__new__
+
+
 class TensorBase:
     """The state of a tensor and its attributes; see Tensor for the operations."""
 
@@ -68,11 +71,15 @@ class TensorBase:
     @classmethod
     def _wrap(cls, arr, dtype, dev=CPU):
         """A tensor of class `cls` over array `arr` (None for a traced value: the tracer sets its shape)."""
-        t = object.__new__(cls)
-        t._data, t._shape, t._dtype, t._device, t._ver, t._base, t._view = \
-            arr, tuple(arr.shape) if arr is not None else None, dtype, dev, [0], None, None
-        t._requires_grad, t._grad, t.grad_fn, t._oi, t._ir, t._tangent, t._retains_grad = \
-            False, None, None, 0, None, None, False
+        t = _new_object(cls)           # one store per slot (tuple assignments build and unpack a tuple)
+        t._data = arr
+        t._shape = tuple(arr.shape) if arr is not None else None
+        t._dtype = dtype
+        t._device = dev
+        t._ver = [0]
+        t._base = t._view = t._grad = t.grad_fn = t._ir = t._tangent = None
+        t._requires_grad = t._retains_grad = False
+        t._oi = 0
         return t
 
     @classmethod
