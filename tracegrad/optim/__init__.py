@@ -72,6 +72,14 @@ class Optimizer:
     def state_for(self, p):
         return self.state.setdefault(id(p), {})
 
+    @staticmethod
+    def _grads(group):
+        """(parameter, gradient with the group's weight decay added) for each parameter that has a grad."""
+        wd = group["weight_decay"]
+        for p in group["params"]:
+            if p.grad is not None:
+                yield p, (p.grad + wd * p if wd else p.grad)
+
 
 class SGD(Optimizer):
     """SGD with momentum and weight decay. The momentum buffer starts at zero, which gives PyTorch's
@@ -94,13 +102,8 @@ class SGD(Optimizer):
     @no_grad()
     def step(self):
         for group in self.param_groups:
-            lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if weight_decay:
-                    g = g + weight_decay * p
+            lr, momentum = group["lr"], group["momentum"]
+            for p, g in self._grads(group):
                 if momentum:
                     st = self.state_for(p)
                     if "momentum_buffer" not in st:      # momentum turned on after the group was added
@@ -132,13 +135,8 @@ class Adam(Optimizer):
     @no_grad()
     def step(self):
         for group in self.param_groups:
-            (b1, b2), lr, eps, weight_decay = group["betas"], group["lr"], group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if weight_decay:
-                    g = g + weight_decay * p
+            (b1, b2), lr, eps = group["betas"], group["lr"], group["eps"]
+            for p, g in self._grads(group):
                 st = self.state_for(p)
                 st["step"].add_(1.0)
                 m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
