@@ -70,12 +70,23 @@ def test_the_check_reports_a_kernel_numba_cuda_cannot_compile(nvvm, tmp_path):
     rec = tmp_path / "two.jsonl"
     args = [["array", "int64", 1, "C"], ["scalar", "int64"]]
     rec.write_text("".join(json.dumps({"fn": {"module": f"tracegrad_cuda_{name}", "qualname": "k", "line": 2,
-                                              "cells": [], "source": src}, "args": args}) + "\n"
+                                              "cells": [], "source": src}, "args": args, "block": 1024}) + "\n"
                            for name, src in (("bad", bad), ("good", good))))
     r = _python(["-m", "tracegrad.cuda.ptxcheck", str(rec)], HOST_ENV, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "FAILED tracegrad_cuda_bad.k(int64[1dC],int64)" in r.stdout
-    assert r.stdout.splitlines()[-1] == "1 of 2 distinct kernels compiled to PTX for sm_90; 1 failed"
+    assert "FAILED tracegrad_cuda_bad.k(int64[1dC],int64)" in r.stdout and "good" not in r.stdout
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("1 of 2 distinct kernels compiled to PTX for sm_90 (") and last.endswith("; 1 failed")
+
+
+def test_a_block_must_fit_the_registers_and_shared_memory_of_sm90():
+    assert ptxcheck.launch_problem(64, 0, 1024) is None and ptxcheck.launch_problem(255, 0, 256) is None
+    assert "65 registers per thread x 1024 threads" in ptxcheck.launch_problem(65, 0, 1024)
+    assert 66 * 992 < 65536 and "66 registers" in ptxcheck.launch_problem(66, 0, 992)   # 72 a thread, by warp
+    assert ptxcheck.launch_problem(57, 0, 1024) is None and ptxcheck.launch_problem(72, 0, 896) is None
+    assert "threads per block" in ptxcheck.launch_problem(8, 0, 1056)
+    assert ptxcheck.launch_problem(32, 48 << 10, 256) is None
+    assert "static shared memory" in ptxcheck.launch_problem(32, (48 << 10) + 4, 256)
 
 
 def test_argument_types_follow_numba_cudas_rule_for_device_arrays():

@@ -12,19 +12,35 @@ test and still fail to compile on a GPU. This module closes that gap in two step
    recorded function with real numba.cuda device functions (the simulator's stand-ins for warp
    shuffles and math are refused) and compiles it with `cuda.compile_ptx(fn, argtypes, cc=(9, 0))`
    through the CUDA toolkit's NVVM (CUDA_HOME, or /usr/local/cuda*): PTX for sm_90 (H100/H200).
+   Where ptxas is at hand, a kernel launched with more than 256 threads per block or using shared
+   memory is also assembled, and its registers and static shared memory checked against the most
+   threads per block it was launched with (a launch a real GPU refuses, the simulator runs).
+
+The whole cuda suite and examples/gpu_check.py (tests/test_cuda_ptx.py checks a smaller set):
+
+    NUMBA_ENABLE_CUDASIM=1 TRACEGRAD_RECORD_KERNELS=/tmp/k.jsonl python -m pytest -q tests/cuda
+    NUMBA_ENABLE_CUDASIM=1 TRACEGRAD_RECORD_KERNELS=/tmp/k.jsonl python examples/gpu_check.py --quick --reps 1
+    python -m tracegrad.cuda.ptxcheck --jobs 2 /tmp/k.jsonl
 """
 import base64
 import glob
 import hashlib
 import importlib
 import json
+import math
 import os
 import pickle
+import re
+import shutil
+import subprocess
+import tempfile
 import sys
 import types
 
 RECORD_ENV = "TRACEGRAD_RECORD_KERNELS"
 CC = (9, 0)
+REGISTERS = 65536        # 32-bit registers of a block on sm_90 (allocated per warp, 256 at a time)
+STATIC_SHARED = 48 << 10  # bytes of static shared memory a block may have
 
 
 # ------------------------------------------------------------ recording (under the simulator)
@@ -36,7 +52,8 @@ def record_launches(path):
     def call(self, *args):
         if not self._device and _ours(self.fn):
             fn = self.__dict__.get("_tg_recipe") or self.__dict__.setdefault("_tg_recipe", _recipe(self.fn))
-            line = json.dumps({"fn": fn, "args": [_argtype(a) for a in args]}, sort_keys=True)
+            line = json.dumps({"fn": fn, "args": [_argtype(a) for a in args],
+                               "block": math.prod(self.block_dim)}, sort_keys=True)
             if line not in seen:
                 seen.add(line)
                 with open(path, "a") as fh:
@@ -70,7 +87,7 @@ def _argtype(a):
     or F when contiguous without a stride-0 axis, else A)."""
     import numpy as np
     ary = getattr(a, "_ary", a)                  # the simulator's device array wraps a NumPy array
-    if isinstance(ary, np.ndarray) and (ary.ndim or ary is not a):
+    if isinstance(ary, np.ndarray):
         broadcast = 0 in ary.strides
         layout = "C" if ary.flags.c_contiguous and not broadcast else \
             "F" if ary.flags.f_contiguous and not broadcast else "A"
@@ -157,16 +174,18 @@ def _refuse_stand_ins(fn):
 
 
 def load(paths):
-    """The distinct recorded launches of the files at `paths`: [(recipe, argtypes)]."""
-    out, seen = [], set()
+    """The distinct recorded kernels of the files at `paths`: [(recipe, argtypes, most threads per
+    block of a launch)]."""
+    found = {}
     for p in paths:
         with open(p) as fh:
             for line in fh:
-                if line.strip() and line not in seen:
-                    seen.add(line)
+                if line.strip():
                     rec = json.loads(line)
-                    out.append((rec["fn"], rec["args"]))
-    return out
+                    key = json.dumps([rec["fn"], rec["args"]], sort_keys=True)
+                    block = max(rec.get("block", 1), found.get(key, (0, 0, 0))[2])
+                    found[key] = (rec["fn"], rec["args"], block)
+    return list(found.values())
 
 
 def label(recipe, args):
@@ -196,6 +215,51 @@ def compile_one(recipe, args, cc=CC):
         dispatcher.get_current_device = real
 
 
+def ptxas():
+    """The path of the toolkit's PTX assembler, or None."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    path = os.path.join(home, "bin", "ptxas")
+    return path if os.path.exists(path) else shutil.which("ptxas")
+
+
+def resources(ptx, assembler, cc=CC):
+    """(registers per thread, static shared bytes) of the kernel in `ptx`, assembled for `cc`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
+        fh.write(ptx)
+        fh.flush()
+        r = subprocess.run([assembler, f"-arch=sm_{cc[0]}{cc[1]}", "-v", "-o", os.devnull, fh.name],
+                           capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"ptxas rejects the PTX: {r.stderr.strip()[-2000:]}")
+    regs = re.search(r"Used (\d+) registers", r.stderr)
+    smem = re.search(r"(\d+) bytes smem", r.stderr)
+    return int(regs.group(1)) if regs else 0, int(smem.group(1)) if smem else 0
+
+
+def launch_problem(regs, smem, block):
+    """Why a block of `block` threads of a kernel using `regs` registers per thread and `smem` bytes of
+    static shared memory cannot launch on sm_90 (None when it can)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    if block > 1024:
+        return f"{block} threads per block (at most 1024)"
+    if -(-block // 32) * per_warp > REGISTERS:
+        return (f"{regs} registers per thread x {block} threads per block exceed the {REGISTERS} registers "
+                f"of a block (cudaErrorLaunchOutOfResources)")
+    if smem > STATIC_SHARED:
+        return f"{smem} bytes of static shared memory (at most {STATIC_SHARED})"
+    return None
+
+
+def check_one(recipe, args, block, assembler):
+    """Compile one kernel; where it may not fit its launch (more than 256 threads per block, or
+    shared memory) and ptxas is at hand, assemble it and check its registers and shared memory."""
+    ptx = compile_one(recipe, args)
+    if assembler and (block > 256 or ".shared" in ptx):
+        problem = launch_problem(*resources(ptx, assembler), block)
+        if problem:
+            raise RuntimeError(f"launched with {block} threads per block: {problem}")
+
+
 def nvvm_missing():
     """Why NVVM cannot be used here (None when it can). Without CUDA_HOME, the newest toolkit under
     /usr/local/cuda* is used."""
@@ -212,8 +276,8 @@ def nvvm_missing():
 
 
 def check(launches, jobs=1):
-    """[(label, error text)] of the recorded launches that fail to compile (compiled in `jobs`
-    forked processes)."""
+    """[(label, error text)] of the recorded kernels that fail to compile or to fit their launch
+    (checked in `jobs` forked processes)."""
     if jobs <= 1:
         return _check_part(launches)
     import concurrent.futures
@@ -223,10 +287,10 @@ def check(launches, jobs=1):
 
 
 def _check_part(launches):
-    failed = []
-    for recipe, args in launches:
+    failed, assembler = [], ptxas()
+    for recipe, args, block in launches:
         try:
-            compile_one(recipe, args)
+            check_one(recipe, args, block, assembler)
         except Exception as e:
             failed.append((label(recipe, args), f"{type(e).__name__}: {str(e).strip()[:2000]}"))
     return failed
@@ -251,8 +315,10 @@ def main(argv=None):
     failed = check(launches, args.jobs)
     for name, err in failed:
         print(f"FAILED {name}\n    {err}\n")
+    fit = "registers and shared memory checked against their launches by ptxas" if ptxas() else \
+        "no ptxas found: registers and shared memory per block not checked"
     print(f"{len(launches) - len(failed)} of {len(launches)} distinct kernels compiled to PTX for sm_"
-          f"{CC[0]}{CC[1]}" + (f"; {len(failed)} failed" if failed else ""))
+          f"{CC[0]}{CC[1]} ({fit})" + (f"; {len(failed)} failed" if failed else ""))
     return 1 if failed or not launches else 0
 
 
