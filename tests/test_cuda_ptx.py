@@ -100,3 +100,18 @@ def test_argument_types_follow_numba_cudas_rule_for_device_arrays():
         [["scalar", "float64"], ["scalar", "bool"], ["scalar", "float32"]]
     assert str(ptxcheck.numba_type(["tuple", [["array", "int32", 1, "A"], ["scalar", "bool"]]])) == \
         "Tuple(array(int32, 1d, A), bool)"
+
+
+def test_generated_kernels_of_blocks_past_256_threads_cap_their_registers():
+    """So that a block of up to 1024 threads always launches (spilling, not failing): the cap goes to
+    numba.cuda (max_registers) and, as the generated file's last line, to the PTX check's ptxas."""
+    import re
+
+    from tracegrad.codegen.cuda import compile as build
+    assert [build.max_registers(t) for t in (32, 256, 288, 512, 768, 1024)] == [None, None, 224, 128, 80, 64]
+    body = "def k(out):\n    out[0] = 1.0"
+    big, small = build.kernel(body, "k", 1024), build.kernel(body, "k", 256)
+    assert big.targetoptions["max_registers"] == 64 and "max_registers" not in small.targetoptions
+    assert small is build.kernel(body, "k")
+    text = open(big.py_func.__code__.co_filename).read()
+    assert re.search(build.REGISTER_NOTE.format(r"(\d+)"), text).group(1) == "64"

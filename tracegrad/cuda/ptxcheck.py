@@ -14,7 +14,8 @@ test and still fail to compile on a GPU. This module closes that gap in two step
    through the CUDA toolkit's NVVM (CUDA_HOME, or /usr/local/cuda*): PTX for sm_90 (H100/H200).
    Where ptxas is at hand, a kernel launched with more than 256 threads per block or using shared
    memory is also assembled, and its registers and static shared memory checked against the most
-   threads per block it was launched with (a launch a real GPU refuses, the simulator runs).
+   threads per block it was launched with (a launch a real GPU refuses, the simulator runs); a
+   generated kernel with its register cap (codegen/cuda/compile.py's max_registers).
 
 The whole cuda suite and examples/gpu_check.py (tests/test_cuda_ptx.py checks a smaller set):
 
@@ -222,12 +223,14 @@ def ptxas():
     return path if os.path.exists(path) else shutil.which("ptxas")
 
 
-def resources(ptx, assembler, cc=CC):
-    """(registers per thread, static shared bytes) of the kernel in `ptx`, assembled for `cc`."""
+def resources(ptx, assembler, cap=None, cc=CC):
+    """(registers per thread, static shared bytes) of the kernel in `ptx`, assembled for `cc` (with
+    at most `cap` registers a thread, as numba.cuda's max_registers asks the linker)."""
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
         fh.write(ptx)
         fh.flush()
-        r = subprocess.run([assembler, f"-arch=sm_{cc[0]}{cc[1]}", "-v", "-o", os.devnull, fh.name],
+        limit = [f"--maxrregcount={cap}"] if cap else []
+        r = subprocess.run([assembler, f"-arch=sm_{cc[0]}{cc[1]}", "-v", *limit, "-o", os.devnull, fh.name],
                            capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"ptxas rejects the PTX: {r.stderr.strip()[-2000:]}")
@@ -255,7 +258,9 @@ def check_one(recipe, args, block, assembler):
     shared memory) and ptxas is at hand, assemble it and check its registers and shared memory."""
     ptx = compile_one(recipe, args)
     if assembler and (block > 256 or ".shared" in ptx):
-        problem = launch_problem(*resources(ptx, assembler), block)
+        from ..codegen.cuda import compile as build     # a generated kernel's cap: its file's last line
+        cap = re.search(build.REGISTER_NOTE.format(r"(\d+)"), recipe.get("source", ""))
+        problem = launch_problem(*resources(ptx, assembler, cap and int(cap.group(1))), block)
         if problem:
             raise RuntimeError(f"launched with {block} threads per block: {problem}")
 

@@ -29,6 +29,8 @@ HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")
 WARP = 32
+REGISTERS = 65536      # 32-bit registers of a block (every GPU numba.cuda supports)
+REGISTER_NOTE = "# at most {} registers a thread"      # the generated file's last line, where capped
 _KERNELS = {}
 _LOCK = threading.Lock()
 
@@ -44,18 +46,28 @@ def module_text(body):
     return HEADER + half + "\n\n" + body + "\n"
 
 
-def kernel(body, fn_name):
-    """The numba.cuda dispatcher of the function `fn_name` defined by `body` (built once)."""
-    text = module_text(body)
+def max_registers(threads):
+    """The most registers per thread that let a block of `threads` launch (REGISTERS a block, given
+    out per warp, 8 a thread at a time), or None where a thread's 255 fit (256 threads or fewer)."""
+    cap = REGISTERS // (-(-threads // WARP) * WARP) // 8 * 8
+    return cap if cap < 255 else None
+
+
+def kernel(body, fn_name, threads=None):
+    """The numba.cuda dispatcher of the function `fn_name` defined by `body` (built once), for blocks
+    of up to `threads` threads: past 256 its registers are capped (max_registers) so that every
+    block launches (spilling rather than failing with too many resources requested for launch)."""
+    cap = max_registers(threads) if threads else None
+    text = module_text(body) + (f"{REGISTER_NOTE.format(cap)} (blocks of {threads} threads)\n" if cap else "")
     key = hashlib.sha256(text.encode()).hexdigest()
     with _LOCK:
         hit = _KERNELS.get(key)
         if hit is None:
-            hit = _KERNELS[key] = _build(text, key, fn_name)
+            hit = _KERNELS[key] = _build(text, key, fn_name, cap)
     return hit
 
 
-def _build(text, key, fn_name):
+def _build(text, key, fn_name, cap):
     from numba import cuda
     sim = simulated()
     path = _write(text, key)
@@ -68,7 +80,8 @@ def _build(text, key, fn_name):
     if sim:
         module.shfl_xor_sync, module.math = _sim_shfl_xor, _SimMath
     sys.modules.setdefault(name, module)
-    return cuda.jit(getattr(module, fn_name), cache=not sim)
+    limits = {"max_registers": cap} if cap and not sim else {}
+    return cuda.jit(getattr(module, fn_name), cache=not sim, **limits)
 
 
 def _write(text, key):

@@ -90,7 +90,7 @@ class CudaKernel:
             raise TypeError(f"CUDA kernel {self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
         launch = self._launch.get(stream)
         if launch is None:           # the configured launch, kept: a call is the launch alone
-            launch = self._launch[stream] = build.kernel(self._body, self.name)[self.grid, self.block, stream]
+            launch = self._launch[stream] = build.kernel(self._body, self.name, self.block)[self.grid, self.block, stream]
         flat = [a.reshape(a.size) if a.ndim != 1 else a for a in arrays]
         launch(*flat, *(self.scratch.arrays() if self.scratch else ()))
 
