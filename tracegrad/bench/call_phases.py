@@ -43,7 +43,7 @@ def phases():
         "  entry.call": lambda: entry.call(args),
         "    forward Program.run": lambda: fwd.run(fwd_in),
         "      native segments": lambda: [s[1](*s[2]) for s in native[0]],
-        "    CompiledNode()": lambda: node_type(entry, args, fwd_in, [x]),
+        "    CompiledNode()": lambda: node_type.of_call(entry, args, fwd_in, [x], [loss]),
         "    Tensor._wrap": lambda: tg.Tensor._wrap(fwd_in[0], x._dtype, x._device),
         "x.grad = None; f(x); engine backward": forward_backward,
         "  implicit gradient (ones)": lambda: loss._implicit_gradient(False),

@@ -19,6 +19,8 @@ from ..ir.kernels import contiguous_strides
 from . import buffers, forksafe
 from .driver import blas, gemm_slots
 from .slots import roles
+from .straight import HELD as _HELD
+from .straight import straight_run
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
@@ -31,16 +33,6 @@ MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLE
 
 RECYCLE_BYTES = 1 << 16       # fresh outputs this small are recycled once nothing holds them (see _bind)
 _getrefcount = sys.getrefcount
-
-
-def _count_held():
-    """The reference count _bind reads of an array that only a list and a local variable hold."""
-    spec = [np.empty(0)]
-    a = spec[0]
-    return _getrefcount(a)
-
-
-_HELD = _count_held()
 
 
 def work(kernel):
@@ -115,6 +107,9 @@ class Program:
             else:
                 self.plan.append(self.other[step[1]])
         self.step_source, self._steps = step_source, None
+        straight = straight_run(self, self.run, _address)
+        if straight is not None:         # a small program's call without the loops of Program.run
+            self.run, self.run_source = straight
 
     @property
     def steps(self):

@@ -9,6 +9,7 @@ from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
+from .callgen import straight_apply, straight_call
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
 from .node import CompiledNode, RefusedBackward, watch_plan
@@ -50,6 +51,14 @@ class Entry:
                       if kind == "tensor" and st.requires_grad and st._dtype.is_floating_point]
         self.refused = s.refused is not None and (s.refused, needs_grad)
         self._plan_calls(s.backward)
+        self.apply = CompiledNode.apply_general       # the backward's apply(node, grads)
+        self.call_source = self.apply_source = None
+        fast = straight_call(self)
+        if fast is not None:                           # the same steps, written out for this signature
+            self.call, self.call_source = fast
+        fast = straight_apply(self)
+        if fast is not None:
+            self.apply, self.apply_source = fast
 
     def _plan_calls(self, backward):
         self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None
@@ -120,7 +129,7 @@ class Entry:
             results = [(Tensor._wrap(fresh(outs[x]) if check else outs[x], dtype, dev) if kind == "tensor" else x)
                        for kind, x, check, dtype, dev in self.out_items]
         if self.run_bwd is not None and _Mode.grad:
-            node = CompiledNode(self, leaves, outs[self.saved_at:], sources, results)
+            node = CompiledNode.of_call(self, leaves, outs[self.saved_at:], sources, results)
             for oi, k in enumerate(self.diff_pos):
                 t = results[k]
                 t._requires_grad, t.grad_fn, t._oi = True, node, oi

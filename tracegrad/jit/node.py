@@ -20,24 +20,26 @@ class CompiledNode:
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
     loc = None             # no forward op to point at
 
-    def __init__(self, entry, leaves, saved, inputs, results):
+    def __init__(self, entry, saved, reals, watched, versions, edges):
+        """saved: the forward's arrays the backward reads; reals: the tensors it returns gradients
+        for; watched: the inputs and results it reads (entry.watch; an in-place change of one before
+        backward() raises eager's error), `versions` their versions now; edges: autograd's edge to
+        each of reals."""
         self.entry, self.saved, self.freed, self.retained = entry, saved, False, None
         self.out_meta, self.n_out = entry.diff_meta, entry.n_diff
-        idx = entry.bwd_arg_targets
-        # loops and map over C getters, not list comprehensions (each a function object and a frame)
-        self.reals = reals = list(map(leaves.__getitem__, idx)) if idx is not None else \
-            [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
-        # the inputs and results the backward reads (entry.watch): an in-place change of one before
-        # backward() raises eager's error
-        self.watched = [(inputs[i], "an input") for i in entry.watch[0]] + \
-            [(results[k], "a result") for k in entry.watch[1]]
-        self.versions = versions = []
-        for t, _ in self.watched:
-            versions.append(t._ver[0])
-        self.edges = edges = []
-        for t in reals:                # autograd._edge, inline
-            edges.append(None if not t._requires_grad else t if t.grad_fn is None else (t.grad_fn, t._oi))
+        self.reals, self.watched, self.versions, self.edges = reals, watched, versions, edges
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
+
+    @classmethod
+    def of_call(cls, entry, leaves, saved, inputs, results):
+        """The node of a call with these leaves, input tensors and results (Entry.call's general path;
+        callgen.py writes the same steps out per signature)."""
+        idx = entry.bwd_arg_targets
+        reals = [leaves[k] for k in idx] if idx is not None else \
+            [leaves[s[1]] if s[0] == "arg" else s[1] for s in entry.bwd_targets]
+        watched = [inputs[i] for i in entry.watch[0]] + [results[k] for k in entry.watch[1]]
+        edges = [None if not t._requires_grad else t if t.grad_fn is None else (t.grad_fn, t._oi) for t in reals]
+        return cls(entry, saved, reals, watched, [t._ver[0] for t in watched], edges)
 
     def name(self):
         return f"Compiled{''.join(w.capitalize() for w in self.entry.name.split('_'))}Backward"
@@ -49,16 +51,21 @@ class CompiledNode:
         if self.freed:
             raise RuntimeError("Trying to backward through the graph of a compiled call a second time; specify "
                                "retain_graph=True on the first backward if you need to.")
-        for (t, what), v in zip(self.watched, self.versions):
+        n_inputs = len(self.entry.watch[0])
+        for i, (t, v) in enumerate(zip(self.watched, self.versions)):
             if t._ver[0] != v:
+                what = "an input" if i < n_inputs else "a result"
                 raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
                                    f"inplace operation: [{t.dtype} {list(t.shape)}], {what} of compiled "
                                    f"{self.entry.name}, is at version {t._ver[0]}; expected version {v} instead.")
 
     def apply(self, grads):
+        return self.entry.apply(self, grads)
+
+    def apply_general(self, grads):
+        """apply(), for any entry (callgen.py writes it out per signature for the common one)."""
         if _Mode.grad:
-            raise RuntimeError(f"create_graph=True (double backward) through compiled function {self.entry.name} "
-                               f"is not supported; call the function without tg.compile for higher-order grads")
+            raise_double_backward(self.entry.name)
         entry = self.entry
         arrays = list(map(_data_of, grads))
         arrays += self.saved
@@ -81,6 +88,11 @@ class CompiledNode:
 
     def release(self):
         self.saved, self.freed = None, True
+
+
+def raise_double_backward(name):
+    raise RuntimeError(f"create_graph=True (double backward) through compiled function {name} "
+                       f"is not supported; call the function without tg.compile for higher-order grads")
 
 
 class RefusedBackward:

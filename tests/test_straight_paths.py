@@ -1,0 +1,156 @@
+"""The generated straight-line paths (codegen/straight.py: a program's run; jit/callgen.py: an
+entry's call and its backward's apply) do what the general methods do, for generated functions:
+any number of inputs and outputs, a tensor argument used twice, arguments that need no gradient,
+outputs that are tuples or dicts, layouts that need a contiguous copy; and they are the path a
+plain signature takes, while signatures that need the general steps never get them.
+
+Oracles: the general methods (Program.run, Entry.call, CompiledNode.apply_general) on the same
+inputs, and eager tracegrad."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+from tracegrad.codegen.runtime import Program
+from tracegrad.jit.entry import Entry
+
+EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "8"))
+
+# elementwise and reducing steps combining a running value with one argument
+STEPS = [lambda v, a: v * a, lambda v, a: (v + a).tanh(), lambda v, a: v - a.exp(),
+         lambda v, a: v * a.sum(), lambda v, a: (v * a).sigmoid()]
+
+
+def make_fn(steps, n_args, outputs):
+    """A function of n_args tensors applying `steps` [(step, argument index)]; it returns the
+    final value's sum, or a tuple/dict of (sum, the value, a mean)."""
+    def fn(*args):
+        v = args[0]
+        for s, i in steps:
+            v = STEPS[s](v, args[i % n_args])
+        if outputs == "one":
+            return v.sum()
+        if outputs == "tuple":
+            return v.sum(), v * 2.0, v.mean()
+        return {"loss": v.sum(), "value": v}
+    return fn
+
+
+def leaves(n_args, rgs, layouts, same, dtype, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_args):
+        data = (rng.standard_normal((3, 5)) * 0.5).astype(dtype)
+        t = tg.tensor(np.ascontiguousarray(data.T)).t() if layouts[i] else tg.tensor(data)
+        out.append(t.requires_grad_(rgs[i]))
+    if same and n_args > 1:
+        out[1] = out[0]
+    return out
+
+
+def values(result):
+    if isinstance(result, dict):
+        return [result[k] for k in sorted(result)]
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def grads_after(result, args):
+    loss = values(result)[0]
+    if loss.requires_grad:
+        loss.backward()
+    return [None if a.grad is None else a.grad.numpy().copy() for a in args]
+
+
+CASE = st.fixed_dictionaries({
+    "steps": st.lists(st.tuples(st.integers(0, len(STEPS) - 1), st.integers(0, 3)), min_size=1, max_size=6),
+    "n_args": st.integers(1, 3), "outputs": st.sampled_from(["one", "tuple", "dict"]),
+    "rgs": st.tuples(st.booleans(), st.booleans(), st.booleans()),
+    "layouts": st.tuples(st.booleans(), st.booleans(), st.booleans()),
+    "same": st.booleans(), "dtype": st.sampled_from([np.float32, np.float64])})
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(CASE)
+def test_generated_paths_match_general_and_eager(case):
+    fn = make_fn(case["steps"], case["n_args"], case["outputs"])
+    f = tg.compile(fn)
+
+    def run(call):
+        args = leaves(case["n_args"], case["rgs"], case["layouts"], case["same"], case["dtype"], 7)
+        res = call(args)
+        return [v.detach().numpy().copy() for v in values(res)], grads_after(res, args), res
+    eager_vals, eager_grads, _ = run(lambda args: fn(*args))
+    f(*leaves(case["n_args"], case["rgs"], case["layouts"], case["same"], case["dtype"], 7))    # trace
+    (entry,) = f.cache.values()
+    assert entry.call_source is not None           # a plain signature takes the generated call
+    if entry.run_bwd is not None:
+        assert entry.apply_source is not None
+    tol = dict(rtol=1e-5, atol=1e-6) if case["dtype"] == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for call in (lambda args: f(*args),                                  # the generated call
+                 lambda args: Entry.call(entry, tuple(args))):           # the general one
+        for _ in range(2):                                               # the second reuses outputs
+            vals, grads, res = run(call)
+            for a, b in zip(vals, eager_vals):
+                np.testing.assert_allclose(a, b, **tol)
+            for a, b in zip(grads, eager_grads):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    np.testing.assert_allclose(a, b, **tol)
+            assert [v.requires_grad for v in values(res)] == \
+                [v.requires_grad for v in values(fn(*leaves(case["n_args"], case["rgs"], case["layouts"],
+                                                            case["same"], case["dtype"], 7)))]
+
+
+def test_general_apply_equals_generated_apply():
+    f = tg.compile(lambda a, b: (a * b.tanh()).sum())
+    a, b = tg.randn(4, 3, requires_grad=True), tg.randn(4, 3, requires_grad=True)
+    f(a, b)
+    (entry,) = f.cache.values()
+    out = []
+    for apply in (entry.apply, type(f(a, b).grad_fn).apply_general):
+        loss = f(a, b)
+        with tg.no_grad():
+            out.append([g.numpy().copy() for g in apply(loss.grad_fn, [tg.ones(())])])
+    for x, y in zip(*out):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_program_straight_run_equals_general_run_and_recycles():
+    f = tg.compile(lambda a: (a.exp() * 2.0).sum(dim=1))
+    a = tg.randn(5, 7)
+    f(a)
+    prog = next(iter(f.cache.values())).programs[0]
+    assert prog.run_source is not None
+    arr = a.numpy()
+    first = prog.run([arr])[0].copy()
+    np.testing.assert_array_equal(first, Program.run(prog, [arr])[0])
+    np.testing.assert_array_equal(first, prog.run([np.asfortranarray(arr)])[0])     # copied to row-major
+    held = prog.run([arr])[0]
+    again = prog.run([arr])[0]
+    assert again is not held                     # a held output is never overwritten
+    np.testing.assert_array_equal(held, first)
+    ident = id(again)
+    del again, held
+    assert id(prog.run([arr])[0]) == ident       # nothing holds it: reused
+    with pytest.raises(ValueError, match=r"expected float32\[5, 7\], got float64\[5, 7\]"):
+        prog.run([arr.astype(np.float64)])
+
+
+@pytest.mark.parametrize("how", ["check", "writes", "alias"])
+def test_signatures_needing_general_steps_keep_them(how):
+    a = tg.randn(3, 4)
+    if how == "check":
+        f = tg.compile(lambda a: a * 2.0, check=True)
+    elif how == "writes":
+        f = tg.compile(lambda a: a.mul_(2.0))
+    else:
+        f = tg.compile(lambda a: (a, a * 2.0))
+    expected = [v.numpy().copy() for v in values(f.fn(a.clone()))]
+    got = values(f(a))
+    (entry,) = f.cache.values()
+    assert entry.call_source is None
+    for x, y in zip(got, expected):
+        np.testing.assert_allclose(x.numpy(), y)

@@ -1,0 +1,97 @@
+"""A program's call as straight-line Python, generated once per program.
+
+Program.run binds arrays to slots in loops over lists of specs and dispatches each step on its
+kind; for a small program that bookkeeping costs more than its kernels. `straight_run(prog)` writes
+the same steps for one program with its slots, shapes and dtypes as constants: check and bind each
+input, reuse or allocate each fresh output, call each native segment, return the outputs. Only
+programs whose every step is a native segment get one (a program with host or threaded steps is
+large, and its bookkeeping is noise); the others keep Program.run. `prog.run_source` is the text.
+"""
+import sys
+import weakref
+
+import numpy as np
+
+from .threads import _POOL as _POOLS
+
+_getrefcount = sys.getrefcount
+
+
+def _count_held():
+    """The reference count the generated code reads of a recycled output it holds in one list
+    cell and one local variable."""
+    cell = [np.empty(0)]
+    a = cell[0]
+    return _getrefcount(a)
+
+
+HELD = _count_held()
+
+
+def straight_run(prog, general, address):
+    """(run, its source): the generated `run(arrays, timings=None, capture=None)` of Program `prog`, or None when a
+    step of its plan is not a native segment. `general(arrays, timings, capture)` is Program.run
+    (check mode and profiles go there); `address(array)` the data address of a contiguous array."""
+    if any(step[0] != "call" for step in prog.plan):
+        return None
+    env = {"general": general, "address": address, "weakref_ref": weakref.ref, "empty": np.empty,
+           "ascontiguousarray": np.ascontiguousarray, "getrefcount": _getrefcount, "HELD": HELD,
+           "table": prog.table, "lock": prog.lock, "bad_input": _bad_input}
+    names = {}                    # slot -> the local variable holding its array this call
+    lines = ["def run(arrays, timings=None, capture=None):",
+             "    if timings is not None or capture is not None:",
+             "        return general(arrays, timings, capture)"]
+    n = len(prog.inputs)
+    lines.append(f"    ({''.join(f'a{i}, ' for i in range(n))}) = arrays" if n else "    () = arrays")
+    for i, (slot, shape, dtype, _, _) in enumerate(prog.inputs):
+        env[f"SH{i}"], env[f"DT{i}"] = shape, dtype
+        lines += [f"    if a{i}.shape != SH{i} or a{i}.dtype is not DT{i} and a{i}.dtype != DT{i}:",
+                  f"        bad_input(DT{i}, SH{i}, a{i})",
+                  f"    if not a{i}.flags.c_contiguous:",
+                  f"        a{i} = ascontiguousarray(a{i})"]
+        names[slot] = f"a{i}"
+    lines.append("    with lock:")
+    for i, (slot, *_rest) in enumerate(prog.inputs):
+        env[f"IN{i}"] = prog.inputs[i]        # [slot, shape, dtype, weakref to last array, its address]
+        lines += [f"        if IN{i}[3]() is not a{i}:     # an array's data never moves",
+                  f"            IN{i}[3] = weakref_ref(a{i})",
+                  f"            table[{slot}] = IN{i}[4] = address(a{i})"]
+    for o, i in prog.inplace:
+        names[o] = names[i]
+        lines.append(f"        table[{o}] = table[{i}]")
+    for k, (slot, shape, dtype, recycled, _, _) in enumerate(prog.fresh):
+        env[f"FSH{k}"], env[f"FDT{k}"], env[f"FR{k}"] = shape, dtype, prog.fresh[k]
+        names[slot] = f"o{k}"
+        if recycled:             # the previous call's array when nothing else holds it now
+            lines += [f"        o{k} = FR{k}[4]",
+                      f"        if o{k} is None or getrefcount(o{k}) != HELD or not o{k}.flags.writeable or "
+                      f"o{k}.shape != FSH{k}:",
+                      f"            o{k} = FR{k}[4] = empty(FSH{k}, FDT{k})",
+                      f"            table[{slot}] = address(o{k})"]
+        else:
+            lines += [f"        o{k} = empty(FSH{k}, FDT{k})",
+                      f"        table[{slot}] = address(o{k})"]
+    for j, step in enumerate(prog.plan):
+        env[f"seg{j}"], env[f"segargs{j}"] = step[1], step[2]
+        if step[3]:
+            env["POOLS"] = _POOLS
+            lines += ["        if POOLS:", "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
+        lines.append(f"        seg{j}(*segargs{j})")
+    outs = []
+    for j, (slot, shape) in enumerate(prog.outputs):
+        if slot not in names:                 # a planned intermediate returned (no copy, as Program.run)
+            env[f"T{slot}"] = prog.template[slot]
+            names[slot] = f"T{slot}"
+        if shape is None:
+            outs.append(names[slot])
+        else:
+            env[f"OSH{j}"] = tuple(shape)
+            outs.append(f"{names[slot]}.reshape(OSH{j})")
+    lines.append(f"        return ({''.join(o + ', ' for o in outs)})")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<straight run of {prog.graph.name}>", "exec"), env)
+    return env["run"], source
+
+
+def _bad_input(dtype, shape, a):
+    raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")

@@ -1,0 +1,91 @@
+"""An entry's call and its backward's apply as straight-line Python, generated once per signature.
+
+Entry.call and CompiledNode.apply decide per call what this signature decided once: where each
+input comes from, which outputs need checks, what the autograd node keeps. For the common entry —
+on the CPU, no check mode, nothing written back, every output a fresh tensor, arguments as the
+inputs — `straight_call(entry)` writes those decisions out as code: read the arguments' arrays,
+run the forward program, wrap the results, build the node. `straight_apply(entry)` does the same
+for the backward. Other entries keep the general methods; both paths build the same node and the
+same tensors (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
+`entry.call_source` and `entry.apply_source`.
+"""
+from ..autograd import _Mode
+from ..pytree import unflatten
+from ..tensor import Tensor
+from .node import CompiledNode, raise_double_backward
+
+
+def _plain(entry):
+    """Whether the entry's forward call needs none of Entry.call's general steps."""
+    return (not entry.on_device and not entry.check and entry.plain_outs is not None and not entry.updated
+            and not entry.aliases and entry.arg_inputs is not None)
+
+
+def straight_call(entry):
+    """(call(leaves), source), or None when the entry needs the general Entry.call."""
+    if not _plain(entry):
+        return None
+    node = entry.run_bwd is not None
+    if node and entry.bwd_arg_targets is None or not node and entry.refused and entry.refused[1]:
+        return None
+    env = {"entry": entry, "run_fwd": entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode, "Node": CompiledNode,
+           "unflatten": unflatten, "STRUCT": entry.out_struct}
+    lines = ["def call(leaves):"]
+    src = {}                      # leaf position -> local name
+    for k in dict.fromkeys(entry.arg_inputs):
+        src[k] = f"s{k}"
+        lines.append(f"    s{k} = leaves[{k}]")
+    lines.append(f"    outs = run_fwd([{', '.join(src[k] + '._data' for k in entry.arg_inputs)}])")
+    for j, (x, dtype, dev) in enumerate(entry.plain_outs):
+        env[f"DT{j}"], env[f"DEV{j}"] = dtype, dev
+        lines.append(f"    r{j} = wrap(outs[{x}], DT{j}, DEV{j})")
+    if node:
+        for k in entry.bwd_arg_targets:
+            if k not in src:
+                src[k] = f"s{k}"
+                lines.insert(1, f"    s{k} = leaves[{k}]")
+        reals = [src[k] for k in entry.bwd_arg_targets]
+        watched = [src[entry.arg_inputs[i]] for i in entry.watch[0]] + [f"r{k}" for k in entry.watch[1]]
+        lines += ["    if Mode.grad:",
+                  f"        node = Node(entry, outs[{entry.saved_at}:], [{''.join(r + ', ' for r in reals)}], "
+                  f"[{''.join(w + ', ' for w in watched)}], [{''.join(w + '._ver[0], ' for w in watched)}], "
+                  f"[{''.join(_edge(r) + ', ' for r in reals)}])"]
+        for oi, k in enumerate(entry.diff_pos):
+            lines.append(f"        r{k}._requires_grad, r{k}.grad_fn, r{k}._oi = True, node, {oi}")
+    results = [f"r{j}" for j in range(len(entry.plain_outs))]
+    lines.append(f"    return {results[0]}" if entry.one_out else
+                 f"    return unflatten(STRUCT, [{', '.join(results)}])")
+    return _exec(lines, env, "call", entry.name)
+
+
+def straight_apply(entry):
+    """(apply(node, grads), source) for the entry's backward, or None when it needs the general
+    CompiledNode.apply (cuda, check mode, an output that may be a cotangent passed through)."""
+    if entry.run_bwd is None or entry.on_device or entry.check or len(entry.bwd_fresh) < len(entry.bwd_targets):
+        return None
+    env = {"entry": entry, "run_bwd": entry.run_bwd, "wrap": Tensor._wrap, "Mode": _Mode,
+           "raise_double_backward": raise_double_backward}
+    n = entry.n_diff
+    lines = ["def apply(node, grads):",
+             "    if Mode.grad:",
+             "        raise_double_backward(entry.name)",
+             f"    ({''.join(f'g{i}, ' for i in range(n))}) = grads",
+             f"    arrays = [{''.join(f'g{i}._data, ' for i in range(n))}]",
+             "    arrays += node.saved",
+             "    arrays += node.const_arrays",
+             "    outs = run_bwd(arrays)",
+             "    reals = node.reals"]
+    lines.append("    return [" + ", ".join(f"wrap(outs[{j}], reals[{j}]._dtype, reals[{j}]._device)"
+                                          for j in range(len(entry.bwd_targets))) + "]")
+    return _exec(lines, env, "apply", entry.name)
+
+
+def _edge(t):
+    """autograd's edge to tensor expression t (None: it needs no gradient; t: a leaf; else its node)."""
+    return f"(None if not {t}._requires_grad else {t} if {t}.grad_fn is None else ({t}.grad_fn, {t}._oi))"
+
+
+def _exec(lines, env, name, fn_name):
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<straight {name} of {fn_name}>", "exec"), env)
+    return env[name], source
