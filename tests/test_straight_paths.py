@@ -154,3 +154,32 @@ def test_signatures_needing_general_steps_keep_them(how):
     assert entry.call_source is None
     for x, y in zip(got, expected):
         np.testing.assert_allclose(x.numpy(), y)
+
+
+def test_native_segment_call_is_a_builtin_and_matches_ctypes(monkeypatch):
+    """native_call.py: a segment called as a builtin (GIL released around it) and through ctypes (the
+    fallback where the C API is not found) computes the same, and the builtin leaves no reference
+    behind (it returns None with the reference it owes)."""
+    import sys
+    import types
+    from tracegrad.codegen import native_call
+
+    f = tg.compile(lambda a: (a.exp() * 2.0).sum(dim=0))
+    a = tg.randn(6, 4)
+    expected = f(a).numpy().copy()
+    prog = next(iter(f.cache.values())).programs[0]
+    (step,) = prog.plan
+    assert isinstance(step[1], types.BuiltinFunctionType)
+    out = prog.run([a.numpy()])[0]
+    before = sys.getrefcount(None)
+    for _ in range(1000):
+        out[...] = 0
+        step[1]()
+    assert sys.getrefcount(None) == before
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    monkeypatch.setattr(native_call, "_STATE", [None])      # as where the C API is not found: ctypes
+    caller = native_call.segment_caller(prog.engine_ref.address("forward_s0"), prog.table)
+    assert not isinstance(caller, types.BuiltinFunctionType)
+    out[...] = 0
+    caller()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)

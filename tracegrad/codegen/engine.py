@@ -81,3 +81,14 @@ class Engine:
 
 def compile_module(text):
     return Engine(text)
+
+
+def glue_engine(text):
+    """An MCJIT engine for a few lines of glue code (native_call.py), compiled as written: no
+    optimization, no disk cache."""
+    _initialize()
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    ee = llvm.create_mcjit_compiler(mod, _new_target_machine())
+    ee.finalize_object()
+    return ee

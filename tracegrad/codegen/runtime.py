@@ -1,7 +1,7 @@
 """Run a compiled program: buffers planned once, a short list of steps, threads for big loops.
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
-output arrays (handed to the user; a small one is reused only once nothing else holds it), one ctypes call per native segment (a run of
+output arrays (handed to the user; a small one is reused only once nothing else holds it), one native call per native segment (native_call.py; a run of
 kernels and matrix products, see driver.py), the thread pool's bookkeeping for kernels large
 enough to split into chunks, and one NumPy call per host step. Check mode and profiles run the
 same native functions kernel by kernel.
@@ -18,13 +18,13 @@ import numpy as np
 from ..ir.kernels import contiguous_strides
 from . import buffers, forksafe
 from .driver import blas, gemm_slots
+from .native_call import segment_caller
 from .slots import roles
 from .straight import HELD as _HELD
 from .straight import straight_run
 from .threads import _POOL as _POOLS
 from .threads import Judge, pool
 
-SEGMENT = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
@@ -103,7 +103,7 @@ class Program:
         for step in plan:
             if step[0] == "native":
                 blas_call = any(kernels[j].kind == "extern" for j in step[2])
-                self.plan.append(("call", SEGMENT(engine_ref.address(step[1])), (table_ref,), blas_call))
+                self.plan.append(("call", segment_caller(engine_ref.address(step[1]), self.table), (), blas_call))
             else:
                 self.plan.append(self.other[step[1]])
         self.step_source, self._steps = step_source, None

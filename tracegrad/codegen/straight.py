@@ -72,11 +72,11 @@ def straight_run(prog, general, address):
             lines += [f"        o{k} = empty(FSH{k}, FDT{k})",
                       f"        table[{slot}] = address(o{k})"]
     for j, step in enumerate(prog.plan):
-        env[f"seg{j}"], env[f"segargs{j}"] = step[1], step[2]
+        env[f"seg{j}"] = step[1]
         if step[3]:
             env["POOLS"] = _POOLS
             lines += ["        if POOLS:", "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
-        lines.append(f"        seg{j}(*segargs{j})")
+        lines.append(f"        seg{j}()")
     outs = []
     for j, (slot, shape) in enumerate(prog.outputs):
         if slot not in names:                 # a planned intermediate returned (no copy, as Program.run)
