@@ -92,64 +92,58 @@ OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float3
 
 
 def _loop_kernel(mb, f, kernel, ptrs):
-    """Outer loop over rows; per row, one inner loop nest per phase (a Schedule's online pair of
-    phases: one walk, online.py; an accumulated phase adds the row into its running result,
-    _RowSums). A value that a phase computes and a later phase needs again (softmax's exp) is kept
-    in a row-sized stack buffer instead of being recomputed (rowcache.py)."""
+    """Outer loop over rows; per row, one inner loop nest per walk of its schedule (Schedule.walks,
+    else one per phase): the walk's elements computed by one Emitter, so the trees of its phases
+    share their common subexpressions; a row reduction joins each element into its accumulator, an
+    accumulated phase adds it into its running result (_RowSums), a map phase stores it. An online
+    pair of phases is one walk of its own (online.py). A value that a walk computes and a later walk
+    needs again (softmax's exp) is kept in a row-sized stack buffer instead of being recomputed
+    (rowcache.py)."""
     shape, k = kernel.shape, kernel.split
     outer, inner = shape[:k], shape[k:]
     full = contiguous_strides(shape)
-    online = dict(kernel.schedule.online) if kernel.schedule is not None else {}
-    cache = RowCache(f, kernel, roots_only={i + d for i in online for d in (0, 1)})
+    sch = kernel.schedule
+    online = dict(sch.online) if sch is not None else {}
+    groups = [list(w) for w in sch.walks] if sch is not None and sch.walks else \
+        [[j, j + 1] if j in online else [j] for j in range(len(kernel.phases)) if j - 1 not in online]
+    cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online})
     sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
 
     def outer_body(f, oidx):
-        for j, ph in enumerate(kernel.phases):
-            if j in online:                     # with phase j + 1: one walk (online.py)
-                online_row(mb, f, kernel, ptrs, oidx, j, cache.bufs)
-                cache.finish(j)
-                cache.finish(j + 1)
+        for w, group in enumerate(groups):
+            if group[0] in online:              # with the next phase: one walk (online.py)
+                online_row(mb, f, kernel, ptrs, oidx, group[0], cache.bufs)
+                cache.finish(w)
                 continue
-            if j - 1 in online:
-                continue
-            if id(ph) in sums:
-                (v, tree), = ph.outputs
+            phases = [kernel.phases[j] for j in group]
+            accs = {id(ph): _Acc(f, ph.lower, ph.outputs[0][0].dtype, (_squeezed(inner) or [1])[-1])
+                    for ph in phases if ph.kind == "reduce" and id(ph) not in sums}
+            blocks = list(accs.values()) + [sums[id(ph)].acc for ph in phases
+                                            if id(ph) in sums and sums[id(ph)].acc is not None]
 
-                def body(f, iidx, tree=tree, ph=ph, j=j):
-                    em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
-                    cache.seed(em, iidx)
-                    x = em.value(tree)
-                    cache.keep(em, j, iidx)
-                    sums[id(ph)].add(f, list(oidx) + list(iidx), x)
-                sums[id(ph)].row(f, inner, body)
-                sums[id(ph)].end_row(f)
-                cache.finish(j)
-            elif ph.kind == "map":
-                def body(f, iidx, ph=ph, j=j):
-                    idx = list(oidx) + list(iidx)
-                    em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
-                    cache.seed(em, iidx)
-                    vals = [(v, em.value(t)) for v, t in ph.outputs]
-                    cache.keep(em, j, iidx)
-                    off = linear(f, idx, full)
-                    for v, val in vals:
-                        store(f, ptrs, v, off, val)
-                _loops(f, inner, body)
-                cache.finish(j)
-            else:
-                (v, tree), = ph.outputs
-                acc = _Acc(f, ph.lower, v.dtype, (_squeezed(inner) or [1])[-1])
-
-                def body(f, iidx, tree=tree, acc=acc, j=j):
-                    em = Emitter(mb, f, ptrs, list(oidx) + list(iidx), inner=range(k, len(shape)))
-                    cache.seed(em, iidx)
-                    x = em.value(tree)
-                    cache.keep(em, j, iidx)
-                    acc.add(f, x)
-                _blocked_loops(f, inner, body, [acc])
-                res = acc.result(f)
-                store(f, ptrs, v, linear(f, oidx, contiguous_strides(outer)), res)
-                cache.finish(j)
+            def body(f, iidx, phases=phases, accs=accs, w=w):
+                idx = list(oidx) + list(iidx)
+                em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
+                cache.seed(em, iidx)
+                vals = [(ph, v, em.value(t)) for ph in phases for v, t in ph.outputs]
+                cache.keep(em, w, iidx)
+                off = None
+                for ph, v, x in vals:
+                    if id(ph) in sums:
+                        sums[id(ph)].add(f, idx, x)
+                    elif ph.kind == "reduce":
+                        accs[id(ph)].add(f, x)
+                    else:
+                        off = off or linear(f, idx, full)
+                        store(f, ptrs, v, off, x)
+            _blocked_loops(f, inner, body, blocks)
+            for ph in phases:
+                if id(ph) in sums:
+                    sums[id(ph)].end_row(f)
+                elif ph.kind == "reduce":
+                    store(f, ptrs, ph.outputs[0][0], linear(f, oidx, contiguous_strides(outer)),
+                          accs[id(ph)].result(f))
+            cache.finish(w)
 
     if outer:
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))
@@ -213,12 +207,6 @@ class _RowSums:
         off = linear(f, oidx, contiguous_strides(self.oshape))
         ty = regtype(self.v.dtype if array else self.at)
         return f.assign(f"getelementptr inbounds {ty}, ptr {array or self.wide or self.ptrs[id(self.v)]}, i64 {off}")
-
-    def row(self, f, inner, body):
-        if self.acc is not None:
-            _blocked_loops(f, inner, body, [self.acc])
-        else:
-            _loops(f, inner, body)
 
     def add(self, f, idx, x):
         if self.acc is not None:

@@ -12,26 +12,27 @@ MIN_OPS = 2            # a shared value of fewer ops is recomputed instead
 
 
 class RowCache:
-    """For each phase j, `picked[j]`: the outermost nodes of its trees that a later phase also reads
-    (only the trees themselves for `roots_only` phases, which lower their own loops: online.py)."""
+    """For each walk w over the row (`groups`: lists of phase indices, Schedule.walks), `picked[w]`:
+    the outermost nodes of its phases' trees that a later walk also reads (only the trees themselves
+    for `roots_only` walks, which lower their own loops: online.py)."""
 
-    def __init__(self, f, kernel, roots_only=()):
+    def __init__(self, f, kernel, groups, roots_only=()):
         self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, set()
         inner = kernel.shape[kernel.split:]
         self.strides = [math.prod(inner[d + 1:]) for d in range(len(inner))]
         if not kernel.split or not 0 < math.prod(inner) <= SCRATCH_LIMIT:
             return
         later = set()
-        for j in range(len(kernel.phases) - 1, -1, -1):
-            trees = [t for _, t in kernel.phases[j].outputs]
-            picked = [t for t in trees if isinstance(t, Op) and id(t) in later] if j in roots_only else \
+        for w in range(len(groups) - 1, -1, -1):
+            trees = [t for j in groups[w] for _, t in kernel.phases[j].outputs]
+            picked = [t for t in trees if isinstance(t, Op) and id(t) in later] if w in roots_only else \
                 [t for t in _outermost(trees, later) if size(t) >= MIN_OPS or t in trees]
             picked = [t for t in picked if id(t) in self.bufs or len(self.bufs) < MAX_KEPT]
             for t in picked:
                 self.nodes[id(t)] = t
                 if id(t) not in self.bufs:
                     self.bufs[id(t)] = f.alloca(f"[{math.prod(inner)} x {regtype(t.dtype)}]")
-            self.picked[j] = picked
+            self.picked[w] = picked
             for t in trees:
                 later.update(id(x) for x in postorder(t))
 
@@ -45,17 +46,17 @@ class RowCache:
             ty, p = self._slot(em.f, tid, iidx)
             em.memo[tid] = em.f.assign(f"load {ty}, ptr {p}")
 
-    def keep(self, em, j, iidx):
-        """After phase j's element: store each value it picked that no earlier phase kept, computed
-        here if its own trees skipped it (reached only through a value an earlier phase kept): every
-        buffer a later phase loads is written first."""
-        for t in self.picked.get(j, ()):
+    def keep(self, em, w, iidx):
+        """After walk w's element: store each value it picked that no earlier walk kept, computed
+        here if its own trees skipped it (reached only through a value an earlier walk kept): every
+        buffer a later walk loads is written first."""
+        for t in self.picked.get(w, ()):
             if id(t) not in self.done:
                 ty, p = self._slot(em.f, id(t), iidx)
                 em.f.emit(f"store {ty} {em.value(t)}, ptr {p}")
 
-    def finish(self, j):
-        self.done.update(id(t) for t in self.picked.get(j, ()))
+    def finish(self, w):
+        self.done.update(id(t) for t in self.picked.get(w, ()))
 
 
 def _outermost(trees, wanted):

@@ -115,12 +115,17 @@ class Schedule:
     `online`: pairs (i, i + 1) of a row kernel's phases that one walk over the row computes: phase i
     the maximum m of a tree, phase i + 1 the sum of exp(a - g(m)) (g reads only m); the walk keeps
     the running maximum and rescales the running sum by exp(g(old) - g(new)) when it grows. A target
-    may also run the two phases in turn: the values are the same up to rounding."""
-    __slots__ = ("levels", "across", "map_levels", "online")
+    may also run the two phases in turn: the values are the same up to rounding.
+    `walks`: a row kernel's phases grouped into walks over the row, in order (tuples of phase
+    indices, each phase in one; empty: one walk per phase): the phases of a walk read no result of
+    each other, so one loop over the row computes them all, each element's shared subexpressions
+    once (a layer norm backward's row sums beside its weight and bias gradient sums). A target may
+    also run the phases one by one in index order: the values are the same."""
+    __slots__ = ("levels", "across", "map_levels", "online", "walks")
 
-    def __init__(self, levels, across=None, map_levels=None, online=()):
+    def __init__(self, levels, across=None, map_levels=None, online=(), walks=()):
         self.levels, self.across, self.map_levels = tuple(levels), across, map_levels and tuple(map_levels)
-        self.online = tuple(online)
+        self.online, self.walks = tuple(online), tuple(tuple(w) for w in walks)
 
     def reorders(self):
         """Whether the levels differ from the natural loop order over the space."""
@@ -136,7 +141,10 @@ class Schedule:
         text += f" reduce=across d{self.across}" if self.across is not None else ""
         text += (" map=" + ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.map_levels)
                  if self.map_levels else "")
-        return (text + "".join(f" online=p{i}+p{j}" for i, j in self.online)).strip()
+        text += "".join(f" online=p{i}+p{j}" for i, j in self.online)
+        if self.walks:
+            text += " walks=" + ",".join("+".join(f"p{i}" for i in w) for w in self.walks)
+        return text.strip()
 
 
 class Kernel:

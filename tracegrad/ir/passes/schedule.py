@@ -18,6 +18,10 @@ strides of a kernel's largest operands (loads, and the outputs it writes) and se
 - row kernels (natural order) whose phases reduce a maximum m and then sum exp(a - g(m)) (softmax,
   log_softmax, logsumexp, cross-entropy rows): the two reductions are one walk over the row, a
   running maximum with a rescaled sum (`online`), so each row is read from memory once for both.
+- row kernels (natural order): each phase joins the first walk over the row after the walks of the
+  phases whose results it reads (`walks`), so phases that do not read each other share one loop
+  and compute their common subexpressions once per element (a layer norm backward: its two row
+  sums, the gradient map, the weight and bias gradient sums are three walks, not five).
 
 Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
@@ -37,9 +41,36 @@ def schedule(kernels):
             k.schedule = choose(k)
         if k.kind == "loop" and k.split and k.schedule is None:
             pairs = online_pairs(k)
-            if pairs:
-                k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs)
+            groups = walks(k, pairs)
+            if pairs or groups:
+                k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs, walks=groups)
     return kernels
+
+
+def walks(k, pairs=()):
+    """The walks of row kernel k (Schedule.walks): phase by phase, each joins the first walk after
+    those of the phases it reads; an online pair is a walk of its own. () when no walk holds two
+    phases (one walk per phase, as without a schedule)."""
+    made = {id(v): j for j, ph in enumerate(k.phases) for v, _ in ph.outputs}
+    online = {i + d for i, _ in pairs for d in (0, 1)}
+    groups, where = [], {}
+    for j, ph in enumerate(k.phases):
+        if j in online:
+            if j - 1 not in online or (j - 1, j) not in pairs:
+                groups.append([j])
+            else:
+                groups[-1].append(j)
+            where[j] = len(groups) - 1
+            continue
+        after = max((where[made[id(ld.buf)]] for _, t in ph.outputs for ld in loads(t) if id(ld.buf) in made),
+                    default=-1)
+        free = [w for w in range(after + 1, len(groups)) if not set(groups[w]) & online]
+        if free:
+            groups[free[0]].append(j)
+        else:
+            groups.append([j])
+        where[j] = free[0] if free else len(groups) - 1
+    return [sorted(g) for g in groups] if any(len(g) > 1 and not set(g) & online for g in groups) else []
 
 
 def _joins(ph, how):
