@@ -29,6 +29,7 @@ STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
+ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see _Chunks)
 
 
 RECYCLE_BYTES = 1 << 16       # fresh outputs this small are recycled once nothing holds them (see _bind)
@@ -223,44 +224,54 @@ class _Chunks:
     the kernel's size alone, never from the thread count or from which thread ran which chunk, so
     results are the same on any machine and under any load. A kernel that accumulates over its outer
     loop (Kernel.accumulated: a reduce_acc kernel, a row kernel's sums over rows) has chunk 0 reduce
-    into the real outputs and chunk i > 0 into private ones (its own pointer table); the partials
-    are then combined in chunk order."""
+    into the real outputs and chunk i > 0 into row i - 1 of a private array per output (its own
+    pointer table); the partials are then joined by one NumPy reduction per output. Such a kernel
+    has at most ACC_CHUNKS chunks: each private partial costs a copy of the pointer table and its
+    share of the join on every call."""
 
     def __init__(self, prog, kernel, slots, fn, extent):
         n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
         reduced = [(v, _combiner(ph.lower)) for ph in kernel.accumulated() for v, _ in ph.outputs]
         if reduced:                       # private partials: at most a sixteenth of the input's size
-            n = min(n, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
+            n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
         self.fn, self.n = fn, min(n, extent, MAX_CHUNKS)
         self.bounds = np.array([extent * i // self.n for i in range(self.n + 1)], np.int64)
         self.tables = (ctypes.c_void_p * self.n)(*[ctypes.addressof(prog.table)] * self.n)
         self.outs = [(slots[id(v)], op) for v, op in reduced]
-        self.private = []
-        for i in range(1, self.n if self.outs else 0):
+        privates = self.n - 1 if self.outs else 0
+        self.partials = [_partials(privates, v) for v, _ in reduced]
+        self.private = []               # (pointer table, [(slot, address of its partial)])
+        for i in range(privates):
             table = (ctypes.c_void_p * max(1, prog.n_slots))()
-            self.private.append((table, [np.empty(v.shape, v.dtype.np) for v, _ in reduced]))
-            self.tables[i] = ctypes.addressof(table)
+            self.private.append((table, [(slot, p[i:i + 1].ctypes.data)
+                                         for (slot, _), p in zip(self.outs, self.partials)]))
+            self.tables[i + 1] = ctypes.addressof(table)
         self.nbytes = ctypes.sizeof(prog.table)
         self.judge = Judge()
 
     def run(self, table, cur):
-        for t, bufs in self.private:
+        for t, addresses in self.private:
             ctypes.memmove(t, table, self.nbytes)
-            for (slot, _), arr in zip(self.outs, bufs):
-                t[slot] = arr.ctypes.data
+            for slot, address in addresses:
+                t[slot] = address
         pool().run(self.fn, self.tables, self.bounds, self.n, self.judge)
-        for j, (slot, combine) in enumerate(self.outs):
+        if not self.private:
+            return
+        for (slot, combine), parts in zip(self.outs, self.partials):
             out = cur[slot]
             if combine is np.add and out.ndim == 0 and out.dtype.kind == "f":    # one sum: exactly
-                out[...] = math.fsum([out.item()] + [bufs[j].item() for _, bufs in self.private])
-            elif combine is np.add and out.dtype == np.float32 and len(self.private) > 3:   # many: in float64
-                total = out.astype(np.float64)
-                for _, bufs in self.private:
-                    total += bufs[j]
-                out[...] = total
+                out[...] = math.fsum([out.item()] + parts.ravel().tolist())
+            elif combine is np.add and out.dtype == np.float32 and len(parts) > 3:   # many: in float64
+                out[...] = parts.sum(0, dtype=np.float64) + out
             else:
-                for _, bufs in self.private:
-                    combine(out, bufs[j], out=out)
+                combine(out, combine.reduce(parts, axis=0), out=out)
+
+
+def _partials(n, v):
+    """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
+    cache line apart, so that threads writing neighbouring rows never share one."""
+    size, dtype = math.prod(v.shape), np.dtype(v.dtype.np)
+    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + tuple(v.shape))
 
 
 def _combiner(lower):
