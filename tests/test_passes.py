@@ -352,3 +352,24 @@ def test_remat_saves_a_large_transcendental_and_a_many_input_residual():
     x, w, b, y = (tg.randn(5, requires_grad=r) for r in (False, True, True, False))
     ret = _forward_outputs(lambda x, w, b, y: ((x * w + b - y) ** 2).sum(), x, w, b, y)
     assert len(ret.split(",")) == 3, ret                                     # loss, residual, x
+
+
+@pytest.mark.parametrize("check", [True, "each"])
+def test_optimize_verifies_its_result(monkeypatch, check):
+    """optimize() verifies the graph it returns (check=True) or the graph after every pass, naming
+    the pass that broke it (check="each"): a pass that drops a node still in use is caught."""
+    import tracegrad.ir.passes as passes
+    from tracegrad.ir.verify import IRVerifyError
+
+    def breaks(graph):
+        if graph.nodes[0].op == "exp":
+            graph.nodes = graph.nodes[1:]      # the first node's value is still used
+        return graph
+    monkeypatch.setattr(passes, "PIPELINE", (simplify, breaks))
+    g = parse("""graph f(%x: f64[3]) {
+  %0: f64[3] = exp(%x)
+  %1: f64[3] = neg(%0)
+  return %1
+}""")
+    with pytest.raises(IRVerifyError, match="after pass breaks" if check == "each" else "undefined value"):
+        optimize(g, check=check)

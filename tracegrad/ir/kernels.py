@@ -36,15 +36,22 @@ class Const:
 
 class Op:
     """Primitive `op` applied to `args`; `lower` is its scalar lowering (one expression over a, b, c)
-    and `cost` its cost class per element ("cheap" or "transcendental")."""
-    __slots__ = ("op", "args", "dtype", "lower", "cost")
+    and `cost` its cost class per element ("cheap" or "transcendental"). Its args never change, so
+    postorder() keeps its result in `order`."""
+    __slots__ = ("op", "args", "dtype", "lower", "cost", "order")
 
     def __init__(self, op, args, dtype, lower, cost):
         self.op, self.args, self.dtype, self.lower, self.cost = op, tuple(args), dtype, lower, cost
+        self.order = None
 
 
 def postorder(tree):
-    """The distinct nodes of an expression DAG, every node after its arguments (no recursion)."""
+    """The distinct nodes of an expression DAG, every node after its arguments (no recursion), as a
+    tuple (kept on an Op: fusion, scheduling and lowering each ask again)."""
+    if not isinstance(tree, Op):
+        return (tree,)
+    if tree.order is not None:
+        return tree.order
     out, seen, stack = [], set(), [(tree, False)]
     while stack:
         t, expanded = stack.pop()
@@ -57,7 +64,8 @@ def postorder(tree):
         stack.append((t, True))
         if isinstance(t, Op):
             stack.extend((a, False) for a in reversed(t.args) if id(a) not in seen)
-    return out
+    tree.order = tuple(out)
+    return tree.order
 
 
 def size(tree):

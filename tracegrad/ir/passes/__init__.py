@@ -1,5 +1,5 @@
-"""Graph -> Graph passes; `optimize` runs them to a fixed point, verifying after each."""
-from ..verify import verify
+"""Graph -> Graph passes; `optimize` runs them to a fixed point and verifies the result."""
+from ..verify import IRVerifyError, verify
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
@@ -9,15 +9,26 @@ PIPELINE = (simplify, fold_constants, cse, dce)
 
 
 def optimize(graph, check=True):
-    """Simplify, fold, CSE and DCE until nothing changes (at most a few rounds)."""
+    """Simplify, fold, CSE and DCE until nothing changes (at most a few rounds). check: verify the
+    result (True), after every pass, naming the pass that broke the graph ("each"), or not (False)."""
     for _ in range(4):
         before = len(graph.nodes)
         for p in PIPELINE:
-            graph = p(graph)
-            if check:
-                verify(graph)
+            try:
+                graph = p(graph)
+            except Exception:
+                if check:            # a pass that fails on a graph an earlier pass broke: name the break
+                    verify(graph)
+                raise
+            if check == "each":
+                try:
+                    verify(graph)
+                except IRVerifyError as e:
+                    raise IRVerifyError(f"after pass {p.__name__}: {e}") from None
         if len(graph.nodes) == before:
             break
+    if check is True:
+        verify(graph)
     return graph
 
 
