@@ -72,8 +72,10 @@ class Fn:
         self.lines.append(f"{name}:")
 
     def alloca(self, ty):
+        """A stack slot of LLVM type `ty`; an array (a row cache, a vector of partial sums) starts on
+        a cache line, so that no vector access to it straddles two lines."""
         t = self.tmp()
-        self.allocas.append(f"  {t} = alloca {ty}")
+        self.allocas.append(f"  {t} = alloca {ty}" + (", align 64" if ty.startswith("[") else ""))
         return t
 
 
