@@ -223,7 +223,8 @@ class _Chunks:
     """A kernel run as chunks of its outer loop, spread over the thread pool. The chunks follow from
     the kernel's size alone, never from the thread count or from which thread ran which chunk, so
     results are the same on any machine and under any load. A kernel that accumulates over its outer
-    loop (Kernel.accumulated: a reduce_acc kernel, a row kernel's sums over rows) has chunk 0 reduce
+    loop (Kernel.partials: a reduce_acc kernel, a row kernel's sums over rows, reductions across a
+    unit-stride kept axis whose threads split the rows) has chunk 0 reduce
     into the real outputs and chunk i > 0 into row i - 1 of a private array per output (its own
     pointer table); the partials are then joined by one NumPy reduction per output. Such a kernel
     has at most ACC_CHUNKS chunks: each private partial costs a copy of the pointer table and its
@@ -231,7 +232,7 @@ class _Chunks:
 
     def __init__(self, prog, kernel, slots, fn, extent):
         n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
-        reduced = [(v, _combiner(ph.lower)) for ph in kernel.accumulated() for v, _ in ph.outputs]
+        reduced = [(v, _combiner(ph.lower)) for ph in kernel.partials() for v, _ in ph.outputs]
         if reduced:                       # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
         self.fn, self.n = fn, min(n, extent, MAX_CHUNKS)

@@ -1,6 +1,6 @@
 """How a scheduled kernel (Schedule, ir/kernels.py) is lowered: maps in its order, reductions across u."""
 from ..ir.kernels import contiguous_strides, loads
-from .loops import _nest
+from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
 from .scalar import Emitter, linear, store, regtype
 
@@ -30,6 +30,9 @@ def _across_kernel(mb, f, kernel, ptrs):
     blocks of BLOCK elements of the outermost reduced axis, each block's vector joined into the
     float64 total), then stores it."""
     sch, shape, k = kernel.schedule, kernel.shape, kernel.split
+    if sch.rows:
+        _across_rows(mb, f, kernel, ptrs)
+        return
     u = sch.across
     cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
     outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
@@ -114,3 +117,66 @@ def _streams(phases):
         else:
             out.append([ph])
     return out
+
+
+def _across_rows(mb, f, kernel, ptrs):
+    """Reductions across u walked by rows (Schedule.rows): the chunk [lo, hi) of the outermost
+    reduced axis r0, the other levels inside it in memory order, u innermost; each phase keeps a
+    vector over all of u (float sums: the rows of a block of BLOCK along r0 add into a vector of
+    the values' type, which then joins the float64 totals), stored into the outputs at the end."""
+    sch, shape, k = kernel.schedule, kernel.shape, kernel.split
+    u, n = sch.across, kernel.shape[sch.across]
+    (r0, _), inner = sch.levels[0], sch.levels[1:]
+    kept = contiguous_strides(shape[:k])
+    accs = []   # (v, tree, lower, total vector (float64 for float sums), vector rows add into, its type)
+    for ph in kernel.phases:
+        (v, tree), = ph.outputs
+        at = _acc_dtype(ph.lower, v.dtype)
+        total = f.alloca(f"[{n} x {regtype(at)}]")
+        part = f.alloca(f"[{n} x {regtype(v.dtype)}]") if at is not v.dtype else total
+        accs.append((v, tree, ph.lower, total, part, v.dtype if part is not total else at))
+    blocks = [a for a in accs if a[4] is not a[3]]
+
+    def at(f, vec, i, ty):
+        return f.assign(f"getelementptr inbounds {ty}, ptr {vec}, i64 {i}")
+
+    def over_u(f, fn):
+        _loops(f, [n], lambda f, i: fn(f, i[0]))
+
+    def init(f, vec, dt, lower):
+        over_u(f, lambda f, i: f.emit(f"store {regtype(dt)} {_identity(lower, dt)}, ptr {at(f, vec, i, regtype(dt))}"))
+
+    def add(f, into, dt, lower, i, x, xt):
+        p, ty = at(f, into, i, regtype(dt)), regtype(dt)
+        f.emit(f"store {ty} {_combine(f, lower, f.assign(f'load {ty}, ptr {p}'), _widen(f, x, xt, dt), dt)}, ptr {p}")
+
+    def element(f, idx, base):
+        em = Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])     # shared values once
+        for v, tree, lower, total, part, pt in accs:
+            add(f, part, pt, lower, idx[u], em.value(tree), v.dtype)
+
+    for v, tree, lower, total, part, pt in accs:
+        init(f, total, _acc_dtype(lower, v.dtype), lower)
+
+    def block(f, b):                             # rows [lo + b * BLOCK, min(lo + (b + 1) * BLOCK, hi))
+        start = f.assign(f"add nsw i64 %lo, {f.assign(f'mul nsw i64 {b[0]}, {BLOCK}')}")
+        end = f.assign(f"add nsw i64 {start}, {BLOCK}")
+        stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, %hi')}, i64 {end}, i64 %hi")
+        for v, tree, lower, total, part, pt in blocks:
+            init(f, part, pt, lower)
+        _loops(f, [None], lambda f, i: _nest(f, shape, inner, element, idx={r0: i[0]}), lo_hi=(start, stop))
+        for v, tree, lower, total, part, pt in blocks:
+            over_u(f, lambda f, i, total=total, part=part, pt=pt, lower=lower, v=v: add(
+                f, total, _acc_dtype(lower, v.dtype), lower, i,
+                f.assign(f"load {regtype(pt)}, ptr {at(f, part, i, regtype(pt))}"), pt))
+    rows = f.assign("sub nsw i64 %hi, %lo")
+    count = f.assign(f"sdiv i64 {f.assign(f'add nsw i64 {rows}, {BLOCK - 1}')}, {BLOCK}")
+    _loops(f, [count], block)
+
+    def write(f, i):
+        idx = [i if d == u else "0" for d in range(k)]
+        for v, tree, lower, total, part, pt in accs:
+            a = _acc_dtype(lower, v.dtype)
+            val = f.assign(f"load {regtype(a)}, ptr {at(f, total, i, regtype(a))}")
+            store(f, ptrs, v, linear(f, idx, kept), _narrow(f, val, v.dtype, a))
+    over_u(f, write)

@@ -128,12 +128,16 @@ class Schedule:
     indices, each phase in one; empty: one walk per phase): the phases of a walk read no result of
     each other, so one loop over the row computes them all, each element's shared subexpressions
     once (a layer norm backward's row sums beside its weight and bias gradient sums). A target may
-    also run the phases one by one in index order: the values are the same."""
-    __slots__ = ("levels", "across", "map_levels", "online", "walks")
+    also run the phases one by one in index order: the values are the same.
+    `rows`: (with `across`, a kernel of reductions none of which reads another) the levels walk
+    memory in order, the reduced axes outermost: each row of memory is read whole, threads split
+    the outermost reduced axis, and each chunk keeps a vector of partial results over all of
+    `across` that the runtime joins (Kernel.partials)."""
+    __slots__ = ("levels", "across", "map_levels", "online", "walks", "rows")
 
-    def __init__(self, levels, across=None, map_levels=None, online=(), walks=()):
+    def __init__(self, levels, across=None, map_levels=None, online=(), walks=(), rows=False):
         self.levels, self.across, self.map_levels = tuple(levels), across, map_levels and tuple(map_levels)
-        self.online, self.walks = tuple(online), tuple(tuple(w) for w in walks)
+        self.online, self.walks, self.rows = tuple(online), tuple(tuple(w) for w in walks), rows
 
     def reorders(self):
         """Whether the levels differ from the natural loop order over the space."""
@@ -147,6 +151,7 @@ class Schedule:
         loops = ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.levels)
         text = f"loops={loops}" if self.reorders() else ""
         text += f" reduce=across d{self.across}" if self.across is not None else ""
+        text += f" threads=d{self.levels[0][0]}" if self.rows else ""
         text += (" map=" + ",".join(f"d{d}/{t}" if t else f"d{d}" for d, t in self.map_levels)
                  if self.map_levels else "")
         text += "".join(f" online=p{i}+p{j}" for i, j in self.online)
@@ -174,6 +179,14 @@ class Kernel:
         if self.kind != "loop" or not self.split:
             return []
         return [ph for ph in self.phases if ph.kind == "reduce" and set(range(self.split)) <= set(ph.axes)]
+
+    def partials(self):
+        """The reduce phases whose results each chunk of the outer loop computes apart, for the
+        runtime to join: the accumulated ones, or all of a kernel whose threads split its reduced
+        axes (Schedule.rows)."""
+        if self.schedule is not None and self.schedule.rows:
+            return [ph for ph in self.phases if ph.kind == "reduce"]
+        return self.accumulated()
 
     def apart(self):
         """(row kernel, reduce_acc kernel): this row kernel without, and with only, its accumulated

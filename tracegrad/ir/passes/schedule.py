@@ -13,7 +13,9 @@ strides of a kernel's largest operands (loads, and the outputs it writes) and se
 - row-reduction kernels whose largest input's unit-stride axis is a kept one (a sum or softmax
   over a transposed view's rows = over columns of memory): reduce *across* the kept axis, a
   vector of ACROSS_TILE partial results per tile while the rows stream by (threads split the
-  tiles).
+  tiles); a kernel of independent reductions only, whose vectors of partial results over the
+  whole kept axis are small (by_rows), instead walks memory in order, whole rows, and threads
+  split the rows, each chunk with its own vectors (`rows`).
 
 - row kernels (natural order) whose phases reduce a maximum m and then sum exp(a - g(m)) (softmax,
   log_softmax, logsumexp, cross-entropy rows): the two reductions are one walk over the row, a
@@ -32,6 +34,7 @@ from ..kernels import Op, Schedule, contiguous_strides, loads, nbytes
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
+ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
 
 
 def schedule(kernels):
@@ -131,6 +134,18 @@ def _reduced(k, ph):
     return set(ph.axes)
 
 
+def by_rows(k, u, kept):
+    """Whether a kernel reducing across its unit-stride kept axis u walks whole rows of memory with
+    threads splitting the rows (Schedule.rows) rather than tiles of u: its phases are reductions
+    none of which reads another, its other kept axes have one element, and the vectors of partial
+    results over u stay small (ROWS_LIMIT elements for all phases). Tiles narrower than a row leave
+    the rest of each row's cache lines to a later tile (and the prefetchers fetch them anyway)."""
+    made = {id(v) for ph in k.phases for v, _ in ph.outputs}
+    return (all(ph.kind == "reduce" for ph in k.phases) and all(k.shape[d] == 1 for d in kept)
+            and k.shape[u] * len(k.phases) <= ROWS_LIMIT
+            and not any(id(ld.buf) in made for ld in k.reads))
+
+
 def unit_axis(shape, strides):
     """The axis an operand walks fastest: the smallest nonzero |stride| among axes longer than 1."""
     best = None
@@ -171,6 +186,9 @@ def choose(k):
             return None
         order = memory_order(k.shape, src)
         kept = [d for d in order if d not in reduced and d != u]
+        if by_rows(k, u, kept):
+            return Schedule([(d, 0) for d in order if d in reduced] + [(d, 0) for d in kept] + [(u, 0)],
+                            across=u, rows=True)
         last = len(k.shape) - 1                              # a map phase's unit-stride axis
         maps = any(ph.kind == "map" for ph in k.phases)
         return Schedule([(d, 0) for d in kept] + [(u, ACROSS_TILE)] + [(d, 0) for d in order if d in reduced]
