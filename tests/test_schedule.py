@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.ir.kernels import Kernel, Load, Phase, Schedule
-from tracegrad.ir.passes.schedule import ACROSS_TILE, TILE, choose
+from tracegrad.ir.passes.schedule import ACROSS_TILE, ROWS_LIMIT, TILE, choose
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_SCHEDULE_EXAMPLES", "25"))
 RNG = np.random.default_rng(0)
@@ -37,9 +37,14 @@ def test_batched_transpose_keeps_the_batch_outermost():
 
 
 def test_column_reduction_accumulates_across_the_kept_axis():
+    """Whole rows of memory, threads splitting the rows (Schedule.rows); a kept axis too long for
+    the vectors of partial results: tiles of it."""
     x = RNG.standard_normal((300, 70)).astype(np.float32)
     (line,) = kernel_lines(lambda x: x.T.sum(axis=1), x)
     assert "[loop] space=70x300 split=1 ops=sum" in line
+    assert line.endswith("loops=d1,d0 reduce=across d0 threads=d1"), line
+    x = RNG.standard_normal((3, ROWS_LIMIT + 1)).astype(np.float32)
+    (line,) = kernel_lines(lambda x: x.T.sum(axis=1), x)
     assert line.endswith(f"loops=d0/{ACROSS_TILE},d1,d0 reduce=across d0"), line
 
 
@@ -101,7 +106,8 @@ def test_schedule_is_data_for_every_target():
     sch = choose(k)
     assert isinstance(sch, Schedule) and sch.across == 0 and k.parallel_extent() == 512
     k.schedule = sch
-    assert k.parallel_extent() == 2 and sch.text() == "loops=d0/256,d1,d0 reduce=across d0"
+    assert k.parallel_extent() == 8 and sch.text() == "loops=d1,d0 reduce=across d0 threads=d1"
+    assert k.partials() == k.phases and k.accumulated() == []
 
 
 # ------------------------------------------------------------------ compiled == interpret == eager
