@@ -7,8 +7,9 @@ sizes. They launch every kind of kernel tracegrad has:
   argmax/argmin, floor/round/floordiv/remainder, random draws, arange, copies of views, cat,
   integer indexing and its gradient, index_put, matrix products (the tiled kernel);
 - compiled: examples/gpu_check.py's correctness checks and its workloads G1-G5 (gelu, softmax,
-  layernorm forward+backward, an MLP training step, the 20-op chain) compiled, and an Adam
-  training step compiled.
+  layernorm forward+backward, an MLP training step, the 20-op chain) compiled, an Adam
+  training step compiled, and float16 programs fused as float32 ones (maps, rows with a row
+  cache, tiled and split reductions, gradients).
 """
 import ast
 import os
@@ -131,9 +132,28 @@ def adam_step():
     step(x, y), step(x, y)
 
 
+def float16_compiled():
+    """float16 fused kernels: loads of float16, float32 math, float16 stores (and row caches)."""
+    import tracegrad.nn.functional as F
+    x = tg.tensor(sample("float16", (3, 40)), device="cuda", requires_grad=True)
+    w = tg.tensor(sample("float16", (40,)), device="cuda", requires_grad=True)
+    b = tg.tensor(sample("float16", (40,)), device="cuda", requires_grad=True)
+
+    def layer(x, w, b):
+        return (F.layer_norm(x, (40,), w, b) * F.softmax(x, -1)).sum(0) + F.gelu(x * w).amax(0)
+    tg.compile(layer)(x, w, b).sum().backward()
+    tg.compile(lambda x, w: ((x.float() * w.float()).tanh().sum(0)).half() * w)(x.detach(), w.detach())
+    saved = lower.MIN_SLICE, lower.FILL_BLOCKS
+    lower.MIN_SLICE, lower.FILL_BLOCKS = 1, 4
+    try:
+        tg.compile(lambda x: (x * x).sum(0) + x.amin(1).sum())(tg.tensor(sample("float16", (70, 2)), device="cuda"))
+    finally:
+        lower.MIN_SLICE, lower.FILL_BLOCKS = saved
+
+
 if __name__ == "__main__":
     assert tg.cuda.simulated(), "run under NUMBA_ENABLE_CUDASIM=1"
-    for part in (eager_primitives, split_reductions, eager_library, adam_step, gpu_check_functions):
+    for part in (eager_primitives, split_reductions, eager_library, adam_step, float16_compiled, gpu_check_functions):
         t0 = time.perf_counter()
         part()
         print(f"{part.__name__}: {time.perf_counter() - t0:.1f} s", flush=True)

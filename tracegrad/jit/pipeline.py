@@ -52,7 +52,7 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     if s.backend in ("llvm", "cuda"):                                          # fuse, lower
         from ..ir.passes.fusion import fuse as fuse_graph
         from ..ir.passes.schedule import schedule
-        fused = [None if g is None else fuse_graph(g, fuse) for g in (fwd, bwd)]
+        fused = [None if g is None else fuse_graph(g, fuse, half=s.backend == "cuda") for g in (fwd, bwd)]
         for kernels_aliases in filter(None, fused):                            # schedule
             schedule(kernels_aliases[0])
         if s.backend == "llvm":

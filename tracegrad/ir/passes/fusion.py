@@ -28,7 +28,8 @@ Rules
   backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it).
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing,
   scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
-  implementation as "host" kernels on strided views of their input buffers.
+  implementation as "host" kernels on strided views of their input buffers. A target that computes
+  float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
@@ -62,18 +63,22 @@ def broadcast(tree, shape, to):
     return _remap(tree, lambda ld: Load(ld.buf, broadcast_strides(shape, to, ld.strides), ld.offset))
 
 
-def lowerable(node):
-    """Whether `node` has a scalar lowering for the dtypes of its operands and result."""
+def lowerable(node, half=False):
+    """Whether `node` has a scalar lowering for the dtypes of its operands and result (with `half`,
+    float16 counts as float32: the target computes it so, each float16 result rounded once)."""
     p = PRIMS.get(node.op)
-    if p is None or p.lower is None or node.out.dtype.name not in p.dtypes:
+    if p is None or p.lower is None:
         return False
-    return all(i.dtype.name in p.dtypes for i in node.inputs)
+    names = [v.dtype.name for v in (node.out, *node.inputs)]
+    return all(("float32" if half and d == "float16" else d) in p.dtypes for d in names)
 
 
-def fuse(graph, enabled=True):
+def fuse(graph, enabled=True, half=False):
     """The kernels computing `graph`, in execution order, and {id(output): buffer} for outputs that
     are reshapes of a kernel's buffer (no copy). With enabled=False (`tg.compile(fuse=False)`)
-    every op is its own kernel: the baseline fusion is measured against."""
+    every op is its own kernel: the baseline fusion is measured against. half=True: float16 ops
+    fuse as float32 ones (a target that computes float16 in float32: cuda; the LLVM target runs
+    them as host kernels)."""
     consumers = {}
     for n in graph.nodes:
         for i in n.inputs:
@@ -102,7 +107,7 @@ def fuse(graph, enabled=True):
         v = n.out
         if n.op == "const":
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
-        elif p.kind == "elementwise" and lowerable(n):
+        elif p.kind == "elementwise" and lowerable(n, half):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
@@ -118,7 +123,7 @@ def fuse(graph, enabled=True):
                 materialize(src)
                 expr[id(v)] = _move(n, expr[id(src)])
             bound[id(v)] = bound.get(id(src), 0)
-        elif p.kind == "reduction" and lowerable(n):
+        elif p.kind == "reduction" and lowerable(n, half):
             src = n.inputs[0]
             axes = n.attrs["axis"]
             tree = expr[id(src)]
