@@ -5,7 +5,8 @@ sizes. They launch every kind of kernel tracegrad has:
 - eager: every primitive with a scalar lowering, for every dtype it covers (elementwise; reductions
   over the unit-stride axis, over another axis, and split over blocks), casts from every dtype,
   argmax/argmin, floor/round/floordiv/remainder, random draws, arange, copies of views, cat,
-  integer indexing and its gradient, index_put, matrix products (the tiled kernel);
+  integer indexing and its gradient, index_put, matrix products (the tiled kernel), the block
+  scans of long rows;
 - compiled: examples/gpu_check.py's correctness checks and its workloads G1-G5 (gelu, softmax,
   layernorm forward+backward, an MLP training step, the 20-op chain) compiled, an Adam
   training step compiled, and float16 programs fused as float32 ones (maps, rows with a row
@@ -132,6 +133,20 @@ def adam_step():
     step(x, y), step(x, y)
 
 
+def long_scans():
+    """The block scans of long rows (blockscan.py) at their real block and tile sizes, for each
+    accumulator dtype (float64, float32, int64, int32): rows of 20 let through as long."""
+    from tracegrad.core import bind
+    from tracegrad.cuda import blockscan
+    saved, blockscan.LONG_ROW = blockscan.LONG_ROW, 10
+    try:
+        for dtype in ("float32", "float16", "int64"):
+            tg.tensor(sample(dtype, (1, 20)), device="cuda").cumsum(1)
+        bind("prod_others", tg.tensor(sample("int32", (1, 20)), device="cuda"), axis=(1,))
+    finally:
+        blockscan.LONG_ROW = saved
+
+
 def float16_compiled():
     """float16 fused kernels: loads of float16, float32 math, float16 stores (and row caches)."""
     import tracegrad.nn.functional as F
@@ -153,7 +168,8 @@ def float16_compiled():
 
 if __name__ == "__main__":
     assert tg.cuda.simulated(), "run under NUMBA_ENABLE_CUDASIM=1"
-    for part in (eager_primitives, split_reductions, eager_library, adam_step, float16_compiled, gpu_check_functions):
+    for part in (eager_primitives, split_reductions, eager_library, long_scans, adam_step, float16_compiled,
+                 gpu_check_functions):
         t0 = time.perf_counter()
         part()
         print(f"{part.__name__}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -54,7 +54,7 @@ def test_every_kernel_kind_compiles_to_ptx_for_sm90(nvvm, tmp_path):
     want = {"generated eager", "generated compiled", "kernels._copy", "kernels._fill", "kernels._gather",
             "kernels._scatter_add", "kernels._put", "kernels._rand", "kernels._randn", "kernels._arange",
             "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel", "scan._totals", "scan._running",
-            "scan._finish"}
+            "scan._finish", "blockscan.totals", "blockscan.carries", "blockscan.finish"}
     assert want <= _families(rec), f"not recorded: {sorted(want - _families(rec))}"
     r = _python(["-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(rec)], HOST_ENV)
     assert r.returncode == 0, f"kernels that do not compile for a real GPU:\n{r.stdout[-20000:]}\n{r.stderr[-3000:]}"

@@ -6,9 +6,10 @@ runs NumPy's); prod is the block reduction of pointwise.py joining by a product.
 A scan cuts each row (the scanned axes, row-major) into chunks: a thread per (row, chunk) totals
 its chunk, a thread per row turns the chunk totals into exclusive running totals from the start
 and from the end, and a thread per (row, chunk) walks its chunk again from its running total.
-Consecutive threads take consecutive rows. cumsum accumulates float32 in float64 (as sum does) and
-small integers and bools in int64 (the type rule's result); float16 is computed in float32 and
-stored as float16; bool is computed as int64.
+Consecutive threads take consecutive rows (coalesced when the scanned axes are outer ones). Long
+rows whose scanned axis is contiguous in memory are scanned by blocks instead (blockscan.py).
+cumsum accumulates float32 in float64 (as sum does) and small integers and bools in int64 (the type
+rule's result); float16 is computed in float32 and stored as float16; bool is computed as int64.
 """
 import math
 
@@ -16,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 from ..ops import PRIMS
-from . import memory, pointwise
+from . import blockscan, memory, pointwise
 from .kernels import _unravel, copy_strided, launch_config
 
 MIN_CHUNK = 16        # the shortest chunk a thread walks (chunks are about sqrt(row length) long)
@@ -72,6 +73,9 @@ def _scan(x, axes, out_dtype, acc, mode):
         ([x.shape[d] for d in kept], 1), ([x.shape[d] for d in axes], 1), ([xst[d] for d in kept], 0),
         ([ost[d] for d in kept], 0), ([xst[d] for d in axes], 0), ([ost[d] for d in axes], 0)))
     rows, n = math.prod(geometry[0]), math.prod(geometry[1])
+    if blockscan.use_blocks(n, geometry[4]):          # long rows, contiguous: a block per tile
+        blockscan.scan(os, xs, geometry, rows, n, acc, mode)
+        return out if direct else copy_strided(out, memory.empty(x.shape, out_dtype))
     chunk = max(MIN_CHUNK, math.isqrt(n))
     nchunks = -(-n // chunk)
     ident = acc.type(int(mode == EXCLUSIVE_PRODUCT))
