@@ -11,19 +11,24 @@ numba-cuda and nvidia-cublas; torch, jax, CuPy optional), from this checkout (in
 Times are medians of CUDA-event timings after warm-up (jax: wall clock to block_until_ready; the
 simulator: wall clock, meaningless as speed). GB/s = bytes the workload must move / time; "xcopy" is
 that rate over the measured device-to-device copy bandwidth. Every section has a time budget; a
-column that fails, is missing or runs out of time says why and the rest goes on. Exit status 1 when
-a correctness check fails.
+column that fails, is missing or runs out of time says why and the rest goes on. A hard limit
+(--hard-limit, 465 s from the start) stops a run that hangs (a kernel or driver call that never
+returns): a thread of its own then prints the table of what was measured and ends the process with
+exit status 3. Exit status 1 when a correctness check fails.
 """
 import argparse
 import os
 import signal
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
 
+STARTED = time.perf_counter()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # jax beside torch and numba
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")     # G5's 8 elements: a warning per launch
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # this checkout's tracegrad
 
@@ -39,6 +44,7 @@ QUICK = {"G1": 64, "G2": (4, 16), "G3": (4, 16), "G4": ((8, 8, 4), 4), "G5": 8, 
          "check": {"n": 96, "rows": (3, 20), "mlp": ((6, 5, 3), 4)}}
 BUDGET = {"check": 75, "copy": 10, "G1": 50, "G2": 50, "G3": 70, "G4": 75, "G5": 40}   # seconds, 370 in all
 TOTAL = 420          # seconds for the whole run: later workloads are skipped past it (8 minutes with start-up)
+HARD_LIMIT = 465     # seconds from the start: a run still going then is stopped, its table printed
 COLUMNS = ("tg eager", "tg compiled", "torch eager", "torch.compile", "jax.jit")
 
 
@@ -61,6 +67,34 @@ class Limit:
     def __exit__(self, *exc):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self.old)
+
+
+class Watchdog:
+    """Past `seconds` from the start, print the report of what was measured (`report()`) from a thread
+    of its own and end the process with status 3: the main thread cannot be interrupted inside a
+    driver call or a kernel that never returns, and the run must still print its table.
+    `current` is the (workload, column) being measured: its cell says it was stopped."""
+
+    def __init__(self, seconds, report):
+        self.report, self.current, self.lock = report, None, threading.Lock()
+        self.timer = threading.Timer(max(0.0, seconds - (time.perf_counter() - STARTED)), self.fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def fire(self):
+        with self.lock:
+            print(f"\n== HARD TIME LIMIT: the run was stopped after {time.perf_counter() - STARTED:.0f} s "
+                  f"(still running: {self.current or 'no measurement'}); what was measured:", flush=True)
+            try:
+                self.report(self.current)
+            finally:
+                sys.stdout.flush()
+                os._exit(3)
+
+    def cancel(self):
+        """Called when the run's own report starts: it prints the table itself."""
+        self.timer.cancel()
+        self.lock.acquire()
 
 
 # ------------------------------------------------------------------ clocks and framework glue
@@ -248,14 +282,15 @@ def copy_bandwidth(n_bytes, reps=20):
 
 
 # ------------------------------------------------------------------ correctness on real sizes
-def correctness(sizes, deadline):
-    """[(name, error, tolerance)]: compiled cuda (and eager cuda) against float64 NumPy or the cpu."""
+def correctness(sizes, deadline, out=None):
+    """[(name, error, tolerance)]: compiled cuda (and eager cuda) against float64 NumPy or the cpu,
+    appended to `out` as they finish (error None: not run, past `deadline`)."""
     r = np.random.default_rng(0)
     n, rows = sizes["n"], sizes["rows"]
     x = r.standard_normal(n, np.float32)
     xr = r.standard_normal(rows, np.float32)
     cx, cxr = tg.tensor(x, device="cuda"), tg.tensor(xr, device="cuda")
-    out = []
+    out = [] if out is None else out
 
     def check(name, tol, fn):
         if time.perf_counter() > deadline:
@@ -307,8 +342,11 @@ def mlp_cpu_vs_cuda(size, steps=2):
 
 # ------------------------------------------------------------------ the report
 def rates(wid, inp, copy_gbs):
-    """[(metric, fn(ms) -> text)] of a workload's table lines."""
-    nbytes, out = moved(wid, inp), [("ms", lambda ms: f"{ms:.4f}")]
+    """[(metric, fn(ms) -> text)] of a workload's table lines (ms alone without inputs)."""
+    out = [("ms", lambda ms: f"{ms:.4f}")]
+    if inp is None:
+        return out
+    nbytes = moved(wid, inp)
     if nbytes:
         out.append(("GB/s", lambda ms: f"{nbytes / ms / 1e6:.1f}"))
         if copy_gbs:
@@ -322,7 +360,8 @@ def table(results, copy_gbs):
     """The table's lines, and the notes of the cells without a time (grouped by note)."""
     lines, notes = [f"{'workload':34s}{'':8s}" + "".join(f"{c:>15s}" for c in COLUMNS)], {}
     for wid, (inp, cells) in results.items():
-        label = f"{wid} {NAMES[wid]} " + (f"{inp['x'].shape}" if wid != "G4" else f"batch {len(inp['x'])}")
+        label = f"{wid} {NAMES[wid]} " + ("" if inp is None else f"{inp['x'].shape}" if wid != "G4" else
+                                          f"batch {len(inp['x'])}")
         for k, (metric, fmt) in enumerate(rates(wid, inp, copy_gbs)):
             texts = [fmt(c.ms) if c.ms is not None else "n/a" for c in (cells.get(col, Cell()) for col in COLUMNS)]
             lines.append(f"{label if k == 0 else '':34s}{metric:8s}" + "".join(f"{t:>15s}" for t in texts))
@@ -348,9 +387,9 @@ def goals(results, copy_gbs):
         if wid not in results:
             continue
         inp, cells = results[wid]
-        ms, other = cells["tg compiled"].ms, cells.get(peer, Cell()).ms if peer else None
+        ms, other = cells.get("tg compiled", Cell()).ms, cells.get(peer, Cell()).ms if peer else None
         if peer is None:
-            value = None if ms is None or not copy_gbs else moved(wid, inp) / ms / 1e6 / copy_gbs
+            value = None if ms is None or not copy_gbs or inp is None else moved(wid, inp) / ms / 1e6 / copy_gbs
             out.append((f"{wid} {text}", None if value is None else value >= bound, value))
         else:
             value = None if ms is None or other is None else ms / other
@@ -363,7 +402,11 @@ def environment():
     lines = [f"tracegrad {getattr(tg, '__version__', '?')} ({os.path.dirname(tg.__file__)}), numpy {np.__version__}, "
              f"python {sys.version.split()[0]}"]
     import numba
-    lines.append(f"numba {numba.__version__}, device {tg.cuda.get_device_name()}" +
+    try:
+        device = tg.cuda.get_device_name()
+    except Exception as e:
+        device = f"unknown ({type(e).__name__}: {e})"
+    lines.append(f"numba {numba.__version__}, device {device}" +
                  (" (NUMBA_ENABLE_CUDASIM=1: timings meaningless)" if SIM else ""))
     for mod in ("numba_cuda", "torch", "jax", "cupy"):
         try:
@@ -384,39 +427,66 @@ def tf32_note():
     return "float32 products (cuBLAS default math mode, or the tiled kernel)"
 
 
+def why_no_cuda():
+    """What numba.cuda says when it finds no GPU."""
+    try:
+        from numba import cuda
+        cuda.current_context()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:300]}"
+    return "numba.cuda.is_available() is False"
+
+
 def check_section(sizes, seconds):
     """Run and print the correctness checks; the number that failed."""
     print(f"\n== correctness (budget {seconds:.0f} s)", flush=True)
+    checks = []
     try:
         with Limit(seconds + 5):
-            checks = correctness(sizes, time.perf_counter() + seconds)
-    except TimeUp as e:
-        checks = [("correctness section", f"{e}", 0)]
-    failed = 0
+            correctness(sizes, time.perf_counter() + seconds, checks)
+    except TimeUp:                # a check ran past the section's budget: the rest are not run
+        checks.append(("the check running when the section's budget ran out, and those after it", None, 0))
+    except Exception as e:        # the section's own set-up (uploads, ...): reported, the run goes on
+        checks.append(("correctness section", f"{type(e).__name__}: {e}", 0))
+    failed = skipped = 0
     for name, err, tol in checks:
         verdict = ("skipped: time budget" if err is None else f"FAILED ({err})" if isinstance(err, str)
                    else "ok" if err <= tol else "FAILED")
         failed += verdict.startswith("FAILED")
+        skipped += err is None
         print(f"  {name}: {verdict}" + (f"  rel err {err:.2e} (tol {tol:.0e})" if isinstance(err, float) else ""))
-    print(f"correctness: {len(checks) - failed}/{len(checks)} ok", flush=True)
+    print(f"correctness: {len(checks) - failed - skipped}/{len(checks)} ok" +
+          (f", {skipped} skipped (time budget)" if skipped else ""), flush=True)
     return failed
 
 
-def workload_section(wid, size, reps, seconds):
-    """(inputs, {column: Cell}) of one workload, its columns in ORDER within `seconds`."""
+def workload_section(wid, size, reps, seconds, results, watchdog=None):
+    """Measure one workload's columns in ORDER within `seconds` into results[wid] = (inputs,
+    {column: Cell}); inputs None (and every cell saying why) when its inputs or reference fail."""
     end = time.perf_counter() + seconds
-    inp = inputs(wid, size, int(wid[1]))
-    want = reference(wid, inp)
     print(f"== {wid} {NAMES[wid]}", end="", flush=True)
     cells = {}
+    try:
+        with Limit(seconds):
+            inp = inputs(wid, size, int(wid[1]))
+            want = reference(wid, inp)
+    except (TimeUp, Exception) as e:
+        results[wid] = (None, {col: Cell(note=f"not run: inputs or reference failed ({type(e).__name__}: "
+                                              f"{str(e)[:120]})") for col in COLUMNS})
+        print(f"  inputs or reference failed: {type(e).__name__}: {e}", flush=True)
+        return
+    results[wid] = (inp, cells)
     for k, col in enumerate(ORDER[wid]):
         left = end - time.perf_counter()
         share = left if k == len(ORDER[wid]) - 1 else max(0.6 * left, min(left, 20))  # leave the rest some time
-        cells[col] = measure(wid, inp, want, col, reps, share) if left > 1 else \
-            Cell(note="skipped: section budget spent")
-        print(f"  {col} {'%.4f ms' % cells[col].ms if cells[col].ms is not None else '-'}", end="", flush=True)
+        if watchdog is not None:
+            watchdog.current = (wid, col)
+        cell = measure(wid, inp, want, col, reps, share) if left > 1 else Cell(note="skipped: section budget spent")
+        cells[col] = cell
+        print(f"  {col} {'%.4f ms' % cell.ms if cell.ms is not None else '-'}", end="", flush=True)
+    if watchdog is not None:
+        watchdog.current = None
     print(flush=True)
-    return inp, cells
 
 
 def report(results, copy_gbs):
@@ -440,15 +510,25 @@ def main(argv=None):
     ap.add_argument("--only", default="G1,G2,G3,G4,G5", help="workloads, e.g. G2,G4")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per column (at most)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every section's time budget")
+    ap.add_argument("--hard-limit", type=float, default=HARD_LIMIT,
+                    help="seconds from the start after which a run still going is stopped and its table printed")
     args = ap.parse_args(argv)
     wanted = [w.strip().upper() for w in args.only.split(",") if w.strip()]
     if any(w not in NAMES for w in wanted):
         ap.error(f"--only: unknown workload in {args.only!r}; choose from {', '.join(NAMES)}")
     if not tg.cuda.is_available():
-        print("no CUDA device: install the gpu extra on a GPU machine, or set NUMBA_ENABLE_CUDASIM=1", file=sys.stderr)
+        print(f"no CUDA device ({why_no_cuda()}): install the gpu extra on a GPU machine, or set "
+              "NUMBA_ENABLE_CUDASIM=1", file=sys.stderr)
         return 2
     sizes, t_start = (QUICK if args.quick else FULL), time.perf_counter()
     budget = {k: v * args.scale for k, v in BUDGET.items()}
+    results, state = {}, {"copy": None}
+
+    def stopped(current):
+        if current is not None and current[0] in results:
+            results[current[0]][1][current[1]] = Cell(note="stopped: the hard time limit (hung or too slow)")
+        report(results, state["copy"])
+    watchdog = Watchdog(args.hard_limit, stopped)
     print("\n".join(environment()), flush=True)
     failed = check_section(sizes["check"], budget["check"])
     copy_gbs = None
@@ -459,13 +539,14 @@ def main(argv=None):
               f"CUDA events, median of 20){'' if ok else ' COPY WRONG'}", flush=True)
     except (TimeUp, Exception) as e:
         print(f"\n== copy bandwidth: not measured ({type(e).__name__}: {e})", flush=True)
-    results = {}
+    state["copy"] = copy_gbs
     for wid in wanted:
         left = TOTAL * args.scale - (time.perf_counter() - t_start)
         if left < 5:
             print(f"== {wid}: skipped, the whole run's budget ({TOTAL * args.scale:.0f} s) is spent")
             continue
-        results[wid] = workload_section(wid, sizes[wid], args.reps, min(budget[wid], left))
+        workload_section(wid, sizes[wid], args.reps, min(budget[wid], left), results, watchdog)
+    watchdog.cancel()
     report(results, copy_gbs)
     print(f"total {time.perf_counter() - t_start:.0f} s")
     return 1 if failed else 0

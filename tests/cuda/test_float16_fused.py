@@ -145,7 +145,8 @@ def test_a_float16_chain_is_one_kernel_and_reads_each_input_once():
         return ((a * a + 1).sqrt() * a.sigmoid() + 0.25).relu()
     f = tg.compile(chain)
     out = f(x)
-    assert f.stats()["kernels"] == 1 and structure(f, x) == ["k0 [loop] space=3x4 split=1 ops=mul+add+sqrt+sigmoid+mul+add+relu"]
+    assert f.stats()["kernels"] == 1
+    assert structure(f, x) == ["k0 [loop] space=3x4 split=1 ops=mul+add+sqrt+sigmoid+mul+add+relu"]
     src = f.ir(x, stage="cuda")
     assert src.count("b0[") == 1 and src.count("float16(") == 7      # one load; each of 7 ops rounded once
     want = tg.compile(chain, backend="interpret")(x.cpu())

@@ -25,3 +25,30 @@ def test_gpu_check_quick_runs_under_the_simulator():
     assert "goals:" in out and "G4 tg compiled within 1.15x of torch eager" in out
     for peer in ("torch", "jax"):      # absent here: the column says why instead of failing the run
         assert re.search(rf"{peer}[^\n]*(not importable|is False|no GPU backend)", out), out
+
+
+def test_a_run_past_its_hard_limit_prints_what_it_measured_and_exits_3():
+    """A run that hangs (here: one that cannot finish in 8 s) is stopped by the watchdog thread, which
+    prints the table and the goals itself."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "examples/gpu_check.py", "--quick", "--reps", "1", "--only", "G5",
+                        "--hard-limit", "8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+    assert "== HARD TIME LIMIT: the run was stopped after" in p.stdout
+    assert "GPU workloads, float32" in p.stdout.split("HARD TIME LIMIT")[1] and "goals:" in p.stdout
+
+
+def test_a_workload_whose_inputs_fail_still_gets_its_row(capsys):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_check as g
+    results = {}
+    g.workload_section("G1", "not a size", 1, 10, results)
+    g.workload_section("G5", g.QUICK["G5"], 1, 60, results)
+    assert results["G1"][0] is None and all(c.note.startswith("not run: inputs or reference failed")
+                                            for c in results["G1"][1].values())
+    g.report(results, None)
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("G1 "))
+    assert row.split()[-5:] == ["n/a"] * 5
+    assert "tg compiled: not run: inputs or reference failed (TypeError" in out
+    assert re.search(r"G5 W5 20 ops fwd\+bwd \(8,\) +ms +[\d.]+ +[\d.]+", out), out
