@@ -135,14 +135,17 @@ def adam_step():
 
 def long_scans():
     """The block scans of long rows (blockscan.py) at their real block and tile sizes, for each
-    accumulator dtype (float64, float32, int64, int32): rows of 20 let through as long."""
+    accumulator dtype (float64, float32, int64, int32): rows of two tiles (all three kernels) and
+    rows of 20 let through as long (one tile: finish alone)."""
     from tracegrad.core import bind
     from tracegrad.cuda import blockscan
     saved, blockscan.LONG_ROW = blockscan.LONG_ROW, 10
+    two_tiles = blockscan.THREADS * blockscan.ITEMS + 1
     try:
-        for dtype in ("float32", "float16", "int64"):
+        tg.tensor(sample("float32", (1, two_tiles)), device="cuda").cumsum(1)
+        bind("prod_others", tg.tensor(sample("int32", (1, two_tiles)), device="cuda"), axis=(1,))
+        for dtype in ("float16", "int64"):
             tg.tensor(sample(dtype, (1, 20)), device="cuda").cumsum(1)
-        bind("prod_others", tg.tensor(sample("int32", (1, 20)), device="cuda"), axis=(1,))
     finally:
         blockscan.LONG_ROW = saved
 

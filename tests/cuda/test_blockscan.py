@@ -82,6 +82,7 @@ def _run(x, op, axes):
 @given(cases())
 @example((np.arange(150, dtype=np.float32).reshape(2, 75) % 5 - 2, "cumsum", False, False))      # 10 tiles a row
 @example((np.full((1, 3, 23), 2.0, np.float64), "prod_others", False, True))
+@example((np.arange(16, dtype=np.int64).reshape(2, 8) % 3 - 1, "cumsum_rev", False, False))      # one tile a row
 def test_long_rows_scanned_by_blocks_equal_numpy(case):
     a, op, transposed, two_axes = case
     x = tg.tensor(a, device="cuda")

@@ -10,8 +10,9 @@ A row is cut into tiles of TILE = THREADS * ITEMS consecutive elements, a block 
 3. finish: each block reads its tile again into shared memory and scans it there (each thread its
    ITEMS consecutive elements, then the threads' totals by a Kogge-Stone scan), joins the tile's
    carry and writes the tile (coalesced).
-The input is read twice, the output written once. Shared-memory positions are padded (one slot
-per 32) so that threads walking ITEMS consecutive elements hit different banks.
+The input is read twice, the output written once (rows of one tile: read once, by finish alone).
+Shared-memory positions are padded (one slot per 32) so that threads walking ITEMS consecutive
+elements hit different banks.
 """
 import functools
 
@@ -46,8 +47,9 @@ def scan(out, xs, geometry, rows, n, acc, mode):
     tot, pre, suf = (memory.empty((rows * ntiles,), acc) for _ in range(3))
     kshape, rshape, xk, ok, xr, orr = geometry
     grid = (min(ntiles, MAX_GRID), min(rows, MAX_GRID))
-    totals[grid, THREADS](tot, xs, kshape, rshape, xk, xr, n, ntiles, rows, ident, mode == 2)
-    carries[min(rows, MAX_GRID), THREADS](tot, pre, suf, ntiles, rows, ident, mode)
+    if ntiles > 1:                   # rows of one tile have no carries: finish alone, from the identity
+        totals[grid, THREADS](tot, xs, kshape, rshape, xk, xr, n, ntiles, rows, ident, mode == 2)
+        carries[min(rows, MAX_GRID), THREADS](tot, pre, suf, ntiles, rows, ident, mode)
     finish[grid, THREADS](out, xs, pre, suf, kshape, rshape, xk, ok, xr, orr, n, ntiles, rows, ident, mode)
 
 
@@ -205,18 +207,20 @@ def kernels(acc_name, threads, items):
                 if mode != 0:
                     _block_scan(bwd, sums, tid, threads, items, ident, product, True)
                 t = r * ntiles + b
+                head = pre[t] if ntiles > 1 else ident
+                tail = suf[t] if ntiles > 1 else ident
                 for k in range(items):
                     p = k * threads + tid
                     if start + p < n:
                         _, oo = _along(start + p, rshape, xr, orr)
                         if mode == 0:
-                            out[obase + oo] = pre[t] + fwd[_pad(p)]
+                            out[obase + oo] = head + fwd[_pad(p)]
                         elif mode == 1:
-                            out[obase + oo] = suf[t] + bwd[_pad(p)]
+                            out[obase + oo] = tail + bwd[_pad(p)]
                         else:
                             before = fwd[_pad(p - 1)] if p > 0 else ident
                             after = bwd[_pad(p + 1)] if p < tile - 1 else ident
-                            out[obase + oo] = (pre[t] * before) * (after * suf[t])
+                            out[obase + oo] = (head * before) * (after * tail)
                 cuda.syncthreads()
                 b += cuda.gridDim.x
             r += cuda.gridDim.y
