@@ -269,3 +269,21 @@ def test_the_cublas_call_computes_numpys_product(a_shape, b_shape, ta, tb):
     cuda_matmul._gemm((blas, None), x, y, out, m, n, k)
     np.testing.assert_allclose(memory.copy(out, "host"), want, rtol=1e-12)
     assert blas.calls == (1 if len(batch) < 2 else batch[0])
+
+
+def test_cublas_is_looked_for_in_the_cuda_12_and_cuda_13_wheels(tmp_path, monkeypatch):
+    import sys
+    import types
+    root = tmp_path / "nvidia"
+    cu13 = root / "cu13" / "lib" / "libcublas.so.13"
+    cu13.parent.mkdir(parents=True)
+    cu13.write_bytes(b"")
+    fake = types.ModuleType("nvidia")
+    fake.__path__ = [str(root)]
+    monkeypatch.setitem(sys.modules, "nvidia", fake)
+    assert cuda_matmul.candidates()[0] == str(cu13)          # CUDA 13's nvidia-cublas alone
+    cu12 = root / "cublas" / "lib" / "libcublas.so.12"
+    cu12.parent.mkdir(parents=True)
+    cu12.write_bytes(b"")
+    names = cuda_matmul.candidates()
+    assert names[:2] == [str(cu12), str(cu13)] and names[-3:] == ["libcublas.so.12", "libcublas.so.13", "libcublas.so"]

@@ -2,8 +2,9 @@
 (numba's simulator, or no libcublas found), with a one-time warning there.
 
 cuBLAS is reached through ctypes on the runtime library itself (libcublas.so.12 of the nvidia-cublas-cu12
-wheel the `gpu` extra installs, or the system's): one small binding of four functions over numba's
-device pointers, with no other Python package to install or keep in step with numba. cuBLAS works
+wheel the `gpu` extra installs, libcublas.so.13 of CUDA 13's nvidia-cublas, or the system's): one small
+binding of four functions over numba's device pointers, with no other Python package to install or
+keep in step with numba. cuBLAS works
 column-major, so the row-major C = A @ B is computed as C^T = B^T @ A^T; transposed operands (unit
 stride along rows) are passed as transposed, other layouts are copied first.
 
@@ -145,15 +146,25 @@ def _cublas():
     return _HANDLE[0]
 
 
-def _load():
+def candidates():
+    """Where libcublas may be, in the order tried: the pip wheels' (nvidia-cublas-cu12:
+    nvidia/cublas/lib/libcublas.so.12; CUDA 13's nvidia-cublas: nvidia/cu13/lib/libcublas.so.13),
+    then the system's (ld.so's search)."""
     names = []
     try:
-        import nvidia.cublas
-        names += [os.path.join(d, "lib", "libcublas.so.12") for d in nvidia.cublas.__path__]
+        import nvidia
+        for d in nvidia.__path__:
+            names += [os.path.join(d, "cublas", "lib", "libcublas.so.12"),
+                      os.path.join(d, "cu13", "lib", "libcublas.so.13")]
     except ImportError:
         pass
-    names += [n for n in (ctypes.util.find_library("cublas"),) if n] + ["libcublas.so.12", "libcublas.so"]
-    for name in names:
+    names = [n for n in names if os.path.exists(n)]
+    return names + [n for n in (ctypes.util.find_library("cublas"),) if n] + \
+        ["libcublas.so.12", "libcublas.so.13", "libcublas.so"]
+
+
+def _load():
+    for name in candidates():
         try:
             lib = ctypes.CDLL(name)
         except OSError:
