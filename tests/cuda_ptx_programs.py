@@ -144,7 +144,7 @@ def long_scans():
     try:
         tg.tensor(sample("float32", (1, two_tiles)), device="cuda").cumsum(1)
         bind("prod_others", tg.tensor(sample("int32", (1, two_tiles)), device="cuda"), axis=(1,))
-        for dtype in ("float16", "int64"):
+        for dtype in ("float16", "int64", "bool"):       # float16 and bool: converted as they are loaded
             tg.tensor(sample(dtype, (1, 20)), device="cuda").cumsum(1)
     finally:
         blockscan.LONG_ROW = saved

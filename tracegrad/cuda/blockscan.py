@@ -12,7 +12,8 @@ A row is cut into tiles of TILE = THREADS * ITEMS consecutive elements, a block 
    carry and writes the tile (coalesced).
 The input is read twice, the output written once (rows of one tile: read once, by finish alone).
 Shared-memory positions are padded (one slot per 32) so that threads walking ITEMS consecutive
-elements hit different banks.
+elements hit different banks. Elements are converted to the accumulator's dtype as they are loaded
+(float16 and bool inputs need no converted copy); a float16 result is stored rounded once.
 """
 import functools
 
@@ -126,7 +127,7 @@ def kernels(acc_name, threads, items):
                     j = b * tile + k * threads + tid
                     if j < n:
                         xo, _ = _along(j, rshape, xr, xr)
-                        part = _join(part, x[base + xo], product)
+                        part = _join(part, acc(x[base + xo]), product)
                 sums[tid] = part
                 cuda.syncthreads()
                 s = threads // 2
@@ -196,7 +197,7 @@ def kernels(acc_name, threads, items):
                     v = ident
                     if start + p < n:
                         xo, _ = _along(start + p, rshape, xr, orr)
-                        v = x[xbase + xo]
+                        v = acc(x[xbase + xo])
                     if mode != 1:
                         fwd[_pad(p)] = v
                     if mode != 0:

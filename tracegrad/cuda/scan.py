@@ -59,13 +59,16 @@ def _scan(x, axes, out_dtype, acc, mode):
     """The scan `mode` of device array x along `axes` (row-major over them) into a new row-major
     array of out_dtype, accumulating in `acc`."""
     acc = np.dtype(acc)
-    direct = out_dtype in (np.float32, np.float64, np.int32, np.int64)   # stored by the kernel itself
-    out = memory.empty(x.shape, out_dtype if direct else acc)
     if x.size == 0:
-        return out if direct else memory.empty(x.shape, out_dtype)
-    if x.dtype in (np.float16, np.bool_):
-        x = _converted(x, acc)
+        return memory.empty(x.shape, out_dtype)
     axes = tuple(a % x.ndim for a in axes)
+    xst = memory.strides_of(x)
+    by_blocks = blockscan.use_blocks(math.prod(x.shape[d] for d in axes), [xst[d] for d in axes] or [0])
+    if x.dtype in (np.float16, np.bool_) and not by_blocks:     # the block kernels convert as they load
+        x = _converted(x, acc)
+    stored = (np.float32, np.float64, np.int32, np.int64) + ((np.float16,) if by_blocks else ())
+    direct = out_dtype in stored                                     # stored by the kernels themselves
+    out = memory.empty(x.shape, out_dtype if direct else acc)
     kept = [d for d in range(x.ndim) if d not in axes]
     xs, xst = memory.span(x)
     os, ost = memory.span(out)
@@ -73,9 +76,12 @@ def _scan(x, axes, out_dtype, acc, mode):
         ([x.shape[d] for d in kept], 1), ([x.shape[d] for d in axes], 1), ([xst[d] for d in kept], 0),
         ([ost[d] for d in kept], 0), ([xst[d] for d in axes], 0), ([ost[d] for d in axes], 0)))
     rows, n = math.prod(geometry[0]), math.prod(geometry[1])
-    if blockscan.use_blocks(n, geometry[4]):          # long rows, contiguous: a block per tile
-        blockscan.scan(os, xs, geometry, rows, n, acc, mode)
-        return out if direct else copy_strided(out, memory.empty(x.shape, out_dtype))
+    (blockscan.scan if by_blocks else _chunked)(os, xs, geometry, rows, n, acc, mode)
+    return out if direct else copy_strided(out, memory.empty(x.shape, out_dtype))
+
+
+def _chunked(os, xs, geometry, rows, n, acc, mode):
+    """The scan of the rows of x (span xs) into out (span os) by chunks of about sqrt(n) elements."""
     chunk = max(MIN_CHUNK, math.isqrt(n))
     nchunks = -(-n // chunk)
     ident = acc.type(int(mode == EXCLUSIVE_PRODUCT))
@@ -86,7 +92,6 @@ def _scan(x, axes, out_dtype, acc, mode):
     rblocks, rthreads = launch_config(rows)
     _running[rblocks, rthreads](tot, pre, suf, rows, nchunks, ident, product)
     _finish[blocks, threads](os, xs, pre, suf, *geometry, n, chunk, nchunks, rows, mode)
-    return out if direct else copy_strided(out, memory.empty(x.shape, out_dtype))
 
 
 @cuda.jit(device=True)
