@@ -39,9 +39,10 @@ from tracegrad.bench.workloads import _chain, _gelu, _layernorm_loss, _softmax, 
 from tracegrad.bench.workloads import _tg_train_step as mlp_step_tg  # noqa: E402
 
 FULL = {"G1": 64 << 20, "G2": (16384, 4096), "G3": (16384, 4096), "G4": ((4096, 4096, 4096, 1024), 4096),
-        "G5": 8, "copy": 1 << 30, "check": {"n": 1 << 22, "rows": (4096, 1000), "mlp": ((784, 256, 256, 10), 256)}}
+        "G5": 8, "copy": 1 << 30, "check": {"n": 1 << 22, "rows": (4096, 1000), "mlp": ((784, 256, 256, 10), 256),
+                  "scan": (64, 100003)}}
 QUICK = {"G1": 64, "G2": (4, 16), "G3": (4, 16), "G4": ((8, 8, 4), 4), "G5": 8, "copy": 1 << 12,
-         "check": {"n": 96, "rows": (3, 20), "mlp": ((6, 5, 3), 4)}}
+         "check": {"n": 96, "rows": (3, 20), "mlp": ((6, 5, 3), 4), "scan": (2, 20)}}
 BUDGET = {"check": 75, "copy": 10, "G1": 50, "G2": 50, "G3": 70, "G4": 75, "G5": 40}   # seconds, 370 in all
 TOTAL = 420          # seconds for the whole run: later workloads are skipped past it (8 minutes with start-up)
 HARD_LIMIT = 465     # seconds from the start: a run still going then is stopped, its table printed
@@ -324,7 +325,23 @@ def correctness(sizes, deadline, out=None):
         [tg.tensor(a, device="cuda") @ tg.tensor(b, device="cuda")], [a.astype(np.float64) @ b]))
     check("MLP 2 SGD steps, compiled cuda vs compiled cpu (losses, params)", 1e-4,
           lambda: mlp_cpu_vs_cuda(sizes["mlp"]))
+    check("cumsum, its gradient (reverse cumsum), prod and its gradient over long rows, eager cuda vs NumPy", 1e-3,
+          lambda: long_scans(sizes["scan"], r))
     return out
+
+
+def long_scans(shape, r):
+    """Errors of the scans over rows of `shape` (block scans past 1024 elements a row) against NumPy."""
+    x = (1 + 1e-4 * r.standard_normal(shape)).astype(np.float32)          # products stay near 1
+    w = r.standard_normal(shape).astype(np.float32)
+    a, b = (tg.tensor(x, device="cuda", requires_grad=True) for _ in range(2))
+    c, p = a.cumsum(1), b.prod(1)
+    (c * tg.tensor(w, device="cuda")).sum().backward()
+    p.sum().backward()
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = [np.cumsum(x64, 1), np.cumsum(w64[:, ::-1], 1)[:, ::-1], np.prod(x64, 1),
+            np.prod(x64, 1, keepdims=True) / x64]
+    return worst([c, a.grad, p, b.grad], want)
 
 
 def mlp_cpu_vs_cuda(size, steps=2):
