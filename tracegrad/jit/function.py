@@ -1,5 +1,6 @@
 """tg.compile: the compiled function, its cache of entries (one per signature) and its stats."""
 import functools
+import gc
 import threading
 import time
 import types
@@ -188,7 +189,8 @@ class CompiledFunction:
             self._note_retrace(changes(self._last_desc, desc))
         self._last_desc = desc
         t0 = time.perf_counter()
-        entry = Entry(self, args, kwargs, leaves, paths)
+        with _gc_paused():
+            entry = Entry(self, args, kwargs, leaves, paths)
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0
         self._stats["kernels"] = entry.kernel_count()
@@ -243,6 +245,27 @@ class CompiledFunction:
 
     def stats(self):
         return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]))
+
+
+class _gc_paused:
+    """Python's cyclic garbage collector paused while a signature compiles (any thread): compiling
+    makes hundreds of thousands of IR objects that all stay alive, and each collection of the oldest
+    generation walks them all, so its cost grew with the square of the function's size. Cycles
+    made meanwhile are collected once it is resumed."""
+    _lock, _depth, _was = threading.Lock(), [0], [False]
+
+    def __enter__(self):
+        with self._lock:
+            if self._depth[0] == 0:
+                self._was[0] = gc.isenabled()
+                gc.disable()
+            self._depth[0] += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._depth[0] -= 1
+            if self._depth[0] == 0 and self._was[0]:
+                gc.enable()
 
 
 def make_ir(f):
