@@ -64,7 +64,8 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
     parameter and the parameter — whose output a kernel can write straight into the input's
     memory. Safe when: a loop kernel computes the output in a map phase; every kernel that reads the
     input runs no later; inside that kernel the input is read only at the element being written,
-    by phases up to the writing one; the input is not itself an output (saved or returned); the
+    by phases up to the writing one, in phase order and in the order the phases run (a row kernel's
+    walks may run a later phase first); the input is not itself an output (saved or returned); the
     output is returned once."""
     out = {}
     producer = {id(v): j for j, k in enumerate(kernels) for v in k.outputs}
@@ -89,12 +90,21 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
         writer = next(p for p, ph in enumerate(k.phases) for w, _ in ph.outputs if w is v)
         if k.phases[writer].kind != "map":
             continue
-        ok = True
+        ok, rank = True, _phase_rank(k)
         for p, ph in enumerate(k.phases):
             for _, tree in ph.outputs:
                 for ld in loads(tree):
-                    if ld.buf is u and (p > writer or ld.offset or tuple(ld.strides) != contiguous_strides(u.shape)):
+                    if ld.buf is u and (p > writer or rank[p] > rank[writer] or ld.offset or
+                                        tuple(ld.strides) != contiguous_strides(u.shape)):
                         ok = False
         if ok:
             out[slots[id(v)]] = slots[id(u)]
     return out
+
+
+def _phase_rank(k):
+    """Phase p's place in the order kernel k runs its phases, as (walk, p): a row kernel's walks
+    over the row (Schedule.walks) run one after another, each running its phases per element in
+    index order; without walks, phase by phase."""
+    walks = k.schedule.walks if k.schedule is not None and k.schedule.walks else [[p] for p in range(len(k.phases))]
+    return {p: (w, p) for w, group in enumerate(walks) for p in group}
