@@ -1,10 +1,11 @@
 """Run a compiled program: buffers planned once, a short list of steps, threads for big loops.
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
-output arrays (handed to the user; a small one is reused only once nothing else holds it), one native call per native segment (native_call.py; a run of
-kernels and matrix products, see driver.py), the thread pool's bookkeeping for kernels large
-enough to split into chunks, and one NumPy call per host step. Check mode and profiles run the
-same native functions kernel by kernel.
+output arrays (handed to the user; a small one is reused only once nothing else holds it), one
+native call per native segment (a run of kernels and matrix products, see driver.py; called as a
+builtin, native_call.py), the thread pool's bookkeeping for kernels large enough to split into
+chunks, and one NumPy call per host step; a small program's run is generated straight-line code
+(straight.py). Check mode and profiles run the same native functions kernel by kernel.
 """
 import ast
 import ctypes

@@ -75,7 +75,8 @@ def straight_run(prog, general, address):
         env[f"seg{j}"] = step[1]
         if step[3]:
             env["POOLS"] = _POOLS
-            lines += ["        if POOLS:", "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
+            lines += ["        if POOLS:",
+                      "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
         lines.append(f"        seg{j}()")
     outs = []
     for j, (slot, shape) in enumerate(prog.outputs):
