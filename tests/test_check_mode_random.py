@@ -101,3 +101,16 @@ def test_check_mode_still_names_a_kernel_whose_result_differs(monkeypatch):
         assert "differs from the interpret backend" in str(e)
     else:
         raise AssertionError("check=True missed a kernel whose output differs")
+
+
+def test_check_tolerance_follows_the_float_width():
+    """check=True compares each dtype within a few of its own rounding steps: a float16 result one
+    float16 step off (a device's math function rounding its float32 differently) is not a mismatch,
+    a 5 % difference is; float32 and float64 keep theirs."""
+    from tracegrad.jit.check import _close
+    one = np.array([1.0, 0.5, -2.0], np.float16)
+    step = np.nextafter(one, np.float16(np.inf))
+    assert _close(step, one.astype(np.float64))
+    assert not _close((one * np.float16(1.05)).astype(np.float16), one.astype(np.float64))
+    assert _close(np.float32(1.0001) * np.ones(3, np.float32), np.ones(3))
+    assert not _close(np.float64(1.0001) * np.ones(3), np.ones(3))
