@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from nested_compare import assert_same as _same
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "12"))
 BACKENDS = ("llvm", "interpret")
@@ -67,18 +68,6 @@ def _observe(f, data):
         except RuntimeError as e:              # eager's in-place error: the same in both
             seen.append(("error", str(e).split(":")[0]))
     return seen
-
-
-def _same(a, b, path="result"):
-    if isinstance(a, np.ndarray):
-        assert isinstance(b, np.ndarray) and a.shape == b.shape, (path, a, b)
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=path)
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), (path, a, b)
-        for i, (p, q) in enumerate(zip(a, b)):
-            _same(p, q, f"{path}[{i}]")
-    else:
-        assert a == b, (path, a, b)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from nested_compare import assert_same
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
 BACKENDS = ("llvm", "interpret")
@@ -115,25 +116,13 @@ def _session(actions, seed, backend):
     return seen
 
 
-def _same(a, b, path):
-    if isinstance(a, np.ndarray):
-        assert isinstance(b, np.ndarray) and a.shape == b.shape, path
-        np.testing.assert_allclose(b, a, rtol=2e-5, atol=1e-6, err_msg=path)
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), (path, a, b)
-        for i, (p, q) in enumerate(zip(a, b)):
-            _same(p, q, f"{path}[{i}]")
-    else:
-        assert a == b, (path, a, b)
-
-
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(st.sampled_from(sorted(ACTIONS)), min_size=2, max_size=7), st.integers(0, 1000))
 def test_sessions_of_calls_and_state_changes_follow_eager(actions, seed):
     actions = ["step"] + actions + ["step", "loss backward"]
     want = _session(actions, seed, None)
     for backend in BACKENDS:
-        _same(want, _session(actions, seed, backend), backend)
+        assert_same(want, _session(actions, seed, backend), backend, rtol=2e-5)
 
 
 # ------------------------------------------------------------------ nesting, custom functions, threads
@@ -175,7 +164,7 @@ def test_nested_compiled_functions_and_custom_functions(n, grad_first):
         return out
     want = run(False)
     for backend in BACKENDS:
-        _same(want, run(True, backend), backend)
+        assert_same(want, run(True, backend), backend, rtol=2e-5)
 
 
 def test_threads_calling_with_different_shapes():
@@ -324,4 +313,4 @@ def test_other_patterns_follow_eager(pattern):
     want = use(fn)
     for backend in BACKENDS:
         SHARED["w"] = tg.tensor([1.0, 2.0])
-        _same(want, use(tg.compile(fn, backend=backend)), backend)
+        assert_same(want, use(tg.compile(fn, backend=backend)), backend, rtol=2e-5)
