@@ -1,20 +1,15 @@
-"""The CUDA tests (tests/cuda/) under numba's CUDA simulator, in a process of their own: the simulator
-is chosen when numba is imported (NUMBA_ENABLE_CUDASIM=1), so they cannot share this process. The
-README's single test command runs them through this test; no GPU and no gpu extra are needed."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+"""The CUDA tests (tests/cuda/) under numba's CUDA simulator, in a process of their own
+(tests/cuda_sim_suite.py: tests/conftest.py starts it when collection selects the suite test, so it
+runs beside the CPU tests). The README's single test command runs them through this test; no GPU and
+no gpu extra are needed."""
+import cuda_sim_suite
 
 
 def test_cuda_suite_under_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "tests/cuda", "-q", "-p", "no:cacheprovider"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, f"the CUDA tests under the simulator failed (rc {r.returncode}):\n{out[-20000:]}"
+    rc, out = cuda_sim_suite.result()
+    assert rc is not None, (f"the CUDA tests under the simulator ran past {cuda_sim_suite.TIMEOUT} s and were "
+                            f"killed; their output so far:\n{out[-20000:]}")
+    assert rc == 0, f"the CUDA tests under the simulator failed (rc {rc}):\n{out[-20000:]}"
     assert " passed" in out, out[-5000:]
 
 
