@@ -8,6 +8,7 @@ from .engine import compile_module
 from .llvm import ModuleBuilder
 from .runtime import Program, splits
 from .slots import per_graph
+from .stream import streamed
 
 
 def build_programs(graphs, fused, inplace_pairs=None):
@@ -30,10 +31,11 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     # a body addresses memory: an output written into an input is the input's pointer (never a
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
+    stream = streamed(g, kernels, aliases, slots, inplace)
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
-            body, args = mb.kernel(k, in_memory, f"{label}_k{j}")
+            body, args = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
             calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
             if splits(k):           # an entry for the threads' chunks
                 names[j] = f"{label}_k{j}"

@@ -7,7 +7,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .. import _version
-from . import cache, forksafe
+from . import cache, forksafe, stream
 
 _LOCK = forksafe.lock()
 _TM = []
@@ -43,7 +43,8 @@ def target_id():
 
 
 def optimize(text):
-    """Parse and optimize LLVM IR text at O3 for the host; returns the module."""
+    """Parse and optimize LLVM IR text at O3 for the host, streamed stores marked (stream.py);
+    returns the module."""
     tm = target_machine()
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -52,6 +53,9 @@ def optimize(text):
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    if f"%{stream.NAME}" in text:             # streamed outputs: their aligned vector stores non-temporal
+        mod = llvm.parse_assembly(stream.mark(str(mod)))
+        mod.verify()
     return mod
 
 

@@ -20,6 +20,9 @@ from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import Emitter, Fn, linear, store, regtype
 from .scheduled import _across_kernel, _scheduled_map
+from .stream import ALIGN
+from .stream import NAME as STREAM
+from .stream import comment as stream_comment
 
 
 SMALL_KERNEL = 1 << 14    # elements: a kernel this small is optimized for size (see ModuleBuilder.kernel)
@@ -36,10 +39,10 @@ class ModuleBuilder:
     optimized and compiled once. So compile time follows the number of distinct kernels."""
 
     def __init__(self):
-        self.functions, self.math, self.bodies = [], set(), {}
+        self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
 
     def text(self):
-        head = "; tracegrad kernels\n"
+        head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
@@ -49,9 +52,10 @@ class ModuleBuilder:
                 + "\n\n".join(bodies + self.functions)
                 + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
 
-    def kernel(self, kernel, slots, name):
-        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices. Returns
-        (its body function's name, the table slots of the body's pointer arguments).
+    def kernel(self, kernel, slots, name, stream=frozenset()):
+        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`
+        the ids of the outputs whose stores stream (stream.py: their pointer argument is `align 64
+        %stream<i>`). Returns (its body function's name, the table slots of the body's pointer arguments).
 
         The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
         alias checks: values sharing a slot (an output written into its input's memory, slots.py's
@@ -62,7 +66,9 @@ class ModuleBuilder:
         is kernel k3 of the forward program."""
         f = Fn()
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
-        ptrs = {id(v): f"%b{order.index(slots[id(v)])}" for v in _buffers(kernel)}
+        streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
+        names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
+        ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
         if kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
@@ -73,9 +79,12 @@ class ModuleBuilder:
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
         small = math.prod(kernel.shape) <= SMALL_KERNEL
-        key = ("".join(f"ptr noalias %b{i}, " for i in range(len(order))) + "i64 %lo, i64 %hi",
-               "\n".join(f.allocas + f.lines), " optsize" if small else "")
-        return self.bodies.setdefault(key, f"{name}_body"), order
+        key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
+               + "i64 %lo, i64 %hi", "\n".join(f.allocas + f.lines), " optsize" if small else "")
+        body = self.bodies.setdefault(key, f"{name}_body")
+        if streams and body == f"{name}_body":
+            self.comments.append(stream_comment(body, sorted(streams.items())))
+        return body, order
 
     def function(self, text):
         """Add a function written elsewhere (the driver's, driver.py)."""
@@ -145,7 +154,13 @@ def _loop_kernel(mb, f, kernel, ptrs):
                           accs[id(ph)].result(f))
             cache.finish(w)
 
-    if outer:
+    vec = max([ALIGN // v.dtype.itemsize for v in kernel.outputs if ptrs[id(v)].startswith(f"%{STREAM}")], default=0)
+    if vec and len(outer) == 1 and not inner:   # streamed elements: a head up to a whole aligned vector
+        first = f.assign(f"and i64 {f.assign(f'add nsw i64 %lo, {vec - 1}')}, {-vec}")
+        head = f.assign(f"select i1 {f.assign(f'icmp slt i64 {first}, %hi')}, i64 {first}, i64 %hi")
+        _loops(f, outer, outer_body, lo_hi=("%lo", head))
+        _loops(f, outer, outer_body, lo_hi=(first, "%hi"))
+    elif outer:
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))
     else:
         outer_body(f, [])

@@ -21,6 +21,8 @@ from . import buffers, forksafe
 from .driver import blas, gemm_slots
 from .native_call import segment_caller
 from .slots import roles
+from .stream import empty as aligned_empty
+from .stream import streamed
 from .straight import HELD as _HELD
 from .straight import straight_run
 from .threads import _POOL as _POOLS
@@ -84,9 +86,12 @@ class Program:
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
         self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
-        # per fresh output: slot, shape, dtype, whether recycled, then (the array last made, its address)
+        # per fresh output: slot, shape, dtype, whether recycled, then (the array last made, its address),
+        # and how it is allocated (a streamed one on a cache line: its kernel's pointer says `align 64`)
+        stream = streamed(graph, kernels, aliases, slots, inplace)
         self.fresh = [[slot, tuple(v.shape), np.dtype(v.dtype.np),
-                       math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0] for slot, v in fresh]
+                       math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0,
+                       aligned_empty if id(v) in stream else np.empty] for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
             self.template[slot] = arr
@@ -177,13 +182,13 @@ class Program:
             cur[o] = cur[i]
             table[o] = table[i]
         for f in self.fresh:
-            slot, shape, dtype, recycled, a, ptr = f
+            slot, shape, dtype, recycled, a, ptr, empty = f
             if a is None or _getrefcount(a) != _HELD or not a.flags.writeable or a.shape != shape or \
                     a.dtype is not dtype:       # else: the previous call's array, which nothing else holds now
-                a = np.empty(shape, dtype)
+                a = empty(shape, dtype)
                 table[slot] = ptr = _address(a)
                 if recycled:
-                    f[4:] = a, ptr
+                    f[4:6] = a, ptr
             cur[slot] = a
         return cur
 

@@ -59,17 +59,19 @@ def straight_run(prog, general, address):
     for o, i in prog.inplace:
         names[o] = names[i]
         lines.append(f"        table[{o}] = table[{i}]")
-    for k, (slot, shape, dtype, recycled, _, _) in enumerate(prog.fresh):
+    for k, (slot, shape, dtype, recycled, _, _, make) in enumerate(prog.fresh):
         env[f"FSH{k}"], env[f"FDT{k}"], env[f"FR{k}"] = shape, dtype, prog.fresh[k]
+        empty = "empty" if make is np.empty else f"EMPTY{k}"
+        env[empty] = make
         names[slot] = f"o{k}"
         if recycled:             # the previous call's array when nothing else holds it now
             lines += [f"        o{k} = FR{k}[4]",
                       f"        if o{k} is None or getrefcount(o{k}) != HELD or not o{k}.flags.writeable or "
                       f"o{k}.shape != FSH{k}:",
-                      f"            o{k} = FR{k}[4] = empty(FSH{k}, FDT{k})",
+                      f"            o{k} = FR{k}[4] = {empty}(FSH{k}, FDT{k})",
                       f"            table[{slot}] = address(o{k})"]
         else:
-            lines += [f"        o{k} = empty(FSH{k}, FDT{k})",
+            lines += [f"        o{k} = {empty}(FSH{k}, FDT{k})",
                       f"        table[{slot}] = address(o{k})"]
     for j, step in enumerate(prog.plan):
         env[f"seg{j}"] = step[1]

@@ -1,0 +1,97 @@
+"""Streaming (non-temporal) stores for large outputs that a program writes once and never rereads.
+
+A normal store first reads the cache line it writes (read for ownership): a kernel writing a fresh
+16 MB output moves 32 MB for it. A non-temporal store writes whole lines straight to memory, so a
+memory-bound kernel moves a third to a quarter fewer bytes (layer norm backward: read x and g,
+write dx). It is worth it only where the written line would not be read again from cache anyway.
+
+The rule (`streamed`): a value's stores stream when it is
+  - an output a call allocates afresh (never an input's memory, an in-place update, a planned
+    intermediate or a recycled small output),
+  - written by a map phase of a loop or reduce_acc kernel,
+  - read by no kernel of the same program (nothing rereads it while it may still be in cache),
+  - at least STREAM_MIN_BYTES large (more than the private L2 caches of this machine's two cores
+    hold together: a reader after the call finds it in memory either way);
+and then only its whole, aligned vector stores stream: the runtime allocates such outputs on a
+64-byte boundary, the kernel's pointer argument says so (`align 64`, named `%stream<i>`), and after
+LLVM's optimization `mark` adds `!nontemporal` to each vector store through that pointer whose
+alignment LLVM proved to be at least the vector's size (rows whose byte length is a multiple of 64;
+contiguous maps whose chunks start on a vector). Scalar tails and unaligned vectors stay normal
+stores. A function that streams ends with a fence, so the stores are visible to the thread that
+joins the chunks.
+
+The decision shows in the LLVM text (`stage="llvm"`): a comment line per streamed buffer, its
+pointer argument, and with `optimized=True` the `!nontemporal` stores.
+"""
+import math
+import re
+
+import numpy as np
+
+from ..ir.kernels import nbytes
+from .slots import roles
+
+STREAM_MIN_BYTES = 4 << 20
+ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
+NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
+VERSION = 1                 # in the module's text, so the disk cache never mixes two versions of `mark`
+
+
+def streamed(graph, kernels, aliases, slots, inplace):
+    """{id(Value)} of the outputs of `graph` whose stores stream (the rule in the module's text)."""
+    fresh = roles(graph, kernels, aliases, slots, inplace)[0]
+    read = {id(ld.buf) for k in kernels for ld in k.reads}
+    mapped = {id(v) for k in kernels if k.kind in ("loop", "reduce_acc")
+              for ph in k.phases if ph.kind == "map" for v, _ in ph.outputs}
+    return {id(v) for _, v in fresh
+            if id(v) in mapped and id(v) not in read and nbytes(v) >= STREAM_MIN_BYTES}
+
+
+def comment(name, values):
+    """The module text's line naming the buffers kernel body `name` streams."""
+    return (f"; streamed stores (stream.py v{VERSION}: whole aligned vectors !nontemporal): {name} "
+            + ", ".join(f"%{NAME}{i} {v.type}" for i, v in values))
+
+
+def empty(shape, dtype):
+    """An uninitialized C-contiguous array of `shape` whose data starts on an ALIGN-byte boundary."""
+    n = math.prod(shape) * dtype.itemsize
+    raw = np.empty(n + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + n].view(dtype).reshape(shape)
+
+
+_DEFINE = re.compile(r"^define .*\{$")
+_ARG = re.compile(rf"%({NAME}\d+)[,)]")
+_GEP = re.compile(r"^\s*(%[-\w.]+) = getelementptr [^%]*?ptr (%[-\w.]+)")
+_STORE = re.compile(r"^(\s*store <(\d+) x (float|double|i\d+)> [^,]+, ptr (%[-\w.]+), align (\d+))(.*)$")
+_BITS = {"float": 32, "double": 64}
+
+
+def mark(text):
+    """Optimized module text -> the same with `!nontemporal` on every whole, aligned vector store
+    through a streamed pointer argument, and a fence before each return of a function that has one."""
+    if f"%{NAME}" not in text:
+        return text
+    lines, out, node = text.split("\n"), [], None
+    used = [int(m) for m in re.findall(r"^!(\d+) = ", text, re.M)]
+    tag = f"!{max(used, default=-1) + 1}"
+    roots, marked = {}, False
+    for line in lines:
+        if _DEFINE.match(line):
+            roots = {f"%{a}": f"%{a}" for a in _ARG.findall(line)}
+            marked = False
+        elif (m := _GEP.match(line)) and m[2] in roots:
+            roots[m[1]] = roots[m[2]]
+        elif (m := _STORE.match(line)) and m[4] in roots:
+            n, ty, align = int(m[2]), m[3], int(m[5])
+            size = n * _BITS.get(ty, int(ty[1:]) if ty.startswith("i") else 0) // 8
+            if size >= 16 and align >= size:
+                line = f"{m[1]}, !nontemporal {tag}{m[6]}"
+                marked = node = True
+        elif line.strip() == "ret void" and marked:
+            out.append("  fence seq_cst")
+        out.append(line)
+    if node:
+        out.append(f"{tag} = !{{i32 1}}")
+    return "\n".join(out)
