@@ -254,6 +254,25 @@ def test_f32_accuracy(jit, name):
     assert d.max() <= allowed, (name, d.max(), x[bad], got[bad], ref[bad])
 
 
+def test_f32_tanh_dense_at_its_seams(jit):
+    """Every float32 (both signs) around the places tanh's routine changes course: the denormals and
+    tiny values, the polynomial/exp switch at 0.625, the clamp at 9.1 (tanh rounds to 1 from 9.01),
+    and nans of both signs and any payload (no explicit nan test: a nan passes the clamp and both
+    branches). Within 1 ulp of float64 tanh rounded once."""
+    def around(v, k):
+        i = int(np.array(v, np.float32).view(np.int32))
+        return np.arange(max(0, i - k), i + k, dtype=np.int64).astype(np.int32).view(np.float32)
+    x = np.concatenate([np.arange(0, 1 << 17, dtype=np.int32).view(np.float32),      # denormals
+                        around(2.0 ** -12, 1 << 16), around(0.625, 1 << 18), around(0.17, 1 << 16),
+                        around(9.05, 1 << 18), around(20.0, 1 << 10)])
+    x = np.concatenate([x, -x])
+    got = jit("tanh", "f32", x)
+    assert ulp_distance(got, correctly_rounded("tanh", x)).max() <= 1
+    assert np.array_equal(np.signbit(got), np.signbit(x))
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x7FFFFFFF], np.uint32).view(np.float32)
+    assert np.isnan(jit("tanh", "f32", nans)).all()
+
+
 def test_f32_pow_accuracy(jit):
     x, y = pow_sample32(2_000_000 if not DENSE else 20_000_000)
     got = jit("pow", "f32", x, y)
