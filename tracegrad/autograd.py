@@ -153,6 +153,14 @@ def _backward_one(node, g, retain_graph, create_graph):
         _into_grad(leaf, g, create_graph, owned, modes.eager)
 
 
+def ones_backward(t, retain_graph):
+    """`t.backward()` of one-element t with the implicit gradient by its node's shortcut, where it has
+    one (a compiled call's, CompiledNode.ones_backward) and no interpreter follows the backward:
+    True when it ran, False when run_backward must."""
+    fast = getattr(t.grad_fn, "ones_backward", None)
+    return fast is not None and t._requires_grad and not _Mode.interpreters and fast(bool(retain_graph))
+
+
 def _accumulate(a, b):
     return b if a is None else a + b
 

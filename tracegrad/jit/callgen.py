@@ -5,13 +5,17 @@ input comes from, which outputs need checks, what the autograd node keeps. For t
 on the CPU, no check mode, nothing written back, every output a fresh tensor, arguments as the
 inputs — `straight_call(entry)` writes those decisions out as code: read the arguments' arrays,
 run the forward program, wrap the results, build the node. `straight_apply(entry)` does the same
-for the backward. Other entries keep the general methods; both paths build the same node and the
-same tensors (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
-`entry.call_source` and `entry.apply_source`.
+for the backward, and `straight_backward(entry)` a one-element result's whole `backward()` when every
+input of the node is a leaf (the engine's work with nothing left to decide: check the saved values,
+run the backward program on the implicit ones, accumulate into each leaf's .grad). Other entries keep
+the general methods; both paths build the same node and the same tensors
+(tests/test_call_fast_path.py runs them side by side). The generated text is kept as
+`entry.call_source`, `entry.apply_source` and `entry.backward_source`.
 """
-from ..autograd import _Mode
+from ..autograd import _Mode, _into_grad
 from ..pytree import unflatten
 from ..tensor import Tensor
+from ..tensor.factories import _implicit_gradient
 from .node import CompiledNode, raise_double_backward
 
 
@@ -78,6 +82,45 @@ def straight_apply(entry):
     lines.append("    return [" + ", ".join(f"wrap(outs[{j}], reals[{j}]._dtype, reals[{j}]._device)"
                                           for j in range(len(entry.bwd_targets))) + "]")
     return _exec(lines, env, "apply", entry.name)
+
+
+def straight_backward(entry):
+    """(backward(node, retain_graph), source): `y.backward()` of this entry's one-element result y with
+    the implicit gradient, for a call whose differentiable inputs are all leaves; it returns False
+    (having done nothing) when the node's edges or state need the engine's general path. None when
+    the entry has no straight apply or more than one differentiable result."""
+    if entry.apply_source is None or entry.n_diff != 1:
+        return None
+    shape, dtype, dev = entry.diff_meta[0]
+    if shape != () and any(d != 1 for d in shape) or not dtype.is_floating_point:
+        return None
+    n, w = len(entry.bwd_targets), len(entry.watch[0]) + len(entry.watch[1])
+    env = {"run_bwd": entry.run_bwd, "wrap": Tensor._wrap, "into_grad": _into_grad,
+           "ONES": _implicit_gradient(shape, dtype, dev), "tuple_": tuple}
+    lines = ["def backward(node, retain_graph):",
+             f"    ({''.join(f'e{i}, ' for i in range(n))}) = node.edges",
+             "    if node.freed or node.retained is not None" +
+             "".join(f" or type(e{i}) is tuple_" for i in range(n)) + ":",
+             "        return False              # the engine's path: its errors, non-leaf inputs, retain_grad"]
+    if w:
+        lines += ["    watched, versions = node.watched, node.versions",
+                  "    if " + " or ".join(f"watched[{i}]._ver[0] != versions[{i}]" for i in range(w)) + ":",
+                  "        node.check_saved()         # raises eager's error"]
+    lines += ["    arrays = [ONES]",
+              "    arrays += node.saved",
+              "    arrays += node.const_arrays",
+              "    outs = run_bwd(arrays)",
+              "    if not retain_graph:",
+              "        node.saved, node.freed = None, True"]
+    for i in range(n):
+        lines += [f"    if e{i} is not None:",
+                  f"        g = wrap(outs[{i}], e{i}._dtype, e{i}._device)",
+                  f"        if e{i}._grad is None and g._shape == e{i}._shape:",
+                  f"            e{i}._grad = g               # a fresh array: the leaf's own",
+                  "        else:",
+                  f"            into_grad(e{i}, g, False, True)"]
+    lines.append("    return True")
+    return _exec(lines, env, "backward", entry.name)
 
 
 def _edge(t):

@@ -9,7 +9,7 @@ from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
-from .callgen import straight_apply, straight_call
+from .callgen import straight_apply, straight_backward, straight_call
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
 from .node import CompiledNode, RefusedBackward, watch_plan
@@ -52,13 +52,17 @@ class Entry:
         self.refused = s.refused is not None and (s.refused, needs_grad)
         self._plan_calls(s.backward)
         self.apply = CompiledNode.apply_general       # the backward's apply(node, grads)
-        self.call_source = self.apply_source = None
+        self.call_source = self.apply_source = self.backward_source = None
+        self.backward = None                           # straight_backward's, for CompiledNode.ones_backward
         fast = straight_call(self)
         if fast is not None:                           # the same steps, written out for this signature
             self.call, self.call_source = fast
         fast = straight_apply(self)
         if fast is not None:
             self.apply, self.apply_source = fast
+        fast = straight_backward(self)
+        if fast is not None:
+            self.backward, self.backward_source = fast
 
     def _plan_calls(self, backward):
         self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None

@@ -62,6 +62,12 @@ class CompiledNode:
     def apply(self, grads):
         return self.entry.apply(self, grads)
 
+    def ones_backward(self, retain_graph):
+        """The engine's shortcut for `y.backward()` of this node's one-element result y: True when
+        the entry's generated backward ran it (callgen.straight_backward), False when the engine must."""
+        fast = self.entry.backward
+        return fast is not None and fast(self, retain_graph)
+
     def apply_general(self, grads):
         """apply(), for any entry (callgen.py writes it out per signature for the common one)."""
         if _Mode.grad:

@@ -12,7 +12,7 @@ import numpy as np
 from .. import composites as C
 from .. import dtypes as D
 from .. import ops
-from ..autograd import run_backward
+from ..autograd import ones_backward, run_backward
 from ..device import CPU, to_device
 from ..device import device as Device
 from ..ops import normalize_axes
@@ -485,6 +485,8 @@ class Tensor(TensorBase):
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if not create_graph and inputs is None and ones_backward(self, retain_graph):
+                return
             gradient = self._implicit_gradient(create_graph)
         elif not isinstance(gradient, Tensor):
             gradient = tensor(gradient, dtype=self._dtype, device=self._device)
