@@ -30,6 +30,8 @@ STARTED = time.perf_counter()
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # jax beside torch and numba
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")     # G5's 8 elements: a warning per launch
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+if SIM:     # the simulator's block manager polls its threads (one per GPU thread) holding the GIL: hand it over sooner
+    sys.setswitchinterval(2e-4)
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # this checkout's tracegrad
 
 import tracegrad as tg  # noqa: E402
