@@ -1,11 +1,12 @@
-"""Test-wide settings: compiled code goes to a private disk cache, not the user's. The CUDA tests
-(tests/cuda/) run in their own process under numba's simulator, started here as soon as collection
-selects tests/test_cuda_sim.py's suite test (tests/cuda_sim_suite.py), beside the CPU tests: they are
-collected only when NUMBA_ENABLE_CUDASIM=1 is set (or TRACEGRAD_CUDA_TESTS=1, on a GPU)."""
+"""Test-wide settings: compiled code goes to a private disk cache, not the user's. Tests whose work is
+child processes that take minutes (tests/background.py: the CUDA tests under numba's simulator, the
+PTX check) start them here as soon as collection selects them and run last, waiting for them. The
+CUDA tests (tests/cuda/) are collected only when NUMBA_ENABLE_CUDASIM=1 is set (or
+TRACEGRAD_CUDA_TESTS=1, on a GPU); otherwise tests/test_cuda_sim.py runs them in a process of their own."""
 import os
 import tempfile
 
-import cuda_sim_suite
+import background
 
 os.environ.setdefault("TRACEGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="tracegrad-test-cache-"))
 
@@ -14,16 +15,19 @@ collect_ignore = [] if "1" in (os.environ.get("NUMBA_ENABLE_CUDASIM"), os.enviro
 
 
 def pytest_collection_modifyitems(items):
-    """The simulator suite's test runs last: it only waits for the child process started below."""
-    suite = [item for item in items if cuda_sim_suite.is_suite_test(item)]
-    items[:] = [item for item in items if not cuda_sim_suite.is_suite_test(item)] + suite
+    """Tests that wait for a background job run last: meanwhile the others run beside the job."""
+    waiting = [item for item in items if background.job_of(item)]
+    items[:] = [item for item in items if not background.job_of(item)] + waiting
 
 
 def pytest_collection_finish(session):
-    """Start the CUDA simulator suite at once if its test was selected (not for --collect-only)."""
-    if not session.config.option.collectonly and any(map(cuda_sim_suite.is_suite_test, session.items)):
-        cuda_sim_suite.start()
+    """Start the background jobs of the selected tests (none for --collect-only)."""
+    if not session.config.option.collectonly:
+        for item in session.items:
+            job = background.job_of(item)
+            if job:
+                job.start()
 
 
 def pytest_sessionfinish():
-    cuda_sim_suite.stop()
+    background.stop_all()

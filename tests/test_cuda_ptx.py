@@ -4,21 +4,34 @@ toolkit's NVVM, without a GPU: the simulator tests run kernels as Python and nev
 tests/cuda_ptx_programs.py runs under the simulator recording each distinct launch
 (TRACEGRAD_RECORD_KERNELS); tracegrad/cuda/ptxcheck.py then compiles each with numba.cuda's
 compile_ptx in a process without the simulator. Skipped where no NVVM is found (CUDA_HOME, or a
-toolkit under /usr/local/cuda*). The whole cuda suite's kernels: see ptxcheck's docstring.
+toolkit under /usr/local/cuda*). The whole cuda suite's kernels: see ptxcheck's docstring. Those
+steps start as soon as collection selects their test, so that they run beside the other tests
+(tests/background.py).
 """
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import background
 from tracegrad.cuda import ptxcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
+NVVM_PROBE = "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"
+RECORDED = Path(tempfile.mkdtemp(prefix="tracegrad-ptx-")) / "kernels.jsonl"
+STEP_TIMEOUT = 300
+PTX = background.Job([      # is there NVVM; the programs under the simulator, recording; their kernels compiled
+    background.Step(background.python("-c", NVVM_PROBE), HOST_ENV, STEP_TIMEOUT, quiet=True),
+    background.Step(background.python("tests/cuda_ptx_programs.py"),
+                    dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(RECORDED)}), STEP_TIMEOUT),
+    background.Step(background.python("-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(RECORDED)), HOST_ENV,
+                    STEP_TIMEOUT)])
 
 
 def _python(args, env, timeout=300):
@@ -26,10 +39,14 @@ def _python(args, env, timeout=300):
                           timeout=timeout)
 
 
+def _no_nvvm(probe):
+    """Why there is no PTX check here ("" where there is one), from NVVM_PROBE's run."""
+    return probe.stdout.strip() or (probe.stderr.strip()[-500:] if probe.returncode else "")
+
+
 @pytest.fixture(scope="module")
 def nvvm():
-    r = _python(["-c", "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"], HOST_ENV)
-    why = r.stdout.strip() or (r.stderr.strip()[-500:] if r.returncode else "")
+    why = _no_nvvm(_python(["-c", NVVM_PROBE], HOST_ENV))
     if why:
         pytest.skip(f"no PTX check here: {why}")
 
@@ -46,19 +63,22 @@ def _families(path):
     return out
 
 
-def test_every_kernel_kind_compiles_to_ptx_for_sm90(nvvm, tmp_path):
-    rec = tmp_path / "kernels.jsonl"
-    env = dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(rec)})
-    r = _python(["tests/cuda_ptx_programs.py"], env)
-    assert r.returncode == 0, f"the programs failed under the simulator:\n{r.stdout}\n{r.stderr[-6000:]}"
+@background.runs(PTX)
+def test_every_kernel_kind_compiles_to_ptx_for_sm90():
+    probe, r, check = PTX.results()
+    assert probe.returncode is not None, f"the NVVM probe ran past {STEP_TIMEOUT} s"
+    if _no_nvvm(probe):
+        pytest.skip(f"no PTX check here: {_no_nvvm(probe)}")
+    assert r.returncode == 0, (f"the programs failed under the simulator (status {r.returncode}; None: killed "
+                               f"past {STEP_TIMEOUT} s):\n{r.stdout}\n{r.stderr[-6000:]}")
     want = {"generated eager", "generated compiled", "kernels._copy", "kernels._fill", "kernels._gather",
             "kernels._scatter_add", "kernels._put", "kernels._rand", "kernels._randn", "kernels._arange",
             "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel", "scan._totals", "scan._running",
             "scan._finish", "blockscan.totals", "blockscan.carries", "blockscan.finish"}
-    assert want <= _families(rec), f"not recorded: {sorted(want - _families(rec))}"
-    r = _python(["-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(rec)], HOST_ENV)
-    assert r.returncode == 0, f"kernels that do not compile for a real GPU:\n{r.stdout[-20000:]}\n{r.stderr[-3000:]}"
-    assert "failed" not in r.stdout.splitlines()[-1]
+    assert want <= _families(RECORDED), f"not recorded: {sorted(want - _families(RECORDED))}"
+    assert check.returncode == 0, (f"kernels that do not compile for a real GPU (status {check.returncode}; None: "
+                                   f"killed past {STEP_TIMEOUT} s):\n{check.stdout[-20000:]}\n{check.stderr[-3000:]}")
+    assert "failed" not in check.stdout.splitlines()[-1]
 
 
 def test_the_check_reports_a_kernel_numba_cuda_cannot_compile(nvvm, tmp_path):

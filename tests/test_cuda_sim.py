@@ -1,15 +1,24 @@
-"""The CUDA tests (tests/cuda/) under numba's CUDA simulator, in a process of their own
-(tests/cuda_sim_suite.py: tests/conftest.py starts it when collection selects the suite test, so it
-runs beside the CPU tests). The README's single test command runs them through this test; no GPU and
-no gpu extra are needed."""
-import cuda_sim_suite
+"""The CUDA tests (tests/cuda/) under numba's CUDA simulator, in a process of their own: the simulator
+is chosen when numba is imported (NUMBA_ENABLE_CUDASIM=1), so they cannot share this process. The
+process starts as soon as collection selects the suite's test, so that it runs beside the other tests
+(tests/background.py). The README's single test command runs them through this test; no GPU and no
+gpu extra are needed."""
+import os
+
+import background
+
+SUITE = background.Job([background.Step(
+    background.python("-m", "pytest", "tests/cuda", "-q", "-p", "no:cacheprovider"),
+    dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), timeout=600)])
 
 
+@background.runs(SUITE)
 def test_cuda_suite_under_the_simulator():
-    rc, out = cuda_sim_suite.result()
-    assert rc is not None, (f"the CUDA tests under the simulator ran past {cuda_sim_suite.TIMEOUT} s and were "
-                            f"killed; their output so far:\n{out[-20000:]}")
-    assert rc == 0, f"the CUDA tests under the simulator failed (rc {rc}):\n{out[-20000:]}"
+    (r,) = SUITE.results()
+    out = r.stdout + r.stderr
+    assert r.returncode is not None, (f"the CUDA tests under the simulator ran past {SUITE.steps[0].timeout:.0f} s "
+                                      f"and were killed; their output so far:\n{out[-20000:]}")
+    assert r.returncode == 0, f"the CUDA tests under the simulator failed (rc {r.returncode}):\n{out[-20000:]}"
     assert " passed" in out, out[-5000:]
 
 
