@@ -29,7 +29,7 @@ _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.
 
 
 def _exp_f32_lines(x: str, p: str, moderate: bool = False) -> tuple[list, str]:
-    """IR lines computing exp(x); `moderate`: exp(2x), the caller guaranteeing 0 <= x <= 10 (tanh),
+    """IR lines computing exp(x); `moderate`: exp(2x) + 1, the caller guaranteeing 0 <= x <= 10 (tanh),
     so the clamps and the two-step scaling for denormal results are left out."""
     f, L = _f32, []
     fma = lambda a, b, c: f"call float @llvm.fma.f32(float {a}, float {b}, float {c})"  # noqa: E731
@@ -53,9 +53,9 @@ def _exp_f32_lines(x: str, p: str, moderate: bool = False) -> tuple[list, str]:
     L += [f"%{p}r2 = fmul float %{p}r, %{p}r", f"%{p}s1 = {fma(f'%{p}q4', f'%{p}r2', f'%{p}r')}",
           f"%{p}pp = {fma(f'%{p}s1', f(1.0 / h), f(1.0))}" if moderate else f"%{p}pp = fadd float %{p}s1, {f(1.0)}",
           f"%{p}tb = bitcast float %{p}t to i32", f"%{p}ni = sub i32 %{p}tb, 1262485504"]
-    if moderate:
+    if moderate:                # exp(2x) + 1, rounded once
         L += [f"%{p}e1 = add i32 %{p}ni, 127", f"%{p}b1 = shl i32 %{p}e1, 23", f"%{p}s1f = bitcast i32 %{p}b1 to float",
-              f"%{p}res = fmul float %{p}pp, %{p}s1f"]
+              f"%{p}res = {fma(f'%{p}pp', f'%{p}s1f', f(1.0))}"]
         return L, f"%{p}res"
     L += [f"%{p}n1 = ashr i32 %{p}ni, 1", f"%{p}n2 = sub i32 %{p}ni, %{p}n1",
           f"%{p}e1 = add i32 %{p}n1, 127", f"%{p}e2 = add i32 %{p}n2, 127",
@@ -86,10 +86,10 @@ def _exp_f32() -> str:
             f"  %out = select i1 %isnan, float %x, float {r}\n  ret float %out\n}}\n")
 
 
-# tanh in float arithmetic: |x| < 0.625: Cephes' odd polynomial x + x^3 P4(x^2); otherwise
-# 1 - 2/(exp(2|x|) + 1) with |x| clamped to 9.1 (tanh rounds to 1 from 9.01), sign copied
-# bitwise (tanh(-0) = -0); a nan passes the clamp and both branches as a nan. At most 1 ulp from
-# the correctly rounded value (dense sweep).
+# tanh in float arithmetic, of |x| and the sign copied bitwise (tanh(-0) = -0): |x| < 0.625:
+# Cephes' odd polynomial x + x^3 P4(x^2); otherwise 1 - 2/(exp(2|x|) + 1) with |x| clamped to 9.1
+# (tanh rounds to 1 from 9.01) and exp(2|x|) + 1 rounded once; a nan passes the clamp and both
+# branches as a nan. At most 1 ulp from the correctly rounded value (dense sweep).
 _TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
 
 
@@ -101,15 +101,13 @@ def _tanh_f32() -> str:
          f"%axc = select i1 %axc0, float {f(9.1)}, float %ax"]
     E, e = _exp_f32_lines("%axc", "e", moderate=True)
     L += E
-    L += [f"%den = fadd float {e}, {f(1.0)}", f"%q = fdiv float {f(2.0)}, %den", f"%big = fsub float {f(1.0)}, %q",
-          "%bigb = bitcast float %big to i32", "%bigs = or i32 %bigb, %sb", "%bigf = bitcast i32 %bigs to float",
-          "%z = fmul float %x, %x", f"%p0 = {fma(f(_TANH_P[0]), '%z', f(_TANH_P[1]))}"]
+    L += [f"%q = fdiv float {f(2.0)}, {e}", f"%big = fsub float {f(1.0)}, %q",
+          "%z = fmul float %ax, %ax", f"%p0 = {fma(f(_TANH_P[0]), '%z', f(_TANH_P[1]))}"]
     for i in range(2, 5):
         L.append(f"%p{i - 1} = {fma(f'%p{i - 2}', '%z', f(_TANH_P[i]))}")
-    L += ["%zx = fmul float %z, %x", f"%small0 = {fma('%p3', '%zx', '%x')}",
-          "%sm0 = bitcast float %small0 to i32", "%sm1 = and i32 %sm0, 2147483647", "%sm2 = or i32 %sm1, %sb",
-          "%small = bitcast i32 %sm2 to float",
-          f"%issmall = fcmp olt float %ax, {f(0.625)}", "%out = select i1 %issmall, float %small, float %bigf"]
+    L += ["%zx = fmul float %z, %ax", f"%small = {fma('%p3', '%zx', '%ax')}",
+          f"%issmall = fcmp olt float %ax, {f(0.625)}", "%abs = select i1 %issmall, float %small, float %big",
+          "%rb = bitcast float %abs to i32", "%ob = or i32 %rb, %sb", "%out = bitcast i32 %ob to float"]
     body = "\n  ".join(L)
     return f"{_H32.format('tanh')} #0 {{\nentry:\n  {body}\n  ret float %out\n}}\n"
 
