@@ -194,3 +194,11 @@ def test_mark_streams_whole_aligned_vectors_through_streamed_pointers_only():
     rets = [i for i, line in enumerate(out) if line.strip() == "ret void"]
     assert all(out[i - 1].strip() == "fence seq_cst" for i in rets)
     assert stream.mark(IR.replace("stream0", "b0")) == IR.replace("stream0", "b0")
+
+
+def test_the_streaming_bench_measures_both_kinds_of_store():
+    from tracegrad.bench.streaming import measure
+    saved = stream.STREAM_MIN_BYTES
+    r = measure(0.05, rounds=1)
+    assert stream.STREAM_MIN_BYTES == saved
+    assert set(r) == {"normal", "stream"} and all(t > 0 for pair in r.values() for t in pair)
