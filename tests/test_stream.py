@@ -150,6 +150,7 @@ def test_streamed_outputs_are_fresh_aligned_arrays_each_call(small_rule):
     f = tg.compile(lambda x: x * 2.0)
     a, b = f(x), f(x)
     assert a.numpy().ctypes.data % stream.ALIGN == 0 and b.numpy().ctypes.data % stream.ALIGN == 0
+    assert a.storage_offset() == 0 and a.is_contiguous() and a.stride() == (48, 1)
     assert not np.shares_memory(a.numpy(), b.numpy())
     a.add_(1.0)         # a user's in-place update of one result leaves the other alone
     np.testing.assert_array_equal(b.numpy(), x.numpy() * 2.0)
@@ -160,6 +161,10 @@ def test_empty_is_aligned_and_shaped():
     for shape, dtype in (((3, 5), np.float32), ((7,), np.float64), ((0, 4), np.float32), ((), np.int64)):
         a = stream.empty(shape, np.dtype(dtype))
         assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        assert root.ctypes.data == a.ctypes.data      # its storage starts at its first element
         assert a.ctypes.data % stream.ALIGN == 0 or a.size == 0
 
 

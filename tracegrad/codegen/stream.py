@@ -57,11 +57,13 @@ def comment(name, values):
 
 
 def empty(shape, dtype):
-    """An uninitialized C-contiguous array of `shape` whose data starts on an ALIGN-byte boundary."""
+    """An uninitialized C-contiguous array of `shape` whose data starts on an ALIGN-byte boundary. Its
+    base is a memoryview of the block, not an array: as a fresh PyTorch result, its storage starts
+    at its first element (storage_offset() 0) and it shares memory with nothing else."""
     n = math.prod(shape) * dtype.itemsize
     raw = np.empty(n + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
-    return raw[start:start + n].view(dtype).reshape(shape)
+    return np.frombuffer(memoryview(raw)[start:start + n], dtype).reshape(shape)
 
 
 _DEFINE = re.compile(r"^define .*\{$")
