@@ -214,8 +214,9 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
             if len(grads) != 1 or grads[0] is None:     # the common case is one output with a gradient
                 if all(g is None for g in grads):
                     continue
-                like = next(g for g in grads if g is not None)
-                grads = [g if g is not None else _zeros(meta, like) for g, meta in zip(grads, node.out_meta)]
+                if not getattr(node, "takes_absent", False):     # zeros for the outputs with none
+                    like = next(g for g in grads if g is not None)
+                    grads = [g if g is not None else _zeros(meta, like) for g, meta in zip(grads, node.out_meta)]
             if inputs is None and getattr(node, "retained", None):
                 _retained_grads(node, grads, create_graph)
             node.check_saved()

@@ -118,3 +118,21 @@ def test_generated_broadcast_chains(shape, seed, op):
     fn = {"add": lambda x, y: (x + y).sigmoid() * y, "mul": lambda x, y: (x * y).exp() - y,
           "sub": lambda x, y: ((x - y) ** 2).sum(-1)}[op]
     compare(fn, [a, b], grad=(0, 1), tol=1e-4)
+
+
+def test_backward_from_one_of_two_outputs_on_the_device():
+    """The backward of the present cotangent alone (ir/passes/cotangents.py), built for the device:
+    no nan from a zero cotangent times inf, and None for an input only the other output reads."""
+    def fn(a, b, c):
+        s = b.sum()
+        return s, (s.abs() + 0.5) ** (a.sigmoid() * a) + c
+
+    got = {}
+    for dev in ("cuda", "cpu"):
+        xs = [tg.tensor(np.array(v, np.float32), device=dev, requires_grad=True)
+              for v in ([np.inf, 0.5], [0.25, -1.5], [1.0, 2.0])]
+        f = tg.compile(fn) if dev == "cuda" else fn
+        f(*xs)[0].backward()
+        got[dev] = [host(x.grad) for x in xs]
+    assert got["cuda"][0] is None and got["cuda"][2] is None and got["cpu"][0] is None
+    np.testing.assert_array_equal(got["cuda"][1], got["cpu"][1])

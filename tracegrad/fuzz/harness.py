@@ -62,11 +62,23 @@ class Recorder:
         xs = [x for x in xs if isinstance(x, tg.Tensor) and x.requires_grad]
         if not outs or not xs:
             return
+        if outs[0].numel() == 1:          # backward() with the implicit gradient, into each leaf's .grad
+            self.backward_grads(outs[0], xs, prefix)
         rng = np.random.default_rng(seed)
         cots = [tg.tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
         gs = tg.grad(outs, xs, grad_outputs=cots, allow_unused=True)
         for k, (x, g) in enumerate(zip(xs, gs)):
             self(f"{prefix}{k}", g if g is not None else tg.zeros_like(x))
+
+    def backward_grads(self, out, xs, prefix):
+        """What `out.backward(retain_graph=True)` accumulates into the .grad of each leaf among xs
+        (their .grad restored after: the program may read it later)."""
+        leaves = [x for x in xs if x.grad_fn is None]
+        before = [x.grad for x in leaves]
+        out.backward(retain_graph=True)
+        for k, (x, b) in enumerate(zip(leaves, before)):
+            self(f"{prefix}_acc{k}", x.grad if x.grad is not None else tg.zeros_like(x))
+            x.grad = b
 
 
 def main(run):

@@ -13,7 +13,7 @@ from .callgen import straight_apply, straight_backward, straight_call
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
 from .node import CompiledNode, RefusedBackward, watch_plan
-from .pipeline import compile_call
+from .pipeline import compile_call, partial_backward
 from .writeback import Fresh, resolve, write_back
 
 
@@ -45,6 +45,7 @@ class Entry:
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self.writes = bool(self.mutations or self.grad_writes)
         self._kernels = None
+        self._partial = {}          # the backward for some cotangents only, by which (partial_backward)
         # no backward graph, yet outputs that require grad: they get a node passing nothing on, or
         # raising eager's error at backward() (s.refused: that message, or False)
         needs_grad = [k for k, (kind, _, st) in enumerate(self.out_plan)
@@ -146,6 +147,15 @@ class Entry:
         if self.aliases:            # results that are inputs, or views of inputs or of each other
             rebuild_aliases(self.aliases, results, leaves, _Mode.grad)
         return results[0] if self.one_out else unflatten(self.out_struct, results)
+
+    def partial_backward(self, present):
+        """(programs, graph, run, absent) of the backward for the cotangents `present[i]` True only,
+        built on first use (pipeline.partial_backward; a race builds it twice, harmlessly)."""
+        got = self._partial.get(present)
+        if got is None:
+            got = self._partial[present] = partial_backward(self.bwd, present, self.backend, self.device,
+                                                            self.cf.fuse)
+        return got
 
     def kernel_count(self):
         if self.programs is not None:

@@ -18,6 +18,7 @@ class CompiledNode:
     __slots__ = ("entry", "saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
                  "const_arrays", "retained", "__weakref__")
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
+    takes_absent = True    # the engine passes None for an output without a cotangent (apply_some)
     loc = None             # no forward op to point at
 
     def __init__(self, entry, saved, reals, watched, versions, edges):
@@ -60,6 +61,8 @@ class CompiledNode:
                                    f"{self.entry.name}, is at version {t._ver[0]}; expected version {v} instead.")
 
     def apply(self, grads):
+        if self.n_out > 1 and any(g is None for g in grads):
+            return self.apply_some(grads)
         return self.entry.apply(self, grads)
 
     def ones_backward(self, retain_graph):
@@ -70,6 +73,24 @@ class CompiledNode:
 
     def apply_general(self, grads):
         """apply(), for any entry (callgen.py writes it out per signature for the common one)."""
+        entry = self.entry
+        return self._run(grads, entry.run_bwd, entry.programs, entry.bwd, entry.bwd_fresh)
+
+    def apply_some(self, grads):
+        """apply() when some outputs have no cotangent (None: backward() started from the others
+        only): the backward of the present ones alone (ir/passes/cotangents.py), so nothing only the
+        absent ones lead to is computed, and the inputs only they reach get None, as eagerly."""
+        programs, graph, run, absent = self.entry.partial_backward(tuple(g is not None for g in grads))
+        like = next(g for g in grads if g is not None)
+        grads = [g if g is not None else type(like)._zeros(shape, dtype, dev)       # unread by `graph`
+                 for g, (shape, dtype, dev) in zip(grads, self.out_meta)]
+        outs = self._run(grads, run, programs, graph, frozenset())
+        return [None if j in absent else g for j, g in enumerate(outs)]
+
+    def _run(self, grads, run, programs, graph, known):
+        """The gradients of self.reals: backward graph `graph` run (`run`; in check mode its
+        `programs` against the interpreter) on the cotangents, the saved values and the constants;
+        an output not among `known` fresh ones may be an input passed through, and is copied."""
         if _Mode.grad:
             raise_double_backward(self.entry.name)
         entry = self.entry
@@ -78,11 +99,10 @@ class CompiledNode:
         arrays += self.const_arrays
         if entry.on_device:
             arrays = entry.device_bwd_inputs(arrays)
-        if entry.check and (entry.programs is not None or not entry.on_device):
-            outs = checked_run(entry.programs, 1, entry.bwd, arrays)
+        if entry.check and (programs is not None or not entry.on_device):
+            outs = checked_run(programs, 1, graph, arrays)
         else:
-            outs = entry.run_bwd(arrays)
-        known = entry.bwd_fresh         # other outputs are checked: a cotangent passed through is copied
+            outs = run(arrays)
         fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
         if fresh is None:
             wrapped = []

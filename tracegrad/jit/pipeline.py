@@ -48,27 +48,43 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
     s.fwd, s.bwd = fwd, bwd
     for g in (s.traced, fwd):       # printed apart: `return results; saved values`
         g.n_saved = len(g.outputs) - s.saved_at
-    s.programs, s.llvm_text, s.disk_hit = None, None, False
-    if s.backend in ("llvm", "cuda"):                                          # fuse, lower
-        from ..ir.passes.fusion import fuse as fuse_graph
-        from ..ir.passes.schedule import schedule
-        fused = [None if g is None else fuse_graph(g, fuse, half=s.backend == "cuda") for g in (fwd, bwd)]
-        for kernels_aliases in filter(None, fused):                            # schedule
-            schedule(kernels_aliases[0])
-        if s.backend == "llvm":
-            from ..codegen import build_programs
-            s.programs, s.llvm_text, engine = build_programs([fwd, bwd], fused, [cap.inplace, ()])
-            s.disk_hit = engine.disk_hit
-        else:
-            from ..codegen.cuda.program import build_device_programs
-            from .device import cuda_ops
-            s.programs = build_device_programs([fwd, bwd], fused, [cap.inplace, ()], cuda_ops())
-        s.run_fwd = s.programs[0].run
-        s.run_bwd = s.programs[1].run if s.programs[1] is not None else None
-    else:
-        s.run_fwd = executable(fwd, s.backend, s.device)
-        s.run_bwd = executable(bwd, s.backend, s.device) if bwd is not None else None
+    s.programs, s.llvm_text, s.disk_hit, (s.run_fwd, s.run_bwd) = lower([fwd, bwd], s.backend, s.device, fuse,
+                                                                     [cap.inplace, ()])
     return s
+
+
+def lower(graphs, backend, device, fuse, inplace):
+    """(programs, LLVM text, disk hit, runs) of `graphs` (None passes through) on `backend`: fused,
+    scheduled and built for llvm and cuda (programs: one per graph), run by the interpreter
+    otherwise (programs None). runs: each graph's callable on a list of arrays."""
+    if backend not in ("llvm", "cuda"):
+        return None, None, False, [None if g is None else executable(g, backend, device) for g in graphs]
+    from ..ir.passes.fusion import fuse as fuse_graph
+    from ..ir.passes.schedule import schedule
+    fused = [None if g is None else fuse_graph(g, fuse, half=backend == "cuda") for g in graphs]
+    for kernels_aliases in filter(None, fused):
+        schedule(kernels_aliases[0])
+    text, disk_hit = None, False
+    if backend == "llvm":
+        from ..codegen import build_programs
+        programs, text, engine = build_programs(graphs, fused, inplace)
+        disk_hit = engine.disk_hit
+    else:
+        from ..codegen.cuda.program import build_device_programs
+        from .device import cuda_ops
+        programs = build_device_programs(graphs, fused, inplace, cuda_ops())
+    return programs, text, disk_hit, [None if p is None else p.run for p in programs]
+
+
+def partial_backward(bwd, present, backend, device, fuse):
+    """(programs, graph, run, absent) of backward graph `bwd` for the cotangents `present[i]` True
+    only (ir/passes/cotangents.py): programs as `lower` gives them ([None, program] for llvm and
+    cuda: the backward's place), `absent` the positions of the gradients that are None."""
+    from ..ir.passes.cotangents import drop_cotangents
+    graph, absent = drop_cotangents(bwd, present)
+    graph = optimize(graph)
+    programs, _, _, runs = lower([None, graph], backend, device, fuse, [(), ()])
+    return programs, graph, runs[1], absent
 
 
 def _reads_updated_memory(cap, saved):
