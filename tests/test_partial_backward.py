@@ -138,3 +138,32 @@ def test_drop_cotangents_removes_what_only_absent_cotangents_reach():
     res = run(out, x, x, np.array([np.inf, 1.0, 1.0], np.float32))
     np.testing.assert_array_equal(res[0], x)
     np.testing.assert_array_equal(res[2], np.ones(3, np.float32))
+
+
+def test_sums_and_selects_with_a_literal_zero_are_zero_products_only_by_an_absent_factor():
+    g = Graph("b")
+    g0, g1 = g.add_input("g0", (2,), F32), g.add_input("g1", (2,), F32)
+    c = g.add_input("c", (2,), tg.bool)
+    z = g.add("const", [], {"value": 0.0}, (2,), F32)
+    sel = g.add("where", [c, g1, z], {}, (2,), F32)        # where(c, absent, 0): zero
+    tot = g.add("add", [sel, z], {}, (2,), F32)              # absent + 0: zero
+    live = g.add("mul", [g0, z], {}, (2,), F32)              # present * literal 0: kept (0 * inf is nan)
+    g.outputs = [tot, live]
+    out, absent = drop_cotangents(g, (True, False))
+    assert absent == {0}
+    assert [n.op for n in out.nodes if n.op != "const"] == ["mul"]
+
+
+def test_every_primitive_declaring_zero_maps_zeros_to_zero():
+    """The table's `zero` field against each primitive's NumPy implementation on zeros."""
+    from tracegrad.ops import PRIMS
+    declared = {name: p.zero for name, p in PRIMS.items() if p.zero is not None}
+    assert {"add", "sub", "mul", "div", "where", "sum", "matmul", "neg"} <= set(declared)
+    z = np.zeros((2, 3), np.float32)
+    x = np.full((2, 3), 1.5, np.float32)
+    checks = {"add": lambda f: f(z, z), "sub": lambda f: f(z, z), "mul": lambda f: f(z, x), "div": lambda f: f(z, x),
+              "where": lambda f: f(x > 0, z, z), "neg": lambda f: f(z), "cast": lambda f: f(z, dtype=tg.float64),
+              "copy": lambda f: f(z), "sum": lambda f: f(z, axis=(0,), keepdims=False),
+              "matmul": lambda f: f(z, x.T), "cat": lambda f: f(z, z, axis=0)}
+    for name, check in checks.items():
+        assert name in declared and not np.any(check(PRIMS[name].impl)), name

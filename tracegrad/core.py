@@ -38,6 +38,11 @@ what they need from these fields and keep no list of op names of their own.
   chains freely; the runtime counts a transcendental as 8 element-ops when it decides to split a
   kernel across threads.
 
+- `zero` (ZEROS): when the result is exactly zero because some inputs are (the backward of some
+  cotangents only drops what only absent ones reach, ir/passes/cotangents.py): "any" input zero (a
+  product), "all" inputs zero (a sum, a concatenation), its "first" input zero (a quotient's
+  numerator, a sum or copy of it), both "branches" of a select; None: not declared. A view of a zero
+  is zero by its kind.
 Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
 tensor method, and tensor/dispatch.py installs the dispatcher behind `bind`.
 """
@@ -45,6 +50,7 @@ import numpy as np
 
 KINDS = ("elementwise", "reduction", "view", "copy", "index", "extern", "creation", "random")
 COSTS = ("cheap", "transcendental")
+ZEROS = ("any", "all", "first", "branches")
 FLOAT = ("float32", "float64")                                 # lowered dtypes of float-only ops
 ALL = ("float32", "float64", "int32", "int64", "bool")          # every dtype a lowering can handle
 NUMERIC = ("float32", "float64", "int32", "int64")
@@ -62,9 +68,10 @@ def bind(name, *inputs, **attrs):
 class Prim:
     """One primitive: the fields are described in this module's docstring."""
     __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
-                 "lower", "dtypes", "cost", "remap", "backward_name")
+                 "lower", "dtypes", "cost", "remap", "zero", "backward_name")
 
-    def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None):
+    def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None,
+                 zero=None):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {KINDS}")
         if (lower is None) != (cost is None) or (lower is None) != (not dtypes):
@@ -77,7 +84,9 @@ class Prim:
                              f"{kind!r}, remap={remap!r})")
         self.name, self.kind, self.rule, self.impl = name, kind, rule, impl
         self.vjp, self.jvp, self.save, self.save_out = vjp, jvp, save, save_out
-        self.lower, self.dtypes, self.cost, self.remap = lower, tuple(dtypes), cost, remap
+        if zero is not None and zero not in ZEROS:
+            raise ValueError(f"primitive {name}: zero {zero!r} is not one of {ZEROS}")
+        self.lower, self.dtypes, self.cost, self.remap, self.zero = lower, tuple(dtypes), cost, remap, zero
         self.differentiable = vjp is not None
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
 
@@ -85,10 +94,10 @@ class Prim:
         return f"<prim {self.name}>"
 
 
-def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None):
+def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None, zero=None):
     """Declare primitive `name` with every field (see the module docstring) and register it."""
     if name in PRIMS:
         raise ValueError(f"primitive {name} is declared twice")
     PRIMS[name] = p = Prim(name, kind, rule, impl, vjp=vjp, jvp=jvp, save=save, save_out=save_out,
-                           lower=lower, dtypes=dtypes, cost=cost, remap=remap)
+                           lower=lower, dtypes=dtypes, cost=cost, remap=remap, zero=zero)
     return p

@@ -11,15 +11,16 @@ from .rules import ew_rule, quiet, same_dtype, sum_tangents
 CHEAP, TRANSCENDENTAL = "cheap", "transcendental"
 
 
-def _unary(name, impl, vjp, *, lower, cost, save=(0,), save_out=False, float_only=True, dtypes=FLOAT):
+def _unary(name, impl, vjp, *, lower, cost, save=(0,), save_out=False, float_only=True, dtypes=FLOAT, zero=None):
     """An elementwise unary primitive; its JVP is its (linear in g) VJP applied to the tangent."""
     return prim(name, "elementwise", ew_rule(name, float_only=float_only), quiet(impl), vjp=(vjp,),
                 jvp=lambda n, ts: vjp(n, ts[0]), save=save, save_out=save_out,
-                lower=lower, dtypes=dtypes, cost=cost)
+                lower=lower, dtypes=dtypes, cost=cost, zero=zero)
 
 
 # NumPy has no negative, sign or subtract of bools: those run on the host, which raises as eager does
-_unary("neg", np.negative, lambda n, g: -g, save=(), float_only=False, lower="-a", cost=CHEAP, dtypes=NUMERIC)
+_unary("neg", np.negative, lambda n, g: -g, save=(), float_only=False, lower="-a", cost=CHEAP, dtypes=NUMERIC,
+       zero="first")
 _unary("exp", np.exp, lambda n, g: g * n.out, save=(), save_out=True, lower="exp(a)", cost=TRANSCENDENTAL)
 _unary("log", np.log, lambda n, g: g / n.x(0), lower="log(a)", cost=TRANSCENDENTAL)
 _unary("sqrt", np.sqrt, lambda n, g: g / (n.out * 2.0), save=(), save_out=True, lower="sqrt(a)", cost=CHEAP)
@@ -82,9 +83,9 @@ _unary("erf", _erf_impl, lambda n, g: g * ((n.x(0) * n.x(0) * -1.0).exp() * (2.0
 
 
 def _binary(name, impl, vjp=None, jvp=None, *, lower, cost=CHEAP, dtypes=ALL, save=(0, 1), save_out=False,
-            out_dtype=None):
+            out_dtype=None, zero=None):
     return prim(name, "elementwise", ew_rule(name, out_dtype), quiet(impl), vjp=vjp, jvp=jvp,
-                save=save if vjp else (), save_out=save_out, lower=lower, dtypes=dtypes, cost=cost)
+                save=save if vjp else (), save_out=save_out, lower=lower, dtypes=dtypes, cost=cost, zero=zero)
 
 
 def _lin_jvp(n, ts):
@@ -97,14 +98,14 @@ def _lin_jvp(n, ts):
 
 
 _binary("add", np.add, (lambda n, g: unbroadcast(g, n.shapes[0]), lambda n, g: unbroadcast(g, n.shapes[1])),
-        jvp=_lin_jvp, save=(), lower="a + b")
+        jvp=_lin_jvp, save=(), lower="a + b", zero="all")
 _binary("sub", np.subtract, (lambda n, g: unbroadcast(g, n.shapes[0]), lambda n, g: unbroadcast(-g, n.shapes[1])),
-        jvp=_lin_jvp, save=(), lower="a - b", dtypes=NUMERIC)
+        jvp=_lin_jvp, save=(), lower="a - b", dtypes=NUMERIC, zero="all")
 _binary("mul", np.multiply,
         (lambda n, g: unbroadcast(g * n.x(1), n.shapes[0]), lambda n, g: unbroadcast(g * n.x(0), n.shapes[1])),
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] * n.x(1),
                                         None if ts[1] is None else n.x(0) * ts[1]]),
-        save={0: (1,), 1: (0,)}, lower="a * b")
+        save={0: (1,), 1: (0,)}, lower="a * b", zero="any")
 
 
 def _div_impl(a, b):
@@ -131,7 +132,7 @@ _binary("div", _div_impl,
          lambda n, g: unbroadcast(-(g * n.x(0)) / (n.x(1) * n.x(1)), n.shapes[1])),
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] / n.x(1),
                                         None if ts[1] is None else -(n.x(0) * ts[1]) / (n.x(1) * n.x(1))]),
-        save={0: (1,), 1: (0, 1)}, lower="a / b", dtypes=FLOAT)
+        save={0: (1,), 1: (0, 1)}, lower="a / b", dtypes=FLOAT, zero="first")
 # floordiv is piecewise constant: no gradient, as PyTorch's floor_divide
 prim("floordiv", "elementwise", ew_rule("floordiv"), quiet(_floordiv_impl), vjp=None, jvp=None, save=(),
      lower=None, dtypes=(), cost=None)
@@ -229,7 +230,7 @@ prim("where", "elementwise", _where_rule, np.where,
           lambda n, g: unbroadcast(bind("where", n.x(0), 0.0, g), n.shapes[2])),
      jvp=lambda n, ts: bind("where", n.x(0), ts[1] if ts[1] is not None else 0.0,
                             ts[2] if ts[2] is not None else 0.0),
-     save=(0,), lower="where(a, b, c)", dtypes=ALL, cost=CHEAP)
+     save=(0,), lower="where(a, b, c)", dtypes=ALL, cost=CHEAP, zero="branches")
 
 
 def _cast_vjp(n, g):
@@ -238,6 +239,6 @@ def _cast_vjp(n, g):
 
 prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype), lambda x, dtype: x.astype(dtype.np),
      vjp=(_cast_vjp,), jvp=lambda n, ts: ts[0].to(n.attrs["dtype"]), save=(),
-     lower="cast(a)", dtypes=ALL, cost=CHEAP)
+     lower="cast(a)", dtypes=ALL, cost=CHEAP, zero="first")
 prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), lambda x: np.array(x, order="C"),
-     vjp=(lambda n, g: g,), jvp=lambda n, ts: ts[0], save=(), lower="a", dtypes=ALL, cost=CHEAP)
+     vjp=(lambda n, g: g,), jvp=lambda n, ts: ts[0], save=(), lower="a", dtypes=ALL, cost=CHEAP, zero="first")

@@ -58,9 +58,9 @@ prim("index", "index", _index_rule, _index_impl,
      vjp=lambda n, g: (bind("index_add", g, *[n.x(i) for i in range(1, len(n.shapes))],
                             shape=n.shapes[0], axes=n.attrs["axes"]),) + (None,) * (len(n.shapes) - 1),
      jvp=lambda n, ts: bind("index", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),
-     save=_indices_only, lower=None, dtypes=(), cost=None)
+     save=_indices_only, lower=None, dtypes=(), cost=None, zero="first")
 prim("index_add", "index", lambda shapes, dtypes, shape, axes: (tuple(shape), dtypes[0]), _index_add_impl,
      vjp=lambda n, g: (bind("index", g, *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),)
      + (None,) * (len(n.shapes) - 1),
      jvp=lambda n, ts: bind("index_add", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], **n.attrs),
-     save=_indices_only, lower=None, dtypes=(), cost=None)
+     save=_indices_only, lower=None, dtypes=(), cost=None, zero="first")

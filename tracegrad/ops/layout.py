@@ -128,7 +128,7 @@ def _unslice_impl(g, shape, index):
 
 prim("unslice", "copy", lambda shapes, dtypes, shape, index: (tuple(shape), dtypes[0]), _unslice_impl,
      vjp=(lambda n, g: bind("slice", g, index=n.attrs["index"]),),
-     jvp=lambda n, ts: bind("unslice", ts[0], **n.attrs), save=(), **_NOT_LOWERED)
+     jvp=lambda n, ts: bind("unslice", ts[0], **n.attrs), save=(), zero="first", **_NOT_LOWERED)
 
 
 def _cat_rule(shapes, dtypes, axis):
@@ -152,4 +152,4 @@ def _cat_vjp(n, g):
 prim("cat", "copy", _cat_rule, lambda *xs, axis: np.concatenate(xs, axis),
      vjp=_cat_vjp, jvp=lambda n, ts: bind("cat", *[t if t is not None else bind("zeros_like", n.x(i))
                                                    for i, t in enumerate(ts)], axis=n.attrs["axis"]),
-     save=(), **_NOT_LOWERED)
+     save=(), zero="all", **_NOT_LOWERED)

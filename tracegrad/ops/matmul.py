@@ -21,4 +21,4 @@ prim("matmul", "extern", _matmul_rule, np.matmul,
      vjp=(lambda n, g: unbroadcast(g @ n.x(1).mT, n.shapes[0]), lambda n, g: unbroadcast(n.x(0).mT @ g, n.shapes[1])),
      jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] @ n.x(1),
                                      None if ts[1] is None else n.x(0) @ ts[1]]),
-     save={0: (1,), 1: (0,)}, lower=None, dtypes=(), cost=None)
+     save={0: (1,), 1: (0,)}, lower=None, dtypes=(), cost=None, zero="any")

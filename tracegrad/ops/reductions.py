@@ -20,7 +20,7 @@ def _sum_rule(shapes, dtypes, axis, keepdims):
 prim("sum", "reduction", _sum_rule, _sum_impl,
      vjp=(lambda n, g: g_keep(g, n).expand(*n.shapes[0]),),
      jvp=lambda n, ts: ts[0].sum(axis=n.attrs["axis"], keepdims=n.attrs["keepdims"]),
-     save=(), lower="a + b", dtypes=NUMERIC, cost="cheap")
+     save=(), lower="a + b", dtypes=NUMERIC, cost="cheap", zero="first")
 
 
 def _minmax_reduce_vjp(n, g):
@@ -104,7 +104,7 @@ def _cumsum_impl(x, axis, reverse):
 # the transpose of a running sum is the running sum from the other end
 prim("cumsum", "reduction", _cumsum_rule, _cumsum_impl,
      vjp=(lambda n, g: bind("cumsum", g, axis=n.attrs["axis"], reverse=not n.attrs["reverse"]),),
-     jvp=lambda n, ts: bind("cumsum", ts[0], **n.attrs), save=(), lower=None, dtypes=(), cost=None)
+     jvp=lambda n, ts: bind("cumsum", ts[0], **n.attrs), save=(), lower=None, dtypes=(), cost=None, zero="first")
 
 
 def _arg_rule(shapes, dtypes, axis, keepdims):

@@ -6,32 +6,29 @@ graph taking a cotangent for every differentiable output, and a zero cotangent i
 thing: 0 * inf is nan, and an input that only the other outputs depend on would get a zero
 gradient where eager leaves its .grad None. A backward graph is linear in its cotangents, so a
 value computed from absent cotangents alone is exactly zero: `drop_cotangents` removes each such
-value where the primitive maps zero to zero (the rules below), reads a zero constant where a kept
-node uses one, and reports the gradients that are such values (None, as eagerly).
+value where the primitive maps zero to zero (each primitive's `zero` field in the table), reads a
+zero constant where a kept node uses one, and reports the gradients that are such values (None, as
+eagerly).
 """
 from ...ops import PRIMS
 from ..graph import Graph
 
-# how a primitive's result is zero: "any" input zero (a product), "all" inputs zero (a sum, a
-# concatenation), its first input zero (a quotient, a gather), both branches of a select zero;
-# views, sums and copies of a zero are zero
-_ZERO_IF = {"mul": "any", "matmul": "any", "add": "all", "sub": "all", "cat": "all", "div": "first",
-            "index": "first", "where": "branches", "neg": "first", "cast": "first", "copy": "first",
-            "sum": "first", "cumsum": "first", "unslice": "first"}
 
-
-def _is_zero(node, zero):
-    """Whether node's result is exactly zero when the inputs flagged in `zero` are."""
-    rule = "first" if PRIMS[node.op].kind == "view" else _ZERO_IF.get(node.op)
+def _is_zero(node, flags):
+    """Whether node's result is exactly zero: flags[i] is "absent" for an input computed from absent
+    cotangents alone, "literal" for a zero constant. A product is zero by an absent factor only
+    (0 * inf, with a literal zero, is nan: it stays); sums and selects by absent and literal zeros."""
+    if not any(f == "absent" for f in flags):
+        return False
+    prim = PRIMS.get(node.op)
+    rule = "first" if prim is not None and prim.kind == "view" else prim.zero if prim is not None else None
     if rule == "any":
-        return any(zero)
-    if rule == "all":
-        return all(zero)
+        return True
     if rule == "first":
-        return zero[0]
-    if rule == "branches":
-        return zero[1] and zero[2]
-    return False
+        return flags[0] == "absent"
+    if rule == "all":
+        return all(flags)
+    return rule == "branches" and bool(flags[1]) and bool(flags[2])
 
 
 def drop_cotangents(bwd, present):
@@ -51,11 +48,15 @@ def drop_cotangents(bwd, present):
             return g.add("const", [], {"value": v.dtype.np.type(0).item()}, v.shape, v.dtype)
         return env[id(v)]
     for n in bwd.nodes:
-        flags = [id(i) in zero for i in n.inputs]
-        if any(flags) and n.op in PRIMS and _is_zero(n, flags):
+        flags = ["absent" if id(i) in zero else "literal" if _literal_zero(i) else "" for i in n.inputs]
+        if _is_zero(n, flags):
             zero.add(id(n.out))
             continue
         env[id(n.out)] = g.add(n.op, [read(i) for i in n.inputs], n.attrs, n.out.shape, n.out.dtype, n.loc)
     g.outputs = [read(v) for v in bwd.outputs]
     g.n_saved = bwd.n_saved
     return g, frozenset(j for j, v in enumerate(bwd.outputs) if id(v) in zero)
+
+
+def _literal_zero(v):
+    return v.node is not None and v.node.op == "const" and v.node.attrs["value"] == 0
