@@ -27,15 +27,32 @@ def test_gpu_check_quick_runs_under_the_simulator():
         assert re.search(rf"{peer}[^\n]*(not importable|is False|no GPU backend)", out), out
 
 
+HANGS_AFTER_G5 = """
+import sys, threading, time
+sys.path.insert(0, "examples")
+import gpu_check as g
+measure = g.workload_section
+def measured_then_hung(wid, size, reps, seconds, results, watchdog=None):
+    measure(wid, size, reps, seconds, results, watchdog)
+    watchdog.timer.cancel()                          # the limit falls now, inside a call that never returns
+    threading.Timer(0.2, watchdog.fire).start()
+    time.sleep(300)
+g.workload_section = measured_then_hung
+sys.exit(g.main(["--quick", "--reps", "1", "--only", "G5"]))
+"""
+
+
 def test_a_run_past_its_hard_limit_prints_what_it_measured_and_exits_3():
-    """A run that hangs (here: one that cannot finish in 8 s) is stopped by the watchdog thread, which
-    prints the table and the goals itself."""
+    """A run that hangs (here: inside a call that never returns, once G5 is measured) is stopped by the
+    watchdog thread, which prints the table with what was measured, and the goals, itself."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "examples/gpu_check.py", "--quick", "--reps", "1", "--only", "G5",
-                        "--hard-limit", "8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", HANGS_AFTER_G5], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
     assert p.returncode == 3, f"exit {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
     assert "== HARD TIME LIMIT: the run was stopped after" in p.stdout
-    assert "GPU workloads, float32" in p.stdout.split("HARD TIME LIMIT")[1] and "goals:" in p.stdout
+    after = p.stdout.split("HARD TIME LIMIT")[1]
+    assert "GPU workloads, float32" in after and "goals:" in after
+    assert re.search(r"G5 W5 20 ops fwd\+bwd \(8,\) +ms +[\d.]+ ", after), after
 
 
 def test_a_workload_whose_inputs_fail_still_gets_its_row(capsys):
