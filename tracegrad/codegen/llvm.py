@@ -14,7 +14,7 @@ import math
 
 from ..ir.kernels import contiguous_strides
 from . import mathlib
-from .loops import _loops, _nest
+from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
@@ -48,9 +48,10 @@ class ModuleBuilder:
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]
-        return (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
+        text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
                 + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
+        return text + SCALAR_METADATA if SCALAR in text else text
 
     def kernel(self, kernel, slots, name, stream=frozenset()):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`
@@ -158,7 +159,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
     if vec and len(outer) == 1 and not inner:   # streamed elements: a head up to a whole aligned vector
         first = f.assign(f"and i64 {f.assign(f'add nsw i64 %lo, {vec - 1}')}, {-vec}")
         head = f.assign(f"select i1 {f.assign(f'icmp slt i64 {first}, %hi')}, i64 {first}, i64 %hi")
-        _loops(f, outer, outer_body, lo_hi=("%lo", head))
+        _loops(f, outer, outer_body, lo_hi=("%lo", head), meta=SCALAR)     # < vec trips: left scalar
         _loops(f, outer, outer_body, lo_hi=(first, "%hi"))
     elif outer:
         _loops(f, outer, outer_body, lo_hi=("%lo", "%hi"))

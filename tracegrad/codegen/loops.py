@@ -2,9 +2,15 @@
 both of counted loops (_counted), which are while loops (_while)."""
 
 
-def _while(f, head, body):
+SCALAR = "!llvm.loop !9000"       # a loop LLVM leaves as written: not vectorized, not unrolled
+SCALAR_METADATA = ('!9000 = distinct !{!9000, !9001, !9002}\n!9001 = !{!"llvm.loop.vectorize.enable", i1 false}\n'
+                   '!9002 = !{!"llvm.loop.unroll.disable"}\n')
+
+
+def _while(f, head, body, meta=None):
     """Emit a loop: head(f) -> (i1 condition, value) is emitted at the top of each trip; while the
-    condition holds, body(f, value) emits the rest of the trip."""
+    condition holds, body(f, value) emits the rest of the trip. `meta`: loop metadata on its back
+    edge (SCALAR)."""
     top, bod, done = f.label(), f.label(), f.label()
     f.emit(f"br label %{top}")
     f.block(top)
@@ -12,11 +18,11 @@ def _while(f, head, body):
     f.emit(f"br i1 {cond}, label %{bod}, label %{done}")
     f.block(bod)
     body(f, value)
-    f.emit(f"br label %{top}")
+    f.emit(f"br label %{top}" + (f", {meta}" if meta else ""))
     f.block(done)
 
 
-def _counted(f, start, stop, body):
+def _counted(f, start, stop, body, meta=None):
     """Emit a loop of an i64 counter from `start` while it is below `stop` (value names); body(f, i)
     emits a trip's work at counter value i."""
     ctr = f.alloca("i64")
@@ -30,12 +36,13 @@ def _counted(f, start, stop, body):
         body(f, i)
         i2 = f.assign(f"load i64, ptr {ctr}")
         f.emit(f"store i64 {f.assign(f'add nsw i64 {i2}, 1')}, ptr {ctr}")
-    _while(f, head, trip)
+    _while(f, head, trip, meta)
 
 
-def _loops(f, dims, body, lo_hi=None):
+def _loops(f, dims, body, lo_hi=None, meta=None):
     """Emit a loop nest over `dims` (sizes); body(f, idx) emits the innermost body.
-    lo_hi: (lo, hi) value names for the outermost loop instead of (0, dims[0])."""
+    lo_hi: (lo, hi) value names for the outermost loop instead of (0, dims[0]); meta: the outermost
+    loop's metadata (SCALAR)."""
     idx = []
 
     def level(d):
@@ -47,7 +54,7 @@ def _loops(f, dims, body, lo_hi=None):
             idx.append(i)
             level(d + 1)
             idx.pop()
-        _counted(f, *(lo_hi if d == 0 and lo_hi else ("0", str(dims[d]))), trip)
+        _counted(f, *(lo_hi if d == 0 and lo_hi else ("0", str(dims[d]))), trip, meta if d == 0 else None)
 
     level(0)
 
