@@ -1,24 +1,29 @@
-"""The example and the command line run end to end, in a subprocess, as a user would run them."""
+"""The example and the command line run end to end, in a subprocess, as a user would run them (the
+training example, the longest, starts when collected and runs beside the other tests: tests/background.py)."""
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import background
 import tracegrad as tg
 
 ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+MLP_TRAIN = background.Job([background.Step(background.python("examples/mlp_train.py", "--quick"), ENV, 120)])
 
 
 def run(*args, timeout=120):
-    p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
     return p.returncode, p.stdout, p.stderr
 
 
+@background.runs(MLP_TRAIN)
 def test_mlp_train_quick_reaches_target():
-    rc, out, err = run("examples/mlp_train.py", "--quick")
-    assert rc == 0, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
+    (r,) = MLP_TRAIN.results()
+    rc, out, err = r.returncode, r.stdout, r.stderr
+    assert rc == 0, f"exit {rc} (None: killed past 120 s)\nstdout:\n{out}\nstderr:\n{err}"
     accs = re.search(r"final accuracy: ([\d.]+)%(?: eager, ([\d.]+)% compiled)?", out)
     assert accs, out
     assert float(accs.group(1)) >= 95.0, out
