@@ -18,7 +18,8 @@ from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
 from .aliases import plan_aliases
 from .device import shares_memory
-from .guards import Guards, free_objects
+from .free_vars import free_objects
+from .guards import Guards
 from .signature import STATIC
 from .state import dynamic_slots, is_number, read_state, reachable, set_slot, slot_value
 from .writeback import views_of

@@ -14,7 +14,6 @@
   (a and a.detach(): the trace reads the storage's latest value through either), is unchanged.
 A failed guard retraces, with the reason in stats()["retrace_reasons"].
 """
-import types
 
 import numpy as np
 
@@ -23,7 +22,10 @@ from ..tensor import Tensor
 from ..trace import Traced
 from ..strides import of_array
 from .device import shares_memory
+from .free_vars import cell_value, defaults, free_objects
 from .signature import STATIC
+from .state import is_static, read_state, state_change, unchanged, watched
+from .writeback import resolve
 
 
 class Guards:
@@ -57,7 +59,6 @@ class Guards:
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
-        from .state import read_state, watched
         self.state = read_state(objects) if objects else None
         self.watch = watched(objects) if objects else None
         held = {}
@@ -73,7 +74,7 @@ class Guards:
         """None when every guard holds, else the reason of the first that fails."""
         for kind, name, holder, obj in self.bindings:
             now = holder.get(name) if kind == "global" else cell_value(holder) if kind == "closure variable" \
-                else _defaults(holder).get(name)
+                else defaults(holder).get(name)
             if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
                 return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
                                              "rebound to another object")
@@ -102,7 +103,6 @@ class Guards:
                     return f"{self.input_names_of_arg(k)}: held by {' and '.join(names or ('nothing reachable',))} " \
                            f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
         if self.storage is not None:
-            from .writeback import resolve
             arrays, roots = list(self.fixed_arrays), list(self.fixed_roots)
             for i, s in self.variable:
                 arrays[i] = a = resolve(s, None, leaves)._data
@@ -113,7 +113,6 @@ class Guards:
         return None
 
     def _state_failure(self):
-        from .state import read_state, state_change, unchanged
         if self.watch is not None and unchanged(self.watch):
             return None
         reason = state_change(self.state, read_state(self.objects))
@@ -137,7 +136,6 @@ def _guarded_binding(obj, tracer):
     """Globals and closure variables worth a guard: a tensor the trace lifted, a module or optimizer,
     a number, string, None or tuple of them (a Python value the code may read), a list or dict (by
     identity: rebound to another one retraces; its items are guarded as state)."""
-    from .state import is_static
     if isinstance(obj, Tensor):
         return id(obj) in tracer.lifted
     return object_state(obj) is not None or is_static(obj) or isinstance(obj, (list, dict))
@@ -171,36 +169,3 @@ def _pattern(arrays, roots):
 def _sharing(names, pattern):
     return ", ".join(f"{names[i]} and {names[j]}" + (" (one array)" if same else "") for i, j, same in pattern) or \
         "none (some shared memory when traced)"
-
-
-def free_objects(fn):
-    """(kind, name, holder, object) for the globals and closure variables that `fn`'s code (nested
-    code included) reads."""
-    if isinstance(fn, types.MethodType):
-        fn = fn.__func__
-    if not isinstance(fn, types.FunctionType):
-        return []
-    codes, names = [fn.__code__], set()
-    while codes:
-        c = codes.pop()
-        names.update(c.co_names)
-        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    out = [("global", n, fn.__globals__, fn.__globals__[n]) for n in sorted(names) if n in fn.__globals__]
-    for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        out.append(("closure variable", n, cell, cell_value(cell)))
-    out += [("default value of", n, fn, v) for n, v in _defaults(fn).items()]
-    return out
-
-
-def _defaults(fn):
-    """{parameter: default value} of a function (read when a call leaves the parameter out)."""
-    code, pos = fn.__code__, fn.__defaults__ or ()
-    names = code.co_varnames[code.co_argcount - len(pos):code.co_argcount]
-    return dict(zip(names, pos), **(fn.__kwdefaults__ or {}))
-
-
-def cell_value(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:       # an empty cell
-        return None

@@ -12,7 +12,7 @@ from itertools import chain
 
 from ..pytree import object_state
 from ..tensor import Tensor
-from .guards import free_objects
+from .free_vars import free_objects
 from .signature import STATIC
 
 
