@@ -183,3 +183,60 @@ def test_native_segment_call_is_a_builtin_and_matches_ctypes(monkeypatch):
     out[...] = 0
     caller()
     np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def _mlp(seed):
+    tg.manual_seed(seed)
+    return tg.nn.Sequential(tg.nn.Linear(5, 4), tg.nn.Tanh(), tg.nn.Linear(4, 2))
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_modules_captured_parameters_take_the_generated_call(frozen):
+    """Parameters read through a module are captured inputs: the generated call reads their current
+    arrays (p.data replaced between calls), builds the same node, and a training step matches eager
+    and the general Entry.call, with a frozen layer's parameters getting no .grad."""
+    x = tg.tensor(np.linspace(-1, 1, 15).reshape(3, 5), dtype=tg.float64)
+    models = [_mlp(4).to(tg.float64) for _ in range(3)]
+    for m in models:
+        if frozen:
+            m[0].weight.requires_grad_(False)
+    compiled = tg.compile(lambda x: (models[0](x) ** 2).mean())
+    general = tg.compile(lambda x: (models[1](x) ** 2).mean())
+    compiled(x)
+    general(x)
+    (entry,) = compiled.cache.values()
+    assert entry.call_source is not None and "C1._data" in entry.call_source
+    (g_entry,) = general.cache.values()
+    for step in range(3):
+        losses = []
+        for m, call in ((models[0], compiled), (models[1], lambda x: Entry.call(g_entry, (x,))),
+                        (models[2], lambda x: (models[2](x) ** 2).mean())):
+            for p in m.parameters():
+                p.grad = None
+            loss = call(x)
+            loss.backward()
+            losses.append(loss.item())
+            with tg.no_grad():
+                for p in m.parameters():
+                    if p.grad is not None:
+                        p.sub_(0.1 * p.grad)
+            if step == 1:                     # a parameter's array replaced: read at the next call
+                m[2].bias.data = m[2].bias.data + 0.5
+        np.testing.assert_allclose(losses[:2], losses[2], rtol=1e-12)
+        for ps in zip(*(m.parameters() for m in models)):
+            assert len({p.grad is None for p in ps}) == 1
+            for p in ps[:2]:
+                np.testing.assert_allclose(p.detach().numpy(), ps[2].detach().numpy(), rtol=1e-12)
+    assert (models[0][0].weight.grad is None) == frozen
+
+
+def test_a_captured_parameter_changed_before_backward_raises_eagers_error():
+    m = _mlp(1)
+    f = tg.compile(lambda x: m(x).tanh().sum())
+    x = tg.randn(3, 5)
+    f(x)
+    loss = f(x)
+    with tg.no_grad():
+        m[2].weight.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

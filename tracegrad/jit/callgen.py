@@ -2,8 +2,9 @@
 
 Entry.call and CompiledNode.apply decide per call what this signature decided once: where each
 input comes from, which outputs need checks, what the autograd node keeps. For the common entry —
-on the CPU, no check mode, nothing written back, every output a fresh tensor, arguments as the
-inputs — `straight_call(entry)` writes those decisions out as code: read the arguments' arrays,
+on the CPU, no check mode, nothing written back, every output a fresh tensor, arguments and
+captured tensors (a module's parameters) as the inputs — `straight_call(entry)` writes those
+decisions out as code: read the inputs' arrays,
 run the forward program, wrap the results, build the node. `straight_apply(entry)` does the same
 for the backward, and `straight_backward(entry)` a one-element result's whole `backward()` when every
 input of the node is a leaf (the engine's work with nothing left to decide: check the saved values,
@@ -20,9 +21,10 @@ from .node import CompiledNode, raise_double_backward
 
 
 def _plain(entry):
-    """Whether the entry's forward call needs none of Entry.call's general steps."""
+    """Whether the entry's forward call needs none of Entry.call's general steps: every input an
+    argument or a captured tensor (not a .grad or a number read per call)."""
     return (not entry.on_device and not entry.check and entry.plain_outs is not None and not entry.updated
-            and not entry.aliases and entry.arg_inputs is not None)
+            and not entry.aliases and all(s[0] not in ("grad", "dynamic") for s, _ in entry.inputs))
 
 
 def straight_call(entry):
@@ -30,26 +32,30 @@ def straight_call(entry):
     if not _plain(entry):
         return None
     node = entry.run_bwd is not None
-    if node and entry.bwd_arg_targets is None or not node and entry.refused and entry.refused[1]:
+    if not node and entry.refused and entry.refused[1]:
         return None
     env = {"entry": entry, "run_fwd": entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode, "Node": CompiledNode,
            "unflatten": unflatten, "STRUCT": entry.out_struct}
     lines = ["def call(leaves):"]
-    src = {}                      # leaf position -> local name
-    for k in dict.fromkeys(entry.arg_inputs):
-        src[k] = f"s{k}"
-        lines.append(f"    s{k} = leaves[{k}]")
-    lines.append(f"    outs = run_fwd([{', '.join(src[k] + '._data' for k in entry.arg_inputs)}])")
+    args = {}                     # leaf position -> local name
+
+    def tensor(source, real, name):
+        """The expression of a graph input or backward target: an argument, or the captured tensor."""
+        if source[0] == "arg":
+            if source[1] not in args:
+                args[source[1]] = f"s{source[1]}"
+                lines.insert(1, f"    s{source[1]} = leaves[{source[1]}]")
+            return args[source[1]]
+        env[name] = real
+        return name
+    inputs = [tensor(s, r, f"C{i}") for i, (s, r) in enumerate(entry.inputs)]
+    lines.append(f"    outs = run_fwd([{', '.join(t + '._data' for t in inputs)}])")
     for j, (x, dtype, dev) in enumerate(entry.plain_outs):
         env[f"DT{j}"], env[f"DEV{j}"] = dtype, dev
         lines.append(f"    r{j} = wrap(outs[{x}], DT{j}, DEV{j})")
     if node:
-        for k in entry.bwd_arg_targets:
-            if k not in src:
-                src[k] = f"s{k}"
-                lines.insert(1, f"    s{k} = leaves[{k}]")
-        reals = [src[k] for k in entry.bwd_arg_targets]
-        watched = [src[entry.arg_inputs[i]] for i in entry.watch[0]] + [f"r{k}" for k in entry.watch[1]]
+        reals = [tensor(s, s[1] if s[0] == "captured" else None, f"T{j}") for j, s in enumerate(entry.bwd_targets)]
+        watched = [inputs[i] for i in entry.watch[0]] + [f"r{k}" for k in entry.watch[1]]
         lines += ["    if Mode.grad:",
                   f"        node = Node(entry, outs[{entry.saved_at}:], [{''.join(r + ', ' for r in reals)}], "
                   f"[{''.join(w + ', ' for w in watched)}], [{''.join(w + '._ver[0], ' for w in watched)}], "
