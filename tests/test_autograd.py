@@ -227,10 +227,10 @@ def test_inplace_on_non_leaf_is_differentiated():
 def test_long_chain_backprops_without_recursion():
     x = tg.tensor(1.0, requires_grad=True)
     y = x
-    for _ in range(100_000):
+    for _ in range(25_000):        # 25 times Python's recursion limit (100,000 took five times as long)
         y = y + 1.0
     y.backward()
-    assert x.grad.item() == 1.0 and y.item() == 100_001.0
+    assert x.grad.item() == 1.0 and y.item() == 25_001.0
 
 
 # ---------------------------------------------------------------- tg.grad
