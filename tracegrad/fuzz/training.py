@@ -32,10 +32,12 @@ STEPS = {
     "closure": ("def step(x, y):", "model(x)", "fn(*xs)"),
     "args": ("def step(model, opt, x, y):", "model(x)", "fn(model, opt, *xs)"),
     "params": ("def step(x, y, *ps):", "forward(ps, x)", "fn(*xs, *model.parameters())"),
+    "outside": ("def step(x, y):", "model(x)", "train(*xs)"),
 }
 FORMS = {"closure": "step reads model and optimizer from its closure",
          "args": "model and optimizer passed as arguments",
-         "params": "parameters passed as arguments and held by the optimizer"}
+         "params": "parameters passed as arguments and held by the optimizer",
+         "outside": "only the loss compiled; backward() and the optimizer step outside it"}
 NOTES = {"eval_call": "an eval call under no_grad", "model.l1 = tg.nn.Linear": "model.l1 replaced by a new Linear"}
 FORWARD = ["def forward(ps, x):", "    w0, b0, w1, b1 = ps[:4]", "    return {act}(x @ w0.T + b0) @ w1.T + b1"]
 
@@ -57,11 +59,16 @@ def _train(rng, index, seed, dtype):
     if rng.random() < 0.3:
         body[0:1] = []                         # gradients accumulate across calls
         body.append("opt.zero_grad()")
+    outside = []
+    if form == "outside":                      # the step around the compiled loss, the same in every mode
+        outside = ["def train(*xs):", *("    " + line.replace(loss, "fn(*xs)") for line in body),
+                   "    return loss", ""]
+        body = [f"loss = {loss}"]
     run = ["model = Net(%d, %d, %d, %r, %r).to(getattr(tg, dtype))" % (i, h, o, p, norm),
            f"opt = {pick(OPTIMIZERS)}", "xs = inputs(dtype)",
            "", sig, *("    " + line for line in body), "    return loss", "",
            "fn = step if mode == 'eager' else tg.compile(step, backend=mode)",
-           "evalfn = model if mode == 'eager' else tg.compile(lambda x: model(x), backend=mode)"]
+           "evalfn = model if mode == 'eager' else tg.compile(lambda x: model(x), backend=mode)", "", *outside]
     calls, notes = [], []
     for k in range(int(rng.integers(2, 6))):
         block, change = [], ""
