@@ -155,10 +155,11 @@ def _backward_one(node, g, retain_graph, create_graph):
 
 def ones_backward(t, retain_graph):
     """`t.backward()` of one-element t with the implicit gradient by its node's shortcut, where it has
-    one (a compiled call's, CompiledNode.ones_backward) and no interpreter follows the backward:
-    True when it ran, False when run_backward must."""
-    fast = getattr(t.grad_fn, "ones_backward", None)
-    return fast is not None and t._requires_grad and not _Mode.interpreters and fast(bool(retain_graph))
+    one (`node.ones_backward(node, retain_graph)`: a compiled call's generated backward) and no
+    interpreter follows the backward: True when it ran, False when run_backward must."""
+    node = t.grad_fn
+    fast = getattr(node, "ones_backward", None)
+    return fast is not None and t._requires_grad and not _Mode.interpreters and fast(node, bool(retain_graph))
 
 
 def _accumulate(a, b):

@@ -54,7 +54,7 @@ class Entry:
         self._plan_calls(s.backward)
         self.apply = CompiledNode.apply_general       # the backward's apply(node, grads)
         self.call_source = self.apply_source = self.backward_source = None
-        self.backward = None                           # straight_backward's, for CompiledNode.ones_backward
+        self.backward = None                           # straight_backward's: CompiledNode.ones_backward
         fast = straight_call(self)
         if fast is not None:                           # the same steps, written out for this signature
             self.call, self.call_source = fast

@@ -16,7 +16,7 @@ class CompiledNode:
     """What the engine needs of a compiled call, and nothing more: its edges, the saved values, the
     forward inputs' versions (the backward may read any of them), and apply()."""
     __slots__ = ("entry", "saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
-                 "const_arrays", "retained", "__weakref__")
+                 "const_arrays", "retained", "ones_backward", "__weakref__")
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
     takes_absent = True    # the engine passes None for an output without a cotangent (apply_some)
     loc = None             # no forward op to point at
@@ -30,6 +30,9 @@ class CompiledNode:
         self.out_meta, self.n_out = entry.diff_meta, entry.n_diff
         self.reals, self.watched, self.versions, self.edges = reals, watched, versions, edges
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
+        # the engine's shortcut for backward() of a one-element result: the entry's generated backward
+        # (callgen.straight_backward; it returns False when the engine must run), or None
+        self.ones_backward = entry.backward
 
     @classmethod
     def of_call(cls, entry, leaves, saved, inputs, results):
@@ -64,12 +67,6 @@ class CompiledNode:
         if self.n_out > 1 and any(g is None for g in grads):
             return self.apply_some(grads)
         return self.entry.apply(self, grads)
-
-    def ones_backward(self, retain_graph):
-        """The engine's shortcut for `y.backward()` of this node's one-element result y: True when
-        the entry's generated backward ran it (callgen.straight_backward), False when the engine must."""
-        fast = self.entry.backward
-        return fast is not None and fast(self, retain_graph)
 
     def apply_general(self, grads):
         """apply(), for any entry (callgen.py writes it out per signature for the common one)."""

@@ -483,7 +483,7 @@ class Tensor(TensorBase):
     # ------------------------------------------------------------ autograd
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         if gradient is None:
-            if self.numel() != 1:
+            if self._shape and math.prod(self._shape) != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not create_graph and inputs is None and ones_backward(self, retain_graph):
                 return
