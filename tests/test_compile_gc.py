@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import tracegrad as tg
+from threads import run_threads
 
 
 @pytest.fixture
@@ -50,9 +51,5 @@ def test_overlapping_compiles_in_threads_restore_the_collector(restore_gc):
             f(tg.randn(2))
         except Exception as e:                  # noqa: BLE001 (reported below)
             errors.append(e)
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert not errors and gc.isenabled()

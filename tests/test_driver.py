@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
 from tracegrad.codegen import driver
+from threads import run_threads
 
 
 def llvm_text(cf, *args):
@@ -142,8 +143,6 @@ def test_many_kernels_and_check_mode():
 def test_threads_share_a_program_with_products():
     """Threads calling one compiled function with matrix products (BLAS from native code, the
     program's shared pointer table) each get their own correct result."""
-    import threading
-
     f = tg.compile(lambda x, w: ((x @ w).relu() @ w.T).sum(1))
     rng = np.random.default_rng(11)
     w = tg.from_numpy(rng.standard_normal((24, 24)).astype(np.float32))
@@ -156,11 +155,7 @@ def test_threads_share_a_program_with_products():
             got = f(xs[i], w).numpy()
             if not np.allclose(got, wants[i], rtol=1e-4, atol=1e-3):
                 errors.append(i)
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(work, 4)
     assert not errors
 
 
