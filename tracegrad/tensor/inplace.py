@@ -1,5 +1,7 @@
 """In-place writes: an in-place op computes its value out of place, then the interpreter writes it
 into the tensor (eager: into its memory, bumping its version counter; a tracer functionalizes it).
+An eager CPU update that autograd does not record is written straight into the tensor's memory
+instead, without a value of its own (direct.py).
 
 An in-place op on a view whose value autograd records, or while tracing, is an op on its base, as
 PyTorch's CopySlices: the base takes its old value with the view's elements replaced, and that
@@ -13,16 +15,21 @@ from ..autograd import retain
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import interpreter, is_grad_enabled, no_grad
 from .base import TensorBase, _ArgError
+from .direct import COPY
+from .direct import write as write_direct
 from .dispatch import _P, _named, dispatch, refresh_view
 from .factories import full, tensor
 
 
-def inplace(self, compute, *others):
-    """Run `compute(src, *others)` out of place and write the result into self."""
+def inplace(self, compute, *others, direct=None):
+    """Run `compute(src, *others)` out of place and write the result into self; or, when autograd
+    records nothing, let `direct` (a direct.Writer and its operands) write the same value in place."""
     recording = is_grad_enabled() and (self.requires_grad or
                                        any(isinstance(o, TensorBase) and o.requires_grad for o in others))
     if recording and self.requires_grad and self.grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if direct is not None and not recording and write_direct(self, *direct):
+        return self
     if self._view is not None and (recording or not interpreter().concrete):
         return _inplace_on_view(self, compute, others, recording)
     if recording and self._base is not None and self._base.requires_grad:
@@ -93,15 +100,15 @@ def _fitted(self, new):
 def fill_with(self, value):
     """self.fill_(value): a number, or a tensor broadcast to self's shape."""
     if isinstance(value, TensorBase):
-        return inplace(self, lambda s, v: v.to(s.dtype).expand(*s.shape), value)
-    return inplace(self, lambda s: full(s.shape, value, dtype=s.dtype, device=s.device))
+        return inplace(self, lambda s, v: v.to(s.dtype).expand(*s.shape), value, direct=(COPY, (value,)))
+    return inplace(self, lambda s: full(s.shape, value, dtype=s.dtype, device=s.device), direct=(COPY, (value,)))
 
 
 def copy_from(self, src):
     """self.copy_(src)."""
     if not isinstance(src, TensorBase):
         raise TypeError(f"copy_() expects a tensor, got {type(src).__name__}")
-    return inplace(self, lambda s, v: v.to(s.dtype, device=s.device).expand(*s.shape), src)
+    return inplace(self, lambda s, v: v.to(s.dtype, device=s.device).expand(*s.shape), src, direct=(COPY, (src,)))
 
 
 def write(self, new, recording):

@@ -22,6 +22,8 @@ from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_s
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
 from .functions import bmm, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
+from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB, SUB_SCALED,
+                     scaled)
 from .inplace import copy_from, fill_with, inplace
 
 
@@ -453,18 +455,25 @@ class Tensor(TensorBase):
         return full(size, fill_value, **self._like(dtype, device), requires_grad=requires_grad)
 
     # ------------------------------------------------------------ in place
-    def _inplace(self, compute, *others):
-        return inplace(self, compute, *others)
+    def _inplace(self, compute, *others, direct=None):
+        return inplace(self, compute, *others, direct=direct)
 
-    def add_(self, o, alpha=1): return self._inplace(lambda s, o: s.add(o, alpha), o)
-    def sub_(self, o, alpha=1): return self._inplace(lambda s, o: s.sub(o, alpha), o)
-    def mul_(self, o): return self._inplace(lambda s, o: s * o, o)
-    def div_(self, o): return self._inplace(lambda s, o: s / o, o)
-    def pow_(self, o): return self._inplace(lambda s, o: s ** o, o)
-    def clamp_(self, min=None, max=None): return self._inplace(lambda s: s.clamp(min, max))
-    def relu_(self): return self._inplace(lambda s: s.relu())
-    def neg_(self): return self._inplace(lambda s: -s)
-    def exp_(self): return self._inplace(lambda s: s.exp())
+    def add_(self, o, alpha=1):
+        return self._inplace(lambda s, o: s.add(o, alpha), o, direct=scaled(ADD, ADD_SCALED, o, alpha))
+
+    def sub_(self, o, alpha=1):
+        return self._inplace(lambda s, o: s.sub(o, alpha), o, direct=scaled(SUB, SUB_SCALED, o, alpha))
+
+    def mul_(self, o): return self._inplace(lambda s, o: s * o, o, direct=(MUL, (o,)))
+    def div_(self, o): return self._inplace(lambda s, o: s / o, o, direct=(DIV, (o,)))
+    def pow_(self, o): return self._inplace(lambda s, o: s ** o, o, direct=(POW, (o,)))
+    def relu_(self): return self._inplace(lambda s: s.relu(), direct=(RELU, ()))
+    def neg_(self): return self._inplace(lambda s: -s, direct=(NEG, ()))
+    def exp_(self): return self._inplace(lambda s: s.exp(), direct=(EXP, ()))
+
+    def clamp_(self, min=None, max=None):
+        direct = (CLAMP, (min, max)) if min is not None or max is not None else None
+        return self._inplace(lambda s: s.clamp(min, max), direct=direct)
 
     def zero_(self):
         return self.fill_(0)
