@@ -27,15 +27,17 @@ def _plain(entry):
             and not entry.aliases and all(s[0] not in ("grad", "dynamic") for s, _ in entry.inputs))
 
 
-def straight_call(entry):
-    """(call(leaves), source), or None when the entry needs the general Entry.call."""
+def straight_call(entry, joined=None):
+    """(call(leaves), source), or None when the entry needs the general Entry.call. With `joined`, the
+    run of the forward joined with the gradients (jit/joined.py): its extra outputs, after the
+    forward's, become the node's `ahead` (a call made with grad enabled only)."""
     if not _plain(entry):
         return None
     node = entry.run_bwd is not None
     if not node and entry.refused and entry.refused[1]:
         return None
-    env = {"entry": entry, "run_fwd": entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode, "Node": CompiledNode,
-           "unflatten": unflatten, "STRUCT": entry.out_struct}
+    env = {"entry": entry, "run_fwd": joined or entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode,
+           "Node": CompiledNode, "unflatten": unflatten, "STRUCT": entry.out_struct}
     lines = ["def call(leaves):"]
     args = {}                     # leaf position -> local name
 
@@ -49,6 +51,8 @@ def straight_call(entry):
         env[name] = real
         return name
     inputs = [tensor(s, r, f"C{i}") for i, (s, r) in enumerate(entry.inputs)]
+    if joined:                    # the backward's constants are the joined graph's last inputs
+        inputs += [tensor(("captured",), e.real, f"K{i}") for i, e in enumerate(entry.bwd_inputs or ())]
     lines.append(f"    outs = run_fwd([{', '.join(t + '._data' for t in inputs)}])")
     for j, (x, dtype, dev) in enumerate(entry.plain_outs):
         env[f"DT{j}"], env[f"DEV{j}"] = dtype, dev
@@ -56,10 +60,13 @@ def straight_call(entry):
     if node:
         reals = [tensor(s, s[1] if s[0] == "captured" else None, f"T{j}") for j, s in enumerate(entry.bwd_targets)]
         watched = [inputs[i] for i in entry.watch[0]] + [f"r{k}" for k in entry.watch[1]]
+        end = len(entry.fwd.outputs) if joined else ""
         lines += ["    if Mode.grad:",
-                  f"        node = Node(entry, outs[{entry.saved_at}:], [{''.join(r + ', ' for r in reals)}], "
+                  f"        node = Node(entry, outs[{entry.saved_at}:{end}], [{''.join(r + ', ' for r in reals)}], "
                   f"[{''.join(w + ', ' for w in watched)}], [{''.join(w + '._ver[0], ' for w in watched)}], "
                   f"[{''.join(_edge(r) + ', ' for r in reals)}])"]
+        if joined:
+            lines.append(f"        node.ahead = outs[{end}:]")
         for oi, k in enumerate(entry.diff_pos):
             lines.append(f"        r{k}._requires_grad, r{k}.grad_fn, r{k}._oi = True, node, {oi}")
     results = [f"r{j}" for j in range(len(entry.plain_outs))]
@@ -90,11 +97,13 @@ def straight_apply(entry):
     return _exec(lines, env, "apply", entry.name)
 
 
-def straight_backward(entry):
+def straight_backward(entry, joinable=False):
     """(backward(node, retain_graph), source): `y.backward()` of this entry's one-element result y with
     the implicit gradient, for a call whose differentiable inputs are all leaves; it returns False
     (having done nothing) when the node's edges or state need the engine's general path. None when
-    the entry has no straight apply or more than one differentiable result."""
+    the entry has no straight apply or more than one differentiable result. `joinable`: it also
+    tells the entry it ran (`entry.backed`), and hands over the node's `ahead` gradients where the
+    call computed them (jit/joined.py) instead of running the backward."""
     if entry.apply_source is None or entry.n_diff != 1:
         return None
     shape, dtype, dev = entry.diff_meta[0]
@@ -112,12 +121,22 @@ def straight_backward(entry):
         lines += ["    watched, versions = node.watched, node.versions",
                   "    if " + " or ".join(f"watched[{i}]._ver[0] != versions[{i}]" for i in range(w)) + ":",
                   "        node.check_saved()         # raises eager's error"]
-    lines += ["    arrays = [ONES]",
-              "    arrays += node.saved",
-              "    arrays += node.const_arrays",
-              "    outs = run_bwd(arrays)",
-              "    if not retain_graph:",
-              "        node.saved, node.freed = None, True"]
+    run = ["arrays = [ONES]",
+           "arrays += node.saved",
+           "arrays += node.const_arrays",
+           "outs = run_bwd(arrays)"]
+    if joinable:
+        lines += ["    entry.backed = True",
+                  "    outs = node.ahead",
+                  "    if outs is None or retain_graph:      # (with retain_graph, a later backward takes them)"]
+        lines += ["        " + line for line in run]
+        lines += ["    if not retain_graph:",
+                  "        node.saved, node.freed, node.ahead = None, True, None"]
+        env["entry"] = entry
+    else:
+        lines += ["    " + line for line in run]
+        lines += ["    if not retain_graph:",
+                  "        node.saved, node.freed = None, True"]
     for i in range(n):
         lines += [f"    if e{i} is not None:",
                   f"        g = wrap(outs[{i}], e{i}._dtype, e{i}._device)",

@@ -12,6 +12,7 @@ from .aliases import rebuild_aliases
 from .callgen import straight_apply, straight_backward, straight_call
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
+from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, partial_backward
 from .writeback import Fresh, resolve, write_back
@@ -64,6 +65,9 @@ class Entry:
         fast = straight_backward(self)
         if fast is not None:
             self.backward, self.backward_source = fast
+            if joinable(self):                         # calls may compute the gradient with the forward
+                self.backward, self.backward_source = straight_backward(self, joinable=True)
+                self.call = choosing_call(self, self.call)
 
     def _plan_calls(self, backward):
         self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None

@@ -16,7 +16,7 @@ class CompiledNode:
     """What the engine needs of a compiled call, and nothing more: its edges, the saved values, the
     forward inputs' versions (the backward may read any of them), and apply()."""
     __slots__ = ("entry", "saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
-                 "const_arrays", "retained", "ones_backward", "__weakref__")
+                 "const_arrays", "retained", "ones_backward", "ahead", "__weakref__")
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
     takes_absent = True    # the engine passes None for an output without a cotangent (apply_some)
     loc = None             # no forward op to point at
@@ -33,6 +33,7 @@ class CompiledNode:
         # the engine's shortcut for backward() of a one-element result: the entry's generated backward
         # (callgen.straight_backward; it returns False when the engine must run), or None
         self.ones_backward = entry.backward
+        self.ahead = None      # the gradients of a unit cotangent, computed with the forward (jit/joined.py)
 
     @classmethod
     def of_call(cls, entry, leaves, saved, inputs, results):

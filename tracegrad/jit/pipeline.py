@@ -87,6 +87,27 @@ def partial_backward(bwd, present, backend, device, fuse):
     return programs, graph, runs[1], absent
 
 
+def forward_with_gradient(entry):
+    """(program, run) computing entry's forward and the gradients of its one one-element result
+    (ir/passes/join.py), or None where joining saves under JOIN_GAIN of the bytes the forward and
+    backward programs move apart (nothing to share: matrix products, no common input), or where a
+    gradient would not be a fresh array of its own (an input passed through, a forward value)."""
+    from ..ir.passes.join import forward_with_gradient as join
+    graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at))
+    programs, _, _, runs = lower([graph], entry.backend, entry.device, entry.cf.fuse, [()])
+    program, n = programs[0], len(entry.fwd.outputs)
+    grads = list(range(n, len(graph.outputs)))
+    slots = [slot for slot, _ in program.outputs]
+    if not set(grads) <= program.fresh_outputs or any(slots.count(slots[j]) > 1 for j in grads):
+        return None
+    apart = sum(k.bytes_moved() for p in entry.programs for k in p.kernels)
+    joined = sum(k.bytes_moved() for k in program.kernels)
+    return (program, runs[0]) if joined <= (1 - JOIN_GAIN) * apart else None
+
+
+JOIN_GAIN = 0.1
+
+
 def _reads_updated_memory(cap, saved):
     """Eager's error, when the backward would read an input whose memory the call updated through
     another input sharing its version counter (a view of it), else None. Through one that does not

@@ -18,7 +18,10 @@ Rules
   A reduction over all the outer axes of a neighbouring row kernel over the same space (a loss
   summed after a layer norm forward, the weight and bias gradients beside its backward) joins
   that kernel and accumulates while its rows stream by, when it reads the row kernel's results only
-  in the current row and the row kernel does not read it: the inputs are read once for both.
+  in the current row and the row kernel does not read it: the inputs are read once for both. Later
+  row phases may follow it in the same kernel when they do not read it (a forward's loss, then the
+  backward's rows: a loss and its gradients in one pass). A kernel over another space between two
+  over the same one (a scalar loss kernel) moves after the second when that does not read it.
   A value a row kernel's map phase makes that only its later phases read, each at the same element,
   is not written to memory: those reads become its expression, shared, so a target computes it
   once per element (the LLVM target keeps it in the row's scratch buffer).
@@ -157,7 +160,7 @@ def fuse(graph, enabled=True, half=False):
     if not enabled:
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
-    return keep_in_rows(merge_accumulations(merge_rows(kernels)), keep), aliases
+    return keep_in_rows(merge_accumulations(merge_rows(gather(kernels))), keep), aliases
 
 
 def _const_buffer(v, expr, kernels):
@@ -190,6 +193,8 @@ def _row_read(ld, kernel_shape, split, produced):
     kind = produced.get(id(ld.buf))
     if kind is None:
         return True
+    if kind == "acc":                 # a sum over the rows is complete only after the last row
+        return False
     if ld.offset:
         return False
     if kind == "reduce":
@@ -198,10 +203,35 @@ def _row_read(ld, kernel_shape, split, produced):
     return tuple(ld.strides) == contiguous_strides(kernel_shape)
 
 
+def gather(kernels):
+    """Move each loop or reduce_acc kernel up to just after the latest earlier kernel over the same
+    space, when it reads nothing the kernels in between make (a forward's scalar loss kernel between
+    its rows and the backward's): such neighbours can then merge. Loop kernels are pure, so the
+    others keep their order; in-place writes are decided later, on the final order."""
+    out = []
+    for k in kernels:
+        j = len(out)
+        if k.kind in ("loop", "reduce_acc"):
+            reads = {id(ld.buf) for ld in k.reads}
+            while j > 0 and out[j - 1].shape != k.shape and not reads & {id(v) for v in out[j - 1].outputs}:
+                j -= 1
+            if j == 0 or out[j - 1].shape != k.shape:
+                j = len(out)
+        out.insert(j, k)
+    return out
+
+
 def merge_rows(kernels):
     """Merge consecutive loop kernels over the same space into one kernel of phases (see rules)."""
     out, group, produced, group_ops = [], None, {}, 0
     for k in kernels:
+        if group is not None and _accumulates_into(k, group, after=True):
+            group.phases.extend(k.phases)         # sums over the rows join the rows: later row phases
+            group_ops += len(k.ops())             # may follow (they cannot read the sums)
+            for ph in k.phases:
+                for v, _ in ph.outputs:
+                    produced[id(v)] = "acc"
+            continue
         if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
                 and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
             out[-1].phases.extend(k.phases)       # one loop nest accumulates several reductions
