@@ -84,17 +84,24 @@ def _operand(kind, dtype, t, values):
     return tg.tensor(arr.reshape(shape).astype(odt))
 
 
-def _run(op, dtype, shape, layout, kind, values):
-    """What the op does on fresh state: (outcome, base bytes, destination bytes, versions)."""
+def _run(op, dtype, shape, layout, kind, values, grad):
+    """What the op does on fresh state: (outcome, history, base bytes, destination bytes, versions).
+    `grad`: "off" (nothing requires grad), "operand" (a float operand tensor requires grad: autograd
+    records the update), "no_grad" (the same under tg.no_grad())."""
     base, t = _state(dtype, shape, layout, values)
     o = _operand(kind, dtype, t, values)
+    if grad != "off" and isinstance(o, tg.Tensor) and o is not t and o.dtype.is_floating_point:
+        o = o.detach().requires_grad_()
     ver = base._version
     try:
-        r = OPS[op](t, o)
+        with tg.no_grad() if grad == "no_grad" else contextlib.nullcontext():
+            r = OPS[op](t, o)
         outcome = ("ok", r is t)
     except Exception as e:          # the same error either way
         outcome = (type(e).__name__, str(e))
-    return outcome, base.numpy().tobytes(), t.numpy().tobytes(), base._version - ver, t._version - ver
+    history = (t.requires_grad, t.grad_fn and t.grad_fn.name())
+    return (outcome, history, base.detach().numpy().tobytes(), t.detach().numpy().tobytes(), base._version - ver,
+            t._version - ver)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -103,18 +110,20 @@ def _run(op, dtype, shape, layout, kind, values):
        layout=st.sampled_from(["plain", "transposed", "slice"]),
        kind=st.sampled_from(["same", "row", "scalar_tensor", "int", "float", "bool", "self", "self_T",
                              "other_dtype"]),
-       values=st.lists(st.integers(-3, 3), min_size=1, max_size=8), block=st.sampled_from([1 << 16, 4, 1]))
-def test_direct_writes_what_the_general_path_writes(op, dtype, shape, layout, kind, values, block):
+       values=st.lists(st.integers(-3, 3), min_size=1, max_size=8), block=st.sampled_from([1 << 16, 4, 1]),
+       grad=st.sampled_from(["off", "off", "operand", "no_grad"]))
+def test_direct_writes_what_the_general_path_writes(op, dtype, shape, layout, kind, values, block, grad):
     """Every in-place op on generated dtypes, shapes, layouts (views of a base) and operands (numbers,
-    broadcast tensors, the destination itself or its transpose, another dtype): the same outcome,
-    the same bytes in the destination and its base, the same version bumps. `block` cuts updates
-    of several steps into pieces of so many elements."""
+    broadcast tensors, the destination itself or its transpose, another dtype): the same outcome and
+    history, the same bytes in the destination and its base, the same version bumps. `block` cuts updates
+    of several steps into pieces of so many elements; an operand that requires grad makes autograd
+    record the update (the general path), unless under no_grad."""
     if kind == "self_T" and len(shape) != 2:
         kind = "self"
     with mock.patch.object(direct, "BLOCK", block):
-        got = _run(op, dtype, shape, layout, kind, values)
+        got = _run(op, dtype, shape, layout, kind, values, grad)
     with general_path():
-        want = _run(op, dtype, shape, layout, kind, values)
+        want = _run(op, dtype, shape, layout, kind, values, grad)
     assert got == want
 
 

@@ -6,6 +6,7 @@ tensor_class.py  the Tensor class: every method a thin call (add new methods the
 functions.py     ops over several tensors: matmul, where, cat, stack
 indexing.py      x[index] and x[index] = value
 inplace.py       in-place writes (add_, mul_, fill_, copy_, ...) and version counters
+direct.py        in-place updates of CPU tensors written straight into their memory (NumPy's out=)
 factories.py     tensor, from_numpy, zeros, ones, full, arange, eye, rand, randn, ...
 """
 from .base import TraceError, _ArgError  # noqa: F401

@@ -74,17 +74,18 @@ def scaled(plain, times, o, alpha):
 def write(self, writer, operands):
     """Write `writer`'s update of self with `operands` (tensors, Python numbers, None) into self's
     array, bump its version, and return True; False (having done nothing) when the general path
-    must. The caller has checked that autograd records nothing."""
-    dt, dst = self._dtype, self._data
-    if _thread.interpreters or self._device.type != "cpu" or dst is None or dt.kind not in writer.kinds \
-            or not dst.flags.writeable or not dst.flags.c_contiguous and _expanded(dst):
+    must: autograd records the update (grad mode on and a tensor involved requires grad), a tracer
+    or forward mode runs, or the operands need what the general path does."""
+    dt, dst, grad = self._dtype, self._data, _thread.grad
+    if _thread.interpreters or grad and self._requires_grad or self._device.type != "cpu" or dst is None \
+            or dt.kind not in writer.kinds or not dst.flags.writeable or not dst.flags.c_contiguous and _expanded(dst):
         return False
     shape, arrays, tensors = self._shape, [], []
     for o in operands:
         if o is None:
             arrays.append(None)
         elif isinstance(o, TensorBase):
-            if o._dtype is not dt or o._device.type != "cpu" or o._data is None or \
+            if grad and o._requires_grad or o._dtype is not dt or o._device.type != "cpu" or o._data is None or \
                     o._shape != shape and not _fits(o._shape, shape):
                 return False
             arrays.append(o._data)

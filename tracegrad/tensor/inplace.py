@@ -22,14 +22,15 @@ from .factories import full, tensor
 
 
 def inplace(self, compute, *others, direct=None):
-    """Run `compute(src, *others)` out of place and write the result into self; or, when autograd
-    records nothing, let `direct` (a direct.Writer and its operands) write the same value in place."""
+    """Run `compute(src, *others)` out of place and write the result into self; or let `direct` (a
+    direct.Writer and its operands, among them every tensor of `others`) write the same value in
+    place, which it does only when autograd records nothing."""
+    if direct is not None and write_direct(self, *direct):
+        return self
     recording = is_grad_enabled() and (self.requires_grad or
                                        any(isinstance(o, TensorBase) and o.requires_grad for o in others))
     if recording and self.requires_grad and self.grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if direct is not None and not recording and write_direct(self, *direct):
-        return self
     if self._view is not None and (recording or not interpreter().concrete):
         return _inplace_on_view(self, compute, others, recording)
     if recording and self._base is not None and self._base.requires_grad:
