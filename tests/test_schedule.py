@@ -27,13 +27,15 @@ def kernel_lines(fn, *arrays, stage="kernels"):
 def test_transposed_map_is_tiled_with_the_output_unit_stride_innermost():
     x = RNG.standard_normal((67, 45)).astype(np.float32)
     (line,) = kernel_lines(lambda x: x.T * 2.0, x)
-    assert "space=45x67" in line and line.endswith(f"loops=d0/{TILE},d1/{TILE},d0,d1"), line
+    assert "space=45x67" in line and line.endswith(f"loops=d1/{TILE},d0/{TILE},d0,d1 transpose=1"), line
+    (line,) = kernel_lines(lambda x: x.T * 2.0, RNG.standard_normal((1500, 1001)).astype(np.float32))
+    assert line.endswith(f"loops=d0/{TILE},d1/{TILE},d0,d1"), line     # rows not whole lines, 6 MB: in place
 
 
 def test_batched_transpose_keeps_the_batch_outermost():
     x = RNG.standard_normal((3, 37, 41)).astype(np.float32)
     (line,) = kernel_lines(lambda x: x.permute(0, 2, 1).exp(), x)
-    assert line.endswith(f"loops=d0,d1/{TILE},d2/{TILE},d1,d2"), line
+    assert line.endswith(f"loops=d0,d2/{TILE},d1/{TILE},d1,d2 transpose=1"), line
 
 
 def test_column_reduction_accumulates_across_the_kept_axis():

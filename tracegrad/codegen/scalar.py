@@ -134,6 +134,10 @@ class Emitter:
                 not ld.strides[d] for ld in lds for d in self.inner)
         return self.fixed[id(t)]
 
+    def read(self, ld):
+        """The value Load ld reads at this index (a subclass may read it elsewhere)."""
+        return load(self.f, self.ptrs, ld, self.idx)
+
     def value(self, t):
         """The LLVM value of tree t: its nodes not yet emitted, each after its arguments (no
         recursion, so trees of any depth)."""
@@ -144,7 +148,7 @@ class Emitter:
             if id(x) in memo:
                 continue
             if isinstance(x, Load):
-                memo[id(x)] = load(self.f, self.ptrs, x, self.idx)
+                memo[id(x)] = self.read(x)
             elif isinstance(x, Const):
                 memo[id(x)] = const_text(x.value, x.dtype)
             elif ready:

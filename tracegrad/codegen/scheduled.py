@@ -3,6 +3,7 @@ from ..ir.kernels import contiguous_strides, loads
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
 from .scalar import Emitter, linear, store, regtype
+from .transpose import transposed_map
 
 
 def _put(mb, f, ptrs, phases, ix, full):
@@ -15,7 +16,11 @@ def _put(mb, f, ptrs, phases, ix, full):
 
 def _scheduled_map(mb, f, kernel, ptrs):
     """A kernel of map phases walked in its schedule's order: each element's phases in turn (a
-    phase reads an earlier one's output only at the same element: fusion's row rule)."""
+    phase reads an earlier one's output only at the same element: fusion's row rule); its operands
+    transposed in registers a tile at a time where the schedule says so (transpose.py)."""
+    if kernel.schedule.transposed:
+        transposed_map(mb, f, kernel, ptrs, _put)
+        return
     shape = kernel.shape
     full = contiguous_strides(shape)
     _nest(f, shape, kernel.schedule.levels,

@@ -132,12 +132,17 @@ class Schedule:
     `rows`: (with `across`, a kernel of reductions none of which reads another) the levels walk
     memory in order, the reduced axes outermost: each row of memory is read whole, threads split
     the outermost reduced axis, and each chunk keeps a vector of partial results over all of
-    `across` that the runtime joins (Kernel.partials)."""
-    __slots__ = ("levels", "across", "map_levels", "online", "walks", "rows")
+    `across` that the runtime joins (Kernel.partials).
+    `transposed`: (a map kernel tiled as a transpose, levels ending (b, T), (a, T'), (a, 0), (b, 0)
+    with b its outputs' unit-stride axis) the Loads that walk a with unit stride: a target may read
+    each whole tile of them with unit-stride vectors and transpose it in registers, so that the
+    element loops read it along b (codegen/transpose.py); reading them in place gives the same values."""
+    __slots__ = ("levels", "across", "map_levels", "online", "walks", "rows", "transposed")
 
-    def __init__(self, levels, across=None, map_levels=None, online=(), walks=(), rows=False):
+    def __init__(self, levels, across=None, map_levels=None, online=(), walks=(), rows=False, transposed=()):
         self.levels, self.across, self.map_levels = tuple(levels), across, map_levels and tuple(map_levels)
         self.online, self.walks, self.rows = tuple(online), tuple(tuple(w) for w in walks), rows
+        self.transposed = tuple(transposed)
 
     def reorders(self):
         """Whether the levels differ from the natural loop order over the space."""
@@ -157,6 +162,7 @@ class Schedule:
         text += "".join(f" online=p{i}+p{j}" for i, j in self.online)
         if self.walks:
             text += " walks=" + ",".join("+".join(f"p{i}" for i in w) for w in self.walks)
+        text += f" transpose={len(self.transposed)}" if self.transposed else ""
         return text.strip()
 
 
@@ -247,7 +253,8 @@ def nbytes(v):
 
 def kernels_text(name, kernels):
     """The `stage="kernels"` view: each kernel's kind, space, ops, bytes moved and, when scheduled
-    out of natural order, its loop nest (outermost first; dA/T loops over tiles of T along axis A)."""
+    out of natural order, its loop nest (outermost first; dA/T loops over tiles of T along axis A;
+    transpose=N: N operands read a tile at a time and transposed in registers, Schedule.transposed)."""
     lines = [f"kernels {name}: {len(kernels)}"]
     for j, k in enumerate(kernels):
         space = "x".join(map(str, k.shape)) or "scalar"
