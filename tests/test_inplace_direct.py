@@ -32,6 +32,7 @@ OPS = {
     "clamp": lambda t, o: t.clamp_(-1, 2.5 if t.dtype.is_floating_point else 2),
     "clamp_min": lambda t, o: t.clamp_(min=o),
     "clamp_max": lambda t, o: t.clamp_(max=0),
+    "clamp_both": lambda t, o: t.clamp_(-1, o),
     "relu": lambda t, o: t.relu_(),
     "neg": lambda t, o: t.neg_(),
     "exp": lambda t, o: t.exp_(),
@@ -127,6 +128,21 @@ def test_direct_writes_what_the_general_path_writes(op, dtype, shape, layout, ki
     assert got == want
 
 
+@pytest.mark.parametrize("bounds", [lambda t: (-1, t), lambda t: (-1, t.T), lambda t: (t.T, 0.5), lambda t: (t, t.T)])
+@pytest.mark.parametrize("block", [1 << 16, 2])
+def test_clamp_bounds_over_the_destination(bounds, block):
+    """clamp_ reads an upper bound over the destination's memory before its lower bound's step writes
+    the destination, as the general path (where, then where on the first result) does."""
+    a = np.array([[-3.0, 0.5, 2.0], [-0.5, 1.5, -2.0], [0.0, 3.0, -1.0]])
+    t = tg.tensor(a)
+    with mock.patch.object(direct, "BLOCK", block):
+        t.clamp_(*bounds(t))
+    lo, hi = bounds(tg.tensor(a))
+    lo, hi = (b.numpy() if isinstance(b, tg.Tensor) else b for b in (lo, hi))
+    want = np.where(a < lo, lo, a)
+    np.testing.assert_array_equal(t.numpy(), np.where(want > hi, hi, want))
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 6), cols=st.integers(1, 9), alpha=st.sampled_from([1, 2, -0.5]),
        seed=st.integers(0, 2**16), block=st.sampled_from([1 << 16, 5]))
@@ -157,6 +173,19 @@ def _peak(fn):
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("block", [1 << 16, 2])
+def test_an_element_of_the_destination_is_read_before_it_is_written(block):
+    """An operand viewing one element of the destination (0-d) is read before any block is written;
+    clamp_'s upper bound before its lower bound's step writes."""
+    a = np.array([[-3.0, 5.0], [3.0, 4.0], [6.0, -2.0]])
+    for update, want in [(lambda t: t.add_(t[0, 0], alpha=2), a - 6.0),
+                         (lambda t: t.clamp_(0, t[0, 0]), np.full_like(a, -3.0))]:
+        t = tg.tensor(a)
+        with mock.patch.object(direct, "BLOCK", block):
+            update(t)
+        np.testing.assert_array_equal(t.numpy(), want)
 
 
 @pytest.mark.parametrize("op", ["add", "add_alpha", "sub_alpha", "mul", "div", "clamp", "exp", "pow",

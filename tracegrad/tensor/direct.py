@@ -33,7 +33,10 @@ class Writer:
 
 
 def _clamp(d, lo, hi):
-    """clamp's where(d < lo, lo, d) then where(d > hi, hi, d): a nan stays, as there."""
+    """clamp's where(d < lo, lo, d) then where(d > hi, hi, d): a nan stays, as there; an upper bound
+    over d's own memory is read before the lower bound's step writes d."""
+    if lo is not None and hi is not None and np.may_share_memory(hi, d):
+        hi = hi.copy()
     if lo is not None:
         np.copyto(d, lo, where=np.less(d, lo))
     if hi is not None:
@@ -123,7 +126,7 @@ def _by_blocks(run, dst, arrays):
     """`run` over pieces of dst and the operands (broadcast to dst's shape) of at most BLOCK elements,
     or over the whole when an operand overlaps dst otherwise than element for element (a later piece
     would read what an earlier one wrote)."""
-    if any(a is not None and a.ndim and _overlaps(a, dst) for a in arrays):
+    if any(a is not None and _overlaps(a, dst) for a in arrays):
         run(dst, *arrays)
         return
     wide = [a if a is None or not a.ndim else np.broadcast_to(a, dst.shape) for a in arrays]
