@@ -5,7 +5,8 @@ existing one. Each median over interleaved rounds is divided by the floor's medi
 rounds (the copy of as many bytes as the case reads and writes, into an existing array: the faster
 of numba on tracegrad's threads and NumPy's one-thread copy).
 
-    python -m tracegrad.bench.transpose [--quick] [--rounds N] [--dtype float32|float64|both]
+    python -m tracegrad.bench.transpose [--quick] [--rounds N] [--dtype float32|float64|both] [--cpu]
+    TRACEGRAD_THREADS=1 python -m tracegrad.bench.transpose --cpu       # one thread, CPU time: steadier
 """
 import argparse
 import statistics
@@ -22,27 +23,29 @@ def cases(dtype, quick=False):
     n = 1024 if quick else 4096
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, n)).astype(dtype)
-    odd = rng.standard_normal((n - 3, n + 5)).astype(dtype)
-    b = rng.standard_normal((16, n // 4 + 1, n // 4 - 3)).astype(dtype)
+    tail = rng.standard_normal((n, n - 3)).astype(dtype)            # x.T's rows whole lines, a cut last tile
+    odd = rng.standard_normal((n - 3, n + 5)).astype(dtype)         # x.T's rows not whole lines
+    b = rng.standard_normal((16, n // 4, n // 4 - 3)).astype(dtype)
     return [("x * 2 (contiguous)", lambda x: x * 2.0, x),
             ("x.T * 2", lambda x: x.T * 2.0, x),
             ("x.T copy (x.T + 0)", lambda x: x.T + 0.0, x),
-            (f"odd {odd.shape} .T.exp()", lambda x: x.T.exp(), odd),
-            (f"batched {b.shape} permute(0,2,1) * 2", lambda x: x.permute(0, 2, 1) * 2.0, b)]
+            (f"{tail.shape} .T.exp()", lambda x: x.T.exp(), tail),
+            (f"{b.shape} permute(0,2,1) * 2", lambda x: x.permute(0, 2, 1) * 2.0, b),
+            (f"{odd.shape} .T * 2 (rows not lines)", lambda x: x.T * 2.0, odd)]
 
 
 def _into(fn, x, y):
     y.copy_(fn(x))
 
 
-def _time(run, inner):
-    t0 = time.perf_counter()
+def _time(run, inner, clock=time.perf_counter):
+    t0 = clock()
     for _ in range(inner):
         run()
-    return (time.perf_counter() - t0) / inner
+    return (clock() - t0) / inner
 
 
-def measure(dtype, quick=False, rounds=9):
+def measure(dtype, quick=False, rounds=9, clock=time.perf_counter):
     """[(label, fresh s, into s, floor s)] for dtype's cases, medians over interleaved rounds: the
     compiled map returning a fresh array (its pages are new to the process at each call: the OS
     zeroes them first), writing into an existing one (`y.copy_(f(x))`, one kernel storing into y),
@@ -54,7 +57,7 @@ def measure(dtype, quick=False, rounds=9):
         ref = fn(x).numpy()
         y = tg.tensor(np.empty_like(ref))
         fresh, into = tg.compile(fn), tg.compile(partial(_into, fn))
-        np.testing.assert_allclose(fresh(x).numpy(), ref, rtol=1e-6)
+        np.testing.assert_allclose(fresh(x).numpy(), ref, rtol=1e-6)     # exp: within float rounding
         into(x, y)
         np.testing.assert_allclose(y.numpy(), ref, rtol=1e-6)
         runs = {"fresh": lambda: fresh(x), "into": lambda: into(x, y), "floor": floor_setup(2 * a.nbytes),
@@ -62,7 +65,7 @@ def measure(dtype, quick=False, rounds=9):
         times = {k: [] for k in runs}
         for _ in range(rounds):
             for k, run in runs.items():
-                times[k].append(_time(run, 3))
+                times[k].append(_time(run, 3, clock))
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append((label, med["fresh"], med["into"], min(med["floor"], med["floor1"])))
     return rows
@@ -73,10 +76,13 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="1024-sized arrays instead of 4096")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--dtype", default="both", choices=("float32", "float64", "both"))
+    p.add_argument("--cpu", action="store_true", help="time the process's CPU time, not the wall clock (steadier on "
+                   "a shared machine; with TRACEGRAD_THREADS=1 the floor is NumPy's one-thread copy)")
     args = p.parse_args(argv)
+    clock = time.process_time if args.cpu else time.perf_counter
     print(f"{'case':44s}{'dtype':>9s}{'floor ms':>10s}{'fresh ms':>10s}{'/floor':>8s}{'into ms':>9s}{'/floor':>8s}")
     for dt in (("float32", "float64") if args.dtype == "both" else (args.dtype,)):
-        for label, fresh, into, floor in measure(np.dtype(dt), args.quick, args.rounds):
+        for label, fresh, into, floor in measure(np.dtype(dt), args.quick, args.rounds, clock):
             print(f"{label:44s}{dt:>9s}{floor * 1e3:10.2f}{fresh * 1e3:10.2f}{fresh / floor:8.2f}"
                   f"{into * 1e3:9.2f}{into / floor:8.2f}", flush=True)
     return 0

@@ -38,7 +38,7 @@ ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB o
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
 ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
 TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
-REGS_CACHED = 4 << 20   # output bytes of a transposing map that transposes in registers at any row length
+REGS_CACHED = 1 << 20   # output bytes of a transposing map that transposes in registers at any row length
 LINE = 64            # bytes of a cache line
 
 
@@ -178,7 +178,8 @@ def transposed(k, a, b):
     a copy of its bytes (3.0x before), float64 2.5x (3.7x), (512, 512) float32 1.5x (3.4x). Output
     rows that are not whole lines store no whole line (not streamed): every order and lowering then
     waits on reading each output line before writing it, 2.9-3.5x, the register tiles a little
-    slower than the element loops (3.5x against 2.9x for (4093, 4101) float32)."""
+    slower than the element loops (3.5x against 2.9x for (4093, 4101) float32; 2.2x against 1.9x
+    for (1001, 1000), even at (701, 700), 1.2x against 3.2x for (301, 300): in cache)."""
     outs = [v for ph in k.phases for v, _ in ph.outputs]
     if b != len(k.shape) - 1 or any(ph.kind != "map" for ph in k.phases) or not (
             all(k.shape[b] * v.dtype.itemsize % LINE == 0 for v in outs)
