@@ -203,6 +203,7 @@ def test_an_entry_where_joining_does_not_pay_stays_apart():
         w1.grad = w2.grad = None
         cf(x, w1, w2).backward()
     assert entry_of(cf).joined is False
+    assert entry_of(cf).call.__code__.co_filename.startswith("<straight call"), "calls still choose"
     w1e, w2e = (tg.tensor(w.detach().numpy(), requires_grad=True) for w in (w1, w2))
     mlp_loss(x, w1e, w2e).backward()
     np.testing.assert_allclose(w1.grad.numpy(), w1e.grad.numpy(), rtol=1e-12)

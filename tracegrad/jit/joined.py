@@ -17,8 +17,9 @@ gradient, retain_graph, autograd.grad, non-leaf inputs) runs the backward progra
 
 Only entries where it pays: a one-element result through the generated call and backward, on the
 LLVM target, whose forward moves at least JOIN_MIN_BYTES, and whose joined program moves at least
-pipeline.JOIN_GAIN less than the two apart (built on the first switch; if it does not pay, never
-again). Results and gradients are the same computation as apart; float sums may round differently.
+pipeline.JOIN_GAIN less than the two apart (built on the first switch; if it does not pay, the
+entry's calls go back to the plain call for good). Results and gradients are the same computation
+as apart; float sums may round differently.
 """
 from ..autograd import _Mode
 from .callgen import straight_call
@@ -45,6 +46,8 @@ def choosing_call(entry, plain):
             joined = entry.joined
             if joined is None:
                 joined = entry.joined = _build(entry)
+                if not joined:
+                    entry.call = plain            # never again: calls skip this choice
             if joined:
                 return joined(leaves)
         return plain(leaves)
