@@ -219,6 +219,11 @@ def test_the_joined_layernorm_reads_its_inputs_once():
         step(cf, ts)
     kernels = entry_of(cf).joined_program.kernels
     assert [k.kind for k in kernels] == ["loop"], kernels
+    for t in ts[:3]:
+        t.grad = None
+    text = cf.ir(*ts, stage="kernels")
+    assert "kernels layernorm_loss_with_gradient (forward with gradient, run while calls are followed by " \
+        "backward()): 1\n" in text, text
     apart = sum(k.bytes_moved() for p in entry_of(cf).programs for k in p.kernels)
     assert sum(k.bytes_moved() for k in kernels) < 0.7 * apart
 

@@ -25,14 +25,26 @@ class Observation:
 
 def observe(run, mode, dtype, device=None):
     """Run a program in `mode` (eager or a backend) with `device` as the default device (the cuda
-    backend: cuda), so that its inputs, models and the tensors it makes live there."""
-    with warnings.catch_warnings(), on_device("cuda" if mode == "cuda" else device):
+    backend: cuda), so that its inputs, models and the tensors it makes live there. Calls may join
+    their gradient whatever their size (jit/joined.py; by default only from 1 MiB), so the fuzzer's
+    small programs exercise that path too."""
+    with warnings.catch_warnings(), on_device("cuda" if mode == "cuda" else device), joins_at_any_size():
         warnings.simplefilter("ignore")
         try:
             return Observation(run(mode, dtype).items)
         except Exception as e:  # noqa: BLE001 -- any error is an observation to compare
             return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]),
                                kinds=[c.__name__ for c in type(e).__mro__])
+
+
+@contextlib.contextmanager
+def joins_at_any_size():
+    from ..jit import joined
+    before, joined.JOIN_MIN_BYTES = joined.JOIN_MIN_BYTES, 0
+    try:
+        yield
+    finally:
+        joined.JOIN_MIN_BYTES = before
 
 
 @contextlib.contextmanager

@@ -64,9 +64,15 @@ def fused_kernels(entry):
 
 
 def kernels_text(entry):
-    """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved."""
+    """The fusion groups of the forward and backward graphs: ops, spaces and bytes moved; then the
+    joined program's, once the entry's calls compute the gradient with the forward (jit/joined.py)."""
     from ..ir.kernels import kernels_text as text
-    return "\n".join(text(f"{g.name} ({label})", kernels) for label, g, kernels in fused_kernels(entry))
+    blocks = [text(f"{g.name} ({label})", kernels) for label, g, kernels in fused_kernels(entry)]
+    if getattr(entry, "joined", None):
+        program = entry.joined_program
+        blocks.append(text(f"{program.graph.name} (forward with gradient, run while calls are followed by "
+                           f"backward())", program.kernels))
+    return "\n".join(blocks)
 
 
 def profile_rows(entry, leaves, repeat, plot=None):
