@@ -140,8 +140,8 @@ class Adam(Optimizer):
                 st = self.state_for(p)
                 st["step"].add_(1.0)
                 m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
-                m.mul_(b1).add_(g * (1.0 - b1))
-                v.mul_(b2).add_(g * g * (1.0 - b2))
+                m.mul_(b1).add_(g, alpha=1.0 - b1)          # eagerly: no temporary for g * (1 - b1)
+                v.mul_(b2).add_(g * g, alpha=1.0 - b2)
                 step_size = lr / (1.0 - b1 ** t)
                 denom = (v / (1.0 - b2 ** t)).sqrt() + eps
                 p.sub_(m / denom * step_size)
