@@ -73,11 +73,20 @@ def test_fallbacks_keep_the_tiled_element_loops():
     assert "loops=d0/" in line and transposed(line) == 0, line
     (line,) = kernel_lines(lambda x: x.T, (x > 0))                     # bool: 1-byte elements
     assert transposed(line) == 0, line
-    # x[::3] is three times the output: its unit axis goes innermost and the output is the strided one
-    (line,) = kernel_lines(lambda x: x[::3].T * 2.0, data((210, 45)))
-    assert "loops=" in line and transposed(line) == 0, line
     (line,) = kernel_lines(lambda x: x.T.sum(axis=1), x)               # reductions: not a map
     assert transposed(line) == 0, line
+
+
+def test_operands_weigh_the_bytes_they_read_not_their_buffers():
+    """x[:, :n] reads n columns of x's rows (x[::3] every third row): as many bytes as the output,
+    so the transpose is tiled (the output's unit axis innermost), not walked in x's memory order with
+    every store strided; an operand wider than the output (float64 into float32) still leaves the
+    outputs' unit axis innermost when its tile transposes in registers."""
+    for fn, x in ((lambda x: x[:, :40].T * 2.0, data((50, 160))), (lambda x: x[::3].T * 2.0, data((210, 45))),
+                  (lambda x: x.T.to(tg.float32), data((70, 45), np.float64))):
+        (line,) = kernel_lines(fn, x)
+        assert re.search(r"loops=d1/\d+,d0/\d+,d0,d1 transpose=1$", line), line
+        np.testing.assert_array_equal(tg.compile(fn)(tg.tensor(x)).numpy(), fn(tg.tensor(x)).numpy())
 
 
 def test_large_outputs_transpose_in_registers_only_with_rows_of_whole_lines():

@@ -2,8 +2,9 @@
 
 Fusion builds loop nests in the *logical* order of a kernel's space; a transposed or permuted
 operand then walks memory with a large stride in the innermost loop. This pass looks at the
-strides of a kernel's largest operands (loads, and the outputs it writes) and sets
-`kernel.schedule` (ir/kernels.py's Schedule) when natural order is not the memory order:
+strides of a kernel's largest operands (loads, by the bytes of their buffers they read, and the
+outputs it writes) and sets `kernel.schedule` (ir/kernels.py's Schedule) when natural order is
+not the memory order:
 
 - map kernels and reduce_acc kernels: loop order = the largest operand's axes by stride,
   largest outermost, its unit-stride axis innermost (a permuted view iterates in storage order;
@@ -30,6 +31,7 @@ strides of a kernel's largest operands (loads, and the outputs it writes) and se
 Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
 import ast
+import math
 
 from ..kernels import Op, Schedule, contiguous_strides, loads, nbytes
 
@@ -132,7 +134,14 @@ def operands(k):
                 for d, s in zip(kept, contiguous_strides([k.shape[d] for d in kept])):
                     strides[d] = s
                 out.append((nbytes(v), tuple(strides)))
-    return out + [(nbytes(ld.buf), ld.strides) for ld in k.reads]
+    return out + [(read_bytes(k, ld), ld.strides) for ld in k.reads]
+
+
+def read_bytes(k, ld):
+    """The bytes load ld of kernel k reads: its buffer's, or fewer for a view of part of it (a
+    slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
+    walked = math.prod(n for n, s in zip(k.shape, ld.strides) if s) * ld.dtype.itemsize
+    return min(nbytes(ld.buf), walked)
 
 
 def _reduced(k, ph):
@@ -232,8 +241,10 @@ def choose(k):
     if k.kind == "loop" and len(units) > 1:                  # a transpose: tile the two unit axes
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
         outer = [(d, 0) for d in order if d not in (a, b)]
-        regs = transposed(k, a, b)
+        last = len(k.shape) - 1                              # the outputs' unit axis: stores stay vectors
+        regs = transposed(k, a + b - last, last) if last in (a, b) else ()
         if regs:                                             # b's tiles outermost: regs read in memory order
+            a, b = a + b - last, last
             return Schedule(outer + [(b, TILE), (a, TILE), (a, 0), (b, 0)], transposed=regs)
         return Schedule(outer + [(a, TILE), (b, TILE), (a, 0), (b, 0)])
     if tuple(order) == tuple(range(len(k.shape))):
