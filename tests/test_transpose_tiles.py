@@ -52,6 +52,15 @@ def test_batched_and_other_permutes_transpose_their_two_unit_axes():
     assert re.search(r"loops=d1,d2/\d+,d0/\d+,d0,d2 transpose=1$", line), line
 
 
+def test_channels_last_permute_of_4d_values():
+    """NCHW -> NHWC (permute(0, 2, 3, 1)): W and C tiled, each C row read from a tile of W x C."""
+    x = data((2, 40, 3, 35))
+    fn = lambda x: x.permute(0, 2, 3, 1) + 1.0               # noqa: E731
+    (line,) = kernel_lines(fn, x)
+    assert re.search(r"loops=d0,d1,d3/\d+,d2/\d+,d2,d3 transpose=1$", line), line
+    np.testing.assert_array_equal(tg.compile(fn)(tg.tensor(x)).numpy(), x.transpose(0, 2, 3, 1) + np.float32(1))
+
+
 def test_each_operand_by_its_own_layout():
     x, y, w = data((50, 40)), data((40, 50)), data((50, 1))
     (line,) = kernel_lines(lambda x, y: x.T * y, x, y)                # y is read along the output rows
