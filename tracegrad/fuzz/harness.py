@@ -70,6 +70,23 @@ class Recorder:
         for k, (x, g) in enumerate(zip(xs, gs)):
             self(f"{prefix}{k}", g if g is not None else tg.zeros_like(x))
 
+    def backward_steps(self, fn, xs, n=3):
+        """n calls of fn, each followed by `backward()` of its first result when that is one element
+        that requires grad (a training loop around a compiled loss: the later calls may compute the
+        gradient with the forward, jit/joined.py): each step's .grad of the leaves among xs, reset
+        to None before each call and after the last."""
+        leaves = [x for x in xs if isinstance(x, tg.Tensor) and x.requires_grad and x.grad_fn is None]
+        for step in range(n):
+            out = fn(*xs)
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            if not (isinstance(first, tg.Tensor) and first.requires_grad and first.dtype.is_floating_point
+                    and first.numel() == 1):
+                return
+            first.backward()
+            for k, x in enumerate(leaves):
+                self(f"step{step}_grad{k}", x.grad if x.grad is not None else tg.zeros_like(x))
+                x.grad = None
+
     def backward_grads(self, out, xs, prefix):
         """What `out.backward(retain_graph=True)` accumulates into the .grad of each leaf among xs
         (their .grad restored after: the program may read it later)."""

@@ -60,7 +60,7 @@ def _returns(b, rng):
 
 
 GRAPH_RUN = ["xs = inputs(dtype)", "fn = f if mode == 'eager' else tg.compile(f, backend=mode)",
-             "rec.grads(rec.outputs(fn(*xs)), xs)"]
+             "rec.backward_steps(fn, xs)", "rec.grads(rec.outputs(fn(*xs)), xs)"]
 
 
 def _graph(rng, index, seed, dtype):
