@@ -358,3 +358,68 @@ def test_threads_accumulate_their_own_leaves():
     run_threads(work, 4)
     for i, x in enumerate(xs):
         np.testing.assert_array_equal(x.grad.numpy(), np.full(64, 10.0 * i, np.float32))
+
+
+# ------------------------------------------------------------ x[index] = v with tensor indices
+
+@st.composite
+def _advanced_index(draw):
+    """(shape, index) with tensor indices (of one length, so they broadcast) or one boolean mask;
+    tensor indices hold distinct positions (the differentiable path sums repeated positions, the
+    eager one keeps the last: both as PyTorch)."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    kinds = [draw(st.sampled_from(["all", "slice", "int", "tensor", "tensor", "mask"])) for _ in shape]
+    if "mask" in kinds:
+        m = kinds.index("mask")
+        kinds = ["all" if k in ("tensor", "mask") and d != m else k for d, k in enumerate(kinds)]
+    elif "tensor" not in kinds:
+        kinds[0] = "tensor"
+    length = draw(st.integers(1, min(n for n, k in zip(shape, kinds) if k in ("tensor", "mask"))))
+    items = []
+    for n, kind in zip(shape, kinds):
+        if kind == "slice":
+            items.append(slice(draw(st.integers(0, n - 1)), None, draw(st.integers(1, 2))))
+        elif kind == "int":
+            items.append(draw(st.integers(-n, n - 1)))
+        elif kind == "tensor":
+            pos = draw(st.permutations(range(n)))[:length]
+            items.append(tg.tensor([p - n if draw(st.booleans()) else p for p in pos], dtype=tg.int64))
+        elif kind == "mask":
+            items.append(tg.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n))))
+        else:
+            items.append(slice(None))
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), None)
+    return shape, tuple(items)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=_advanced_index(), seed=st.integers(0, 2**16), scalar=st.booleans())
+def test_setitem_with_tensor_indices(case, seed, scalar):
+    """Eager x[index] = v (written through coordinates of the selection's size) against the
+    differentiable path (a scatter into the whole tensor, recorded by autograd)."""
+    shape, index = case
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    x = tg.tensor(a)
+    sel = x[index].shape
+    v = 2.5 if scalar else tg.tensor(rng.standard_normal(sel))
+    x[index] = v
+    assert x._version == 1
+    y = tg.tensor(a, requires_grad=True) * 1.0
+    y[index] = v
+    np.testing.assert_array_equal(x.numpy(), y.detach().numpy())
+
+
+def test_setitem_with_tensor_indices_allocates_the_selection_only():
+    x = tg.zeros(512, 512)
+    rows, mask = tg.tensor([1, -5, 7]), tg.zeros(512, dtype=tg.bool)
+    mask[3] = True
+    for index in (rows, (slice(None), rows), (rows, rows), mask, (slice(2, 100, 3), rows)):
+        assert _peak(lambda: x.__setitem__(index, 1.0)) < x.numel() * 4 // 4
+    a = np.zeros((512, 512))
+    a[[1, -5, 7]] = 1.0
+    a[:, [1, -5, 7]] = 1.0
+    a[3] = 1.0
+    a[2:100:3][:, [1, -5, 7]] = 1.0
+    np.testing.assert_array_equal(x.numpy(), a)

@@ -125,20 +125,30 @@ def _index_on(x, i):
 
 
 def _scatter_into(x, index, v):
-    """x[index] = v for an advanced index: the flat positions the index selects (PyTorch's order of
-    result axes) take v's values (on cuda, by a device kernel; repeated positions take one of them)."""
-    pos = _getitem(arange(x.numel(), device=x._device).reshape(x._shape), index)
-    if broadcast_shapes(v._shape, pos._shape) != pos._shape:
+    """x[index] = v for an advanced index: the positions the index selects (PyTorch's order of result
+    axes) take v's values (on cuda by a device kernel; a repeated position takes the last of its values
+    on the cpu, one of them on cuda).
+    On the cpu each axis's coordinate, broadcast over x's shape without memory, is indexed as x is:
+    arrays of the selection's size and of x's axes, never one of x's size."""
+    if x._device.type == "cuda" or not x._shape:
+        pos = _getitem(arange(x.numel(), device=x._device).reshape(x._shape), index)
+        shape, coords = pos._shape, None
+    else:
+        coords = [_getitem(new(np.broadcast_to(np.arange(n).reshape((n,) + (1,) * (x.ndim - k - 1)), x._shape),
+                               D.int64), index)._data for k, n in enumerate(x._shape)]
+        shape = coords[0].shape
+    if broadcast_shapes(v._shape, shape) != shape:
         raise RuntimeError(f"shape mismatch: value tensor of shape {list(v.shape)} cannot be broadcast to "
-                           f"indexing result of shape {list(pos.shape)}")
+                           f"indexing result of shape {list(shape)}")
     if x._device.type == "cuda":
         if v._device != x._device and v._shape:
             raise mismatch_error(x._device, v._device)
         from ..cuda.kernels import put
         put(x._data, pos._data, v.to(x._device).expand(*pos._shape)._data)
+    elif coords is None:
+        x._data[np.unravel_index(pos._data.ravel(), x._shape)] = np.broadcast_to(v._data, shape).ravel()
     else:
-        vals = np.broadcast_to(v._data, pos._shape)
-        x._data[np.unravel_index(pos._data.ravel(), x._shape)] = vals.ravel()
+        x._data[tuple(coords)] = np.broadcast_to(v._data, shape)
     x._ver[0] += 1
 
 
