@@ -99,12 +99,18 @@ def test_operands_weigh_the_bytes_they_read_not_their_buffers():
 
 
 def test_large_outputs_transpose_in_registers_only_with_rows_of_whole_lines():
-    """Beyond REGS_CACHED bytes of output, rows of whole 64-byte lines (streamed when fresh) take the
-    register tiles; other rows keep the element loops (schedule.transposed's measurements)."""
+    """Beyond REGS_CACHED bytes of output, streamed outputs (fresh, rows of whole 64-byte lines) take
+    the register tiles; others keep the element loops (schedule.transposed's and settle's measurements)."""
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1040, 1024)))    # rows of 1040 float32: 65 lines
     assert transposed(line) == 1, line
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1030, 1024)))    # 1030 float32: not whole lines
     assert line.endswith("loops=d0/32,d1/32,d0,d1"), line
+    # the same whole lines read by a later kernel (a matrix product): not streamed, element loops
+    x, v = data((1040, 1024)), data((1040, 3))
+    fn = lambda x, v: (x.T * 2.0) @ v                       # noqa: E731
+    lines = kernel_lines(fn, x, v)
+    assert lines[0].endswith("loops=d0/32,d1/32,d0,d1"), lines
+    np.testing.assert_allclose(tg.compile(fn)(tg.tensor(x), tg.tensor(v)).numpy(), (x.T * 2) @ v, rtol=1e-4)
 
 
 def test_a_transposed_update_of_its_own_input():

@@ -3,6 +3,7 @@ sharing one LLVM module: assign buffer slots, emit LLVM (kernels, matrix product
 segments), optimize and JIT once."""
 from functools import partial
 
+from ..ir.passes.schedule import settle
 from .driver import body_call, entry_function, gemm_call, gemm_plan, gemm_slots, segment_function, step_function
 from .engine import compile_module
 from .llvm import ModuleBuilder
@@ -32,6 +33,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
     stream = streamed(g, kernels, aliases, slots, inplace)
+    settle(kernels, stream)         # register transposes where the outputs stream (ir/passes/schedule.py)
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
