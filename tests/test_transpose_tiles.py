@@ -130,6 +130,23 @@ def test_operands_of_two_widths_in_one_kernel():
                                x.T.astype(np.float64) * y.T + x.T, rtol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(2, 2), (37, 41), (300, 70)])
+def test_row_kernel_over_a_transposed_view_with_a_sum_over_its_rows(shape):
+    """The backward of z * y + r - c, z a transposed view: one row kernel sums over its rows (r's
+    gradient) beside row sums (c's) and maps; it keeps natural order (the across lowerings keep no
+    sums over the rows: they wrote r's gradient out of place, found by the generated cases below)."""
+    m, n = shape
+    x, y, r, c = data((n, m)), data((m, n)), data((1, n)), data((m, 1))
+    fn = lambda x, y, r, c: x.T * y + r - c                  # noqa: E731
+    grads = []
+    for f in (fn, tg.compile(fn)):
+        ts = [tg.tensor(a, requires_grad=True) for a in (x, y, r, c)]
+        (f(*ts) ** 2).sum().backward()
+        grads.append([t.grad.numpy() for t in ts])
+    for a, e in zip(*grads):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------ compiled == interpret == eager
 
 SIZES = [1, 2, 5, 16, 31, 32, 33, 47, 64, 65, 97]

@@ -50,6 +50,8 @@ def schedule(kernels):
     for k in kernels:
         if k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
             k.schedule = choose(k)
+            if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
+                k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
         if k.kind == "loop" and k.split and k.schedule is None:
             pairs = online_pairs(k)
             groups = walks(k, pairs)
