@@ -67,6 +67,11 @@ PROGRAMS = {
         ((x - x.mean(-1, keepdims=True)) * w + 1.0).tanh() * 2.0 - 0.5),
         lambda x, w: (lambda y: y * y.sum(-1, keepdims=True) + np.exp(y))(
         np.tanh((x - x.mean(-1, keepdims=True)) * w + 1.0) * 2.0 - 0.5)),
+    # a sum over the rows is complete only after the last row: a later row phase reading it must not
+    # join the row kernel (it did for a moment, bdf5547: wrong values, no error)
+    "a_sum_over_rows_read_by_another": (
+        lambda x, w: (lambda d: (d * (d * w).sum(-2, keepdims=True)).sum())(x - x.mean(-1, keepdims=True)),
+        lambda x, w: (lambda d: (d * (d * w).sum(-2, keepdims=True)).sum())(x - x.mean(-1, keepdims=True))),
     "col_max_beside_rows": (lambda x, w: (x * w).amax(0) + (x - x.amax(-1, keepdims=True)).exp().sum(-1).sum(),
                             lambda x, w: (x * w).max(0) + np.exp(x - x.max(-1, keepdims=True)).sum(-1).sum()),
 }
@@ -105,3 +110,19 @@ def test_layernorm_gradients_match_gradcheck_and_numpy():
     xhat = (xn - xn.mean(1, keepdims=True)) / np.sqrt(xn.var(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(ws.grad.numpy(), (gn * xhat).sum(0), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(bs.grad.numpy(), gn.sum(0), rtol=1e-4, atol=1e-3)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(n=st.sampled_from([1, 2, 17, 1000]), dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2 ** 16))
+def test_a_vector_reduction_read_by_the_next_one(n, dtype, seed):
+    """A 1-D map, its max (a sum over the map's only axis: its 'rows'), then a sum that reads the max:
+    the max must be complete before the sum reads it (a logsumexp of a clamped vector)."""
+    def fn(x):
+        y = x.clamp(-0.5, 0.5)
+        m = y.amax(0, keepdims=True)
+        return (y - m).exp().sum(0, keepdims=True).log() + m
+    x = (np.random.default_rng(seed).standard_normal(n) * 2).astype(dtype)
+    y = np.clip(x.astype(np.float64), -0.5, 0.5)
+    want = np.log(np.exp(y - y.max()).sum(keepdims=True)) + y.max()
+    got = tg.compile(fn)(tg.tensor(x, requires_grad=True)).detach().numpy()   # the clamp's masks saved: a map kernel
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)

@@ -297,7 +297,8 @@ def _accumulates_into(acc, rows, after):
     made = {id(v) for v in acc.outputs}
     if any(id(ld.buf) in made for ld in rows.reads):
         return False
-    produced = {id(v): ph.kind for ph in rows.phases for v, _ in ph.outputs}
+    summed = {id(ph) for ph in rows.accumulated()}      # complete only after the last row ("acc")
+    produced = {id(v): "acc" if id(ph) in summed else ph.kind for ph in rows.phases for v, _ in ph.outputs}
     if not after and any(id(ld.buf) in produced for ld in acc.reads):
         return False
     if len(rows.ops()) + len(acc.ops()) > MAX_TREE_OPS or \
