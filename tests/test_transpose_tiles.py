@@ -99,18 +99,25 @@ def test_operands_weigh_the_bytes_they_read_not_their_buffers():
 
 
 def test_large_outputs_transpose_in_registers_only_with_rows_of_whole_lines():
-    """Beyond REGS_CACHED bytes of output, streamed outputs (fresh, rows of whole 64-byte lines) take
-    the register tiles; others keep the element loops (schedule.transposed's and settle's measurements)."""
+    """Beyond REGS_CACHED bytes of output, rows of whole 64-byte lines take the register tiles (b's
+    tiles outermost where the output streams, else a's); others keep the element loops
+    (schedule.transposed's and settle's measurements)."""
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1040, 1024)))    # rows of 1040 float32: 65 lines
     assert transposed(line) == 1, line
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1030, 1024)))    # 1030 float32: not whole lines
     assert line.endswith("loops=d0/32,d1/32,d0,d1"), line
-    # the same whole lines read by a later kernel (a matrix product): not streamed, element loops
+    # the same whole lines read by a later kernel (a matrix product): not streamed, a's tiles outermost
     x, v = data((1040, 1024)), data((1040, 3))
     fn = lambda x, v: (x.T * 2.0) @ v                       # noqa: E731
     lines = kernel_lines(fn, x, v)
-    assert lines[0].endswith("loops=d0/32,d1/32,d0,d1"), lines
+    assert lines[0].endswith("loops=d0/32,d1/32,d0,d1 transpose=1"), lines
     np.testing.assert_allclose(tg.compile(fn)(tg.tensor(x), tg.tensor(v)).numpy(), (x.T * 2) @ v, rtol=1e-4)
+    # written straight into an existing array (an in-place update): not streamed either
+    x, y = data((4, 256, 300)), tg.tensor(np.zeros((4, 300, 256), np.float32))
+    f = tg.compile(lambda x, y: y.copy_(x.permute(0, 2, 1) * 2.0))
+    f(tg.tensor(x), y)
+    np.testing.assert_array_equal(y.numpy(), x.transpose(0, 2, 1) * np.float32(2))
+    assert f.ir(tg.tensor(x), y, stage="kernels").endswith("loops=d0,d1/32,d2/32,d1,d2 transpose=1")
 
 
 def test_a_transposed_update_of_its_own_input():
