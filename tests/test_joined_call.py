@@ -251,3 +251,38 @@ def test_one_kernel_for_a_loss_and_its_gradients_compiled_together():
     want = tg.compile(loss_and_grads, backend="interpret")(*ts)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("how", ["same_tensor_twice", "transposed", "read_only"])
+def test_joined_calls_on_odd_inputs_equal_eager(how):
+    """The same tensor as two arguments, a transposed view, read-only memory: the joined call reads
+    them as the apart one does, and each leaf gets eager's gradient."""
+    def loss(a, c, g):
+        return ((a * c).tanh() * g).sum() + (a - c.mean(-1, keepdims=True)).square().mean()
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((24, 40))
+    g = tg.tensor(rng.standard_normal((24, 40)))
+
+    def make():
+        if how == "same_tensor_twice":
+            a = tg.tensor(base, requires_grad=True)
+            return [a, a]
+        if how == "transposed":
+            a = tg.tensor(base.T.copy()).T.detach().requires_grad_()      # a leaf over transposed memory
+            assert not a.is_contiguous()
+            return [a, tg.tensor(base * 0.5, requires_grad=True)]
+        arr = base.copy()
+        arr.flags.writeable = False
+        return [tg.tensor(arr, requires_grad=True), tg.tensor(base * 0.5, requires_grad=True)]
+    leaves_ = lambda ts: [t for t in ts if t.grad_fn is None]   # noqa: E731
+    eager = make()
+    loss(eager[0], eager[1], g).backward()
+    want = [t.grad.numpy().copy() for t in leaves_(eager)]
+    cf = tg.compile(loss)
+    for _ in range(joined.JOIN_AFTER + 2):
+        ts = make()
+        cf(ts[0], ts[1], g).backward()
+        got = [t.grad.numpy() for t in leaves_(ts)]
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    assert entry_of(cf).joined, "the joined call never ran"

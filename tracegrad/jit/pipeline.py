@@ -87,6 +87,9 @@ def partial_backward(bwd, present, backend, device, fuse):
     return programs, graph, runs[1], absent
 
 
+JOIN_GAIN = 0.1     # the fraction of the bytes moved apart that joining must save
+
+
 def forward_with_gradient(entry):
     """(program, run) computing entry's forward and the gradients of its one one-element result
     (ir/passes/join.py), or None where joining saves under JOIN_GAIN of the bytes the forward and
@@ -103,9 +106,6 @@ def forward_with_gradient(entry):
     apart = sum(k.bytes_moved() for p in entry.programs for k in p.kernels)
     joined = sum(k.bytes_moved() for k in program.kernels)
     return (program, runs[0]) if joined <= (1 - JOIN_GAIN) * apart else None
-
-
-JOIN_GAIN = 0.1
 
 
 def _reads_updated_memory(cap, saved):
