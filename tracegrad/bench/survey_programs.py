@@ -1,0 +1,179 @@
+"""The survey's programs (survey.py): programs PyTorch users commonly compile that are not W1-W8.
+
+Each program is written once, over an `ops` namespace that maps the few calls whose spelling
+differs between libraries (softmax, std, permute, ...) to tracegrad's, torch's or jax's (`ops.T` is
+the library itself: tracegrad, torch or jax.numpy); indexing, arithmetic, `sum/mean(axis=...,
+keepdims=...)` and `@` are spelled the same in all three. A program is
+  - "grad": `fn(ops, **tensors)` returns a scalar loss; a step is the loss and the gradients of
+    `grads` (torch and tracegrad: `loss.backward()`; jax: `jit(value_and_grad)`);
+  - "fwd": `fn` returns one tensor (no gradients), run under no_grad;
+  - "step": an optimizer's update of parameter `p` from its gradient `g` (`opt` = (name, kwargs)).
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+EPS = 1e-5
+
+
+@dataclass
+class Program:
+    name: str
+    what: str
+    inputs: callable                # rng -> {name: NumPy array}
+    fn: callable = None             # (ops, **tensors) -> loss ("grad") or output ("fwd")
+    grads: tuple = ()               # the inputs whose gradients a "grad" step returns
+    kind: str = "grad"
+    opt: tuple = None               # "step": (optimizer name, its keyword arguments)
+    memory_bound: bool = True       # time a bandwidth floor beside it
+    floor_extra: int = 0            # bytes of state read and written besides inputs and outputs
+
+
+class Ops:
+    """The calls whose spelling differs, for a torch-like library (tracegrad or torch) or jax."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        if lib == "jax":
+            import jax
+            import jax.numpy as jnp
+            self.T = jnp
+            self.softmax = lambda x, a: jax.nn.softmax(x, axis=a)
+            self.logsumexp = lambda x, a: jax.nn.logsumexp(x, axis=a)
+            self.std = lambda x, a: jnp.std(x, axis=a, ddof=1)
+            self.gelu = lambda x: jax.nn.gelu(x, approximate=True)
+            self.permute = lambda x, dims: jnp.transpose(x, dims)
+            self.mT = lambda x: jnp.swapaxes(x, -2, -1)
+            self.rsqrt = jax.lax.rsqrt
+            self.relu = jax.nn.relu
+            self.mse = lambda a, b: ((a - b) ** 2).mean()
+            self.cross_entropy = lambda z, y: -jnp.take_along_axis(
+                jax.nn.log_softmax(z, axis=1), y[:, None], axis=1).mean()
+        else:
+            T = self.T = __import__(lib)
+            F = T.nn.functional
+            self.softmax = lambda x, a: x.softmax(dim=a)
+            self.logsumexp = lambda x, a: x.logsumexp(dim=a)
+            self.std = lambda x, a: x.std(dim=a)
+            self.gelu = lambda x: F.gelu(x, approximate="tanh")
+            self.permute = lambda x, dims: x.permute(*dims)
+            self.mT = lambda x: x.transpose(-2, -1)
+            self.rsqrt = lambda x: x.rsqrt()
+            self.relu = F.relu
+            self.mse = F.mse_loss
+            self.cross_entropy = F.cross_entropy
+
+
+def _n(r, *shape, dtype=np.float32):
+    return r.standard_normal(shape).astype(dtype)
+
+
+# ------------------------------------------------------------------ the programs
+def _batchnorm(o, x, w, b, g):
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=(0, 2, 3), keepdims=True)
+    y = d / o.T.sqrt(var + EPS) * w[:, None, None] + b[:, None, None]
+    return (y * g).sum()
+
+
+def _layernorm(o, x, w, b, g):
+    mean = x.mean(axis=1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=1, keepdims=True)
+    return ((d / o.T.sqrt(var + EPS) * w + b) * g).sum()
+
+
+def _rmsnorm(o, x, w, g):
+    return (x * o.rsqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * w * g).sum()
+
+
+def _attention(o, q, k, v, mask, g):
+    s = (q @ o.mT(k)) * (1.0 / math.sqrt(q.shape[-1]))
+    p = o.softmax(o.T.where(mask, s, -math.inf), -1)
+    return ((p @ v) * g).sum()
+
+
+def _mlp(o, x, W0, b0, W1, b1, W2, b2):
+    h = o.relu(x @ o.mT(W0) + b0)
+    h = o.relu(h @ o.mT(W1) + b1)
+    return h @ o.mT(W2) + b2
+
+
+def _mlp_inputs(r):
+    inp = {"x": _n(r, 1, 256)}
+    for i, (fi, fo) in enumerate(((256, 256), (256, 256), (256, 10))):
+        bound = 1 / math.sqrt(fi)
+        inp[f"W{i}"] = r.uniform(-bound, bound, (fo, fi)).astype(np.float32)
+        inp[f"b{i}"] = r.uniform(-bound, bound, fo).astype(np.float32)
+    return inp
+
+
+NCHW = (32, 64, 28, 28)
+
+PROGRAMS = [
+    Program("batchnorm_nchw", "batch norm training over NCHW (mean/var over axes 0,2,3), fwd+bwd x, w, b",
+            lambda r: {"x": _n(r, *NCHW), "w": 1 + 0.1 * _n(r, 64), "b": 0.1 * _n(r, 64), "g": _n(r, *NCHW)},
+            _batchnorm, ("x", "w", "b")),
+    Program("channel_affine_grad", "(x * scale + shift) * g summed; grads to (1,C,1,1) scale, shift only",
+            lambda r: {"x": _n(r, *NCHW), "scale": _n(r, 1, 64, 1, 1), "shift": _n(r, 1, 64, 1, 1),
+                       "g": _n(r, *NCHW)},
+            lambda o, x, scale, shift, g: ((x * scale + shift) * g).sum(), ("scale", "shift")),
+    Program("softmax_dim0", "softmax over dim 0 of (2048, 1000), fwd+bwd",
+            lambda r: {"x": _n(r, 2048, 1000), "g": _n(r, 2048, 1000)},
+            lambda o, x, g: (o.softmax(x, 0) * g).sum(), ("x",)),
+    Program("logsumexp_dim0", "logsumexp over dim 0 of (2000, 2048), fwd+bwd",
+            lambda r: {"x": _n(r, 2000, 2048), "g": _n(r, 2048)},
+            lambda o, x, g: (o.logsumexp(x, 0) * g).sum(), ("x",)),
+    Program("std_dim1", "std (unbiased) along dim 1 of (4096, 1000), fwd+bwd",
+            lambda r: {"x": _n(r, 4096, 1000), "g": _n(r, 4096)},
+            lambda o, x, g: (o.std(x, 1) * g).sum(), ("x",)),
+    Program("rmsnorm", "RMSNorm of (4096, 768) rows with weight, fwd+bwd x, w",
+            lambda r: {"x": _n(r, 4096, 768), "w": 1 + 0.1 * _n(r, 768), "g": _n(r, 4096, 768)},
+            _rmsnorm, ("x", "w")),
+    Program("layernorm_f64", "float64 layer norm of (2048, 1000) rows, fwd+bwd x, w, b",
+            lambda r: {"x": _n(r, 2048, 1000, dtype=np.float64), "w": 1 + 0.1 * _n(r, 1000, dtype=np.float64),
+                       "b": 0.1 * _n(r, 1000, dtype=np.float64), "g": _n(r, 2048, 1000, dtype=np.float64)},
+            _layernorm, ("x", "w", "b")),
+    Program("mean_middle_axis", "mean over the middle axis of (64, 512, 200), fwd+bwd",
+            lambda r: {"x": _n(r, 64, 512, 200), "g": _n(r, 64, 200)},
+            lambda o, x, g: (x.mean(axis=1) * g).sum(), ("x",)),
+    Program("permute3d_map", "x.permute(2, 0, 1) * y + z, x (64, 256, 96), forward",
+            lambda r: {"x": _n(r, 64, 256, 96), "y": _n(r, 96, 64, 256), "z": _n(r, 96, 64, 256)},
+            lambda o, x, y, z: o.permute(x, (2, 0, 1)) * y + z, kind="fwd"),
+    Program("gelu_odd_size", "tanh gelu of (1000, 999), fwd+bwd",
+            lambda r: {"x": _n(r, 1000, 999), "g": _n(r, 1000, 999)},
+            lambda o, x, g: (o.gelu(x) * g).sum(), ("x",)),
+    Program("gelu_strided", "tanh gelu of the slice x[:, ::2] of (2048, 2048), forward",
+            lambda r: {"x": _n(r, 2048, 2048)}, lambda o, x: o.gelu(x[:, ::2]), kind="fwd"),
+    Program("mse_loss", "mse_loss of (4096, 1024), fwd+bwd",
+            lambda r: {"pred": _n(r, 4096, 1024), "target": _n(r, 4096, 1024)},
+            lambda o, pred, target: o.mse(pred, target), ("pred",)),
+    Program("cross_entropy", "cross_entropy of (4096, 1000) logits, int64 labels, fwd+bwd",
+            lambda r: {"z": _n(r, 4096, 1000), "y": r.integers(0, 1000, 4096).astype(np.int64)},
+            lambda o, z, y: o.cross_entropy(z, y), ("z",)),
+    Program("pairwise_sqdist", "((x[:,None,:] - y[None,:,:])**2).sum(-1), x (256,64), y (512,64), fwd+bwd",
+            lambda r: {"x": _n(r, 256, 64), "y": _n(r, 512, 64), "g": _n(r, 256, 512)},
+            lambda o, x, y, g: (((x[:, None, :] - y[None, :, :]) ** 2).sum(axis=-1) * g).sum(), ("x", "y"),
+            memory_bound=False),
+    Program("attention_causal", "q@k^T/8, where(causal, s, -inf), softmax, @v; (16, 256, 64), fwd+bwd",
+            lambda r: {"q": _n(r, 16, 256, 64), "k": _n(r, 16, 256, 64), "v": _n(r, 16, 256, 64),
+                       "mask": np.tril(np.ones((256, 256), bool)), "g": _n(r, 16, 256, 64)},
+            _attention, ("q", "k", "v"), memory_bound=False),
+    Program("sgd_momentum", "SGD(lr=0.01, momentum=0.9).step() of one (4M,) parameter",
+            lambda r: {"p": _n(r, 1 << 22), "g": _n(r, 1 << 22)}, kind="step",
+            opt=("SGD", {"lr": 0.01, "momentum": 0.9}), floor_extra=2 * 4 << 22),
+    Program("adam", "Adam(lr=1e-3).step() of one (2048, 2048) parameter",
+            lambda r: {"p": _n(r, 2048, 2048), "g": _n(r, 2048, 2048)}, kind="step",
+            opt=("Adam", {"lr": 1e-3}), floor_extra=4 * 4 << 22),
+    Program("mlp_infer_b1", "3-layer 256-wide MLP under no_grad, batch 1 (per-call overhead)",
+            _mlp_inputs, _mlp, kind="fwd", memory_bound=False),
+]
+
+
+def find(name):
+    for p in PROGRAMS:
+        if p.name == name:
+            return p
+    raise SystemExit(f"no survey program {name!r}; programs: {', '.join(p.name for p in PROGRAMS)}")
