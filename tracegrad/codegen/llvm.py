@@ -14,6 +14,7 @@ import math
 
 from ..ir.kernels import contiguous_strides
 from . import mathlib
+from .coalesce import coalesce
 from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .rowcache import RowCache
@@ -66,6 +67,7 @@ class ModuleBuilder:
         does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
         is kernel k3 of the forward program."""
         f = Fn()
+        kernel = coalesce(kernel)                 # axes every operand walks as one: one loop
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
