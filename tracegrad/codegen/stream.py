@@ -37,7 +37,7 @@ from .slots import roles
 STREAM_MIN_BYTES = 4 << 20
 ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
 NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
-VERSION = 1                 # in the module's text, so the disk cache never mixes two versions of `mark`
+VERSION = 2                 # in the module's text, so the disk cache never mixes two versions of `mark`
 
 
 def streamed(graph, kernels, aliases, slots, inplace):
@@ -75,28 +75,48 @@ _BITS = {"float": 32, "double": 64}
 
 def mark(text):
     """Optimized module text -> the same with `!nontemporal` on every whole, aligned vector store
-    through a streamed pointer argument, and a fence before each return of a function that has one."""
+    through a streamed pointer argument, and a fence before each return of a function that has one.
+    Only a function's widest such stores stream: a narrower one (a vectorized loop's epilogue, 32 of
+    a row's 800 bytes) writes part of a line whose rest normal stores write, and a line written
+    partly non-temporally is flushed half-empty (x[:, None, :] broadcast into (64, 512, 200): 4x
+    slower)."""
     if f"%{NAME}" not in text:
         return text
     lines, out, node = text.split("\n"), [], None
     used = [int(m) for m in re.findall(r"^!(\d+) = ", text, re.M)]
     tag = f"!{max(used, default=-1) + 1}"
-    roots, marked = {}, False
-    for line in lines:
+    stores = _streamed_stores(lines)
+    widest = {}
+    for fn, size, _ in stores.values():
+        widest[fn] = max(widest.get(fn, 0), size)
+    marked = False
+    for i, line in enumerate(lines):
         if _DEFINE.match(line):
-            roots = {f"%{a}": f"%{a}" for a in _ARG.findall(line)}
             marked = False
-        elif (m := _GEP.match(line)) and m[2] in roots:
-            roots[m[1]] = roots[m[2]]
-        elif (m := _STORE.match(line)) and m[4] in roots:
-            n, ty, align = int(m[2]), m[3], int(m[5])
-            size = n * _BITS.get(ty, int(ty[1:]) if ty.startswith("i") else 0) // 8
-            if size >= 16 and align >= size:
+        elif i in stores:
+            fn, size, align = stores[i]
+            if size >= 16 and align >= size and size == widest[fn]:
+                m = _STORE.match(line)
                 line = f"{m[1]}, !nontemporal {tag}{m[6]}"
                 marked = node = True
-        elif line.strip() == "ret void" and marked:
+        if line.strip() == "ret void" and marked:
             out.append("  fence seq_cst")
         out.append(line)
     if node:
         out.append(f"{tag} = !{{i32 1}}")
     return "\n".join(out)
+
+
+def _streamed_stores(lines):
+    """{line index: (function's line index, bytes, alignment)} of the vector stores through a
+    streamed pointer argument (or an address computed from one)."""
+    stores, roots, fn = {}, {}, None
+    for i, line in enumerate(lines):
+        if _DEFINE.match(line):
+            roots, fn = {f"%{a}": f"%{a}" for a in _ARG.findall(line)}, i
+        elif (m := _GEP.match(line)) and m[2] in roots:
+            roots[m[1]] = roots[m[2]]
+        elif (m := _STORE.match(line)) and m[4] in roots:
+            n, ty = int(m[2]), m[3]
+            stores[i] = (fn, n * _BITS.get(ty, int(ty[1:]) if ty.startswith("i") else 0) // 8, int(m[5]))
+    return stores
