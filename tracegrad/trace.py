@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from . import dtypes as D
 from . import strides as L
 from .broadcast import _PKG_DIR, user_frame
 from .modes import interpreters
@@ -246,9 +247,9 @@ class Tracer:
             raise escaped_error(t, f" at {location()}" if location() else "")
         st = self._saved.get(id(t._ir))
         node = t._ir.node
-        if st is None and node is not None and node.op == "const":
+        if st is None and node is not None and node.op in ("const", "iota"):
             # a forward constant is re-emitted, not saved: the backward graph can fold it
-            v = self.graph.add("const", [], node.attrs, t._shape, t._dtype, node.loc)
+            v = self.graph.add(node.op, [], node.attrs, t._shape, t._dtype, node.loc)
             st = self._saved[id(t._ir)] = Traced.of(t._shape, t._dtype, t._device, v)
         if st is None:
             v = self.graph.add_input(f"s{len(self.saved)}", t._shape, t._dtype)
@@ -339,6 +340,11 @@ class Tracer:
         flat = arr.reshape(-1)
         if flat.size and (flat == flat[0]).all():
             return self.constant(flat[0].item(), dtype, dev, arr.shape)
+        if type(arr) is np.ndarray and arr.ndim == 1 and dtype in (D.int32, D.int64) and not requires_grad and \
+                (np.diff(flat) == flat[1] - flat[0]).all():      # an arange: an iota node, no memory
+            attrs = {"n": flat.size, "start": int(flat[0]), "step": int(flat[1] - flat[0]), "dtype": dtype}
+            out = self.graph.add("iota", [], attrs, arr.shape, dtype, self.loc or location())
+            return Traced.of(arr.shape, dtype, dev, out)
         real = Tensor._wrap(np.array(arr), dtype, dev)
         return self.lift(real, ("const",))
 

@@ -83,6 +83,13 @@ class Engine:
         return addr
 
 
+    def global_address(self, name):
+        addr = self.ee.get_global_value_address(name)
+        if not addr:
+            raise RuntimeError(f"global {name} not found in its compiled module (corrupt cache entry {self.key}?)")
+        return addr
+
+
 def compile_module(text):
     return Engine(text)
 

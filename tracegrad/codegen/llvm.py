@@ -19,7 +19,7 @@ from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
-from .scalar import Emitter, Fn, linear, store, regtype
+from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
 from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
 from .stream import NAME as STREAM
@@ -41,6 +41,7 @@ class ModuleBuilder:
 
     def __init__(self):
         self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
+        self.index_error = False      # a kernel checks gathered indices (scalar.py's Emitter.checked)
 
     def text(self):
         head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
@@ -49,6 +50,8 @@ class ModuleBuilder:
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]
+        if self.index_error:
+            decls.append(f"@{INDEX_ERROR} = global [4 x i64] zeroinitializer")
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
                 + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")

@@ -16,10 +16,11 @@ import weakref
 
 import numpy as np
 
-from ..ir.kernels import contiguous_strides
+from ..ir.kernels import Checked, contiguous_strides, postorder
 from . import buffers, forksafe
 from .driver import blas, gemm_slots
 from .native_call import segment_caller
+from .scalar import INDEX_ERROR
 from .slots import roles
 from .stream import empty as aligned_empty
 from .stream import streamed
@@ -117,6 +118,9 @@ class Program:
         straight = straight_run(self, self.run, _address)
         if straight is not None:         # a small program's call without the loops of Program.run
             self.run, self.run_source = straight
+        if any(isinstance(t, Checked) for k in kernels for ph in k.phases for _, tree in ph.outputs
+               for t in postorder(tree)):
+            self.run = _index_checked(self, self.run, engine_ref)
 
     @property
     def steps(self):
@@ -223,6 +227,25 @@ class Program:
             with np.errstate(all="ignore"):
                 res = k.impl(*args, **k.node.attrs)
             np.copyto(cur[out], res, casting="unsafe")
+
+
+def _index_checked(prog, run, engine):
+    """`run` of a program that gathers by index: IndexError, in eager indexing's words, when a kernel
+    met an index out of range (it read element 0 instead, and recorded it: scalar.py's INDEX_ERROR).
+    Check mode and profiles run the step module's copy of the kernels: its record too."""
+    flags = [(ctypes.c_int64 * 4).from_address(engine.global_address(INDEX_ERROR))]
+
+    def checked(arrays, timings=None, capture=None):
+        out = run(arrays, timings, capture)
+        if len(flags) == 1 and getattr(prog, "step_engine", None) is not None:
+            flags.append((ctypes.c_int64 * 4).from_address(prog.step_engine.global_address(INDEX_ERROR)))
+        for flag in flags:
+            if flag[0]:
+                _, i, dim, size = list(flag)
+                flag[0] = 0
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+        return out
+    return checked
 
 
 class _Chunks:

@@ -6,7 +6,8 @@ import struct
 
 import numpy as np
 
-from ..ir.kernels import Const, Load, loads
+from .. import dtypes as D
+from ..ir.kernels import Checked, Const, Gather, Iota, Load, loads
 from . import mathlib
 
 # float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
@@ -14,6 +15,9 @@ from . import mathlib
 LL = {"float16": "half", "float32": "float", "float64": "double", "uint8": "i8", "int8": "i8", "int16": "i16",
       "int32": "i32", "int64": "i64", "bool": "i8"}
 SHORT = {"float32": "f32", "float64": "f64"}
+
+
+INDEX_ERROR = "tracegrad_index_error"     # [4 x i64]: an index out of range (codegen/runtime.py raises)
 
 
 def lltype(dtype):
@@ -108,6 +112,7 @@ def store(f, ptrs, buf, off, val):
 
 # ------------------------------------------------------------------ expressions
 
+
 _PARSED = {}
 
 
@@ -151,12 +156,43 @@ class Emitter:
                 memo[id(x)] = self.read(x)
             elif isinstance(x, Const):
                 memo[id(x)] = const_text(x.value, x.dtype)
+            elif isinstance(x, Iota):
+                memo[id(x)] = _cast(self.f, linear(self.f, self.idx, x.strides, x.offset), D.int64, x.dtype)
             elif ready:
-                memo[id(x)] = self.op(x)
+                memo[id(x)] = self.gather(x) if isinstance(x, Gather) else \
+                    self.checked(x) if isinstance(x, Checked) else self.op(x)
             else:
                 stack.append((x, True))
                 stack.extend((a, False) for a in reversed(x.args) if id(a) not in memo)
         return memo[id(t)]
+
+    def gather(self, t):
+        """A Gather's element: its source's affine address plus each checked index times its stride."""
+        f = self.f
+        off = linear(f, self.idx, t.src.strides, t.src.offset)
+        for a, s in zip(t.args, t.strides):
+            m = self.memo[id(a)] if s == 1 else f.assign(f"mul nsw i64 {self.memo[id(a)]}, {s}")
+            off = f.assign(f"add nsw i64 {off}, {m}")
+        ty = lltype(t.dtype)
+        v = f.assign(f"load {ty}, ptr {f.assign(f'getelementptr inbounds {ty}, ptr {self.ptrs[id(t.src.buf)]}, i64 {off}')}")
+        return f.assign(f"icmp ne i8 {v}, 0") if t.dtype.name == "bool" else v
+
+    def checked(self, t):
+        """A Checked index: wrapped when negative; out of [0, size) it records the error (INDEX_ERROR:
+        flag, the index, its axis, the size; the runtime raises after the call) and reads 0."""
+        f, (a,) = self.f, t.args
+        i = _cast(f, self.memo[id(a)], a.dtype, D.int64)
+        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, i64 {i}")
+        ok = f.assign(f"icmp ult i64 {w}, {t.size}")
+        bad, good = f.label(), f.label()
+        f.emit(f"br i1 {ok}, label %{good}, label %{bad}")
+        f.block(bad)
+        self.mb.index_error = True
+        for k, val in enumerate(("1", i, str(t.dim), str(t.size))):
+            f.emit(f"store i64 {val}, ptr getelementptr inbounds ([4 x i64], ptr @{INDEX_ERROR}, i64 0, i64 {k})")
+        f.emit(f"br label %{good}")
+        f.block(good)
+        return f.assign(f"select i1 {ok}, i64 {w}, i64 0")
 
     def op(self, t):
         names = dict(zip("abc", t.args))

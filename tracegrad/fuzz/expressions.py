@@ -268,12 +268,20 @@ class Builder:
             self._unary(x)
 
     def _index(self, x):
-        """Integer-tensor indexing (gather; its gradient scatter-adds, repeats included)."""
+        """Integer-tensor indexing (gather; its gradient scatter-adds, repeats included), and picks of k
+        entries per row (cross-entropy's label pick, take_along; fused as expressions)."""
         s, n = x.shape, x.name
         if not s or s[0] == 0:
             return self._unary(x)
         idx = [int(i) for i in self.rng.integers(-s[0], s[0], int(self.rng.integers(1, 5)))]
-        if len(s) >= 2 and s[1] and self.chance(0.4):
+        if len(s) >= 2 and s[1] and self.chance(0.4):         # per-row picks: x[arange(n)[:, None], labels]
+            k = int(self.pick([1, 1, 2, 3]))
+            picks = self.rng.integers(-s[1], s[1], (s[0], k)).tolist()
+            if k == 1 and self.chance(0.5):
+                self.emit(f"{n}[tg.arange({s[0]}), tg.tensor({[p[0] for p in picks]})]", (s[0],) + s[2:])
+            else:
+                self.emit(f"{n}[tg.arange({s[0]}).reshape({s[0]}, 1), tg.tensor({picks})]", (s[0], k) + s[2:])
+        elif len(s) >= 2 and s[1] and self.chance(0.4):
             idx2 = [int(i) for i in self.rng.integers(0, s[1], len(idx))]
             self.emit(f"{n}[tg.tensor({idx}), tg.tensor({idx2})]", (len(idx),) + s[2:])
         else:

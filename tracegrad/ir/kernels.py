@@ -4,7 +4,10 @@ A program is a list of `Kernel`s run in order. A loop kernel is a loop nest over
 space (`shape`) whose outer `split` axes run over rows; its `Phase`s each write expression trees
 over the space ("map") or reduce one over the inner axes ("reduce"). An expression tree is a DAG
 of `Op`s (a primitive's target-neutral scalar lowering applied to its arguments) whose leaves are
-`Const`s and `Load`s: reads of a buffer (a graph Value) at an affine index (strides, offset).
+`Const`s, `Load`s: reads of a buffer (a graph Value) at an affine index (strides, offset), and
+`Iota`s: the affine index itself (an arange seen through views). A `Gather` reads a buffer at an
+affine index plus integer values times strides (x[arange(n), y]: the row's label picked), each value
+a `Checked` index: wrapped (-1 is the last) and checked against the axis's size.
 Extern and host kernels call a library or a primitive's NumPy implementation on strided views of
 their input buffers. Nothing here depends on a target or on the primitive table.
 """
@@ -27,6 +30,15 @@ class Load:
         self.buf, self.strides, self.offset, self.dtype = buf, tuple(strides), offset, buf.dtype
 
 
+class Iota:
+    """The int64 value offset + sum(i_d * strides[d]) of the tree's index (an arange read through
+    views, without memory)."""
+    __slots__ = ("strides", "offset", "dtype")
+
+    def __init__(self, strides, offset, dtype):
+        self.strides, self.offset, self.dtype = tuple(strides), offset, dtype
+
+
 class Const:
     __slots__ = ("value", "dtype")
 
@@ -43,6 +55,37 @@ class Op:
     def __init__(self, op, args, dtype, lower, cost):
         self.op, self.args, self.dtype, self.lower, self.cost = op, tuple(args), dtype, lower, cost
         self.order = None
+
+    def with_args(self, args):
+        """This op applied to other arguments."""
+        return Op(self.op, args, self.dtype, self.lower, self.cost)
+
+
+class Checked(Op):
+    """An integer index into axis `dim` of size `size` of a gathered buffer: its value, plus `size`
+    when negative; a value outside [-size, size) reads element 0 instead and makes the call raise
+    IndexError as eager indexing does (the target records it, codegen/scalar.py)."""
+    __slots__ = ("size", "dim")
+
+    def __init__(self, index, size, dim, dtype):
+        super().__init__("index_check", [index], dtype, None, "cheap")
+        self.size, self.dim = size, dim
+
+    def with_args(self, args):
+        return Checked(args[0], self.size, self.dim, self.dtype)
+
+
+class Gather(Op):
+    """Read `src.buf` at src's affine index plus sum(args[j] * strides[j]): the args are Checked
+    indices (trees over the same space). `src`'s strides are the affine part only."""
+    __slots__ = ("src", "strides")
+
+    def __init__(self, src, indices, strides):
+        super().__init__("gather", indices, src.dtype, None, "cheap")
+        self.src, self.strides = src, tuple(strides)
+
+    def with_args(self, args, src=None):
+        return Gather(src or self.src, args, self.strides)
 
 
 def postorder(tree):
@@ -68,14 +111,38 @@ def postorder(tree):
     return tree.order
 
 
+def remap(tree, fn):
+    """`tree` read at another affine index: every Load's, Iota's and Gather source's (strides,
+    offset) replaced by fn(strides, offset) (shared nodes stay shared)."""
+    memo = {}
+    for t in postorder(tree):
+        if isinstance(t, Load):
+            memo[id(t)] = Load(t.buf, *fn(t.strides, t.offset))
+        elif isinstance(t, Iota):
+            memo[id(t)] = Iota(*fn(t.strides, t.offset), t.dtype)
+        elif isinstance(t, Gather):
+            memo[id(t)] = t.with_args([memo[id(a)] for a in t.args], Load(t.src.buf, *fn(t.src.strides, t.src.offset)))
+        elif isinstance(t, Op):
+            memo[id(t)] = t.with_args([memo[id(a)] for a in t.args])
+        else:
+            memo[id(t)] = t
+    return memo[id(tree)]
+
+
 def size(tree):
     """Number of distinct ops in a tree (DAG)."""
     return sum(isinstance(t, Op) for t in postorder(tree))
 
 
 def loads(tree):
-    """The distinct Loads of a tree, in evaluation order."""
-    return [t for t in postorder(tree) if isinstance(t, Load)]
+    """The distinct Loads of a tree, in evaluation order (a Gather's source among them: its strides
+    then say nothing of the element it reads, see `gathered`)."""
+    return [t.src if isinstance(t, Gather) else t for t in postorder(tree) if isinstance(t, (Load, Gather))]
+
+
+def gathered(tree):
+    """The buffers (ids) that some Gather of the tree reads."""
+    return {id(t.src.buf) for t in postorder(tree) if isinstance(t, Gather)}
 
 
 def _op_nodes(tree):
@@ -241,10 +308,29 @@ class Kernel:
         return out
 
     def bytes_moved(self):
+        """Whole buffers read and written; a buffer only gathered from counts what the gathers touch (at
+        most its size): an element each where they read runs of unit stride, else a cache line each."""
         read = {}
         for ld in self.reads:
             read[id(ld.buf)] = nbytes(ld.buf)
+        if self.node is None:
+            picked = {}
+            for ph in self.phases:
+                for _, t in ph.outputs:
+                    for g in postorder(t):
+                        if isinstance(g, Gather):     # runs of unit stride, else a cache line each
+                            run = any(s == 1 and n > 1 for s, n in zip(g.src.strides, self.shape))
+                            each = g.dtype.itemsize if run else 64
+                            picked[id(g.src.buf)] = picked.get(id(g.src.buf), 0) + each * math.prod(self.shape)
+            plain = {id(ld.buf) for ph in self.phases for _, t in ph.outputs for ld in _plain_loads(t)}
+            for b, n in picked.items():
+                if b not in plain:
+                    read[b] = min(read[b], n)
         return sum(read.values()) + sum(nbytes(v) for v in self.outputs)
+
+
+def _plain_loads(tree):
+    return [t for t in postorder(tree) if isinstance(t, Load)]
 
 
 def nbytes(v):

@@ -1,4 +1,5 @@
-"""Tensors made from shapes (zeros_like) and random tensors (never merged or folded)."""
+"""Tensors made from shapes (zeros_like), aranges a trace makes (iota: start + step * i, which fusion
+reads as its index without memory) and random tensors (never merged or folded)."""
 import numpy as np
 
 from ..core import RNG, prim
@@ -23,4 +24,7 @@ prim("randint", "random", lambda shapes, dtypes, low, high, shape, dtype: (tuple
      vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)
 prim("randperm", "random", lambda shapes, dtypes, n, dtype: ((n,), dtype),
      lambda n, dtype: RNG[0].permutation(n).astype(dtype.np),
+     vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)
+prim("iota", "creation", lambda shapes, dtypes, n, start, step, dtype: ((n,), dtype),
+     lambda n, start, step, dtype: (start + step * np.arange(n, dtype=np.int64)).astype(dtype.np),
      vjp=None, jvp=None, save=(), lower=None, dtypes=(), cost=None)

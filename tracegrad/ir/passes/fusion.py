@@ -29,14 +29,19 @@ Rules
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
   backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it).
-- Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing,
-  scatter-add, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
+- Integer-tensor indexing is a view whose coordinates are values (gathers.py): x[arange(n), y]
+  reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
+  checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
+  scatter-add of a pick's gradient is where(column == y[row], g[row], 0), fused into its consumer.
+- Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing
+  gathers.py does not express, cat, prod, argmax, random, and any op on float16 or integer division) run their NumPy
   implementation as "host" kernels on strided views of their input buffers. A target that computes
   float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
-from ..kernels import Const, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, size
+from ..kernels import Const, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
+from .gathers import index_tree
 
 RECOMPUTE_LIMIT = 8
 MAX_TREE_OPS = 256   # a longer chain is cut into kernels of this many ops (code size; LLVM's time grows faster than linearly)
@@ -46,24 +51,11 @@ class NotAffine(Exception):
     pass
 
 
-def _remap(tree, fn):
-    """Rebuild `tree` with every Load replaced by fn(load) (shared nodes stay shared)."""
-    memo = {}
-    for t in postorder(tree):
-        if isinstance(t, Load):
-            memo[id(t)] = fn(t)
-        elif isinstance(t, Const):
-            memo[id(t)] = t
-        else:
-            memo[id(t)] = Op(t.op, [memo[id(a)] for a in t.args], t.dtype, t.lower, t.cost)
-    return memo[id(tree)]
-
-
 def broadcast(tree, shape, to):
     """`tree` (of `shape`) read broadcast to `to` (an elementwise op's operand)."""
     if tuple(shape) == tuple(to):
         return tree
-    return _remap(tree, lambda ld: Load(ld.buf, broadcast_strides(shape, to, ld.strides), ld.offset))
+    return remap(tree, lambda st, off: (broadcast_strides(shape, to, st), off))
 
 
 def lowerable(node, half=False):
@@ -108,8 +100,17 @@ def fuse(graph, enabled=True, half=False):
     for n in graph.nodes:
         p = PRIMS.get(n.op)
         v = n.out
+        fused = None
         if n.op == "const":
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
+        elif n.op == "iota":
+            expr[id(v)] = Iota((n.attrs["step"],), n.attrs["start"], v.dtype)
+        elif p.kind == "index" and enabled and not half and \
+                (fused := index_tree(n, [expr[id(i)] for i in n.inputs])) is not None:
+            expr[id(v)] = fused
+            bound[id(v)] = size(fused)
+            if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
+                materialize(v)
         elif p.kind == "elementwise" and lowerable(n, half):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
@@ -145,7 +146,7 @@ def fuse(graph, enabled=True, half=False):
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         if (id(v) in outputs or not enabled) and isinstance(expr[id(v)], Op):
             materialize(v)
-        elif id(v) in outputs and isinstance(expr[id(v)], Const):
+        elif id(v) in outputs and isinstance(expr[id(v)], (Const, Iota)):
             materialize(v)
     aliases = {}
     for v in graph.outputs:          # outputs that are reshapes of a buffer alias it; other views copy
@@ -175,17 +176,17 @@ def _move(n, tree):
     of an empty view read at offset 0 (host kernels see them as NumPy views of their buffers)."""
     p, src, v = PRIMS[n.op], n.inputs[0], n.out
     if 0 in v.shape:      # reads nothing, and its offset may lie past the buffer: a fresh empty array's layout
-        return _remap(tree, lambda ld: Load(ld.buf, contiguous_strides(v.shape)))
+        return remap(tree, lambda st, off: (contiguous_strides(v.shape), 0))
     probe = contiguous_strides(src.shape)
     if tuple(src.shape) == tuple(v.shape) and p.remap(src.shape, v.shape, probe, 0, **n.attrs) == (list(probe), 0):
         return tree                           # the identity (an expand or slice to the same shape)
 
-    def fn(ld):
-        moved = p.remap(src.shape, v.shape, ld.strides, ld.offset, **n.attrs)
+    def fn(strides, offset):
+        moved = p.remap(src.shape, v.shape, strides, offset, **n.attrs)
         if moved is None:
             raise NotAffine
-        return Load(ld.buf, *moved)
-    return _remap(tree, fn)
+        return moved
+    return remap(tree, fn)
 
 
 def _row_read(ld, kernel_shape, split, produced):
@@ -344,8 +345,7 @@ def _inline(tree, v, expr, memo):
             memo[id(t)] = expr if t.buf is v else t
         elif isinstance(t, Op):
             args = [memo[id(a)] for a in t.args]
-            memo[id(t)] = t if all(a is b for a, b in zip(args, t.args)) else \
-                Op(t.op, args, t.dtype, t.lower, t.cost)
+            memo[id(t)] = t if all(a is b for a, b in zip(args, t.args)) else t.with_args(args)
         else:
             memo[id(t)] = t
     return memo[id(tree)]
