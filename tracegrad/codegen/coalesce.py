@@ -11,7 +11,7 @@ always merge. Axis 0 never merges: the runtime splits it across threads by its t
 with a Schedule that reorders its loops keeps its space. The merged kernel is lowered in place of
 the original; `stage="kernels"` still shows the original.
 """
-from ..ir.kernels import Const, Kernel, Load, Op, Phase, Schedule, postorder
+from ..ir.kernels import Iota, Kernel, Phase, Schedule, postorder, remap
 
 
 def coalesce(kernel):
@@ -21,7 +21,8 @@ def coalesce(kernel):
     if kernel.kind not in ("loop", "reduce_acc") or len(shape) < 3 or 0 in shape or \
             (sch is not None and (sch.reorders() or sch.rows or sch.transposed or sch.map_levels)):
         return kernel
-    reads = kernel.reads
+    reads = kernel.reads + [t for ph in kernel.phases for _, tree in ph.outputs for t in postorder(tree)
+                            if isinstance(t, Iota)]          # an arange's index walks the axes too
     reduces = [ph for ph in kernel.phases if ph.kind == "reduce"]
     groups = [[0]]
     stride = [None] * len(reads)          # per load: the current group's stride (None: only 1-axes yet)
@@ -61,23 +62,9 @@ def _rebuilt(kernel, groups):
             out.append(old[long[-1]] if long else 0)
         return out
 
-    memo = {}
-
-    def remap(tree):
-        for t in postorder(tree):
-            if id(t) in memo:
-                continue
-            if isinstance(t, Load):
-                memo[id(t)] = Load(t.buf, strides(t.strides), t.offset)
-            elif isinstance(t, Const):
-                memo[id(t)] = t
-            else:
-                memo[id(t)] = Op(t.op, [memo[id(a)] for a in t.args], t.dtype, t.lower, t.cost)
-        return memo[id(tree)]
-
-    phases = []
+    phases, memo = [], {}
     for ph in kernel.phases:
-        outputs = [(v, remap(t)) for v, t in ph.outputs]
+        outputs = [(v, remap(t, lambda st, off: (strides(st), off), memo)) for v, t in ph.outputs]
         axes = None
         if ph.kind == "reduce":
             axes = tuple(j for j, g in enumerate(groups)

@@ -111,11 +111,14 @@ def postorder(tree):
     return tree.order
 
 
-def remap(tree, fn):
+def remap(tree, fn, memo=None):
     """`tree` read at another affine index: every Load's, Iota's and Gather source's (strides,
-    offset) replaced by fn(strides, offset) (shared nodes stay shared)."""
-    memo = {}
+    offset) replaced by fn(strides, offset) (shared nodes stay shared; a `memo` passed for several
+    trees keeps the nodes they share shared)."""
+    memo = {} if memo is None else memo
     for t in postorder(tree):
+        if id(t) in memo:
+            continue
         if isinstance(t, Load):
             memo[id(t)] = Load(t.buf, *fn(t.strides, t.offset))
         elif isinstance(t, Iota):
