@@ -175,3 +175,40 @@ def test_kernels_have_no_host_step_and_no_row_sized_intermediate(loss):
     assert len(bwd) == 1 and bwd[0].split("->")[1].count(f"[{n},{c}]") == 1, text
     assert "gather" in " ".join(fwd) and "index_check" in " ".join(fwd)
     assert int(re.search(r"bytes=(\d+)", bwd[0]).group(1)) < 2 * n * c * 4 + 32 * n, text
+
+
+def test_large_cross_entropy_saves_per_row_values_and_its_joined_call_reads_x_once():
+    """Above remat's size for saving transcendentals the forward still saves only x and per-row values
+    (the max, the sum of exp); once calls are followed by backward(), the joined call is one pass:
+    read x, write dx."""
+    from tracegrad.jit import joined
+    n, c = 512, 1000
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((n, c)).astype(np.float32)
+    ys = rng.integers(0, c, n)
+    ys[::7] = -100
+    x, y = tg.tensor(xs, requires_grad=True), tg.tensor(ys)
+    f = tg.compile(lambda x, y: F.cross_entropy(x, y))
+    saved = f.ir(x, y, stage="forward").strip().splitlines()[-2].split("saved")[1]
+    types = re.findall(r"%(\w+)", saved)
+    forward = f.ir(x, y, stage="forward")
+    big = [v for v in types if re.search(rf"%{v}: f32\[{n},{c}\]", forward)]
+    assert big == ["x"], forward
+    for _ in range(joined.JOIN_AFTER + 2):
+        x.grad = None
+        loss = f(x, y)
+        loss.backward()
+    xe = tg.tensor(xs, requires_grad=True)
+    le = F.cross_entropy(xe, y)
+    le.backward()
+    np.testing.assert_allclose(loss.item(), le.item(), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-5, atol=1e-8)
+    x.grad = None                                    # the signature the calls had
+    text = f.ir(x, y, stage="kernels")
+    assert "forward with gradient" in text, text
+    lines = _kernel_lines(text, "forward with gradient, run while calls are followed by backward()")
+    assert not any("[host]" in line for line in lines), text
+    big = [line for line in lines if f"space={n}x{c}" in line]
+    assert len(big) == 1 and big[0].split("->")[1].count(f"[{n},{c}]") == 1, text
+    moved = sum(int(re.search(r"bytes=(\d+)", line).group(1)) for line in lines)
+    assert moved < 2 * n * c * 4 * 1.02, text

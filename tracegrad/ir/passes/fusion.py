@@ -21,7 +21,9 @@ Rules
   in the current row and the row kernel does not read it: the inputs are read once for both. Later
   row phases may follow it in the same kernel when they do not read it (a forward's loss, then the
   backward's rows: a loss and its gradients in one pass). A kernel over another space between two
-  over the same one (a scalar loss kernel) moves after the second when that does not read it.
+  over the same one (a scalar loss kernel) moves after the second when that does not read it; a
+  reduction of inputs only whose result a kernel over a larger space reads runs first (cross_entropy's
+  count of counted labels, which its gradient's rows scale by: they can then join the forward's rows).
   A value a row kernel's map phase makes that only its later phases read, each at the same element,
   is not written to memory: those reads become its expression, shared, so a target computes it
   once per element (the LLVM target keeps it in the row's scratch buffer).
@@ -38,6 +40,8 @@ Rules
   implementation as "host" kernels on strided views of their input buffers. A target that computes
   float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
+import math
+
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
 from ..kernels import Const, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
@@ -161,7 +165,7 @@ def fuse(graph, enabled=True, half=False):
     if not enabled:
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
-    return keep_in_rows(merge_accumulations(merge_rows(gather(kernels))), keep), aliases
+    return keep_in_rows(merge_accumulations(merge_rows(gather(hoist(kernels)))), keep), aliases
 
 
 def _const_buffer(v, expr, kernels):
@@ -202,6 +206,23 @@ def _row_read(ld, kernel_shape, split, produced):
         nat = contiguous_strides(kernel_shape[:split])
         return tuple(ld.strides[:split]) == tuple(nat) and not any(ld.strides[split:])
     return tuple(ld.strides) == contiguous_strides(kernel_shape)
+
+
+def hoist(kernels):
+    """Move to the front each reduce_acc kernel that reads no kernel's output and whose result a later
+    kernel over a larger space reads (cross_entropy's count of the labels that count, which its
+    gradient's rows scale by): that kernel may then join the row kernels before it (a joined forward
+    and backward reading x once)."""
+    made = {id(v) for k in kernels for v in k.outputs}
+    front, rest = [], []
+    for j, k in enumerate(kernels):
+        if k.kind == "reduce_acc" and not any(id(ld.buf) in made for ld in k.reads):
+            outs, n = {id(v) for v in k.outputs}, math.prod(k.shape)
+            if any(math.prod(q.shape) > n and outs & {id(ld.buf) for ld in q.reads} for q in kernels[j + 1:]):
+                front.append(k)
+                continue
+        rest.append(k)
+    return front + rest
 
 
 def gather(kernels):

@@ -10,6 +10,10 @@ v's place. So a chain of elementwise ops is recomputed from its one input (a tan
 relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved. A chain
 with a transcendental (a primitive of cost "transcendental": tanh, exp, ...) applied per element,
 producing more than HEAVY_RECOMPUTE_BYTES, is saved: there recomputing costs more time than the traffic it avoids.
+Except a softmax numerator exp(x - max(x)) that the forward only sums (log-softmax's, logsumexp's,
+cross_entropy's): the forward computes it in the walk that finds the row's maximum (online, never
+written), so saving it would cost the forward a second walk and the write; the backward recomputes
+it from x and the saved per-row max instead.
 """
 import math
 
@@ -30,6 +34,24 @@ def _cheap(node):
 def _transcendental(node):
     p = PRIMS.get(node.op)
     return p is not None and p.cost == "transcendental"
+
+
+def _online_exp(v):
+    """Whether v = exp(a - r) with r computed by cheap ops from max(a) (a softmax numerator)."""
+    if v.node is None or v.node.op != "exp" or v.node.inputs[0].node is None or v.node.inputs[0].node.op != "sub":
+        return False
+    a, r = v.node.inputs[0].node.inputs
+    stack, seen = [r], set()
+    while stack:
+        u = stack.pop()
+        if id(u) in seen or u.node is None:
+            continue
+        seen.add(id(u))
+        if u.node.op == "max" and u.node.inputs[0] is a:
+            return True
+        if _cheap(u.node):
+            stack.extend(u.node.inputs)
+    return False
 
 
 def _nbytes(v):
@@ -62,6 +84,14 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
         return count
 
     saved_ids = {id(v) for v in saved}
+    returned = {id(v) for v in fwd.outputs[:first_saved]}
+    users = {}
+    for n in fwd.nodes:
+        for i in n.inputs:
+            users.setdefault(id(i), []).append(n.op)
+
+    def only_summed(h):        # the forward makes h only for sums (no other use, not returned)
+        return id(h) not in returned and users.get(id(h)) and all(op == "sum" for op in users[id(h)])
     for v in saved:
         if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op == "const":
             plan[id(v)] = None
@@ -69,7 +99,8 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
         acc, heavy = [], []
         count = frontier(v, acc, set(), 0)
         read = sum(_nbytes(f) for f in acc if id(f) not in saved_ids)
-        full = [h for h in heavy if 2 * math.prod(h.shape) >= math.prod(v.shape)]   # per element, not per row
+        full = [h for h in heavy if 2 * math.prod(h.shape) >= math.prod(v.shape)    # per element, not per row
+                and not (_online_exp(h) and only_summed(h))]
         cheap_enough = not full or _nbytes(v) <= HEAVY_RECOMPUTE_BYTES
         plan[id(v)] = acc if count <= MAX_RECOMPUTE_OPS and read <= 2 * _nbytes(v) and cheap_enough else None
     if all(p is None for p in plan.values()):
