@@ -9,7 +9,8 @@ floor (floor.py: the bytes the program must move, copied) run in interleaved rou
 shows median ms per call and compiled tracegrad's ratio to tracegrad eager, to the fastest peer
 (torch eager, torch.compile, jax.jit: those importable) and to the floor (memory-bound programs).
 
-    python -m tracegrad.bench.survey [--programs NAME,...] [--skip torch.compile,jax.jit] [--quick] [--repeats N]
+    python -m tracegrad.bench.survey [--programs NAME,...] [--skip torch.compile,jax.jit] [--quick] [--repeats N] [--cpu]
+    TRACEGRAD_THREADS=1 python -m tracegrad.bench.survey --cpu     # CPU time: steadier on a busy machine
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=. /path/to/venv-with-torch-and-jax/bin/python \\
         -m tracegrad.bench.survey
 """
@@ -23,7 +24,7 @@ import traceback
 
 import numpy as np
 
-from . import Result, _calibrate, _fmt_ms, _sample, check
+from . import Result, _calibrate, _fmt_ms, check
 from .floor import FLOOR, floor_setup
 from .survey_programs import PROGRAMS, Ops, find
 from .workloads import _np
@@ -146,7 +147,14 @@ def floor_bytes(prog, inp, refs):
     return sum(v.nbytes for v in inp.values()) + sum(r.size for r in refs) * width + prog.floor_extra
 
 
-def bench_program(prog, columns, repeats, target_s, log=print):
+def _sample(run, inner, clock):
+    t0 = clock()
+    for _ in range(inner):
+        run()
+    return (clock() - t0) / inner
+
+
+def bench_program(prog, columns, repeats, target_s, log=print, clock=time.perf_counter):
     inp = prog.inputs(np.random.default_rng(0))
     refs = reference(prog, inp)
     results, runs = {}, {}
@@ -172,7 +180,7 @@ def bench_program(prog, columns, repeats, target_s, log=print):
             runs[col] = (run, _calibrate(run, target_s))
     for _ in range(repeats):                                  # interleaved rounds
         for col, (run, inner) in runs.items():
-            results[col].times.append(_sample(run, inner))
+            results[col].times.append(_sample(run, inner, clock))
     return results, nbytes
 
 
@@ -221,6 +229,8 @@ def main(argv=None):
     p.add_argument("--skip", default="", help="comma-separated columns to leave out, e.g. torch.compile,jax.jit")
     p.add_argument("--quick", action="store_true", help="5 rounds of >= 5 ms samples")
     p.add_argument("--repeats", type=int)
+    p.add_argument("--cpu", action="store_true", help="time the process's CPU time (all its threads), not the "
+                   "wall clock: steadier on a shared machine; torch then runs on one thread")
     p.add_argument("--list", action="store_true", help="list the programs and exit")
     args = p.parse_args(argv)
     if args.list:
@@ -233,12 +243,17 @@ def main(argv=None):
     columns = available_columns({s.strip() for s in args.skip.split(",") if s.strip()})
     repeats = args.repeats or (5 if args.quick else 9)
     target_s = 0.005 if args.quick else 0.02
+    if args.cpu and any(c.startswith("torch") for c in columns):
+        import torch
+        torch.set_num_threads(1)
     print(f"tracegrad {tg.__version__}, numpy {np.__version__}, {threads()} tracegrad threads; columns: "
-          f"{', '.join(columns)}; {repeats} interleaved rounds, samples >= {target_s * 1e3:g} ms")
+          f"{', '.join(columns)}; {repeats} interleaved rounds, samples >= {target_s * 1e3:g} ms"
+          f"{'; CPU time' if args.cpu else ''}")
     rows = []
     for prog in selected:
         t0 = time.perf_counter()
-        res, nbytes = bench_program(prog, columns, repeats, target_s)
+        res, nbytes = bench_program(prog, columns, repeats, target_s,
+                                    clock=time.process_time if args.cpu else time.perf_counter)
         rows.append((prog, res, nbytes))
         print(f"  {prog.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     print()
