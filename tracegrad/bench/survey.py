@@ -10,13 +10,14 @@ shows median ms per call and compiled tracegrad's ratio to tracegrad eager, to t
 (torch eager, torch.compile, jax.jit: those importable) and to the floor (memory-bound programs).
 
     python -m tracegrad.bench.survey [--programs NAME,...] [--skip torch.compile,jax.jit] [--quick] [--repeats N] [--cpu]
-    TRACEGRAD_THREADS=1 python -m tracegrad.bench.survey --cpu     # CPU time: steadier on a busy machine
+    TRACEGRAD_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m tracegrad.bench.survey --cpu   # CPU time: steadier
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=. /path/to/venv-with-torch-and-jax/bin/python \\
         -m tracegrad.bench.survey
 """
 import argparse
 import importlib.util
 import math
+import os
 import statistics
 import sys
 import time
@@ -243,6 +244,9 @@ def main(argv=None):
     columns = available_columns({s.strip() for s in args.skip.split(",") if s.strip()})
     repeats = args.repeats or (5 if args.quick else 9)
     target_s = 0.005 if args.quick else 0.02
+    if args.cpu and "OPENBLAS_NUM_THREADS" not in os.environ:
+        print("note: --cpu without OPENBLAS_NUM_THREADS=1 counts the CPU time NumPy's BLAS threads spin for "
+              "(matrix products look slower than they are)")
     if args.cpu and any(c.startswith("torch") for c in columns):
         import torch
         torch.set_num_threads(1)
