@@ -8,11 +8,12 @@ import os
 import re
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen.coalesce import coalesce
+from tracegrad.codegen.coalesce import coalesce, scale
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_COALESCE_EXAMPLES", "25"))
 RNG = np.random.default_rng(0)
@@ -38,17 +39,18 @@ def kernels(fn, *arrays):
 
 def test_a_contiguous_nchw_map_runs_one_inner_loop():
     x, g = data((3, 4, 5, 7)), data((3, 4, 5, 7))
-    assert bounds(lambda x, g: x * 2 + g, x, g) == {140}         # 4 * 5 * 7: no loop of 7
+    assert bounds(lambda x, g: x * 2 + g, x, g) == set()          # one loop over [lo * 140, hi * 140)
     (k,), text = kernels(lambda x, g: x * 2 + g, x, g)
     assert "space=3x4x5x7" in text                                 # the kernels' text keeps the space
-    assert coalesce(k).shape == (3, 140) and coalesce(k).split == 1
+    c = coalesce(k)
+    assert c.shape == (420,) and c.split == 1 and scale(k, c) == 140
 
 
 def test_a_channel_broadcast_keeps_the_channel_axis_and_merges_the_rest():
     x, w = data((3, 4, 5, 7)), data((4,))
     assert bounds(lambda x, w: x * w[:, None, None], x, w) == {4, 35}
     (k,), _ = kernels(lambda x, w: x * w[:, None, None], x, w)
-    assert coalesce(k).shape == (3, 4, 35)
+    assert coalesce(k).shape == (3, 4, 35) and scale(k, coalesce(k)) == 1
 
 
 def test_a_batch_norm_sum_over_axes_0_2_3_walks_rows_of_h_times_w():
@@ -56,7 +58,7 @@ def test_a_batch_norm_sum_over_axes_0_2_3_walks_rows_of_h_times_w():
     (k,), text = kernels(lambda x: x.sum(axis=(0, 2, 3)), x)
     assert "[reduce_acc]" in text
     c = coalesce(k)
-    assert c.shape == (6, 4, 35) and c.phases[0].axes == (0, 2)
+    assert c.shape == (6, 4, 35) and c.phases[0].axes == (0, 2)    # kept channels between reduced axes
     np.testing.assert_allclose(tg.compile(lambda x: x.sum(axis=(0, 2, 3)))(tg.tensor(x)).numpy(),
                                x.astype(np.float64).sum(axis=(0, 2, 3)), rtol=1e-6)
 
@@ -67,7 +69,7 @@ def test_a_row_kernel_merges_its_inner_axes_and_keeps_its_split():
     ks, _ = kernels(fn, x)
     (row,) = [k for k in ks if k.split == 2]
     c = coalesce(row)
-    assert c.shape == (6, 4, 35) and c.split == 2
+    assert c.shape == (24, 35) and c.split == 1 and scale(row, c) == 4    # rows over (6, 4): one axis
 
 
 def test_a_permuted_or_sliced_operand_keeps_its_axes():
@@ -76,11 +78,24 @@ def test_a_permuted_or_sliced_operand_keeps_its_axes():
     assert coalesce(k).shape in (k.shape, (3, 4, 5, 7))          # reordered: never merged across the transpose
     z = data((3, 4, 5, 9))
     (k,), _ = kernels(lambda z, y: z[..., :7] + y, z, y)
-    assert coalesce(k).shape == (3, 20, 7)                        # z's rows of 7 lie 9 apart: not one axis
-    assert bounds(lambda z, y: z[..., :7] + y, z, y) == {20, 7}
+    assert coalesce(k).shape == (60, 7)                           # z's rows of 7 lie 9 apart: not one axis
+    assert bounds(lambda z, y: z[..., :7] + y, z, y) == {7}
     z = data((3, 4, 5, 14))
     (k,), _ = kernels(lambda z, y: z[..., ::2] + y, z, y)
-    assert coalesce(k).shape == (3, 140)                          # every other element: one axis of stride 2
+    assert coalesce(k).shape == (420,)                            # every other element: one axis of stride 2
+
+
+@pytest.mark.parametrize("shape", [(40000, 7), (401, 100, 7), (3, 50000)])
+def test_merged_axis_0_splits_over_threads_in_its_own_units(shape):
+    """Kernels large enough for the runtime's chunks: each chunk's [lo, hi) of the original axis 0
+    scaled by the merged sizes (maps, a sum over every axis, row sums over the last axis)."""
+    x, y = data(shape), data(shape)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    f = tg.compile(lambda x, y: (x * 2 + y, (x * y).sum(), (x - y).sum(axis=-1), (x * y).sum(axis=0)))
+    outs = [o.numpy() for o in f(tg.tensor(x), tg.tensor(y))]
+    refs = [xd * 2 + yd, (xd * yd).sum(), (xd - yd).sum(axis=-1), (xd * yd).sum(axis=0)]
+    for o, r in zip(outs, refs):
+        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-3)
 
 
 # ------------------------------------------------------------------ compiled == interpret == eager

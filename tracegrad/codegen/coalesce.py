@@ -6,10 +6,11 @@ such a short innermost loop adds element by element in float64 (reductions.py, M
 collapses such axes before it loops; so does this step, before a kernel is lowered: axes d and
 d + 1 merge when every load reads them as one axis (stride[d] == stride[d + 1] * shape[d + 1],
 broadcast axes 0 == 0 included), every reduce phase reduces both or neither, and they lie on the same
-side of the kernel's row split. Outputs are contiguous over the space (or its kept axes), so they
-always merge. Axis 0 never merges: the runtime splits it across threads by its trip count. A kernel
-with a Schedule that reorders its loops keeps its space. The merged kernel is lowered in place of
-the original; `stage="kernels"` still shows the original.
+side of the kernel's row split (a kernel of maps only has none). Outputs are contiguous over the space (or its kept axes), so they
+always merge. The runtime splits axis 0 across threads by its own trip count: when axis 0 absorbs
+others, the lowered kernel scales its [lo, hi) bounds by their sizes (`scale`). A kernel with a
+Schedule that reorders its loops keeps its space. The merged kernel is lowered in place of the
+original; `stage="kernels"` still shows the original.
 """
 from ..ir.kernels import Iota, Kernel, Phase, Schedule, postorder, remap
 
@@ -18,18 +19,20 @@ def coalesce(kernel):
     """`kernel`, or an equivalent kernel over fewer axes (see the module docstring)."""
     sch = kernel.schedule
     shape = kernel.shape
-    if kernel.kind not in ("loop", "reduce_acc") or len(shape) < 3 or 0 in shape or \
+    if kernel.kind not in ("loop", "reduce_acc") or len(shape) < 2 or 0 in shape or \
             (sch is not None and (sch.reorders() or sch.rows or sch.transposed or sch.map_levels)):
         return kernel
     reads = kernel.reads + [t for ph in kernel.phases for _, tree in ph.outputs for t in postorder(tree)
                             if isinstance(t, Iota)]          # an arange's index walks the axes too
     reduces = [ph for ph in kernel.phases if ph.kind == "reduce"]
+    split = 0 if all(ph.kind == "map" for ph in kernel.phases) else kernel.split   # maps: no rows
     groups = [[0]]
-    stride = [None] * len(reads)          # per load: the current group's stride (None: only 1-axes yet)
+    # per load: the current group's stride (None: only axes of length 1 yet)
+    stride = [ld.strides[0] if shape[0] > 1 else None for ld in reads]
     for d in range(1, len(shape)):
         g = groups[-1]
         n = shape[d]
-        same_side = g[0] != 0 and (kernel.split == 0 or (d < kernel.split) == (g[0] < kernel.split))
+        same_side = split == 0 or (d < split) == (g[0] < split)
         if same_side and n > 1:
             same_side = all(s is None or s == ld.strides[d] * n for s, ld in zip(stride, reads)) and \
                 all(_kind(g, ph, shape) in (None, d in ph.axes) for ph in reduces)
@@ -43,6 +46,11 @@ def coalesce(kernel):
     if len(groups) == len(shape):
         return kernel
     return _rebuilt(kernel, groups)
+
+
+def scale(kernel, lowered):
+    """The elements of `lowered`'s axis 0 (coalesce(kernel)) per element of kernel's axis 0."""
+    return lowered.shape[0] // kernel.shape[0] if lowered is not kernel else 1
 
 
 def _kind(group, ph, shape):
@@ -70,7 +78,8 @@ def _rebuilt(kernel, groups):
             axes = tuple(j for j, g in enumerate(groups)
                          if _kind(g, ph, shape) or (_kind(g, ph, shape) is None and all(d in ph.axes for d in g)))
         phases.append(Phase(ph.kind, outputs, ph.op, axes, ph.lower, ph.cost))
-    split = sum(1 for g in groups if g[0] < kernel.split)
+    split = min(kernel.split, 1) if all(ph.kind == "map" for ph in kernel.phases) else \
+        sum(1 for g in groups if g[0] < kernel.split)
     out = Kernel(kernel.kind, new_shape, split, phases)
     sch = kernel.schedule
     if sch is not None:

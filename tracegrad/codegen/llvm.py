@@ -14,7 +14,7 @@ import math
 
 from ..ir.kernels import contiguous_strides
 from . import mathlib
-from .coalesce import coalesce
+from .coalesce import coalesce, scale
 from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .rowcache import RowCache
@@ -70,7 +70,12 @@ class ModuleBuilder:
         does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
         is kernel k3 of the forward program."""
         f = Fn()
-        kernel = coalesce(kernel)                 # axes every operand walks as one: one loop
+        lowered = coalesce(kernel)                # axes every operand walks as one: one loop
+        rows = scale(kernel, lowered)             # its axis 0 absorbed others: [lo, hi) scaled
+        if rows > 1:
+            f.emit(f"%lo = mul nsw i64 %lo.rows, {rows}")
+            f.emit(f"%hi = mul nsw i64 %hi.rows, {rows}")
+        kernel = lowered
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
@@ -86,7 +91,8 @@ class ModuleBuilder:
         f.emit("ret void")
         small = math.prod(kernel.shape) <= SMALL_KERNEL
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
-               + "i64 %lo, i64 %hi", "\n".join(f.allocas + f.lines), " optsize" if small else "")
+               + ("i64 %lo.rows, i64 %hi.rows" if rows > 1 else "i64 %lo, i64 %hi"),
+               "\n".join(f.allocas + f.lines), " optsize" if small else "")
         body = self.bodies.setdefault(key, f"{name}_body")
         if streams and body == f"{name}_body":
             self.comments.append(stream_comment(body, sorted(streams.items())))
