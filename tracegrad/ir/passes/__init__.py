@@ -2,14 +2,15 @@
 from ..verify import IRVerifyError, verify
 from .cse import cse
 from .dce import dce
+from .factor import factor_sums
 from .fold import fold_constants
 from .simplify import simplify
 
-PIPELINE = (simplify, fold_constants, cse, dce)
+PIPELINE = (simplify, fold_constants, cse, factor_sums, dce)
 
 
 def optimize(graph, check=True):
-    """Simplify, fold, CSE and DCE until nothing changes (at most a few rounds). check: verify the
+    """Simplify, fold, CSE, factor row sums (factor.py) and DCE until nothing changes (at most a few rounds). check: verify the
     result (True), after every pass, naming the pass that broke the graph ("each"), or not (False)."""
     for _ in range(4):
         before = len(graph.nodes)
@@ -32,4 +33,4 @@ def optimize(graph, check=True):
     return graph
 
 
-__all__ = ["optimize", "dce", "cse", "simplify", "fold_constants"]
+__all__ = ["optimize", "dce", "cse", "simplify", "fold_constants", "factor_sums"]

@@ -48,6 +48,7 @@ from ..kernels import Const, Iota, Kernel, Load, Op, Phase, contiguous_strides, 
 from .gathers import index_tree
 
 RECOMPUTE_LIMIT = 8
+ROW_RECOMPUTE_LIMIT = 48   # the same for a row statistic (_recompute_limit)
 MAX_TREE_OPS = 256   # a longer chain is cut into kernels of this many ops (code size; LLVM's time grows faster than linearly)
 
 
@@ -119,7 +120,7 @@ def fuse(graph, enabled=True, half=False):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
-            if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > RECOMPUTE_LIMIT:
+            if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > _recompute_limit(v):
                 materialize(v)
             elif bound[id(v)] > MAX_TREE_OPS and size(expr[id(v)]) > MAX_TREE_OPS:
                 materialize(v)
@@ -166,6 +167,13 @@ def fuse(graph, enabled=True, half=False):
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
     return keep_in_rows(merge_accumulations(merge_rows(gather(hoist(kernels)))), keep), aliases
+
+
+def _recompute_limit(v):
+    """The ops a shared value may have and still be recomputed by each consumer: more for a row
+    statistic (a trailing axis of 1, read broadcast along the row: its expression is invariant in the
+    inner loop, which LLVM hoists), so it stays in the row kernel that reads it."""
+    return ROW_RECOMPUTE_LIMIT if len(v.shape) > 1 and v.shape[-1] == 1 else RECOMPUTE_LIMIT
 
 
 def _const_buffer(v, expr, kernels):
