@@ -113,7 +113,7 @@ class _Sum:
     def _factor(self, v):
         """(s, u, op) when v is s * u, u * s or u / s with s constant along the axes and u not."""
         n = v.node
-        if n is None or n.op not in ("mul", "div") or any(i.dtype is not v.dtype for i in n.inputs):
+        if n is None or not (n.op == "mul" or n.op == "div") or any(i.dtype is not v.dtype for i in n.inputs):
             return None
         pairs = [(n.inputs[1], n.inputs[0])] + ([(n.inputs[0], n.inputs[1])] if n.op == "mul" else [])
         for s, u in pairs:
@@ -132,7 +132,7 @@ class _Sum:
         by a c constant along the axes (a centered x - mean, whose sum is the small residual that
         sum(x) - n * mean loses to cancellation)."""
         n = v.node
-        if n is None or n.op not in ("add", "sub", "neg") or any(i.dtype is not v.dtype for i in n.inputs):
+        if n is None or not _linear(n.op) or any(i.dtype is not v.dtype for i in n.inputs):
             return None
         return None if any(self._constant(i) for i in n.inputs) else n
 
@@ -189,6 +189,11 @@ class _Sum:
         return self.plain(self.b.add("mul", [u, self.b.const(math.inf, u.dtype)]))
 
 
+def _linear(op):
+    """Whether the sum of op(u, w) is op(sum(u), sum(w)) in exact arithmetic."""
+    return op == "add" or op == "sub" or op == "neg"
+
+
 def _low(b, v):
     """A lower bound on v's elements (NaN aside), or None: enough to show sqrt(var + eps) > 0."""
     n, lo = v.node, None
@@ -197,7 +202,7 @@ def _low(b, v):
     ins = [b.low(i) for i in n.inputs]
     if n.op == "const":
         lo = float(n.attrs["value"])
-    elif n.op in ("expand", "reshape", "permute"):
+    elif PRIMS[n.op].kind == "view":
         lo = ins[0]
     elif n.op == "sqrt" and ins[0] is not None and ins[0] >= 0:
         lo = math.sqrt(ins[0])
@@ -207,7 +212,7 @@ def _low(b, v):
         lo = ins[0] ** 2 if (ins[0] or 0) > 0 else 0.0
     elif n.op == "mul" and None not in ins and min(ins) >= 0:
         lo = ins[0] * ins[1]
-    elif n.op in ("abs", "exp") or (n.op == "sum" and ins[0] is not None and ins[0] >= 0):
+    elif n.op == "abs" or n.op == "exp" or (n.op == "sum" and ins[0] is not None and ins[0] >= 0):
         lo = 0.0
     elif n.op == "div" and ins[0] is not None and ins[0] >= 0 and n.inputs[1].node is not None \
             and n.inputs[1].node.op == "const" and n.inputs[1].node.attrs["value"] > 0:
