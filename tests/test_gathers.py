@@ -212,3 +212,31 @@ def test_large_cross_entropy_saves_per_row_values_and_its_joined_call_reads_x_on
     assert len(big) == 1 and big[0].split("->")[1].count(f"[{n},{c}]") == 1, text
     moved = sum(int(re.search(r"bytes=(\d+)", line).group(1)) for line in lines)
     assert moved < 2 * n * c * 4 * 1.02, text
+
+
+@SETTINGS
+@given(_picks(), st.booleans())
+def test_gather_and_take_along_dim_equal_numpy_and_eager(case, through_method):
+    x, idx, axis = case
+    g = (lambda x, i: x.gather(axis, i)) if through_method else (lambda x, i: tg.gather(x, axis, i))
+    np.testing.assert_array_equal(g(tg.tensor(x), tg.tensor(idx)).numpy(),
+                                  np.take_along_axis(x, np.where(idx < 0, idx + x.shape[axis], idx), axis))
+    fn = lambda x, i: (g(x.sin(), i) * g(x, i)).sum() + tg.take_along_dim(x, i[..., :1], axis).sum()
+    _compare(fn, [x, idx], [0], x.dtype)
+    if x.dtype == np.float64:
+        assert tg.gradcheck(tg.compile(fn), (tg.tensor(x, requires_grad=True), tg.tensor(idx)))
+
+
+def test_gather_fused_reads_only_the_picks_and_checks_its_indices():
+    x = tg.tensor(np.arange(60.0).reshape(4, 5, 3), requires_grad=True)
+    i = tg.tensor(np.array([[[0, 4, 1], [2, 2, 3]]] * 4))
+    f = tg.compile(lambda x, i: tg.gather(x.tanh(), 1, i).sum())
+    f(x, i).backward()
+    text = f.ir(x, i, stage="kernels")
+    assert "[host]" not in text and "gather" in text and "f64[4,5,3]" not in text.split("backward")[0], text
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 1 with size 5"):
+        f(x, tg.tensor(np.array([[[0, 5, 1], [2, 2, 3]]] * 4)))
+    with pytest.raises(TypeError, match="index must be an int64"):
+        tg.gather(x, 1, tg.tensor(np.zeros((4, 2, 3))))
+    with pytest.raises(RuntimeError, match="as many axes as input"):
+        tg.gather(x, 1, tg.tensor(np.zeros((4, 2), np.int64)))

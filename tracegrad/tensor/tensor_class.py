@@ -311,6 +311,12 @@ class Tensor(TensorBase):
     def softmax(self, axis=None, *, dim=None):
         return C.softmax(self, axis, dim=dim)
 
+    def gather(self, dim, index):
+        return C.gather(self, dim, index)
+
+    def take_along_dim(self, indices, dim=None):
+        return C.take_along_dim(self, indices, dim)
+
     def log_softmax(self, axis=None, *, dim=None):
         return C.log_softmax(self, axis, dim=dim)
 

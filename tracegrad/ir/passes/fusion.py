@@ -151,8 +151,12 @@ def fuse(graph, enabled=True, half=False):
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         if (id(v) in outputs or not enabled) and isinstance(expr[id(v)], Op):
             materialize(v)
-        elif id(v) in outputs and isinstance(expr[id(v)], (Const, Iota)):
+        elif id(v) in outputs and isinstance(expr[id(v)], Const):
             materialize(v)
+        elif id(v) in outputs and isinstance(expr[id(v)], Iota):      # written; its readers keep the index
+            iota = expr[id(v)]
+            materialize(v)
+            expr[id(v)] = iota
     aliases = {}
     for v in graph.outputs:          # outputs that are reshapes of a buffer alias it; other views copy
         tree = expr[id(v)]

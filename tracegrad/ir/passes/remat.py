@@ -25,7 +25,7 @@ HEAVY_RECOMPUTE_BYTES = 256 * 1024   # above this, a chain with a transcendental
 
 
 def _cheap(node):
-    if node.op == "const":
+    if node.op in ("const", "iota"):          # no inputs: recomputed from nothing
         return True
     p = PRIMS.get(node.op)
     return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind == "view")
@@ -93,7 +93,7 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
     def only_summed(h):        # the forward makes h only for sums (no other use, not returned)
         return id(h) not in returned and users.get(id(h)) and all(op == "sum" for op in users[id(h)])
     for v in saved:
-        if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op == "const":
+        if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op in ("const", "iota"):
             plan[id(v)] = None
             continue
         acc, heavy = [], []
