@@ -9,7 +9,8 @@ floor (floor.py: the bytes the program must move, copied) run in interleaved rou
 shows median ms per call and compiled tracegrad's ratio to tracegrad eager, to the fastest peer
 (torch eager, torch.compile, jax.jit: those importable) and to the floor (memory-bound programs).
 
-    python -m tracegrad.bench.survey [--programs NAME,...] [--skip torch.compile,jax.jit] [--quick] [--repeats N] [--cpu]
+    python -m tracegrad.bench.survey [--programs NAME,...] [--skip torch.compile,jax.jit] [--quick] [--repeats N]
+                                     [--cpu] [--list]
     TRACEGRAD_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m tracegrad.bench.survey --cpu   # CPU time: steadier
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=. /path/to/venv-with-torch-and-jax/bin/python \\
         -m tracegrad.bench.survey

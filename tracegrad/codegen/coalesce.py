@@ -5,9 +5,9 @@ innermost loop runs 28 elements (three vectors and a scalar tail per trip), and 
 such a short innermost loop adds element by element in float64 (reductions.py, MIN_BLOCK). NumPy
 collapses such axes before it loops; so does this step, before a kernel is lowered: axes d and
 d + 1 merge when every load reads them as one axis (stride[d] == stride[d + 1] * shape[d + 1],
-broadcast axes 0 == 0 included), every reduce phase reduces both or neither, and they lie on the same
-side of the kernel's row split (a kernel of maps only has none). Outputs are contiguous over the space (or its kept axes), so they
-always merge. The runtime splits axis 0 across threads by its own trip count: when axis 0 absorbs
+broadcast axes 0 == 0 included), every reduce phase reduces both or neither, and they lie on the
+same side of the kernel's row split (a kernel of maps only has none). Outputs are contiguous over
+the space (or its kept axes), so they always merge. The runtime splits axis 0 across threads by its own trip count: when axis 0 absorbs
 others, the lowered kernel scales its [lo, hi) bounds by their sizes (`scale`). A kernel with a
 Schedule that reorders its loops keeps its space. The merged kernel is lowered in place of the
 original; `stage="kernels"` still shows the original.
