@@ -2,7 +2,8 @@
 oracle): generated sessions of calls mixed with state changes a PyTorch user makes (grad mode,
 requires_grad_, writes through .numpy(), a module's tensors replaced or deleted, learning rates and
 param groups, zero_grad with and without None, accumulation, retain_graph), values and gradients
-after every step."""
+after every step, and which .grad tensors are which objects: a step that replaces .grad (zero_grad()
+then backward(), an assignment) leaves new tensors, a reference to an old one keeps its values."""
 import os
 import threading
 
@@ -38,14 +39,27 @@ def _world(seed):
     extra = tg.nn.Parameter(tg.tensor([0.5, -0.5]))
     opt = tg.optim.SGD(net.parameters(), lr=0.1, momentum=0.5)
     x = tg.tensor(np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float32))
-    return {"net": net, "extra": extra, "opt": opt, "x": x, "backward": []}
+    return {"net": net, "extra": extra, "opt": opt, "x": x, "backward": [], "held": []}
 
 
-def _step(w):
-    """The function compiled: forward, loss, backward and the update inside."""
-    w["opt"].zero_grad()
+def _step(w, grads="zero_grad()"):
+    """The function compiled: forward, loss, backward and the update inside; `grads`: what the step
+    does with the .grad fields around backward()."""
+    params = list(w["net"].parameters())
+    if grads == "zero_grad()":
+        w["opt"].zero_grad()
+    elif grads == "zero_grad(set_to_none=False)":
+        w["opt"].zero_grad(set_to_none=False)
+    elif grads == "assigned zeros":
+        for p in params:
+            p.grad = tg.zeros_like(p)
     loss = ((w["net"](w["x"]) * w["extra"]) ** 2).mean()
     loss.backward()
+    if grads == "halved":                   # reads each .grad, then replaces it
+        for p in params:
+            p.grad = p.grad * 0.5
+    elif grads == "shared":                 # one new tensor as two tensors' .grad
+        w["extra"].grad = params[-1].grad = tg.ones_like(w["extra"])
     w["opt"].step()
     return loss
 
@@ -57,6 +71,11 @@ def _loss(w):
 
 ACTIONS = {
     "step": lambda w, f: f["step"](),
+    "step, zero_grad(set_to_none=False) inside": lambda w, f: f["step zeroing"](),
+    "step, grads assigned zeros inside": lambda w, f: f["step assigning"](),
+    "step, grads accumulated inside": lambda w, f: f["step accumulating"](),
+    "step, grads halved inside": lambda w, f: f["step halving"](),
+    "step, one tensor as two grads": lambda w, f: f["step sharing"](),
     "step under no_grad": lambda w, f: _no_grad(f["loss"]),
     "loss backward": lambda w, f: f["loss"]().backward(),
     "loss backward twice (retain_graph)": lambda w, f: _twice(f["loss"]()),
@@ -96,13 +115,22 @@ def _add_group(w):
 
 def _observe(w):
     ts = [w["x"], w["extra"], *w["net"].parameters(), w["net"].scale]
+    held = w["held"]                        # every .grad tensor seen so far, as the user may keep them
+    for t in ts:
+        if t.grad is not None and not any(t.grad is h for h in held):
+            held.append(t.grad)
+    which = [None if t.grad is None else next(i for i, h in enumerate(held) if h is t.grad) for t in ts]
     return [(t.detach().numpy().copy(), None if t.grad is None else t.grad.numpy().copy(), t.requires_grad)
-            for t in ts]
+            for t in ts] + [which, [h.numpy().copy() for h in held]]
 
 
 def _session(actions, seed, backend):
     w = _world(seed)
-    fns = {"step": lambda: _step(w), "loss": lambda: _loss(w)}
+    fns = {"step": lambda: _step(w), "loss": lambda: _loss(w),
+           "step zeroing": lambda: _step(w, "zero_grad(set_to_none=False)"),
+           "step assigning": lambda: _step(w, "assigned zeros"),
+           "step accumulating": lambda: _step(w, "accumulated"),
+           "step halving": lambda: _step(w, "halved"), "step sharing": lambda: _step(w, "shared")}
     if backend is not None:
         fns = {k: tg.compile(v, backend=backend) for k, v in fns.items()}
     seen = []

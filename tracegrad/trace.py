@@ -173,8 +173,10 @@ class Lifted:
     """A real tensor read by the trace: its graph input, its stand-in, where its value comes from.
 
     `source` is ("arg", k) for the k-th tensor argument, ("grad", k) for its .grad, ("captured",)
-    for a tensor read through a closure, global, module or optimizer, ("const",) for a tensor made
-    inside the trace (its array is `real._data`)."""
+    for a tensor read through a closure, global, module or optimizer, ("grad_of", t) for the .grad of
+    such a tensor t (read per call as t.grad: a call may find another tensor there, as eagerly after
+    zero_grad() and backward()), ("const",) for a tensor made inside the trace (its array is
+    `real._data`)."""
     __slots__ = ("real", "value", "standin", "source")
 
     def __init__(self, real, value, standin, source):
@@ -194,6 +196,7 @@ class Tracer:
         self.names = {} if names is None else names   # id(real tensor) -> preferred input name
         self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
         self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
+        self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
         self.saved = []            # backward graphs: the forward Values they read
         self._saved = {}
         self.ran_backward = False
@@ -216,6 +219,10 @@ class Tracer:
         entry = self.lifted.get(id(t))
         if entry is not None:
             return entry.standin
+        owner = self.grad_of.get(id(t)) if source[0] == "captured" else None
+        if owner is not None:
+            source, name = ("grad_of", owner), name or self.names.get(id(t)) or \
+                (self.names[id(owner)] + ".grad" if id(owner) in self.names else None)
         if self.parent is not None and id(t) in self.parent.lifted:
             st = self._from_parent(self.parent.lifted[id(t)].standin)
         else:
@@ -385,6 +392,8 @@ class Tracer:
         if arg is not None and arg[1]._grad is not None:
             k, real, name = arg
             t._grad = self.lift(real._grad, ("grad", k), name=name + ".grad")
+        elif arg is None and type(t) is not Traced and t._grad is not None and type(t._grad) is not Traced:
+            self.grad_of[id(t._grad)] = t      # read per call as t.grad (lift), not as that object
         self.grads[id(t)] = (t, t._grad)
         return t
 

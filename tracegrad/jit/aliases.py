@@ -11,7 +11,7 @@ the storage it views (trace.Tracer._root) and the view primitives from that stor
 from ..autograd import is_grad_enabled, set_grad_enabled
 from ..ops import PRIMS
 from ..tensor.dispatch import dispatch
-from .writeback import resolve
+from .writeback import CALLERS, resolve
 
 INPUT, GRAD, SAME, OUTPUT = "input", "grad", "same", "output"
 
@@ -26,7 +26,7 @@ def plan_aliases(tracer, outputs, grad_changes):
     first = {}
     for k, st in outputs:
         first.setdefault(id(st), k)
-    lifted = {id(e.standin): e for e in tracer.order if e.source[0] in ("arg", "grad", "captured")}
+    lifted = {id(e.standin): e for e in tracer.order if e.source[0] in (*CALLERS, "captured")}
     grads = {id(after): t for t, _, after in grad_changes if after is not None}
     arg_of = {id(e.standin): e.source[1] for e in tracer.order if e.source[0] == "arg"}
     plan = []
@@ -51,7 +51,7 @@ def plan_aliases(tracer, outputs, grad_changes):
             # compiled result (its gradient flows through the compiled backward)
             if root.grad_fn is not None or root.requires_grad != e.real.requires_grad:
                 continue
-            plan.append((k, INPUT, (e.source, None if e.source[0] in ("arg", "grad") else e.real), ops, how))
+            plan.append((k, INPUT, (e.source, None if e.source[0] in CALLERS else e.real), ops, how))
         elif id(root) in first and first[id(root)] != k:
             plan.append((k, OUTPUT, first[id(root)], ops, how))
     order = {INPUT: 0, GRAD: 0, SAME: 1, OUTPUT: 1}

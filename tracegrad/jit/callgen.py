@@ -24,7 +24,7 @@ def _plain(entry):
     """Whether the entry's forward call needs none of Entry.call's general steps: every input an
     argument or a captured tensor (not a .grad or a number read per call)."""
     return (not entry.on_device and not entry.check and entry.plain_outs is not None and not entry.updated
-            and not entry.aliases and all(s[0] not in ("grad", "dynamic") for s, _ in entry.inputs))
+            and not entry.aliases and all(s[0] not in ("grad", "grad_of", "dynamic") for s, _ in entry.inputs))
 
 
 def straight_call(entry, joined=None):

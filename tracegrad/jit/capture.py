@@ -22,7 +22,7 @@ from .free_vars import free_objects
 from .guards import Guards
 from .signature import STATIC
 from .state import dynamic_slots, is_number, read_state, reachable, set_slot, slot_value
-from .writeback import views_of
+from .writeback import CALLERS, views_of
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,7 +73,7 @@ class Capture:
         self.guards = Guards(fn, tracer, self.objects, inputs, bool(self.mutations or self.grad_writes))
         # where each graph input comes from at a call; an argument (or its .grad) is read from the
         # call's arguments, so the entry keeps no reference to the first call's tensors
-        self.inputs = [(s, None if s[0] in ("arg", "grad") else real) for s, real in inputs]
+        self.inputs = [(s, None if s[0] in CALLERS else real) for s, real in inputs]
 
     def _plan_outputs(self, out, name):
         out_leaves, _, self.out_struct = flatten(out, "out")
@@ -110,22 +110,24 @@ class Capture:
         self.updates, self.inplace = self.inplace, [(oi, ii) for oi, ii in self.inplace if ii not in shared]
         self.grad_writes = []
         standins = {id(e.standin): e for e in tracer.order}
-        position = {id(e.real): i for i, e in enumerate(tracer.order)}
-        grad_inputs = {e.source[1]: i for i, e in enumerate(tracer.order) if e.source[0] == "grad"}
-        # graph inputs whose memory a call overwrites: updated tensors, and .grad arrays written into
+        # graph inputs whose memory a call overwrites: updated tensors (a .grad accumulated in place too)
         self.written = {i for i, e in enumerate(tracer.order) if e.standin._ir is not e.value and
                         e.source[0] != "const"} | shared
+        made = {}       # id(a tensor the trace set as .grad) -> its grad write: one object, as eagerly
         for t, before, after in grad_changes:
             e = standins.get(id(t))
             target = ("arg", e.source[1]) if e is not None else ("captured", t)
+            held = standins.get(id(after))
             if after is None:
-                self.grad_writes.append((target, None))
-            else:
-                self.grad_writes.append((target, len(values)))
-                values.append(tracer.lift(after)._ir)
-                i = grad_inputs.get(e.source[1]) if e is not None else position.get(id(before))
-                if i is not None:
-                    self.written.add(i)
+                how = None
+            elif held is not None and held.source[0] in ("arg", "captured"):
+                how = (held.source, held.real)          # a tensor the caller holds: that object
+            else:                                       # a new tensor, as eagerly (never the old .grad)
+                how = made.get(id(after))
+                if how is None:
+                    how = made[id(after)] = (len(values), after._dtype, after._device)
+                    values.append(tracer.lift(after)._ir)
+            self.grad_writes.append((target, how))
 
 
 class CaptureTracer(Tracer):

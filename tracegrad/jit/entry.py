@@ -15,7 +15,7 @@ from .device import DeviceFresh, DeviceInputs, expanded
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, partial_backward
-from .writeback import Fresh, resolve, write_back
+from .writeback import CALLERS, Fresh, resolve, write_back
 
 
 _data_of = attrgetter("_data")
@@ -73,10 +73,10 @@ class Entry:
         self.arg_inputs = [s[1] for s, _ in self.inputs] if all(s[0] == "arg" for s, _ in self.inputs) else None
         # inputs resolved per call (arguments, their .grad, number attributes); the others are the
         # captured tensors themselves (resolve returns them; the guards check they are still held)
-        per_call = ("arg", "grad", "dynamic")
+        per_call = (*CALLERS, "dynamic")
         self.fixed_inputs = [None if s[0] in per_call else r for s, r in self.inputs]
         self.varying_inputs = [(i, (s, r)) for i, (s, r) in enumerate(self.inputs) if s[0] in per_call]
-        fwd_fresh = self.programs[0].fresh_outputs if self.programs is not None else frozenset()
+        self.fwd_fresh = fwd_fresh = self.programs[0].fresh_outputs if self.programs is not None else frozenset()
         self.out_items = [(kind, x, x not in fwd_fresh, st._dtype, st._device) if kind == "tensor" else
                           (kind, x, False, None, None) for kind, x, st in self.out_plan]
         self.fwd_checks = bool(self.grad_writes) or any(check for _, _, check, _, _ in self.out_items)

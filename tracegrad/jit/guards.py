@@ -6,7 +6,9 @@
 - for an entry whose trace depended on memory layouts (it asked contiguous(), is_contiguous(),
   stride() or view(), or took a reshape, a view or a copy as the layout decides, and updated a
   tensor in place): each argument and captured tensor keeps its layout;
-- each .grad the trace read or wrote is still the same object;
+- each .grad of a captured tensor the trace read or wrote is still None, or still a tensor of the
+  same dtype and device (read per call: after zero_grad() and backward() it is a new tensor, as
+  eagerly), the same object where the trace also read it by another path;
 - the state of reachable modules and optimizers (state.py) is unchanged, and each tensor argument is
   still the same object as the same held tensors (a parameter passed as an argument and also held
   by the optimizer is one graph input);
@@ -25,7 +27,7 @@ from .device import shares_memory
 from .free_vars import cell_value, defaults, free_objects
 from .signature import STATIC
 from .state import is_static, read_state, state_change, unchanged, watched
-from .writeback import resolve
+from .writeback import CALLERS, resolve
 
 
 class Guards:
@@ -35,9 +37,13 @@ class Guards:
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
         self.tensors = [(e.real, e.real._shape, e.real._dtype, e.real.requires_grad, e.real._device)
                         for e in tracer.order if e.source[0] == "captured"]
-        self.layouts = [(s, real, layout_of(real)) for s, real in inputs if s[0] in ("arg", "captured")] \
+        self.layouts = [(s, real, layout_of(real)) for s, real in inputs if s[0] in (*CALLERS, "captured")] \
             if tracer.layout_used else []
-        self.grads = [(t, before) for t, before in tracer.grads.values() if not isinstance(t, Traced)]
+        # a captured tensor's .grad: the same object where the trace read that object by another path
+        # (a closure, a module); else, None or not as then, a tensor of the same dtype and device
+        same = {id(e.real) for e in tracer.order if e.source[0] != "grad_of"}
+        self.grads = [(t, before, id(before) in same) for t, before in tracer.grads.values()
+                      if not isinstance(t, Traced)]
         self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
         self.objects = objects
         self._read(objects)
@@ -49,9 +55,9 @@ class Guards:
         if writes:
             arrays = [real._data for _, real in inputs]
             self.storage = _pattern(arrays, [id(_storage(a)) for a in arrays])
-            self.fixed_arrays = [None if s[0] in ("arg", "grad") else real._data for s, real in inputs]
+            self.fixed_arrays = [None if s[0] in CALLERS else real._data for s, real in inputs]
             self.fixed_roots = [None if a is None else id(_storage(a)) for a in self.fixed_arrays]
-            self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in ("arg", "grad")]
+            self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in CALLERS]
 
     def __bool__(self):
         return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts) or \
@@ -85,14 +91,16 @@ class Guards:
             if t._device is not dev and t._device != dev:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: device {dev} -> {t._device}"
         for s, real, layout in self.layouts:
-            t = leaves[s[1]] if s[0] == "arg" else real
+            t = resolve(s, real, leaves)
             if layout_of(t) != layout:
                 name = self.arg_names.get(s[1]) if s[0] == "arg" else self.names.get(id(real))
                 return f"{name}: layout {layout} -> {layout_of(t)}"
-        for t, before in self.grads:
-            if t._grad is not before:
-                return f"{self.names.get(id(t), 'a captured tensor')}.grad: " \
-                       f"{'None' if before is None else 'a tensor'} -> {'None' if t._grad is None else 'another tensor'}"
+        for t, before, identity in self.grads:
+            g = t._grad
+            if g is not before and (identity or g is None or before is None or g._dtype is not before._dtype
+                                    or g._device is not before._device and g._device != before._device):
+                return f"{self.names.get(id(t), 'a captured tensor')}.grad: {_grad_text(before)} -> " + \
+                    ("another tensor" if identity and g is not None else _grad_text(g))
         if self.objects:
             reason = self._state_failure()
             if reason is not None:
@@ -122,6 +130,10 @@ class Guards:
 
     def input_names_of_arg(self, k):
         return self.arg_names.get(k, f"argument {k}")
+
+def _grad_text(g):
+    return "None" if g is None else f"a {g._dtype.name} tensor on {g._device}"
+
 
 def layout_of(x):
     """A real tensor's memory layout, as the guards compare it."""

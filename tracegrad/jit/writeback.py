@@ -5,17 +5,24 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..tensor import Tensor
-from .device import copy_into, expanded
+from .device import copy_into
+
+
+# graph-input sources resolved per call to a tensor the caller holds: an argument, its .grad, the
+# .grad of a captured tensor (a module's parameter)
+CALLERS = ("arg", "grad", "grad_of")
 
 
 def resolve(source, real, leaves):
-    """The caller's tensor behind a graph input: an argument, an argument's .grad, a dynamic number
-    attribute, or the captured tensor itself."""
+    """The caller's tensor behind a graph input: an argument, an argument's .grad, a captured tensor's
+    .grad, a dynamic number attribute, or the captured tensor itself."""
     kind = source[0]
     if kind == "arg":
         return leaves[source[1]]
     if kind == "grad":
         return leaves[source[1]]._grad
+    if kind == "grad_of":
+        return source[1]._grad
     if kind == "dynamic":           # a number read per call: (object or dict, attribute or key, dtype, device)
         _, holder, key, dtype, dev = source
         return Tensor._wrap(np.array(holder[key] if type(holder) is dict else getattr(holder, key), dtype.np),
@@ -24,31 +31,27 @@ def resolve(source, real, leaves):
 
 
 def write_back(entry, outs, leaves, fresh):
-    """Apply entry's mutations (in-place updates) and grad writes from the program's outputs."""
-    copyto, writable = (copy_into, not_expanded) if entry.on_device else (np.copyto, _writeable)
+    """Apply entry's mutations (in-place updates), then its .grad assignments from the program's
+    outputs. A .grad the function replaced is a new tensor, as eagerly (a reference to the old one
+    keeps its values); one the function updated in place is a mutation."""
+    copyto = copy_into if entry.on_device else np.copyto
     if entry.mutations:
         for (source, real), arr in zip(entry.mutations, outs[entry.n_user:]):
             t = resolve(source, real, leaves)
             if arr is not t._data:          # unless the kernel already wrote in place
                 copyto(t._data, arr)
             t._ver[0] += 1
-    for (target, j) in entry.grad_writes:
+    made = {}
+    for target, how in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
-        if j is None:
-            t._grad = None
-        elif type(t._grad) is Tensor and writable(t._grad._data):
-            copyto(t._grad._data, outs[j])
-            t._grad._ver[0] += 1
-        else:
-            t._grad = Tensor._wrap(fresh(outs[j]), t._dtype, t._device)
-
-
-def _writeable(a):
-    return a.flags.writeable
-
-
-def not_expanded(a):
-    return not expanded(a)
+        if how is None or len(how) == 2:    # None, or (source, real) of a tensor the caller holds
+            t._grad = how and resolve(*how, leaves)
+            continue
+        g = made.get(how[0])
+        if g is None:
+            j, dtype, dev = how
+            g = made[j] = Tensor._wrap(outs[j] if j in entry.fwd_fresh else fresh(outs[j]), dtype, dev)
+        t._grad = g
 
 
 class Fresh:
