@@ -7,6 +7,7 @@ plain signature takes, while signatures that need the general steps never get th
 Oracles: the general methods (Program.run, Entry.call, CompiledNode.apply_general) on the same
 inputs, and eager tracegrad."""
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -240,3 +241,49 @@ def test_a_captured_parameter_changed_before_backward_raises_eagers_error():
         m[2].weight.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["keep", "drop", "replace", "release"])),
+                min_size=1, max_size=12), st.integers(0, 1000))
+def test_recycled_outputs_are_never_arrays_the_caller_holds(calls, seed):
+    """Calls through the generated and the general run, their results kept, dropped, replacing the
+    last one kept (a .grad set anew each step) or releasing an older one: every result held keeps
+    the values it was returned with, whatever later calls reuse."""
+    f = tg.compile(lambda a, b: (a * b).tanh() + b)
+    rng = np.random.default_rng(seed)
+    a, b = tg.tensor(rng.standard_normal((3, 4)).astype(np.float32)), tg.tensor(np.float32(0.5))
+    f(a, b)
+    prog = next(iter(f.cache.values())).programs[0]
+    held = []
+    for straight, what in calls:
+        arr = rng.standard_normal((3, 4)).astype(np.float32)
+        out = (prog.run if straight else lambda x: Program.run(prog, x))([arr, b.numpy()])[0]
+        want = np.tanh(arr * np.float32(0.5)) + np.float32(0.5)
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+        if what == "keep" or what == "replace" and not held:
+            held.append((out, out.copy()))
+        elif what == "replace":
+            held[-1] = (out, out.copy())
+        elif what == "release" and held:
+            held.pop(0)
+        del out
+        for kept, value in held:
+            np.testing.assert_array_equal(kept, value)
+
+
+def test_a_result_replacing_the_previous_one_reuses_two_arrays():
+    f = tg.compile(lambda a: a * 2.0)
+    a = tg.randn(4, 4)
+    f(a)
+    prog = next(iter(f.cache.values())).programs[0]
+    arr = a.numpy()
+    for run in (prog.run, lambda x: Program.run(prog, x)):
+        def array(out):                  # the array a result is (or views: reshaped)
+            return out if out.base is None else out.base
+        last, refs = run([arr])[0], []
+        for i in range(8):
+            refs.append(weakref.ref(array(last)))
+            last = run([arr])[0]         # the previous result is still held while this call runs
+            if i >= 2:                   # the one before it is reused, not a new array
+                assert array(last) is refs[-2]()

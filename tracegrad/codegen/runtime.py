@@ -63,6 +63,12 @@ def _address(a):
         return a.ctypes.data
 
 
+def _free(a, shape, dtype):
+    """Whether a fresh-output spec's array `a` (passed straight from the spec) is free to reuse."""
+    return a is not None and _getrefcount(a) == _HELD and a.flags.writeable and a.shape == shape and \
+        a.dtype is dtype
+
+
 def viewer(ld, shape):
     """How a host step sees buffer ld.buf through Load `ld` as an array of `shape`: None (the buffer
     as it is) or (shape, dtype, byte offset, byte strides) of a strided view (no copy)."""
@@ -87,12 +93,13 @@ class Program:
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
         self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
-        # per fresh output: slot, shape, dtype, whether recycled, then (the array last made, its address),
-        # and how it is allocated (a streamed one on a cache line: its kernel's pointer says `align 64`)
+        # per fresh output: slot, shape, dtype, whether recycled, (the array last used, its address),
+        # how it is allocated (a streamed one on a cache line: its kernel's pointer says `align 64`),
+        # then (the array used before it, its address)
         stream = streamed(graph, kernels, aliases, slots, inplace)
         self.fresh = [[slot, tuple(v.shape), np.dtype(v.dtype.np),
                        math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0,
-                       aligned_empty if id(v) in stream else np.empty] for slot, v in fresh]
+                       aligned_empty if id(v) in stream else np.empty, None, 0] for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
             self.template[slot] = arr
@@ -167,10 +174,12 @@ class Program:
 
     def _bind(self, arrays):
         """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
-        addresses written into the pointer table (where it does not hold them already). A small fresh output reuses the array the previous
-        call made for it when only this program still holds it (its tensors, views and saved copies
-        are gone: any of them holds a reference), so a hot loop of small calls allocates nothing;
-        an output whose array is still held is a new array, as always."""
+        addresses written into the pointer table (where it does not hold them already). A small fresh
+        output reuses an array one of the two previous calls used for it when only this program still
+        holds it (its tensors, views and saved copies are gone: any of them holds a reference), so a
+        hot loop of small calls allocates nothing, also where each call's result replaces the one
+        before (a .grad set anew each step: the previous one is still held while this call runs); an
+        output whose arrays are both held is a new array, as always."""
         cur, table = self.template.copy(), self.table
         for spec, a in zip(self.inputs, arrays):
             slot, shape, dtype, ref, ptr = spec
@@ -185,14 +194,18 @@ class Program:
         for o, i in self.inplace:
             cur[o] = cur[i]
             table[o] = table[i]
-        for f in self.fresh:
-            slot, shape, dtype, recycled, a, ptr, empty = f
-            if a is None or _getrefcount(a) != _HELD or not a.flags.writeable or a.shape != shape or \
-                    a.dtype is not dtype:       # else: the previous call's array, which nothing else holds now
-                a = empty(shape, dtype)
+        for f in self.fresh:            # the table holds the address of f[4], the array last used
+            slot, shape, dtype = f[0], f[1], f[2]
+            if _free(f[4], shape, dtype):       # the previous call's array, which nothing else holds now
+                a = f[4]
+            elif _free(f[7], shape, dtype):     # the array of the call before it
+                f[4:6], f[7:9] = f[7:9], f[4:6]
+                a, table[slot] = f[4], f[5]
+            else:
+                a = f[6](shape, dtype)
                 table[slot] = ptr = _address(a)
-                if recycled:
-                    f[4:6] = a, ptr
+                if f[3]:
+                    f[7:9], f[4:6] = f[4:6], (a, ptr)
             cur[slot] = a
         return cur
 

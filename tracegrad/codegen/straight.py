@@ -59,17 +59,22 @@ def straight_run(prog, general, address):
     for o, i in prog.inplace:
         names[o] = names[i]
         lines.append(f"        table[{o}] = table[{i}]")
-    for k, (slot, shape, dtype, recycled, _, _, make) in enumerate(prog.fresh):
+    for k, (slot, shape, dtype, recycled, _, _, make, _, _) in enumerate(prog.fresh):
         env[f"FSH{k}"], env[f"FDT{k}"], env[f"FR{k}"] = shape, dtype, prog.fresh[k]
         empty = "empty" if make is np.empty else f"EMPTY{k}"
         env[empty] = make
         names[slot] = f"o{k}"
-        if recycled:             # the previous call's array when nothing else holds it now
+        if recycled:             # an array of the two previous calls when nothing else holds it now
+            free = f"o{k} is not None and getrefcount(o{k}) == HELD and o{k}.flags.writeable and o{k}.shape == FSH{k}"
             lines += [f"        o{k} = FR{k}[4]",
-                      f"        if o{k} is None or getrefcount(o{k}) != HELD or not o{k}.flags.writeable or "
-                      f"o{k}.shape != FSH{k}:",
-                      f"            o{k} = FR{k}[4] = {empty}(FSH{k}, FDT{k})",
-                      f"            table[{slot}] = address(o{k})"]
+                      f"        if not ({free}):",
+                      f"            o{k} = FR{k}[7]",
+                      f"            if {free}:",
+                      f"                FR{k}[4:6], FR{k}[7:9] = FR{k}[7:9], FR{k}[4:6]",
+                      f"            else:",
+                      f"                o{k} = {empty}(FSH{k}, FDT{k})",
+                      f"                FR{k}[7:9], FR{k}[4:6] = FR{k}[4:6], (o{k}, address(o{k}))",
+                      f"            table[{slot}] = FR{k}[5]"]
         else:
             lines += [f"        o{k} = {empty}(FSH{k}, FDT{k})",
                       f"        table[{slot}] = address(o{k})"]

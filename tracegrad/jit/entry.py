@@ -19,6 +19,7 @@ from .writeback import CALLERS, Fresh, resolve, write_back
 
 
 _data_of = attrgetter("_data")
+_writeable = attrgetter("flags.writeable")
 _wrap = Tensor._wrap            # bound once (a classmethod binds at every attribute read)
 
 
@@ -41,9 +42,14 @@ class Entry:
         self.guarded = bool(cap.guards)          # whether a call must check them
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
+        # the updated tensors, (tensor, j) where fixed, ((source, real), j) where read per call; j: the
+        # update's position among the outputs after the user's
+        self.mutated_fixed = [(real, j) for j, (s, real) in enumerate(self.mutations) if s[0] == "captured"]
+        self.mutated_per_call = [(m, j) for j, m in enumerate(self.mutations) if m[0][0] != "captured"]
         self.aliases = cap.aliases
         self.updates = cap.updates
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
+        self.updated_at = [ii for ii, _ in self.updated]
         self.writes = bool(self.mutations or self.grad_writes)
         self._kernels = None
         self._partial = {}          # the backward for some cotangents only, by which (partial_backward)
@@ -120,9 +126,10 @@ class Entry:
         arrays = list(map(_data_of, sources))
         if self.on_device:
             arrays = self.device_inputs(arrays)
-        for i, name in self.updated:
-            if not writable(arrays[i]):
-                raise_read_only(self.name, name, sources[i])
+        if self.updated and not (all(map(_writeable, map(arrays.__getitem__, self.updated_at))) if not self.on_device
+                                 else all(writable(arrays[i]) for i in self.updated_at)):
+            i, name = next((i, name) for i, name in self.updated if not writable(arrays[i]))
+            raise_read_only(self.name, name, sources[i])
         if self.check and (self.programs is not None or not self.on_device):
             outs = checked_run(self.programs, 0, self.fwd, arrays)
         else:

@@ -35,12 +35,18 @@ def write_back(entry, outs, leaves, fresh):
     outputs. A .grad the function replaced is a new tensor, as eagerly (a reference to the old one
     keeps its values); one the function updated in place is a mutation."""
     copyto = copy_into if entry.on_device else np.copyto
-    if entry.mutations:
-        for (source, real), arr in zip(entry.mutations, outs[entry.n_user:]):
-            t = resolve(source, real, leaves)
-            if arr is not t._data:          # unless the kernel already wrote in place
-                copyto(t._data, arr)
-            t._ver[0] += 1
+    n = entry.n_user
+    # captured tensors (a module's parameters, an optimizer's buffers) are fixed: no lookup per call
+    for t, j in entry.mutated_fixed:
+        arr = outs[n + j]
+        if arr is not t._data:              # unless the kernel already wrote in place
+            copyto(t._data, arr)
+        t._ver[0] += 1
+    for (source, real), j in entry.mutated_per_call:
+        t, arr = resolve(source, real, leaves), outs[n + j]
+        if arr is not t._data:
+            copyto(t._data, arr)
+        t._ver[0] += 1
     made = {}
     for target, how in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
