@@ -21,20 +21,9 @@ import tracegrad as tg
 import tracegrad.jit.joined as joined
 from tracegrad.ir.passes import factor_sums
 from tracegrad.ops import PRIMS
+from test_row_walks import _walks, layernorm_loss
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_FACTOR_EXAMPLES", "12"))
-
-
-def layernorm_loss(x, w, b, g):
-    mean = x.mean(axis=1, keepdims=True)
-    d = x - mean
-    var = (d * d).mean(axis=1, keepdims=True)
-    return ((d / (var + 1e-5).sqrt() * w + b) * g).sum()
-
-
-def _walks(line):
-    m = re.search(r"walks=(\S+)", line)
-    return None if m is None else [[int(p) for p in re.findall(r"p(\d+)", w)] for w in m.group(1).split(",")]
 
 
 def _depth(graph):
