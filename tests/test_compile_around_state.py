@@ -342,3 +342,25 @@ def test_other_patterns_follow_eager(pattern):
     for backend in BACKENDS:
         SHARED["w"] = tg.tensor([1.0, 2.0])
         assert_same(want, use(tg.compile(fn, backend=backend)), backend, rtol=2e-5)
+
+
+def test_a_parameters_grad_set_to_none_between_calls_of_a_layout_dependent_step():
+    """A .grad read per call (the step accumulates into it) that is None at the next call retraces
+    before anything reads its memory layout (the trace asked one: view())."""
+    def run(compiled):
+        tg.manual_seed(0)
+        m = tg.nn.Linear(3, 2)
+        x = tg.tensor(np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float32))
+
+        def step(x):
+            loss = m(x).reshape(-1).view(8).sum()
+            loss.backward()
+            return loss
+        f = tg.compile(step) if compiled else step
+        seen = []
+        for i in range(5):
+            if i == 3:
+                m.weight.grad = m.bias.grad = None
+            seen.append((f(x).item(), m.weight.grad.numpy().copy(), m.bias.grad.numpy().copy()))
+        return seen
+    assert_same(run(False), run(True), "llvm", rtol=2e-5)

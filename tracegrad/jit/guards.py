@@ -90,17 +90,18 @@ class Guards:
                        f"requires_grad={rg} -> {t._dtype.name}{list(t._shape)} requires_grad={t.requires_grad}"
             if t._device is not dev and t._device != dev:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: device {dev} -> {t._device}"
-        for s, real, layout in self.layouts:
-            t = resolve(s, real, leaves)
-            if layout_of(t) != layout:
-                name = self.arg_names.get(s[1]) if s[0] == "arg" else self.names.get(id(real))
-                return f"{name}: layout {layout} -> {layout_of(t)}"
+        # .grad before layouts: a .grad read per call must be there to have one
         for t, before, identity in self.grads:
             g = t._grad
             if g is not before and (identity or g is None or before is None or g._dtype is not before._dtype
                                     or g._device is not before._device and g._device != before._device):
                 return f"{self.names.get(id(t), 'a captured tensor')}.grad: {_grad_text(before)} -> " + \
                     ("another tensor" if identity and g is not None else _grad_text(g))
+        for s, real, layout in self.layouts:
+            t = resolve(s, real, leaves)
+            if layout_of(t) != layout:
+                name = self.arg_names.get(s[1]) if s[0] == "arg" else self.names.get(id(real))
+                return f"{name}: layout {layout} -> {layout_of(t)}"
         if self.objects:
             reason = self._state_failure()
             if reason is not None:
@@ -130,6 +131,7 @@ class Guards:
 
     def input_names_of_arg(self, k):
         return self.arg_names.get(k, f"argument {k}")
+
 
 def _grad_text(g):
     return "None" if g is None else f"a {g._dtype.name} tensor on {g._device}"
