@@ -44,7 +44,8 @@ import math
 
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
-from ..kernels import Const, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
+from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
+from .columns import order_walks
 from .gathers import index_tree
 
 RECOMPUTE_LIMIT = 8
@@ -120,7 +121,7 @@ def fuse(graph, enabled=True, half=False):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
-            if len(consumers.get(id(v), ())) > 1 and size(expr[id(v)]) > _recompute_limit(v):
+            if len(consumers.get(id(v), ())) > 1 and _element_ops(expr[id(v)], v.shape) > _recompute_limit(v):
                 materialize(v)
             elif bound[id(v)] > MAX_TREE_OPS and size(expr[id(v)]) > MAX_TREE_OPS:
                 materialize(v)
@@ -170,7 +171,7 @@ def fuse(graph, enabled=True, half=False):
     if not enabled:
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
-    return keep_in_rows(merge_accumulations(merge_rows(gather(hoist(kernels)))), keep), aliases
+    return keep_in_rows(merge_accumulations(merge_rows(order_walks(gather(hoist(kernels))))), keep), aliases
 
 
 def _recompute_limit(v):
@@ -178,6 +179,19 @@ def _recompute_limit(v):
     statistic (a trailing axis of 1, read broadcast along the row: its expression is invariant in the
     inner loop, which LLVM hoists), so it stays in the row kernel that reads it."""
     return ROW_RECOMPUTE_LIMIT if len(v.shape) > 1 and v.shape[-1] == 1 else RECOMPUTE_LIMIT
+
+
+def _element_ops(tree, shape):
+    """The ops of `tree` (over a space of `shape`) that vary along every axis of it: those over a load
+    or index that walks them all. The others read only broadcast values (a column statistic's expression: it varies along
+    the kept axes only), which a target computes once per row or column, not per element."""
+    varying = {}
+    for t in postorder(tree):
+        if isinstance(t, Op):
+            varying[id(t)] = any(varying[id(a)] for a in t.args) or isinstance(t, Gather)
+        else:
+            varying[id(t)] = isinstance(t, (Load, Iota)) and all(st for st, n in zip(t.strides, shape) if n > 1)
+    return sum(varying[id(t)] for t in postorder(tree) if isinstance(t, Op))
 
 
 def _const_buffer(v, expr, kernels):

@@ -10,10 +10,11 @@ v's place. So a chain of elementwise ops is recomputed from its one input (a tan
 relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved. A chain
 with a transcendental (a primitive of cost "transcendental": tanh, exp, ...) applied per element,
 producing more than HEAVY_RECOMPUTE_BYTES, is saved: there recomputing costs more time than the traffic it avoids.
-Except a softmax numerator exp(x - max(x)) that the forward only sums (log-softmax's, logsumexp's,
-cross_entropy's): the forward computes it in the walk that finds the row's maximum (online, never
-written), so saving it would cost the forward a second walk and the write; the backward recomputes
-it from x and the saved per-row max instead.
+Except a softmax numerator exp(x - max(x)) that the forward only sums, directly or through
+elementwise ops (log-softmax's, logsumexp's, cross_entropy's; a softmax whose output only a loss
+sums): the forward computes it in the walks that reduce it (online with the maximum where it can,
+never written), so saving it would cost the forward the write; the backward recomputes it from x
+and the saved max instead.
 """
 import math
 
@@ -88,10 +89,25 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
     users = {}
     for n in fwd.nodes:
         for i in n.inputs:
-            users.setdefault(id(i), []).append(n.op)
+            users.setdefault(id(i), []).append(n)
 
-    def only_summed(h):        # the forward makes h only for sums (no other use, not returned)
-        return id(h) not in returned and users.get(id(h)) and all(op == "sum" for op in users[id(h)])
+    def only_summed(h):
+        """The forward makes h only for sums, maybe through elementwise ops (a softmax's numerator
+        divided by its sum, times g, summed: a loss), none of whose full-size values it returns."""
+        stack, seen = [h], set()
+        while stack:
+            u = stack.pop()
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if id(u) in returned or u is not h and id(u) in saved_ids or not users.get(id(u)):
+                return False
+            for n in users[id(u)]:
+                if n.op != "sum":
+                    if not (_cheap(n) and PRIMS[n.op].kind == "elementwise") or n.out.shape != h.shape:
+                        return False
+                    stack.append(n.out)
+        return True
     for v in saved:
         if id(v) in inputs or v.node is None or not _cheap(v.node) or v.node.op in ("const", "iota"):
             plan[id(v)] = None
