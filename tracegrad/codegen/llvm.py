@@ -7,8 +7,9 @@ constants), its outermost loop runs over [lo, hi) so the runtime can split it ac
 the innermost loop walks the last, unit-stride axis so that LLVM vectorizes it. Values live in
 allocas that SROA turns into registers; float sums use `reassoc` adds so they vectorize too.
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
-routines of mathlib/. Loop nests come from loops.py, accumulators from reductions.py, and kernels
-with a Schedule's map or across order are lowered by scheduled.py.
+routines of mathlib/. Loop nests come from loops.py, accumulators from reductions.py, kernels
+with a Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of
+exp that read them by online_columns.py.
 """
 import math
 
@@ -17,6 +18,7 @@ from . import mathlib
 from .coalesce import coalesce, scale
 from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
+from .online_columns import online_columns
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
@@ -80,7 +82,9 @@ class ModuleBuilder:
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
         ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
-        if kernel.kind == "reduce_acc":
+        if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
+            online_columns(self, f, kernel, ptrs)
+        elif kernel.kind == "reduce_acc":
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
             _across_kernel(self, f, kernel, ptrs)

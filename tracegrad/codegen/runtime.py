@@ -303,11 +303,20 @@ class _Chunks:
         for (slot, combine), parts in zip(self.outs, self.partials):
             out = cur[slot]
             if combine is np.add and out.ndim == 0 and out.dtype.kind == "f":    # one sum: exactly
-                out[...] = math.fsum([out.item()] + parts.ravel().tolist())
+                out[...] = _fsum([out.item()] + parts.ravel().tolist())
             elif combine is np.add and out.dtype == np.float32 and len(parts) > 3:   # many: in float64
                 out[...] = parts.sum(0, dtype=np.float64) + out
             else:
                 combine(out, combine.reduce(parts, axis=0), out=out)
+
+
+def _fsum(xs):
+    """math.fsum, or (inf and -inf among xs: fsum raises; or a sum past the float64 range) their plain
+    sum, nan or inf as eager's."""
+    try:
+        return math.fsum(xs)
+    except (ValueError, OverflowError):
+        return float(np.sum(xs))
 
 
 def _partials(n, v):

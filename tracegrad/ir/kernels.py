@@ -193,7 +193,11 @@ class Schedule:
     `online`: pairs (i, i + 1) of a row kernel's phases that one walk over the row computes: phase i
     the maximum m of a tree, phase i + 1 the sum of exp(a - g(m)) (g reads only m); the walk keeps
     the running maximum and rescales the running sum by exp(g(old) - g(new)) when it grows. A target
-    may also run the two phases in turn: the values are the same up to rounding.
+    may also run the two phases in turn: the values are the same up to rounding. In a reduce_acc
+    kernel (with `across`: reductions over leading axes, schedule.online_columns): pairs (i, j) of a
+    maximum i and a sum j linear in exp(a - g(m)) (any number per maximum), computed in one walk
+    while its other phases (reading neither) accumulate beside them; threads split its column tiles.
+    A target may also run the maxima first, then the rest (Kernel.online_apart).
     `walks`: a row kernel's phases grouped into walks over the row, in order (tuples of phase
     indices, each phase in one; empty: one walk per phase): the phases of a walk read no result of
     each other, so one loop over the row computes them all, each element's shared subexpressions
@@ -262,7 +266,15 @@ class Kernel:
         axes (Schedule.rows)."""
         if self.schedule is not None and self.schedule.rows:
             return [ph for ph in self.phases if ph.kind == "reduce"]
+        if self.kind == "reduce_acc" and self.schedule is not None and self.schedule.online:
+            return []                   # threads split its columns (schedule.online_columns): none to join
         return self.accumulated()
+
+    def online_apart(self):
+        """(maxima, the rest): a reduce_acc kernel with online pairs as two kernels run in turn."""
+        maxima = {i for i, _ in self.schedule.online}
+        return [Kernel("reduce_acc", self.shape, 0, [ph for i, ph in enumerate(self.phases) if (i in maxima) == first])
+                for first in (True, False)]
 
     def apart(self):
         """(row kernel, reduce_acc kernel): this row kernel without, and with only, its accumulated

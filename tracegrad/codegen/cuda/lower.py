@@ -125,6 +125,9 @@ def lower_kernel(kernel, name):
     reduction over no elements writes its identity)."""
     if all(0 in v.shape for v in kernel.outputs):
         return []
+    if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
+        maxima, rest = kernel.online_apart()          # the maxima, then the sums that read them
+        return lower_kernel(maxima, name) + lower_kernel(rest, f"{name}_sums")
     if kernel.kind == "loop" and kernel.accumulated():    # a row kernel's sums over its rows: a launch after
         rows, sums = kernel.apart()
         rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk

@@ -10,12 +10,16 @@ holds such a statistic read over its space get levels: the walk kernels (over th
 walk w = 1..L, the longest chain of walks their reads make; the other kernels (small ones over the
 kept axes) run between walks. Each kernel takes the latest level its readers allow (a loss and the
 gradient map in the last walk, the backward's column sums in the walk before, beside the forward's
-statistic of the same level), so walks late in the chain, which read every input anyway, take the
+statistic of the same level; a sum of exp(x - max) shares the maximum's walk where one online walk
+computes both, schedule.online_columns), so walks late in the chain, which read every input anyway, take the
 sums, and the number of walks is the chain's length. Kernels then run by level, stably, a level's loop kernels
 before its reduce_acc kernels (which merge_rows then joins to them: a loss summed in the walk that
 writes the gradient).
 """
 import math
+
+from ..kernels import Kernel
+from .schedule import online_columns
 
 
 def order_walks(kernels):
@@ -51,6 +55,12 @@ def _streams(k):
     return any(2 * math.prod(v.shape) >= n for v in [ld.buf for ld in k.reads] + k.outputs)
 
 
+def _online(a, b):
+    """Whether reduce_acc kernel b reads a's results only as maxima it sums exp of: one online walk."""
+    return a.kind == b.kind == "reduce_acc" and \
+        online_columns(Kernel("reduce_acc", a.shape, 0, a.phases + b.phases)) is not None
+
+
 def _ordered(run):
     space = _statistic_space(run)
     if space is None:
@@ -60,9 +70,10 @@ def _ordered(run):
     reads = [sorted({maker[id(ld.buf)] for ld in k.reads if id(ld.buf) in maker and maker[id(ld.buf)] < i})
              for i, k in enumerate(run)]
     # levels: walk kernels at integers 1..L, the others at j + 0.5 (after walk j)
+    online = {(j, i) for i, js in enumerate(reads) for j in js if walk[i] and walk[j] and _online(run[j], run[i])}
     asap = []
     for i in range(len(run)):
-        step = (lambda j: asap[j] + 1 if walk[j] else asap[j] + 0.5) if walk[i] else \
+        step = (lambda j: asap[j] + ((j, i) not in online) if walk[j] else asap[j] + 0.5) if walk[i] else \
             (lambda j: asap[j] + 0.5 if walk[j] else asap[j])
         asap.append(max([step(j) for j in reads[i]], default=1 if walk[i] else 0.5))
     last = max(a for a, w in zip(asap, walk) if w)
@@ -73,7 +84,7 @@ def _ordered(run):
             readers[j].append(i)
     for i in reversed(range(len(run))):
         if walk[i]:
-            bound = [alap[c] - 1 if walk[c] else alap[c] - 0.5 for c in readers[i]]
+            bound = [alap[c] - ((i, c) not in online) if walk[c] else alap[c] - 0.5 for c in readers[i]]
             alap[i] = min(bound + [last])
         else:
             bound = [alap[c] - 0.5 if walk[c] else alap[c] for c in readers[i]]

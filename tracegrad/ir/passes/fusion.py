@@ -47,6 +47,7 @@ from ...ops.layout import broadcast_strides
 from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
 from .columns import order_walks
 from .gathers import index_tree
+from .schedule import online_columns
 
 RECOMPUTE_LIMIT = 8
 ROW_RECOMPUTE_LIMIT = 48   # the same for a row statistic (_recompute_limit)
@@ -281,7 +282,7 @@ def merge_rows(kernels):
                     produced[id(v)] = "acc"
             continue
         if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
-                and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
+                and _accumulate_beside(out[-1], k):
             out[-1].phases.extend(k.phases)       # one loop nest accumulates several reductions
             group = None
             continue
@@ -315,6 +316,16 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = ph.kind
     return out
+
+
+def _accumulate_beside(acc, k):
+    """Whether reduce_acc kernel k can join reduce_acc kernel `acc` (same space) in one loop nest: it
+    reads none of acc's results, or only maxima it sums exp of, online (schedule.online_columns), and
+    acc keeps its online walk."""
+    merged = Kernel("reduce_acc", acc.shape, 0, acc.phases + k.phases)
+    if {id(v) for v in acc.outputs} & {id(ld.buf) for ld in k.reads}:
+        return online_columns(merged) is not None
+    return online_columns(acc) is None or online_columns(merged) is not None
 
 
 def merge_accumulations(kernels):

@@ -38,6 +38,7 @@ from ..kernels import Op, Schedule, contiguous_strides, loads, nbytes
 
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
+ONLINE_TILE = 256    # the same for an online walk of column maxima (online_columns)
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
 ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
 TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
@@ -48,7 +49,9 @@ LINE = 64            # bytes of a cache line
 def schedule(kernels):
     """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them."""
     for k in kernels:
-        if k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
+        if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
+            k.schedule = sch
+        elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
             k.schedule = choose(k)
             if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
                 k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
@@ -120,6 +123,66 @@ def online_pairs(k):
         if m.dtype.is_floating_point and s.dtype == m.dtype == tree.dtype and exp_shift(tree, m):
             pairs.append((i, i + 1))
     return pairs
+
+
+def _reads(tree, m):
+    return any(ld.buf is m for ld in loads(tree))
+
+
+def rescaled(tree, m):
+    """Whether `tree` is linear in exp(a - g(m)) (exp_shift): that exp, or it times, divided by or negated
+    around a value that does not read m; an online walk then rescales its running sum as the maximum
+    grows (a softmax's sum of exp, the backward's sum of g * exp, logsumexp's guard times inf)."""
+    if exp_shift(tree, m):
+        return True
+    if not isinstance(tree, Op) or tree.lower not in ("-a", "a * b", "a / b"):
+        return False
+    a, *rest = tree.args
+    if tree.lower == "-a":
+        return rescaled(a, m)
+    b = rest[0]
+    return (rescaled(a, m) and not _reads(b, m)) or (tree.lower == "a * b" and rescaled(b, m) and not _reads(a, m))
+
+
+def online_columns(k):
+    """The Schedule of reduce_acc kernel k when its reductions over leading axes are float maxima m and
+    sums that read them only as rescaled(tree, m), beside reductions that read neither (all over the
+    same axes, its kept axes trailing, the last one the unit-stride axis of its largest read): one
+    walk computes them all (codegen/online_columns.py). A tile of ACROSS_TILE columns at a time
+    (threads split the tiles: each owns its columns, no partial results to join), its rows in
+    blocks read twice while in cache: the block's maxima, then the sums at the running maxima, the
+    running sums rescaled by exp(g(old) - g(new)) as they grow. `online` pairs each maximum with the
+    sums that read it. None otherwise."""
+    n = len(k.shape)
+    if k.kind != "reduce_acc" or n < 2 or 0 in k.shape or any(ph.kind != "reduce" for ph in k.phases):
+        return None
+    axes = set(k.phases[0].axes)
+    r = len(axes)
+    if axes != set(range(r)) or r == n or any(set(ph.axes) != axes for ph in k.phases):
+        return None
+    reads = [(read_bytes(k, ld), ld.strides) for ld in k.reads]
+    if unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) != n - 1:
+        return None
+    outs = [ph.outputs[0] for ph in k.phases]
+    maxima = {id(v): i for i, (ph, (v, t)) in enumerate(zip(k.phases, outs))
+              if _joins(ph, "maximum") and v.dtype.is_floating_point and not any(
+                  ld.buf is w for ld in loads(t) for w, _ in outs)}
+    pairs = []
+    for j, (ph, (s, tree)) in enumerate(zip(k.phases, outs)):
+        read = [i for i, (w, _) in enumerate(outs) if _reads(tree, w)]
+        if not read:
+            continue
+        if len(read) > 1 or id(outs[read[0]][0]) not in maxima or not _joins(ph, "+"):
+            return None
+        m = outs[read[0]][0]
+        if not (s.dtype == m.dtype == tree.dtype and rescaled(tree, m)):
+            return None
+        pairs.append((read[0], j))
+    if not pairs:
+        return None
+    u = n - 1
+    return Schedule([(d, 0) for d in range(r, u)] + [(u, ONLINE_TILE)] + [(d, 0) for d in range(r)] + [(u, 0)],
+                    across=u, online=pairs)
 
 
 def operands(k):

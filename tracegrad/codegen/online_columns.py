@@ -1,0 +1,152 @@
+"""One walk over memory for column maxima and the sums of exp(a - g(m)) that read them (a reduce_acc
+kernel with Schedule.online: ir/passes/schedule.py's online_columns), beside reductions that read neither.
+
+Per tile of the unit-stride kept axis u (threads split the tiles; each owns its columns), the rows
+run in blocks of at most BLOCK_BYTES of the tile, each read twice while in cache: a vectorized loop
+finds the block's maxima, the running maxima M grow and each sum's running total is rescaled by
+exp(g(M_old) - g(M_new)) (a factor of 0 drops the old terms: they may be exp(-inf - -inf) = nan; a
+total of 0 stays 0), then a second loop adds each sum's terms at the running maxima, in a partial of
+the values' type per block (at most reductions.BLOCK terms) joined into a float64 total, as the blocked
+sums of reductions.py. The other reductions add in that loop too. The results are those of the maxima
+first and the sums after, up to rounding.
+"""
+import math
+
+from ..ir.kernels import contiguous_strides, loads
+from . import mathlib
+from .loops import _nest
+from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
+from .scalar import SHORT, Emitter, fconst, linear, regtype, store
+
+BLOCK_BYTES = 1 << 16       # a tile's rows read twice while in L2: the maxima, then the sums
+
+
+def _shift(tree, m):
+    """The exp(a - g(m)) node of a sum linear in it (schedule.rescaled), and g."""
+    while not (tree.lower == "exp(a)" and any(ld.buf is m for ld in loads(tree))):
+        tree = next(a for a in tree.args if any(ld.buf is m for ld in loads(a)))
+    return tree.args[0].args[1]
+
+
+def online_columns(mb, f, kernel, ptrs):
+    sch, shape = kernel.schedule, kernel.shape
+    u = sch.across
+    cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
+    outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
+    r0, others = inner[0][0], math.prod(shape[d] for d, _ in inner[1:-1])
+    itemsize = max([ld.dtype.itemsize for ld in kernel.reads] + [4])
+    rows = max(1, min(BLOCK_BYTES // (tile * others * itemsize), BLOCK // others))
+    keep = [d for d in range(len(shape)) if d not in set(kernel.phases[0].axes)]
+    ostrides = contiguous_strides([shape[d] for d in keep])
+    maxima = {i for i, _ in sch.online}
+    owner = {j: i for i, j in sch.online}
+    outs = [ph.outputs[0] for ph in kernel.phases]
+    accs = []     # (phase index, lower, value, tree, total vector (float64 for float sums), partial vector or None)
+    for j, (ph, (v, tree)) in enumerate(zip(kernel.phases, outs)):
+        at = _acc_dtype(ph.lower, v.dtype)
+        part = f.alloca(f"[{tile} x {regtype(v.dtype)}]") if at is not v.dtype else None
+        accs.append((j, ph.lower, v, tree, f.alloca(f"[{tile} x {regtype(at)}]"), part))
+    bmax = {i: f.alloca(f"[{tile} x {regtype(outs[i][0].dtype)}]") for i in maxima}
+    shifts = {j: _shift(outs[j][1], outs[i][0]) for j, i in owner.items()}
+
+    def exp(f, x, dt):
+        key = ("exp", SHORT[dt.name])
+        mb.math.add(key)
+        return f.assign(f"call {regtype(dt)} {mathlib.symbol(*key)}({regtype(dt)} {x})")
+
+    def outer_body(f, oidx, obase):
+        def at(f, vec, idx, dt):
+            i = f.assign(f"sub nsw i64 {idx[u]}, {obase[u][0]}")
+            return f.assign(f"getelementptr inbounds {regtype(dt)}, ptr {vec}, i64 {i}")
+
+        def get(f, vec, idx, dt):
+            return f.assign(f"load {regtype(dt)}, ptr {at(f, vec, idx, dt)}")
+
+        def put(f, vec, idx, dt, x):
+            f.emit(f"store {regtype(dt)} {x}, ptr {at(f, vec, idx, dt)}")
+
+        def over_tile(f, fn):
+            _nest(f, shape, [(u, 0)], lambda f, idx, b: fn(f, idx), idx=oidx, base=obase)
+
+        def init(f, idx):
+            for j, lower, v, tree, total, part in accs:
+                put(f, total, idx, _acc_dtype(lower, v.dtype), _identity(lower, _acc_dtype(lower, v.dtype)))
+
+        def elements(f, idx):
+            return Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])
+
+        def block(f, bidx, bbase):
+            def begin(f, idx):
+                for i in maxima:
+                    dt = outs[i][0].dtype
+                    put(f, bmax[i], idx, dt, _identity(kernel.phases[i].lower, dt))
+
+            def block_max(f, idx, b):
+                em = elements(f, idx)
+                for i in maxima:
+                    dt = outs[i][0].dtype
+                    put(f, bmax[i], idx, dt, _combine(f, kernel.phases[i].lower, get(f, bmax[i], idx, dt),
+                                                      em.value(outs[i][1]), dt))
+
+            def grow(f, idx):                # the running maxima grow; the sums that read them rescale
+                for i in maxima:
+                    v, dt = outs[i][0], outs[i][0].dtype
+                    old = get(f, accs[i][4], idx, dt)
+                    new = _combine(f, kernel.phases[i].lower, old, get(f, bmax[i], idx, dt), dt)
+                    put(f, accs[i][4], idx, dt, new)
+                    for j in [j for j, o in owner.items() if o == i]:
+                        at_ = _acc_dtype(kernel.phases[j].lower, dt)
+                        em_old, em_new = Emitter(mb, f, ptrs, []), Emitter(mb, f, ptrs, [])
+                        for ld in loads(shifts[j]):
+                            em_old.memo[id(ld)], em_new.memo[id(ld)] = old, new
+                        g_old, g_new = em_old.value(shifts[j]), em_new.value(shifts[j])
+                        same = f.assign(f"fcmp oeq {regtype(dt)} {g_old}, {g_new}")
+                        fac = f.assign(f"select i1 {same}, {regtype(dt)} {fconst(1, dt)}, {regtype(dt)} "
+                                       f"{exp(f, f.assign(f'fsub {regtype(dt)} {g_old}, {g_new}'), dt)}")
+                        wide, tot = _widen(f, fac, dt, at_), get(f, accs[j][4], idx, at_)
+                        aty = regtype(at_)
+                        gone = f.assign(f"or i1 {f.assign(f'fcmp oeq {aty} {tot}, {fconst(0, at_)}')}, "
+                                        f"{f.assign(f'fcmp oeq {aty} {wide}, {fconst(0, at_)}')}")
+                        scaled = f.assign(f"fmul {aty} {tot}, {wide}")
+                        put(f, accs[j][4], idx, at_, f.assign(f"select i1 {gone}, {aty} {fconst(0, at_)}, {aty} {scaled}"))
+                for j, lower, v, tree, total, part in accs:
+                    if part is not None:
+                        put(f, part, idx, v.dtype, _identity(lower, v.dtype))
+
+            def block_sums(f, idx, b):
+                em = elements(f, idx)
+                for j, i in owner.items():                   # the sums read the running maxima
+                    m = get(f, accs[i][4], idx, outs[i][0].dtype)
+                    for ld in loads(outs[j][1]):
+                        if ld.buf is outs[i][0]:
+                            em.memo[id(ld)] = m
+                for j, lower, v, tree, total, part in accs:
+                    if j in maxima:
+                        continue
+                    into, dt = (part, v.dtype) if part is not None else (total, _acc_dtype(lower, v.dtype))
+                    put(f, into, idx, dt, _combine(f, lower, get(f, into, idx, dt),
+                                                   _widen(f, em.value(tree), v.dtype, dt), dt))
+
+            def join(f, idx):
+                for j, lower, v, tree, total, part in accs:
+                    if part is not None:
+                        at_ = _acc_dtype(lower, v.dtype)
+                        put(f, total, idx, at_, _combine(f, lower, get(f, total, idx, at_),
+                                                         _widen(f, get(f, part, idx, v.dtype), v.dtype, at_), at_))
+            over_tile(f, begin)
+            _nest(f, shape, inner, block_max, idx=bidx, base=bbase)
+            over_tile(f, grow)
+            _nest(f, shape, inner, block_sums, idx=bidx, base=bbase)
+            over_tile(f, join)
+
+        def write(f, idx):
+            off = linear(f, [idx[d] for d in keep], ostrides)
+            for j, lower, v, tree, total, part in accs:
+                at_ = _acc_dtype(lower, v.dtype)
+                store(f, ptrs, v, off, _narrow(f, get(f, total, idx, at_), v.dtype, at_))
+
+        over_tile(f, init)
+        _nest(f, shape, [(r0, rows)], block, idx=oidx, base=obase)
+        over_tile(f, write)
+
+    _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))
