@@ -5,10 +5,9 @@ outputs' unit-stride axis; the element loops then read it, and every other opera
 map vectorizes with unit-stride loads and stores (instead of a gather per vector of the strided
 operand). Tiles cut by the space's edge run the plain element loops (scheduled.py)."""
 from ..ir.kernels import contiguous_strides
+from .host import vector_bytes
 from .loops import SCALAR, _loops, _nest
 from .scalar import Emitter, linear, lltype, store
-
-VECTOR_BYTES = 64          # an AVX-512 register: 16 float32 or 8 float64 lanes
 
 
 def key(ld):
@@ -58,7 +57,7 @@ def _fill(f, ptrs, ld, tile, idx, a, b, sides):
     (sides = (ta, tb): element (il, jl) at il * tb + jl): blocks of n x n, n the lanes of a vector,
     each read as n vectors along a (rows jl), transposed in registers, stored as n rows along b."""
     ta, side = sides
-    ty, n = lltype(ld.dtype), VECTOR_BYTES // ld.dtype.itemsize
+    ty, n = lltype(ld.dtype), vector_bytes() // ld.dtype.itemsize
     vty, sb = f"<{n} x {ty}>", ld.strides[b]
     src = ptrs[id(ld.buf)]
 
@@ -75,7 +74,7 @@ def _fill(f, ptrs, ld, tile, idx, a, b, sides):
         row0 = f.assign(f"add nsw i64 {f.assign(f'mul nsw i64 {ia}, {side}')}, {jb}")
         for c, col in enumerate(transpose_rows(f, rows, ty)):
             q = f.assign(f"getelementptr inbounds {ty}, ptr {tile}, i64 {f.assign(f'add nsw i64 {row0}, {c * side}')}")
-            f.emit(f"store {vty} {col}, ptr {q}, align {VECTOR_BYTES}")
+            f.emit(f"store {vty} {col}, ptr {q}, align {vector_bytes()}")
     _loops(f, [ta // n, side // n], block)
 
 
@@ -88,7 +87,7 @@ def transposed_map(mb, f, kernel, ptrs, put):
     sch, shape = kernel.schedule, kernel.shape
     (a, _), (b, _) = sch.levels[-2:]
     ta, side = (next(t for d, t in sch.levels if d == e and t) for e in (a, b))
-    assert all(t % (VECTOR_BYTES // ld.dtype.itemsize) == 0 for t in (ta, side) for ld in sch.transposed)
+    assert all(t % (vector_bytes() // ld.dtype.itemsize) == 0 for t in (ta, side) for ld in sch.transposed)
     full = contiguous_strides(shape)
     tiles = {}
     for ld in sch.transposed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import struct
 
+from ..host import features
 from .builder import (D, ERF_MID, ERF_SMALL, F, I32, INF, TWO52, _Fn, _c, _exp_kernel, _log_kernel,
                       _sin_cos_poly, _trig_reduce)
 
@@ -59,13 +60,7 @@ def _exp_f32_lines(x: str, p: str) -> tuple[list, str]:
 def _scalef() -> bool:
     """Whether the host has AVX-512 (vscalefps): LLVM lowers a vectorized llvm.ldexp to it; elsewhere
     ldexp becomes a call per element, so 2^n is built from the exponent bits instead."""
-    if not _SCALEF:
-        import llvmlite.binding as llvm
-        _SCALEF.append("+avx512f" in llvm.get_host_cpu_features().flatten().split(","))
-    return _SCALEF[0]
-
-
-_SCALEF = []
+    return "avx512f" in features()
 
 
 def _exp_f32() -> str:
