@@ -27,6 +27,8 @@ Rules
   A value a row kernel's map phase makes that only its later phases read, each at the same element,
   is not written to memory: those reads become its expression, shared, so a target computes it
   once per element (the LLVM target keeps it in the row's scratch buffer).
+  A reduction whose reduced axes lie innermost in memory (x.T.sum(0)) is a row reduction over a
+  permuted space (schedule.rows_first), its kept axes outer.
   Other reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
@@ -47,7 +49,7 @@ from ...ops.layout import broadcast_strides
 from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
 from .columns import order_walks
 from .gathers import index_tree
-from .schedule import online_columns
+from .schedule import online_columns, rows_first
 
 RECOMPUTE_LIMIT = 8
 ROW_RECOMPUTE_LIMIT = 48   # the same for a row statistic (_recompute_limit)
@@ -139,7 +141,14 @@ def fuse(graph, enabled=True, half=False):
             axes = n.attrs["axis"]
             tree = expr[id(src)]
             nd = len(src.shape)
-            if axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
+            perm = rows_first(src.shape, axes, tree) if tuple(v.shape) == tuple(
+                n for d, n in enumerate(src.shape) if d not in axes) else None
+            if perm is not None:        # a row reduction in memory: the space permuted, reduced axes last
+                k = nd - len(axes)
+                tree = remap(tree, lambda st, off: (tuple(st[d] for d in perm), off))
+                kernels.append(Kernel("loop", [src.shape[d] for d in perm], k,
+                                      [Phase("reduce", [(v, tree)], n.op, tuple(range(k, nd)), p.lower, p.cost)]))
+            elif axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
                 k = nd - len(axes)
                 kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes, p.lower, p.cost)]))
             else:

@@ -29,6 +29,9 @@ not the memory order:
   and compute their common subexpressions once per element (a layer norm backward: its two row
   sums, the gradient map, the weight and bias gradient sums are three walks, not five).
 
+Before any of this, fusion asks `rows_first` whether a reduction over leading axes reduces memory's
+rows (x.T.sum(0)): it is then built as a row kernel over a permuted space, its kept axes outer.
+
 Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
 import ast
@@ -332,3 +335,31 @@ def choose(k):
     if tuple(order) == tuple(range(len(k.shape))):
         return None
     return Schedule([(d, 0) for d in order])
+
+
+def rows_first(shape, axes, tree):
+    """The permutation of a reduction's space (its kept axes in order, then the reduced `axes` by the
+    largest read's strides, largest first) that makes it a row reduction over memory's rows, when
+    the reduced axes are not trailing but every heavy read (HEAVY of the largest) lays them out
+    innermost, after all the kept axes: x.T.sum(0), x.permute(2, 0, 1).mean((1, 2)) are row sums
+    of x. Else None (an accumulation over the rows, or across a kept unit-stride axis: `choose`).
+    Measured (one thread, (2048, 2048) float32, x.T.sum(0)): 6.3 ms as an accumulation in x's
+    memory order, 0.8 ms as rows, x.sum(1)'s time. A kept axis between reduced ones in memory (a
+    batch norm's sum over (0, 2, 3)) stays an accumulation: as rows, (256, 16, 8, 8) took 3x."""
+    nd = len(shape)
+    kept = [d for d in range(nd) if d not in axes]
+    if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
+        return None
+    reads = [(min(nbytes(ld.buf), math.prod(n for n, s in zip(shape, ld.strides) if s) * ld.dtype.itemsize),
+              ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    if not reads:
+        return None
+    big = max(b for b, _ in reads)
+    heavy = sorted((r for r in reads if r[0] >= HEAVY * big), key=lambda r: -r[0])
+    for _, st in heavy:
+        walk = [d for d in memory_order(shape, st) if shape[d] > 1]          # outermost first
+        first = next((i for i, d in enumerate(walk) if d in axes), len(walk))
+        if first == len(walk) or any(d not in axes for d in walk[first:]):
+            return None
+    order = memory_order(shape, heavy[0][1])
+    return kept + [d for d in order if d in axes]

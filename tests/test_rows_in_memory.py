@@ -1,0 +1,93 @@
+"""A reduction whose reduced axes are the innermost in memory (x.T.sum(0): row sums of x) runs as a
+row kernel over a permuted space (ir/passes/schedule.py's rows_first, applied by fusion), not as an
+accumulation over rows: read from `stage="kernels"`, and compiled == NumPy (float64 oracle) ==
+interpret, with gradients, on permuted and strided views of odd sizes."""
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+
+RNG = np.random.default_rng(5)
+
+
+def kernel_lines(fn, *arrays):
+    text = tg.compile(fn).ir(*[tg.tensor(a) for a in arrays], stage="kernels")
+    return [line for line in text.splitlines() if re.match(r"\s+k\d+ ", line)]
+
+
+@pytest.mark.parametrize("fn, shape, space", [
+    (lambda x: x.T.sum(0), (37, 53), "37x53 split=1 ops=sum"),
+    (lambda x: x.permute(1, 2, 0).mean((0, 1)), (5, 7, 9), "5x7x9 split=1 ops=sum"),
+    (lambda x: x.permute(1, 2, 0).amax(dim=(0, 1)), (6, 4, 3), "6x4x3 split=1 ops=max"),
+    (lambda x: x.transpose(0, 2).sum((0, 1)), (4, 5, 6), "4x5x6 split=1 ops=sum"),
+])
+def test_reductions_over_memory_rows_are_row_kernels(fn, shape, space):
+    lines = kernel_lines(fn, RNG.standard_normal(shape).astype(np.float32))
+    assert any("[loop]" in line and f"space={space}" in line for line in lines), lines
+    assert not any("reduce_acc" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda x: x.sum((0, 2, 3)), (4, 3, 5, 6)),            # a kept axis between reduced ones in memory
+    (lambda x: x.sum(0), (37, 53)),                        # a column sum: across the kept axis
+])
+def test_other_leading_reductions_stay_accumulations_or_across(fn, shape):
+    (line,) = kernel_lines(fn, RNG.standard_normal(shape).astype(np.float32))
+    assert "[reduce_acc]" in line or "reduce=across" in line, line
+
+
+def test_reads_that_disagree_keep_the_accumulation():
+    x, z = (RNG.standard_normal((33, 33)).astype(np.float32) for _ in range(2))
+    lines = kernel_lines(lambda x, z: (x.T * z).sum(0), x, z)
+    assert not any("[loop]" in line and "split=1" in line and "reduce=" not in line for line in lines), lines
+
+
+SIZES = [1, 2, 3, 7, 31, 33, 65, 130]
+OPS = {"sum": lambda z, ax: z.sum(ax), "mean": lambda z, ax: z.mean(ax), "amax": lambda z, ax: z.amax(dim=ax),
+       "amin": lambda z, ax: z.amin(dim=ax)}
+NP = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}
+
+
+@st.composite
+def cases(draw):
+    nd = draw(st.integers(2, 4))
+    shape = [draw(st.sampled_from(SIZES)) for _ in range(nd)]
+    while np.prod(shape) > 40_000:
+        shape[int(np.argmax(shape))] //= 2
+    perm = tuple(draw(st.permutations(range(nd))))
+    k = draw(st.integers(1, nd - 1))
+    axes = tuple(sorted(draw(st.sets(st.integers(0, nd - 1), min_size=k, max_size=k))))
+    step = draw(st.sampled_from([None] + list(range(nd))))
+    return tuple(shape), perm, axes, step, draw(st.sampled_from(sorted(OPS))), draw(st.sampled_from([np.float32, np.float64]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_reductions_of_permuted_views_match_numpy_and_interpret(case):
+    shape, perm, axes, step, op, dtype = case
+    x = (RNG.standard_normal(shape) + 0.5).astype(dtype)
+    idx = tuple(slice(None, None, 2) if d == step else slice(None) for d in range(len(shape)))
+    view = x[idx].transpose(perm)
+    assume(all(view.shape[d] > 0 for d in axes) or op == "sum")
+
+    def fn(x):
+        return OPS[op](x[idx].permute(*perm) * 1.5, axes)
+
+    expect = NP[op](view.astype(np.float64) * 1.5, axis=axes)
+    results = []
+    for backend in ("llvm", "interpret"):
+        xs = tg.tensor(x, requires_grad=True)
+        out = tg.compile(fn, backend=backend)(xs)
+        (out * out).sum().backward()
+        results.append((out.detach().numpy(), xs.grad.numpy()))
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    scale = max(1.0, float(np.max(np.abs(expect)))) if expect.size else 1.0
+    np.testing.assert_allclose(results[0][0], expect, rtol=0, atol=tol * scale * max(1, view.size) ** 0.5,
+                               err_msg=str(case))
+    for got, ref in zip(results[0], results[1]):
+        s = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol * s * max(1, view.size) ** 0.5, err_msg=str(case))
