@@ -1,26 +1,25 @@
 """A kernel that accumulates over its outer loop (a sum, maximum or minimum over the rows, a row
-kernel's weight-gradient sums) is split into at most runtime.ACC_CHUNKS chunks; chunk i > 0 reduces
+kernel's weight-gradient sums) is split into at most regions.ACC_CHUNKS chunks; chunk i > 0 reduces
 into row i - 1 of one private array per output, a cache line apart from its neighbours, and the
-partials are joined by one NumPy reduction. Checked against NumPy in float64 (and exact integer
+partials are joined natively in chunk order (regions.py). Checked against NumPy in float64 (and exact integer
 sums) with every kernel split, on odd sizes, float32, float64 and int64, scalar and array results,
 transposed and sliced inputs."""
 import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import runtime
+from tracegrad.codegen import regions
 
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
 
 
 def _chunked(f, *args):
-    """The _Chunks steps of f's programs for these arguments."""
+    """The parallel regions (regions.Region) of f's programs for these arguments."""
     entry, _ = f._entry_for(args, {})
-    return [step[1] for prog in entry.programs if prog is not None
-            for step in prog.other.values() if step[0] == "chunks"]
+    return [r for prog in entry.programs if prog is not None for r in prog.regions]
 
 
 PROGRAMS = {
@@ -61,11 +60,11 @@ def test_split_accumulations_match_numpy(split_everything, name, dtype, shape, l
         tol = 1e-5 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
     chunks = _chunked(f, x, w)
-    accumulating = [c for c in chunks if c.outs]
-    assert accumulating and all(2 <= c.n <= runtime.ACC_CHUNKS for c in accumulating), [c.n for c in chunks]
+    accumulating = [c for c in chunks if c.chunks.outs]
+    assert accumulating and all(2 <= c.chunks.n <= regions.ACC_CHUNKS for c in accumulating), [c.chunks.n for c in chunks]
     for c in accumulating:
         for p in c.partials:                 # rows a cache line apart: no line written by two threads
-            assert p.shape[0] == c.n - 1 and p.strides[0] >= p[0].nbytes + 64
+            assert p.shape[0] == c.chunks.n - 1 and p.strides[0] >= p[0].nbytes + 64
 
 
 def test_integer_sums_are_exact(split_everything):
@@ -74,7 +73,7 @@ def test_integer_sums_are_exact(split_everything):
     x = tg.tensor(x0)
     for got, want in zip(f(x), (x0.sum(0), x0.sum(), x0.max(0))):
         np.testing.assert_array_equal(got.numpy(), want)
-    assert any(c.outs for c in _chunked(f, x))
+    assert any(c.chunks.outs for c in _chunked(f, x))
 
 
 def test_layer_norm_parameter_gradients_when_split(split_everything):

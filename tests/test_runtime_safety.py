@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import runtime, threads
+from tracegrad.codegen import regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,8 +77,8 @@ THREAD_COUNT = """
     import sys
     import numpy as np
     import tracegrad as tg
-    from tracegrad.codegen import runtime
-    runtime.PARALLEL_MIN_WORK = 1        # split every kernel, however small
+    from tracegrad.codegen import regions
+    regions.PARALLEL_MIN_WORK = 1        # split every kernel, however small
     rng = np.random.default_rng(0)
     x = tg.from_numpy(rng.standard_normal((257, 129)).astype(np.float32))
     w = tg.from_numpy(rng.standard_normal(129).astype(np.float32))
@@ -105,7 +105,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(runtime, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
 
 
 def _outputs(f, *args):
@@ -129,8 +129,10 @@ def test_workers_and_calling_thread_alone_give_the_same_bits(split_everything, m
 
 def test_a_worker_that_never_runs_costs_nothing_but_its_chunks(split_everything):
     """Workers that the OS does not schedule (here: never woken) leave their chunks to the caller."""
+    from tracegrad.codegen.engine import compile_module
     pool = threads.Pool(3)
-    pool.wake = [threading.Semaphore(0) for _ in pool.wake]   # the workers sleep on the old ones
+    noop = compile_module("define i32 @noop(ptr %sem) {\n  ret i32 0\n}")
+    pool.words[threads._WAKE] = noop.address("noop")            # sleeping workers are never woken
     x = tg.from_numpy(np.random.default_rng(2).standard_normal((64, 512)).astype(np.float32))
     f = tg.compile(lambda x: ((x * 3.0).sin().sum(axis=0), (x + 1.0).exp()))
     try:

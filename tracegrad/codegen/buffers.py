@@ -6,17 +6,19 @@ a value lives from the step that writes it to the last step that reads it, and a
 a new value only once the step that last read it has run, never during it (a kernel may read one
 element while writing another). Blocks are assigned greedily in step order, each value taking the
 free block closest to its size (grown if too small), so the program holds roughly the largest set
-of intermediates alive at once instead of all of them."""
+of intermediates alive at once instead of all of them. Kernels that run at once (the members of a
+shared parallel region, regions.py) are one step."""
 import math
 
 import numpy as np
 
 
-def plan(kernels, temps):
-    """{slot: array} for `temps`, a list of (slot, Value) intermediates written by `kernels` (steps
-    in run order); arrays of slots whose lives do not overlap are views of one block."""
+def plan(kernels, temps, steps=None):
+    """{slot: array} for `temps`, a list of (slot, Value) intermediates written by `kernels` (in run
+    order; steps[j]: kernel j's step, default j); arrays of slots whose lives do not overlap are
+    views of one block."""
     out = {}
-    for size, users in blocks(kernels, temps):
+    for size, users in blocks(kernels, temps, steps):
         raw = np.empty(size, np.uint8)
         for slot, v in users:
             n = math.prod(v.shape)
@@ -24,10 +26,11 @@ def plan(kernels, temps):
     return out
 
 
-def blocks(kernels, temps):
+def blocks(kernels, temps, steps=None):
     """[(bytes, [(slot, Value)])]: the blocks of memory `temps` share (any device allocates them)."""
     written, last_read = {}, {}
-    for j, k in enumerate(kernels):
+    for i, k in enumerate(kernels):
+        j = i if steps is None else steps[i]
         for v in k.outputs:
             written.setdefault(id(v), j)
         for ld in k.reads:

@@ -1,13 +1,15 @@
 """Compile the fused graphs of one compiled signature (forward and backward) into programs
-sharing one LLVM module: assign buffer slots, emit LLVM (kernels, matrix products, the driver's
-segments), optimize and JIT once."""
+sharing one LLVM module: assign buffer slots, emit LLVM (kernels, parallel regions, matrix
+products, the driver's segments), optimize and JIT once."""
 from functools import partial
 
 from ..ir.passes.schedule import settle
-from .driver import body_call, entry_function, gemm_call, gemm_plan, gemm_slots, segment_function, step_function
+from .driver import (body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot, segment_function,
+                     step_function, table_size)
 from .engine import compile_module
 from .llvm import ModuleBuilder
-from .runtime import Program, splits
+from .regions import Chunks, group_function, groups, region_call, region_functions, splits
+from .runtime import Program
 from .slots import per_graph
 from .stream import streamed
 
@@ -26,43 +28,54 @@ def build_programs(graphs, fused, inplace_pairs=None):
 
 
 def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
-    """Add graph g's kernels, thread entries and segments to module `mb`; returns the plan its
-    Program is made from once the module is compiled."""
-    gemm, calls, names = gemm_slots(len(slots)), {}, {}
+    """Add graph g's kernels, thread entries, regions and segments to module `mb`; returns the plan
+    its Program is made from once the module is compiled."""
+    gemm, pool, calls, seg, regions = gemm_slots(len(slots)), pool_slots(len(slots)), {}, {}, {}
     # a body addresses memory: an output written into an input is the input's pointer (never a
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
     stream = streamed(g, kernels, aliases, slots, inplace)
     settle(kernels, stream)         # register transposes where the outputs stream (ir/passes/schedule.py)
+    cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
+    split = [j for j, c in cut.items() if c.n > 1]
+    shared = {run[0]: run for run in groups(kernels, split, in_memory)}
+    first = sorted(split + list(shared))            # each region's first kernel, in order
+    size = table_size(len(slots), len(first))
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
             body, args = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
             calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
-            if splits(k):           # an entry for the threads' chunks
-                names[j] = f"{label}_k{j}"
-                mb.function(entry_function(names[j], body, args))
+            if j in split:          # a parallel region: an entry for the threads' chunks
+                name, regions[j] = f"{label}_k{j}", cut[j]
+                mb.function(entry_function(name, body, args))
+                mb.function(region_functions(name, regions[j]))
+                seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := gemm_plan(k)) is not None:
-            calls[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]])
-    steps = segments(kernels, calls, names, label)
+            calls[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0])
+    for j, run in shared.items():   # small independent kernels: one region, a chunk each
+        name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
+        mb.function(group_function(name, [calls[m] for m in run]))
+        mb.function(region_functions(name, regions[j]))
+        seg.update({m: [] for m in run})
+        seg[j] = region_call(f"c{j}", name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
+    seg = {j: seg.get(j, lines) for j, lines in calls.items()}
+    steps = segments(kernels, seg, label)
     for step in steps:
         if step[0] == "native":
-            mb.function(segment_function(step[1], [calls[j] for j in step[2]]))
-    native = sorted((j, c) for j, c in calls.items() if j not in names)
+            mb.function(segment_function(step[1], [seg[j] for j in step[2]]))
+    native = sorted((j, lines) if j not in split else (j, seg[j]) for j, lines in calls.items())
     step_text = step_function(f"{label}_step", native) if native else None
-    return g, kernels, aliases, slots, names, inplace, steps, step_text, f"{label}_step"
+    return g, kernels, aliases, slots, regions, inplace, steps, step_text, f"{label}_step"
 
 
-def segments(kernels, calls, names, label):
+def segments(kernels, calls, label):
     """The program's steps: ("native", segment name, [kernel indices]) for each run of kernels with
-    native code (`calls`) that runs on the calling thread (see driver.py), ("chunks", j) for a
-    kernel split over the thread pool (entry function `names[j]`), ("host", j) for a kernel run by
-    NumPy."""
+    native code (`calls`: loops, parallel regions, BLAS products; see driver.py), ("host", j) for a
+    kernel run by NumPy."""
     steps = []
     for j, k in enumerate(kernels):
-        if j in names:
-            steps.append(("chunks", j))
-        elif j not in calls:
+        if j not in calls:
             steps.append(("host", j))
         elif steps and steps[-1][0] == "native":
             steps[-1][2].append(j)

@@ -1,20 +1,26 @@
 """A program's driver: its steps grouped into as few native calls as possible.
 
-A program is a list of kernels run in order. Loop and reduce_acc kernels too small to split over
-threads, and matrix products, run natively one after the other: each run of them between other
+A program is a list of kernels run in order. Loop and reduce_acc kernels, split over the thread
+pool or not, and matrix products run natively one after the other: each run of them between host
 steps becomes one segment, an LLVM function `@<program>_s<i>(ptr %table)` calling the kernels'
-functions in order, so Python makes one call per segment instead of one per kernel. What stays in
-Python between segments, explicitly: host kernels (a primitive's NumPy implementation: cumsum,
-indexing, float16 arithmetic, ...), matrix products BLAS cannot take (integer dtypes, operands whose
-two innermost axes both have a stride other than one, empty products), and kernels large enough to
-be split over the thread pool (runtime.py's _Chunks: one Python round trip against ≥ 1M element-ops).
+functions in order, so Python makes one call per segment instead of one per kernel. A kernel large
+enough to split runs as a parallel region inside its segment (regions.py: the chunks posted to the
+thread pool and joined natively). What stays in Python between segments, explicitly: host kernels (a
+primitive's NumPy implementation: cumsum, indexing, float16 arithmetic, ...) and matrix products
+BLAS cannot take (integer dtypes, operands whose two innermost axes both have a stride other than
+one, empty products). A program without host steps is one native call.
 
 Matrix products call the BLAS NumPy ships (its OpenBLAS, through the C entry point cblas_?gemm) by
 address: the address sits in the program's pointer table (slots `gemm_slots`), never in the code,
 so the object code stays valid in the disk cache and in a forked child. Measured on the 2-core
 bench machine, OpenBLAS's sgemm beats straightforward generated loop nests by 4-10x already at
 128x32x32 (W8's layers) and a native call costs ~0.1 us, so every float32/float64 product goes to
-BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BLAS.
+BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BLAS. Before each
+product the segment sets the pool's park flag (when the program has a pool), so workers spinning
+after a region step aside for BLAS's threads.
+
+The pointer table: the program's buffers (slots.py), then the two gemm addresses, the pool's shared
+words and its `tg_region` function (`pool_slots`), then one descriptor per region (`region_slot`).
 """
 import ctypes
 import glob
@@ -22,6 +28,8 @@ import math
 import os
 
 import numpy as np
+
+from .threads import _PARK as PARK_WORD
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _BLAS = []
@@ -57,6 +65,21 @@ def _find_blas():
 def gemm_slots(n_slots):
     """{dtype name: table slot holding its gemm's address}: the slots after a program's buffers."""
     return {"float32": n_slots, "float64": n_slots + 1}
+
+
+def pool_slots(n_slots):
+    """(slot of the pool's shared words, slot of its tg_region function) after the gemm slots; 0
+    (null) while the program has not met a pool."""
+    return n_slots + 2, n_slots + 3
+
+
+def region_slot(n_slots, r):
+    """The slot of the descriptor of the program's region r (its r-th split kernel)."""
+    return n_slots + 4 + r
+
+
+def table_size(n_slots, n_regions):
+    return n_slots + 4 + n_regions
 
 
 def _operand(shape, strides):
@@ -129,13 +152,17 @@ def _check_extents(kernel, plan):
                                f"batch {list(batch)} strides {list(bstrides)}); please report it")
 
 
-def gemm_call(c, kernel, plan, slots, gemm_slot):
-    """LLVM lines running matmul `kernel` by BLAS (batches in a loop); registers and labels start
+def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot):
+    """LLVM lines running matmul `kernel` by BLAS (batches in a loop), after setting the pool's park
+    flag (its shared words in table slot `park_slot`, if not null); registers and labels start
     with `c`."""
     itype = blas()[0]
     ty = "float" if plan["dtype"] == "float32" else "double"
     a, b = kernel.args
-    lines = []
+    lines = [f"  %{c}kp = getelementptr ptr, ptr %table, i64 {park_slot}", f"  %{c}k = load ptr, ptr %{c}kp",
+             f"  %{c}kn = icmp eq ptr %{c}k, null", f"  br i1 %{c}kn, label %{c}go, label %{c}park", f"{c}park:",
+             f"  %{c}kf = getelementptr i64, ptr %{c}k, i64 {PARK_WORD}", f"  store atomic i64 1, ptr %{c}kf monotonic, align 8",
+             f"  br label %{c}go", f"{c}go:"]
     for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(kernel.node.out)]),
                       ("fn", gemm_slot)):
         lines += [f"  %{c}{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]

@@ -49,7 +49,8 @@ class ModuleBuilder:
         head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
-                 "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)"]
+                 "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
+                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]
         if self.index_error:

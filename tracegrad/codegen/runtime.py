@@ -2,12 +2,12 @@
 
 Per call the only Python work is: checking and binding the input arrays, allocating the
 output arrays (handed to the user; a small one is reused only once nothing else holds it), one
-native call per native segment (a run of kernels and matrix products, see driver.py; called as a
-builtin, native_call.py), the thread pool's bookkeeping for kernels large enough to split into
-chunks, and one NumPy call per host step; a small program's run is generated straight-line code
-(straight.py). Check mode and profiles run the same native functions kernel by kernel.
+native call per native segment (a run of kernels, parallel regions and matrix products, see
+driver.py and regions.py; called as a builtin, native_call.py), one NumPy call per host step, and
+after the call each region's Judge learning from its native timing; a program of native segments
+alone runs as generated straight-line code (straight.py). Check mode and profiles run the same
+native functions kernel by kernel.
 """
-import ast
 import ctypes
 import math
 import sys
@@ -18,8 +18,9 @@ import numpy as np
 
 from ..ir.kernels import Checked, contiguous_strides, postorder
 from . import buffers, forksafe
-from .driver import blas, gemm_slots
+from .driver import blas, gemm_slots, pool_slots, region_slot, table_size
 from .native_call import segment_caller
+from .regions import Region
 from .scalar import INDEX_ERROR
 from .slots import roles
 from .stream import empty as aligned_empty
@@ -27,28 +28,12 @@ from .stream import streamed
 from .straight import HELD as _HELD
 from .straight import straight_run
 from .threads import _POOL as _POOLS
-from .threads import Judge, pool
+from .threads import pool
 
 STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
-PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
-MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
-ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see _Chunks)
-
-
 RECYCLE_BYTES = 1 << 16       # fresh outputs this small are recycled once nothing holds them (see _bind)
 _getrefcount = sys.getrefcount
-
-
-def work(kernel):
-    """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
-    counting 8."""
-    return math.prod(kernel.shape) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
-
-
-def splits(kernel):
-    """Whether a loop or reduce_acc kernel is large enough to split over the thread pool."""
-    return kernel.parallel_extent() > 1 and work(kernel) >= PARALLEL_MIN_WORK
 
 
 def _dead():
@@ -81,9 +66,9 @@ def viewer(ld, shape):
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, names, inplace, plan, step_source, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, chunks, inplace, plan, step_source, engine_ref):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
-        self.n_slots = len(slots) + 2
+        self.n_slots = table_size(len(slots), len(chunks))
         self.table = (ctypes.c_void_p * self.n_slots)()
         if blas() is not None:              # the matrix products' BLAS functions (driver.py)
             for dtype, slot in gemm_slots(len(slots)).items():
@@ -101,24 +86,29 @@ class Program:
                        math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0,
                        aligned_empty if id(v) in stream else np.empty, None, 0] for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
-        for slot, arr in buffers.plan(kernels, temps).items():    # intermediates: shared when their lives allow
+        steps = list(range(len(kernels)))          # a shared region's kernels run at once: one step
+        for run in (c.members for c in chunks.values() if c.members):
+            steps[run[0]:run[-1] + 1] = [run[0]] * len(run)
+        for slot, arr in buffers.plan(kernels, temps, steps).items():    # intermediates: shared when their lives allow
             self.template[slot] = arr
             self.table[slot] = arr.ctypes.data
         self.out_slots = [s for s, shape in self.outputs] if all(sh is None for _, sh in self.outputs) else None
-        table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
-        self.other = {}                 # kernel index: its step run from Python (threads, NumPy)
+        self.regions = []               # Regions (split kernels, shared runs of small ones) in kernel order
+        for r, j in enumerate(sorted(chunks)):
+            self.regions.append(Region(chunks[j], self.table, self.n_slots))
+            self.table[region_slot(len(slots), r)] = self.regions[-1].address
+        self.pool_slots, self._pool = pool_slots(len(slots)), None
+        self.other = {}                 # kernel index: its step run from Python (NumPy)
         for j, k in enumerate(kernels):
-            if j in names:
-                self.other[j] = ("chunks", _Chunks(self, k, slots, engine_ref.address(names[j]), k.parallel_extent()))
-            elif not any(j in step[2] for step in plan if step[0] == "native"):
+            if not any(j in step[2] for step in plan if step[0] == "native"):
                 n = k.node
                 ins = [(slots[id(ld.buf)], viewer(ld, i.shape)) for ld, i in zip(k.args, n.inputs)]
                 self.other[j] = ("host", k, ins, slots[id(n.out)])
         self.plan = []                  # a normal call: each native segment at once
         for step in plan:
-            if step[0] == "native":
-                blas_call = any(kernels[j].kind == "extern" for j in step[2])
-                self.plan.append(("call", segment_caller(engine_ref.address(step[1]), self.table), (), blas_call))
+            if step[0] == "native":     # BLAS in a program without regions: parked from Python
+                park = not self.regions and any(kernels[j].kind == "extern" for j in step[2])
+                self.plan.append(("call", segment_caller(engine_ref.address(step[1]), self.table), (), park))
             else:
                 self.plan.append(self.other[step[1]])
         self.step_source, self._steps = step_source, None
@@ -144,7 +134,7 @@ class Program:
                 table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
                 for j, k in enumerate(self.kernels):
                     steps.append(self.other[j] if j in self.other else
-                                 ("call", one, (table_ref, ctypes.c_int64(j)), k.kind == "extern"))
+                                 ("call", one, (table_ref, ctypes.c_int64(j)), not self.regions and k.kind == "extern"))
                 self._steps = steps
             return self._steps
 
@@ -161,6 +151,8 @@ class Program:
                 return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
         with self.lock:
             cur = self._bind(arrays)
+            if self.regions:
+                self.use_pool()
             for step in self.plan:
                 if step[0] == "call":
                     if step[3] and _POOLS:
@@ -168,9 +160,19 @@ class Program:
                     step[1](*step[2])
                 else:
                     self._other(step, cur)
+            for region in self.regions:
+                region.learn()
             if self.out_slots is not None:
                 return tuple(map(cur.__getitem__, self.out_slots))
             return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+
+    def use_pool(self):
+        """Point the table at this process's thread pool (started on first use; a forked child's
+        own, never the parent's)."""
+        p = _POOLS[0] if _POOLS else pool()
+        if p is not self._pool:
+            self._pool = p
+            self.table[self.pool_slots[0]], self.table[self.pool_slots[1]] = p.ctl, p.region
 
     def _bind(self, arrays):
         """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
@@ -210,6 +212,8 @@ class Program:
         return cur
 
     def _kernel_by_kernel(self, steps, cur, timings, capture):
+        if self.regions:
+            self.use_pool()
         for j, step in enumerate(steps):
             if timings is not None:
                 t0 = time.perf_counter()
@@ -221,14 +225,13 @@ class Program:
                 self._other(step, cur)
             if timings is not None:
                 timings.append(time.perf_counter() - t0)
+            for region in self.regions:
+                region.learn()
             if capture is not None:
                 capture.update({vid: np.array(cur[slot]) for vid, slot in self.written[j]})
 
     def _other(self, step, cur):
-        """A step run from Python: a kernel split over the threads, or a host kernel."""
-        if step[0] == "chunks":
-            step[1].run(self.table, cur)
-            return
+        """A step run from Python: a host kernel."""
         _, k, ins, out = step
         args = [cur[s] if v is None else np.ndarray(v[0], v[1], buffer=cur[s], offset=v[2], strides=v[3])
                 for s, v in ins]
@@ -259,78 +262,3 @@ def _index_checked(prog, run, engine):
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
         return out
     return checked
-
-
-class _Chunks:
-    """A kernel run as chunks of its outer loop, spread over the thread pool. The chunks follow from
-    the kernel's size alone, never from the thread count or from which thread ran which chunk, so
-    results are the same on any machine and under any load. A kernel that accumulates over its outer
-    loop (Kernel.partials: a reduce_acc kernel, a row kernel's sums over rows, reductions across a
-    unit-stride kept axis whose threads split the rows) has chunk 0 reduce
-    into the real outputs and chunk i > 0 into row i - 1 of a private array per output (its own
-    pointer table); the partials are then joined by one NumPy reduction per output. Such a kernel
-    has at most ACC_CHUNKS chunks: each private partial costs a copy of the pointer table and its
-    share of the join on every call."""
-
-    def __init__(self, prog, kernel, slots, fn, extent):
-        n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
-        reduced = [(v, _combiner(ph.lower)) for ph in kernel.partials() for v, _ in ph.outputs]
-        if reduced:                       # private partials: at most a sixteenth of the input's size
-            n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for v, _ in reduced)))
-        self.fn, self.n = fn, min(n, extent, MAX_CHUNKS)
-        self.bounds = np.array([extent * i // self.n for i in range(self.n + 1)], np.int64)
-        self.tables = (ctypes.c_void_p * self.n)(*[ctypes.addressof(prog.table)] * self.n)
-        self.outs = [(slots[id(v)], op) for v, op in reduced]
-        privates = self.n - 1 if self.outs else 0
-        self.partials = [_partials(privates, v) for v, _ in reduced]
-        self.private = []               # (pointer table, [(slot, address of its partial)])
-        for i in range(privates):
-            table = (ctypes.c_void_p * max(1, prog.n_slots))()
-            self.private.append((table, [(slot, p[i:i + 1].ctypes.data)
-                                         for (slot, _), p in zip(self.outs, self.partials)]))
-            self.tables[i + 1] = ctypes.addressof(table)
-        self.nbytes = ctypes.sizeof(prog.table)
-        self.judge = Judge()
-
-    def run(self, table, cur):
-        for t, addresses in self.private:
-            ctypes.memmove(t, table, self.nbytes)
-            for slot, address in addresses:
-                t[slot] = address
-        pool().run(self.fn, self.tables, self.bounds, self.n, self.judge)
-        if not self.private:
-            return
-        for (slot, combine), parts in zip(self.outs, self.partials):
-            out = cur[slot]
-            if combine is np.add and out.ndim == 0 and out.dtype.kind == "f":    # one sum: exactly
-                out[...] = _fsum([out.item()] + parts.ravel().tolist())
-            elif combine is np.add and out.dtype == np.float32 and len(parts) > 3:   # many: in float64
-                out[...] = parts.sum(0, dtype=np.float64) + out
-            else:
-                combine(out, combine.reduce(parts, axis=0), out=out)
-
-
-def _fsum(xs):
-    """math.fsum, or (inf and -inf among xs: fsum raises; or a sum past the float64 range) their plain
-    sum, nan or inf as eager's."""
-    try:
-        return math.fsum(xs)
-    except (ValueError, OverflowError):
-        return float(np.sum(xs))
-
-
-def _partials(n, v):
-    """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
-    cache line apart, so that threads writing neighbouring rows never share one."""
-    size, dtype = math.prod(v.shape), np.dtype(v.dtype.np)
-    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + tuple(v.shape))
-
-
-def _combiner(lower):
-    """The NumPy ufunc that joins two partial results of a reduction whose lowering is `lower`."""
-    tree = ast.parse(lower, mode="eval").body
-    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
-        return np.add
-    if isinstance(tree, ast.Call) and isinstance(getattr(np, tree.func.id, None), np.ufunc):
-        return getattr(np, tree.func.id)         # the vocabulary's maximum/minimum are NumPy's
-    raise NotImplementedError(f"the runtime cannot combine partial reductions of lowering {lower!r}")

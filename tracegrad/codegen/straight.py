@@ -3,9 +3,10 @@
 Program.run binds arrays to slots in loops over lists of specs and dispatches each step on its
 kind; for a small program that bookkeeping costs more than its kernels. `straight_run(prog)` writes
 the same steps for one program with its slots, shapes and dtypes as constants: check and bind each
-input, reuse or allocate each fresh output, call each native segment, return the outputs. Only
-programs whose every step is a native segment get one (a program with host or threaded steps is
-large, and its bookkeeping is noise); the others keep Program.run. `prog.run_source` is the text.
+input, reuse or allocate each fresh output, point the table at the thread pool (a program with
+parallel regions), call each native segment, let each region's Judge learn, return the outputs. Only
+programs whose every step is a native segment get one (a program with host steps is large, and its
+bookkeeping is noise); the others keep Program.run. `prog.run_source` is the text.
 """
 import sys
 import weakref
@@ -78,6 +79,9 @@ def straight_run(prog, general, address):
         else:
             lines += [f"        o{k} = {empty}(FSH{k}, FDT{k})",
                       f"        table[{slot}] = address(o{k})"]
+    if prog.regions:
+        env["use_pool"] = prog.use_pool
+        lines.append("        use_pool()")
     for j, step in enumerate(prog.plan):
         env[f"seg{j}"] = step[1]
         if step[3]:
@@ -85,6 +89,9 @@ def straight_run(prog, general, address):
             lines += ["        if POOLS:",
                       "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
         lines.append(f"        seg{j}()")
+    for r, region in enumerate(prog.regions):
+        env[f"learn{r}"] = region.learn
+        lines.append(f"        learn{r}()")
     outs = []
     for j, (slot, shape) in enumerate(prog.outputs):
         if slot not in names:                 # a planned intermediate returned (no copy, as Program.run)

@@ -1,14 +1,25 @@
 """The thread pool that splits a kernel's outer loop: chunks claimed by whoever is running.
 
 A job is a list of chunks (fn, table, lo, hi), fixed by the program (never by the thread count, so
-results do not depend on it: see runtime.py). The calling thread posts the job, wakes the sleeping
+results do not depend on it: see regions.py). The calling thread posts the job, wakes the sleeping
 workers, then claims and runs chunks itself alongside them, one compare-and-swap per chunk; it
 waits only for chunks a worker has already started. A worker that the OS does not schedule (the
 machine is busy) therefore costs nothing but its one chunk in flight.
 
+All of it is native: `tg_region(ctl, fn, tables, bounds, n, desc)` posts, wakes, claims, waits and
+times one job, so a compiled program's native segment runs its split kernels (its parallel regions,
+regions.py) without returning to Python; its address and the pool's shared words reach the program
+through its pointer table, filled per process (never baked into the cached object code). Sleeping
+workers wait on POSIX semaphores (sem_wait through ctypes, the GIL released); the region wakes them
+with sem_post, called by the address stored in the shared words (where POSIX semaphores are missing,
+a ctypes callback releasing a Python semaphore). Only one job at a time has the workers: a region
+that finds them busy (another thread's program) runs its chunks alone.
+
 Each split kernel has a Judge that times it on the workers and on the calling thread alone and
 uses the faster (trying the other now and then): on a busy machine, where workers wait for a core,
-compiled code runs as fast as single-threaded code, not slower.
+compiled code runs as fast as single-threaded code, not slower. The native region reads the
+Judge's choice from its descriptor (`desc[0]`: 1 = the workers) and writes back the mode it used
+and its nanoseconds (clock_gettime, by address); Python hands those to the Judge after the call.
 
 Waking a sleeping thread costs tens of microseconds, so a worker, after its last chunk, keeps
 watching the job word in native code (GIL released) for SPIN_BUDGET pause iterations before it
@@ -16,10 +27,11 @@ goes back to sleep on its semaphore; a waiting caller spins briefly, then yields
 
 Shared words (int64, one cache line each): the job word `gen << 32 | chunks << 16 | next`, the count
 of chunks done, the job (fn, tables, bounds), the park flag (set before BLAS or NumPy steps, so
-spinning workers step aside for their threads); then one state word per worker (1 while spinning).
-Posting stores the job word then reads the states (seq_cst); a worker stopping clears its state
-then re-reads the job word (seq_cst): one of the two always sees the other, so a posted job never
-waits on a sleeping worker that nobody wakes.
+spinning workers step aside for their threads), the busy word (1 while a job has the workers), the
+configuration (workers, wake function, semaphores, clock function, clock id); then one state word
+per worker (1 while spinning). Posting stores the job word then reads the states (seq_cst); a worker
+stopping clears its state then re-reads the job word (seq_cst): one of the two always sees the
+other, so a posted job never waits on a sleeping worker that nobody wakes.
 """
 import atexit
 import ctypes
@@ -36,8 +48,11 @@ SPIN_BUDGET = 20000       # pause iterations a worker watches for the next job (
 WAIT_SPINS = 2000         # pause iterations a waiting caller spins before it yields its core
 MAX_CHUNKS = 0xFFFF
 _LINE = 8                 # int64s per cache line
-_JOB, _DONE, _FN, _TABLES, _BOUNDS, _PARK = (i * _LINE for i in range(6))
-_STATES = 6 * _LINE
+_JOB, _DONE, _FN, _TABLES, _BOUNDS, _PARK, _BUSY, _CONF = (i * _LINE for i in range(8))
+_WORKERS, _WAKE, _SEMS, _CLOCK, _CLOCK_ID = range(_CONF, _CONF + 5)
+_STATES = 8 * _LINE
+SEM_BYTES = 64            # bytes per worker semaphore (glibc's sem_t: 32 or 16)
+DESC_TABLES = 8           # a region descriptor's words: choice, mode used, nanoseconds, ..., then its tables
 
 
 def _ir():
@@ -124,19 +139,25 @@ exit:
   ret void
 }}
 
-; post a job of n chunks; wake[i] = 1 for each of the `workers` workers found asleep
-define void @tg_post(ptr %c, i64 %fn, i64 %tables, i64 %bounds, i64 %n, i64 %workers, ptr %wake) {{
+; post a job of n chunks, then wake each worker found asleep: wake(sems + i * SEM_BYTES)
+define void @tg_post(ptr %c, ptr %fn, ptr %tables, ptr %bounds, i64 %n) {{
 entry:
   {w("fp", _FN)}
-  store i64 %fn, ptr %fp, align 8
+  store ptr %fn, ptr %fp, align 8
   {w("tp", _TABLES)}
-  store i64 %tables, ptr %tp, align 8
+  store ptr %tables, ptr %tp, align 8
   {w("bp", _BOUNDS)}
-  store i64 %bounds, ptr %bp, align 8
+  store ptr %bounds, ptr %bp, align 8
   {w("dp", _DONE)}
   store atomic i64 0, ptr %dp monotonic, align 8
   {w("pk", _PARK)}
   store atomic i64 0, ptr %pk monotonic, align 8
+  {w("np", _WORKERS)}
+  %workers = load i64, ptr %np, align 8
+  {w("wp", _WAKE)}
+  %wake = load ptr, ptr %wp, align 8
+  {w("sp", _SEMS)}
+  %sems = load i64, ptr %sp, align 8
   %old = load atomic i64, ptr %c monotonic, align 8
   %gen = lshr i64 %old, 32
   %gen1 = add i64 %gen, 1
@@ -146,18 +167,23 @@ entry:
   store atomic i64 %job, ptr %c seq_cst, align 8
   br label %check
 check:
-  %i = phi i64 [0, %entry], [%i1, %body]
+  %i = phi i64 [0, %entry], [%i1, %next]
   %more = icmp slt i64 %i, %workers
   br i1 %more, label %body, label %exit
 body:
   %so = mul i64 %i, {_LINE}
   %so1 = add i64 %so, {_STATES}
-  %sp = getelementptr i64, ptr %c, i64 %so1
-  %st = load atomic i64, ptr %sp seq_cst, align 8
+  %stp = getelementptr i64, ptr %c, i64 %so1
+  %st = load atomic i64, ptr %stp seq_cst, align 8
   %asleep = icmp eq i64 %st, 0
-  %flag = zext i1 %asleep to i64
-  %wp = getelementptr i64, ptr %wake, i64 %i
-  store i64 %flag, ptr %wp, align 8
+  br i1 %asleep, label %wakeup, label %next
+wakeup:
+  %off = mul i64 %i, {SEM_BYTES}
+  %semi = add i64 %sems, %off
+  %sem = inttoptr i64 %semi to ptr
+  %r = call i32 %wake(ptr %sem)
+  br label %next
+next:
   %i1 = add i64 %i, 1
   br label %check
 exit:
@@ -210,10 +236,82 @@ body:
 exit:
   ret void
 }}
+
+; monotonic nanoseconds from the clock function and id in the configuration words
+define i64 @tg_now(ptr %c) {{
+entry:
+  %ts = alloca [2 x i64], align 8
+  {w("cp", _CLOCK)}
+  %clock = load ptr, ptr %cp, align 8
+  {w("ip", _CLOCK_ID)}
+  %id64 = load i64, ptr %ip, align 8
+  %id = trunc i64 %id64 to i32
+  %r = call i32 %clock(i32 %id, ptr %ts)
+  %s = load i64, ptr %ts, align 8
+  %nsp = getelementptr i64, ptr %ts, i64 1
+  %ns = load i64, ptr %nsp, align 8
+  %s9 = mul i64 %s, 1000000000
+  %t = add i64 %s9, %ns
+  ret i64 %t
+}}
+
+; one job of n chunks: on the workers when desc[0] says so and they are free, else on this thread
+; alone; desc[1] = the mode used (1: workers), desc[2] = its nanoseconds
+define void @tg_region(ptr %c, ptr %fn, ptr %tables, ptr %bounds, i64 %n, ptr %desc) {{
+entry:
+  %t0 = call i64 @tg_now(ptr %c)
+  %choice = load i64, ptr %desc, align 8
+  {w("np", _WORKERS)}
+  %workers = load i64, ptr %np, align 8
+  %want = icmp ne i64 %choice, 0
+  %some = icmp sgt i64 %workers, 0
+  %try = and i1 %want, %some
+  br i1 %try, label %claim, label %serial
+claim:
+  {w("bz", _BUSY)}
+  %cas = cmpxchg ptr %bz, i64 0, i64 1 acquire monotonic
+  %won = extractvalue {{ i64, i1 }} %cas, 1
+  br i1 %won, label %parallel, label %serial
+parallel:
+  call void @tg_post(ptr %c, ptr %fn, ptr %tables, ptr %bounds, i64 %n)
+  %ran = call i64 @tg_claim(ptr %c)
+  call void @tg_wait(ptr %c, i64 %n)
+  store atomic i64 0, ptr %bz release, align 8
+  br label %done
+serial:
+  %fi = ptrtoint ptr %fn to i64
+  call void @tg_serial(i64 %fi, ptr %tables, ptr %bounds, i64 %n)
+  br label %done
+done:
+  %used = phi i64 [1, %parallel], [0, %serial]
+  %t1 = call i64 @tg_now(ptr %c)
+  %dt = sub i64 %t1, %t0
+  %up = getelementptr i64, ptr %desc, i64 1
+  store i64 %used, ptr %up, align 8
+  %tp = getelementptr i64, ptr %desc, i64 2
+  store i64 %dt, ptr %tp, align 8
+  ret void
+}}
 """
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
+_REGION = ctypes.CFUNCTYPE(None, _P, _P, _P, _P, _I, _P)
+
+
+def _libc():
+    """(sem_init, sem_wait, address of sem_post, address of clock_gettime) of the C library; the
+    semaphore entries None where POSIX semaphores are missing (sem_init fails: macOS)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    clock = ctypes.cast(libc.clock_gettime, _P).value
+    try:
+        init, wait, post = libc.sem_init, libc.sem_wait, libc.sem_post
+    except AttributeError:
+        return None, None, None, clock
+    probe = ctypes.create_string_buffer(SEM_BYTES)
+    if init(probe, 0, 0) != 0:
+        return None, None, None, clock
+    return init, wait, ctypes.cast(post, _P).value, clock
 
 
 class Pool:
@@ -221,21 +319,32 @@ class Pool:
 
     def __init__(self, n):
         from .engine import compile_module
-        self.n, self.busy = n, forksafe.lock()
+        self.n = n
         self.engine = compile_module(_ir())
         a = self.engine.address
-        self._claim = ctypes.CFUNCTYPE(_I, _P)(a("tg_claim"))
+        self.region = a("tg_region")             # what a program's pointer table holds (regions.py)
+        self._region = _REGION(self.region)
         self._spin = ctypes.CFUNCTYPE(None, _P, _P, _I)(a("tg_spin"))
-        self._post = ctypes.CFUNCTYPE(None, _P, _I, _I, _I, _I, _I, _P)(a("tg_post"))
-        self._wait = ctypes.CFUNCTYPE(None, _P, _I)(a("tg_wait"))
-        self._serial = ctypes.CFUNCTYPE(None, _I, _P, _P, _I)(a("tg_serial"))
         words = _STATES + _LINE * n
         raw = np.zeros(words + _LINE, np.int64)          # aligned to a cache line
         skip = (-raw.ctypes.data % 64) // 8
         self.words = raw[skip:skip + words]
         self.ctl = self.words.ctypes.data
-        self.wake_flags = np.zeros(max(n - 1, 1), np.int64)
-        self.wake = [threading.Semaphore(0) for _ in range(n - 1)]
+        init, wait, post, clock = _libc()
+        self.sems = np.zeros(max(n - 1, 1) * SEM_BYTES // 8, np.int64)
+        if init is not None:
+            for i in range(n - 1):
+                init(ctypes.c_void_p(self.sems.ctypes.data + i * SEM_BYTES), 0, 0)
+            sem = lambda i: ctypes.c_void_p(self.sems.ctypes.data + i * SEM_BYTES)  # noqa: E731
+            self._sleep = lambda i: wait(sem(i))
+        else:                   # a ctypes callback releases Python semaphores (it takes the GIL)
+            wake = [threading.Semaphore(0) for _ in range(n - 1)]
+            self._callback = ctypes.CFUNCTYPE(ctypes.c_int, _P)(lambda p: wake[(p or 0) // SEM_BYTES].release() or 0)
+            post = ctypes.cast(self._callback, _P).value
+            self._sleep = lambda i: wake[i].acquire()
+        self.words[_WORKERS], self.words[_WAKE] = n - 1, post
+        self.words[_SEMS] = self.sems.ctypes.data if init is not None else 0
+        self.words[_CLOCK], self.words[_CLOCK_ID] = clock, time.CLOCK_MONOTONIC
         for i in range(n - 1):
             threading.Thread(target=self._work, args=(i,), daemon=True, name=f"tracegrad-worker-{i}").start()
         atexit.register(self.quiesce)
@@ -254,7 +363,7 @@ class Pool:
     def _work(self, i):
         state = self.ctl + 8 * self._state(i)
         while True:
-            self.wake[i].acquire()
+            self._sleep(i)
             self._spin(self.ctl, state, SPIN_BUDGET)
 
     def park(self):
@@ -264,22 +373,12 @@ class Pool:
     def run(self, fn, tables, bounds, n, judge):
         """Run chunk i as fn(tables[i], bounds[i], bounds[i+1]) for i < n, and wait for all. fn is a
         function address, tables a ctypes array of n pointer tables, bounds an int64 array of n+1;
-        `judge` (a Judge, one per kernel) says whether to use the workers and learns from the time."""
-        tables, bounds = ctypes.addressof(tables), bounds.ctypes.data
-        t0 = time.perf_counter()
-        if self.n == 1 or not judge.parallel() or not self.busy.acquire(blocking=False):
-            self._serial(fn, tables, bounds, n)      # (busy: another thread's job has the workers)
-            judge.record(False, time.perf_counter() - t0)
-            return
-        try:
-            self._post(self.ctl, fn, tables, bounds, n, self.n - 1, self.wake_flags.ctypes.data)
-            for i in np.flatnonzero(self.wake_flags[:self.n - 1]):
-                self.wake[i].release()
-            self._claim(self.ctl)
-            self._wait(self.ctl, n)
-        finally:
-            self.busy.release()
-        judge.record(True, time.perf_counter() - t0)
+        `judge` (a Judge, one per kernel) says whether to use the workers and learns from the time.
+        (Compiled programs run their jobs natively, regions.py; this is the same call from Python.)"""
+        desc = np.zeros(DESC_TABLES, np.int64)
+        desc[0] = judge.parallel()
+        self._region(self.ctl, fn, ctypes.addressof(tables), bounds.ctypes.data, n, desc.ctypes.data)
+        judge.record(bool(desc[1]), desc[2] * 1e-9)
 
 
 class Judge:

@@ -1,0 +1,145 @@
+"""This tracegrad against another revision, in one process: per-call medians, interleaved.
+
+    python -m tracegrad.bench.ab --rev main [--runs 15] [--calls 20] [--only W1,W7,MLP]
+
+The other revision is `git archive REV tracegrad` unpacked as package `tg_ab` in a temporary folder
+(tracegrad's own imports are relative, so both load side by side, each with its own thread pool and
+code). For each program, both sides are set up the same way, then timed in alternation: `runs`
+rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
+new/old of the medians. Programs: W1, W3, W7 of the workloads (workloads.py, "tg compiled"); MLP,
+a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
+kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
+"old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
+and with 0: the difference / N is the instructions per call)."""
+import argparse
+import importlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import workloads as W
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_old(rev):
+    """The package `tg_ab`: tracegrad as of git revision `rev` of this checkout."""
+    tmp = tempfile.mkdtemp(prefix="tg_ab_")
+    tar = subprocess.run(["git", "-C", ROOT, "archive", rev, "tracegrad"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+    os.rename(os.path.join(tmp, "tracegrad"), os.path.join(tmp, "tg_ab"))
+    sys.path.insert(0, tmp)
+    return importlib.import_module("tg_ab")
+
+
+def _as(tg, setup):
+    """setup() with `import tracegrad` inside it giving package `tg`."""
+    saved = sys.modules.get("tracegrad")
+    sys.modules["tracegrad"] = tg
+    try:
+        return setup()
+    finally:
+        sys.modules["tracegrad"] = saved
+
+
+def _mlp(tg, batch=128, sizes=(256, 512, 512, 10)):
+    """A training step of an MLP (ReLU, cross entropy, Adam), compiled whole."""
+    import tracegrad as t   # the package installed as `tracegrad` during _as
+    F = importlib.import_module(t.__name__ + ".nn.functional")
+    t.manual_seed(0)
+    layers = []
+    for fi, fo in zip(sizes[:-1], sizes[1:]):
+        layers += [t.nn.Linear(fi, fo), t.nn.ReLU()]
+    model = t.nn.Sequential(*layers[:-1])
+    opt = t.optim.Adam(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = t.from_numpy(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+    y = t.from_numpy(rng.integers(0, sizes[-1], batch))
+
+    @t.compile
+    def step(model, opt, x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return lambda: [step(model, opt, x, y)]
+
+
+def _mix(tg, rows=256, cols=512):
+    """Split kernels (a row kernel with a column sum, a map after a matrix product) with small
+    kernels and a BLAS product between them; forward only."""
+    import tracegrad as t
+    rng = np.random.default_rng(0)
+    x, w, b, v = (t.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((rows, cols), (cols,), (cols,), (cols,)))
+    m = t.from_numpy(rng.standard_normal((cols, cols)).astype(np.float32) / cols)
+
+    @t.compile
+    def f(x, w, b, v, m):
+        h = (x * w + b).tanh()
+        s = h.sum(axis=0) * v + b
+        r = (h - h.mean(axis=1, keepdims=True)).exp()
+        q = ((h @ (m * 0.01)) * v + b).sin()
+        return s * 2.0, r, q, (b * b).sum()
+    return lambda: f(x, w, b, v, m)
+
+
+def programs():
+    out = {}
+    for wid in ("w1", "w3", "w7"):
+        inp = getattr(W, f"{wid}_inputs")()
+        out[wid.upper()] = lambda tg, wid=wid, inp=inp: getattr(W, f"{wid}_tg_compiled")(inp)
+    out["MLP"] = lambda tg: _mlp(tg)
+    out["MIX"] = lambda tg: _mix(tg)
+    return out
+
+
+def _time(run, calls):
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - t0) / calls
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rev", default="main")
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--only", default=None)
+    p.add_argument("--callgrind", default=None)
+    args = p.parse_args(argv)
+    import tracegrad as new
+    progs = programs()
+    if args.callgrind:
+        name, side, n = args.callgrind.split(",")
+        tg = new if side == "new" else _load_old(args.rev)
+        run = _as(tg, lambda: progs[name](tg))
+        for _ in range(2 + int(n)):
+            run()
+        return
+    old = _load_old(args.rev)
+    names = args.only.split(",") if args.only else list(progs)
+    print(f"per-call medians of {args.runs} rounds x {args.calls} calls, interleaved; new = this tree, "
+          f"old = {args.rev}; {os.cpu_count()} cores")
+    print(f"{'program':8} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
+    for name in names:
+        runs = {side: _as(tg, lambda tg=tg: progs[name](tg)) for side, tg in (("old", old), ("new", new))}
+        for run in runs.values():
+            for _ in range(3):
+                run()
+        times = {"old": [], "new": []}
+        for _ in range(args.runs):
+            for side in ("old", "new"):
+                times[side].append(_time(runs[side], args.calls))
+        med = {s: statistics.median(t) for s, t in times.items()}
+        print(f"{name:8} {med['old'] * 1e3:9.3f} {med['new'] * 1e3:9.3f} {med['new'] / med['old']:8.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

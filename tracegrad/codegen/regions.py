@@ -1,0 +1,236 @@
+"""Kernels split over the thread pool, run from a program's native segments: parallel regions.
+
+A loop or reduce_acc kernel large enough (`splits`) runs as chunks of its outer loop, fixed by the
+kernel's size alone (`chunk_plan`), never by the thread count or by which thread ran which chunk, so
+results are the same on any machine and under any load. Its segment (driver.py) runs it in place,
+without returning to Python: `region_call` loads the pool's shared words and its `tg_region`
+function (threads.py) from the program's pointer table and hands it the chunks; `tg_region` posts
+them, wakes sleeping workers (sem_post by address), claims chunks itself alongside the workers and
+waits for the last. Every address (the pool, its function, the C library's, the descriptor below) is
+data in the pointer table, written per process: the cached object code holds none, and a forked
+child's programs point at the child's own pool (Program refreshes the slots when the pool changed).
+
+Small kernels that read and write nothing of each other, side by side in the program (one update
+per parameter tensor of an optimizer), share one region when together they are worth it (`groups`):
+chunk i runs member i whole, so their results are those of a serial run; the buffer planner treats
+them as one step (buffers.py), so none reuses memory another member still reads.
+
+A kernel that accumulates over its outer loop (Kernel.partials: a reduce_acc kernel, a row kernel's
+sums over rows, reductions across a unit-stride kept axis whose threads split the rows) has chunk 0
+reduce into the real outputs and chunk i > 0 into row i - 1 of a private array per output, through
+a private copy of the pointer table (copied natively before the job); the region's join function
+then adds the partials into the outputs in chunk order: float sums in float64 with a compensated
+(Neumaier) sum, so the join adds no more than half an ulp of the total; maxima, minima and integer
+sums exactly. Such a kernel has at most ACC_CHUNKS chunks: each private partial costs a copy of the
+pointer table and its share of the join on every call.
+
+Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
+table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
+Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
+the privates) and the partials' addresses. After each native call, `Region.learn` hands the time to
+the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
+Python per region and call (a region is >= PARALLEL_MIN_WORK element-ops: hundreds of us).
+"""
+import ctypes
+import math
+
+import numpy as np
+
+from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
+from .scalar import Fn, regtype
+from .loops import _loops
+from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
+
+PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
+MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
+ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see the module's text)
+JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's join adds
+
+
+def work(kernel):
+    """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
+    counting 8."""
+    return math.prod(kernel.shape) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+
+
+def splits(kernel):
+    """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
+    partial results, if any, of a dtype the join adds)."""
+    return (kernel.parallel_extent() > 1 and work(kernel) >= PARALLEL_MIN_WORK
+            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
+
+
+def groups(kernels, split, slots):
+    """[[kernel index, ...]]: runs of consecutive small loop kernels (not in `split`) that read and
+    write nothing another of the run writes (`slots`: a value's buffer slot, an in-place output its
+    input's), at least two, together worth a region (PARALLEL_MIN_WORK): each runs whole as one
+    chunk of a shared region (one update per parameter tensor of an optimizer)."""
+    out, run, seen = [], [], [set(), set()]         # the run's (read, written) slots
+
+    def close():
+        if len(run) >= 2 and sum(work(kernels[j]) for j in run) >= PARALLEL_MIN_WORK:
+            out.append(list(run))
+    for j, k in enumerate(kernels):
+        if k.kind not in ("loop", "reduce_acc") or j in split:
+            close()
+            run, seen = [], [set(), set()]
+            continue
+        reads, writes = {slots[id(ld.buf)] for ld in k.reads}, {slots[id(v)] for v in k.outputs}
+        if seen[1] & (reads | writes) or writes & seen[0]:
+            close()
+            run, seen = [], [set(), set()]
+        run.append(j)
+        seen[0] |= reads
+        seen[1] |= writes
+    close()
+    return out
+
+
+class Chunks:
+    """How a region is cut: n chunks, their bounds, and the outputs that accumulate ([(table slot,
+    Value, lowering)]); `members`: the kernels of a shared region (chunk i runs member i whole), else
+    None (a split kernel's chunks of its outer loop)."""
+
+    def __init__(self, kernel, slots, members=None):
+        self.members = members
+        if members is not None:
+            self.n, self.bounds, self.outs = len(members), list(range(len(members) + 1)), []
+            return
+        extent = kernel.parallel_extent()
+        n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
+        self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
+        if self.outs:                     # private partials: at most a sixteenth of the input's size
+            n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for _, v, _ in self.outs)))
+        self.n = min(n, extent, MAX_CHUNKS, POOL_MAX_CHUNKS)
+        self.bounds = [extent * i // self.n for i in range(self.n + 1)]
+
+    def partial_word(self, i, o):
+        """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
+        return DESC_TABLES + self.n + (i - 1) * len(self.outs) + o
+
+
+def _load(lines, c, reg, base, index):
+    """Lines loading the pointer in 8-byte word `index` of `base` into %<c><reg>; returns its name."""
+    lines += [f"  %{c}{reg}p = getelementptr ptr, ptr {base}, i64 {index}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]
+    return f"%{c}{reg}"
+
+
+def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
+    """LLVM lines (in a segment: `%table` is the program's pointer table) running kernel entry
+    `@entry(table, lo, hi)` as the chunks of `chunks` on the pool; registers and labels start with
+    `c`. desc_slot: the table slot of the region's descriptor; pool_slots: (shared words, tg_region);
+    table_slots: the pointer table's length (what a private copy copies)."""
+    lines = []
+    ctl = _load(lines, c, "ctl", "%table", pool_slots[0])
+    run = _load(lines, c, "run", "%table", pool_slots[1])
+    desc = _load(lines, c, "d", "%table", desc_slot)
+    lines.append(f"  %{c}tabs = getelementptr i64, ptr {desc}, i64 {DESC_TABLES}")
+    for i in range(1, chunks.n) if chunks.outs else ():
+        private = _load(lines, c, f"t{i}", f"%{c}tabs", i)
+        lines.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr {private}, ptr %table, i64 {8 * table_slots}, i1 false)")
+        for o, (slot, _, _) in enumerate(chunks.outs):
+            part = _load(lines, c, f"q{i}_{o}", desc, chunks.partial_word(i, o))
+            lines += [f"  %{c}s{i}_{o} = getelementptr ptr, ptr {private}, i64 {slot}",
+                      f"  store ptr {part}, ptr %{c}s{i}_{o}"]
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr @{entry}_bounds, i64 {chunks.n}, "
+                 f"ptr {desc})")
+    if chunks.outs:
+        lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
+    return lines
+
+
+def group_function(name, calls):
+    """`void @name(ptr %table, i64 %lo, i64 %hi)`: the entry of a shared region, running member
+    kernel `lo` whole (its lines calls[lo], driver.body_call)."""
+    cases = " ".join(f"i64 {t}, label %m{t}" for t in range(len(calls)))
+    blocks = "".join(f"m{t}:\n" + "\n".join(lines) + "\n  br label %end\n" for t, lines in enumerate(calls))
+    return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
+            f"  switch i64 %lo, label %end [ {cases} ]\n{blocks}end:\n  ret void\n}}")
+
+
+def region_functions(entry, chunks):
+    """The module text a region needs besides its kernel's entry: its chunk bounds, and the join of
+    its partials (a kernel that accumulates)."""
+    text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
+            f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
+    return text + (_join_function(f"{entry}_join", chunks) if chunks.outs else "")
+
+
+def _join_function(name, chunks):
+    """`void @name(ptr %table, ptr %desc)`: each accumulated output joined with its partials, in
+    chunk order (see the module's text)."""
+    f = Fn()
+    for o, (slot, v, lower) in enumerate(chunks.outs):
+        out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
+        parts = [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
+                 for i in range(1, chunks.n)]
+        dt, at = v.dtype, _acc_dtype(lower, v.dtype)
+        ty, aty = regtype(dt), regtype(at)
+
+        def element(f, idx, out=out, parts=parts, dt=dt, at=at, ty=ty, aty=aty, lower=lower):
+            e = idx[0]
+            p = f.assign(f"getelementptr {ty}, ptr {out}, i64 {e}")
+            xs = [_widen(f, f.assign(f"load {ty}, ptr {q}"), dt, at) for q in
+                  [p] + [f.assign(f"getelementptr {ty}, ptr {part}, i64 {e}") for part in parts]]
+            if _join(lower) == "+" and at.is_floating_point:
+                total = _compensated(f, xs, aty)
+            else:
+                total = xs[0]
+                for x in xs[1:]:
+                    total = _combine(f, lower, total, x, at)
+            f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
+        _loops(f, [math.prod(v.shape)], element)
+    f.emit("ret void")
+    return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) #1 {{\nentry:\n"
+            + "\n".join(f.allocas + f.lines) + "\n}\n")
+
+
+def _compensated(f, xs, ty):
+    """The sum of float registers xs (Neumaier's compensated sum, no fast-math: the rounding errors
+    of the additions are added back at the end). A non-finite sum (inf, NaN) is returned as it is."""
+    s, comp = xs[0], "0.0"
+    fabs = f"@llvm.fabs.{'f64' if ty == 'double' else 'f32'}"
+    for x in xs[1:]:
+        t = f.assign(f"fadd {ty} {s}, {x}")
+        ge = f.assign(f"fcmp oge {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, {f.assign(f'call {ty} {fabs}({ty} {x})')}")
+        big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
+        err = f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
+        comp, s = f.assign(f"fadd {ty} {comp}, {err}"), t
+    if len(xs) == 1:
+        return s
+    finite = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, 0x7FF0000000000000")
+    return f.assign(f"select i1 {finite}, {ty} {f.assign(f'fadd {ty} {s}, {comp}')}, {ty} {s}")
+
+
+class Region:
+    """A split kernel's run-time state: its descriptor (see the module's text), its private pointer
+    tables and partial arrays, and its Judge."""
+
+    def __init__(self, chunks, table, table_slots):
+        n, outs = chunks.n, chunks.outs
+        self.desc = np.zeros(DESC_TABLES + n + (n - 1) * len(outs), np.int64)
+        self.partials = [_partials(n - 1, v) for _, v, _ in outs] if outs else []
+        self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
+        self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
+            if outs else [ctypes.addressof(table)] * n
+        for o, p in enumerate(self.partials):
+            for i in range(1, n):
+                self.desc[chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
+        self.chunks, self.judge = chunks, Judge()
+        self.desc[0], self.desc[1] = self.judge.parallel(), -1
+        self.address = self.desc.ctypes.data
+
+    def learn(self):
+        """The Judge learns from the last run (if the region ran since) and sets the next choice."""
+        d = self.desc
+        used = int(d[1])
+        if used >= 0:
+            self.judge.record(used == 1, int(d[2]) * 1e-9)
+            d[0], d[1] = self.judge.parallel(), -1
+
+
+def _partials(n, v):
+    """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
+    cache line apart, so that threads writing neighbouring rows never share one."""
+    size, dtype = math.prod(v.shape), np.dtype(v.dtype.np)
+    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + tuple(v.shape))
