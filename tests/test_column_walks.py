@@ -201,3 +201,20 @@ def test_gradients_match_float64_finite_differences(fn):
     g = tg.tensor(rng.standard_normal(shape))
     cf = tg.compile(fn)
     assert tg.gradcheck(lambda x: cf(x, g), (x,), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_long_rows_walk_in_tiles(dtype):
+    """Rows whose vectors would pass ONLINE_LIMIT walk in tiles of the kept axis (threads split them):
+    the same values as NumPy, the tiles' edges included."""
+    from tracegrad.ir.passes.schedule import ONLINE_LIMIT
+    rng = np.random.default_rng(3)
+    x0 = (rng.standard_normal((37, ONLINE_LIMIT + 77)) * 4).astype(dtype)
+    f = tg.compile(lambda x: x.logsumexp(dim=0))
+    with tg.no_grad():
+        got = f(tg.tensor(x0)).numpy()
+        text = f.ir(tg.tensor(x0), stage="kernels")
+    tile = int(re.search(r"loops=d1/(\d+),", text).group(1))
+    assert tile < x0.shape[1], text
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got, _np_lse(x0.astype(np.float64), 0)[0], **tol)

@@ -1,8 +1,9 @@
 """One walk over memory for column maxima and the sums of exp(a - g(m)) that read them (a reduce_acc
 kernel with Schedule.online: ir/passes/schedule.py's online_columns), beside reductions that read neither.
 
-Per tile of the unit-stride kept axis u (threads split the tiles; each owns its columns), the rows
-run in blocks of at most BLOCK_BYTES of the tile, each read twice while in cache: a vectorized loop
+Per tile of the unit-stride kept axis u (whole rows unless they are long; threads split the tiles,
+each owns its columns), the rows run in blocks of at most BLOCK_BYTES of the tile (and at most
+reductions.BLOCK rows), each read twice while in cache: a vectorized loop
 finds the block's maxima, the running maxima M grow and each sum's running total is rescaled by
 exp(g(M_old) - g(M_new)) (a factor of 0 drops the old terms: they may be exp(-inf - -inf) = nan; a
 total of 0 stays 0), then a second loop adds each sum's terms at the running maxima, in a partial of
@@ -18,7 +19,7 @@ from .loops import _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
-BLOCK_BYTES = 1 << 16       # a tile's rows read twice while in L2: the maxima, then the sums
+BLOCK_BYTES = 1 << 20       # a tile's rows read twice while in cache: the maxima, then the sums
 
 
 def _shift(tree, m):
