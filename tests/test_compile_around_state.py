@@ -121,7 +121,8 @@ def _observe(w):
             held.append(t.grad)
     which = [None if t.grad is None else next(i for i, h in enumerate(held) if h is t.grad) for t in ts]
     return [(t.detach().numpy().copy(), None if t.grad is None else t.grad.numpy().copy(), t.requires_grad)
-            for t in ts] + [which, [h.numpy().copy() for h in held]]
+            for t in ts] + [which, [h.numpy().copy() for h in held],
+                            [t._version for t in ts], [h._version for h in held]]   # in-place counts too
 
 
 def _session(actions, seed, backend):

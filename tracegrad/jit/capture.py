@@ -95,6 +95,9 @@ class Capture:
         """In-place updates of real tensors, then .grad assignments, as extra graph outputs."""
         tracer, values = self.tracer, self.graph.outputs
         self.mutations, self.inplace = [], []      # inplace: (output index, input index) candidates
+        # bumps[j]: what mutation j adds to its tensor's version counter: the in-place updates the trace
+        # made through it (a .grad zeroed, then accumulated into: 2, as eagerly), once per shared counter
+        self.bumps, counted = [], set()
         for i, e in enumerate(tracer.order):
             if e.standin._ir is not e.value and e.source[0] != "const":
                 if e.standin.grad_fn is not None:
@@ -103,6 +106,8 @@ class Capture:
                                      f"history. Compute the new value out of place and return it (y = x * w), or "
                                      f"update under tg.no_grad()")
                 self.mutations.append((e.source, e.real))
+                self.bumps.append(0 if id(e.standin._ver) in counted else e.standin._ver[0])
+                counted.add(id(e.standin._ver))
                 self.inplace.append((len(values), i))
                 values.append(e.standin._ir)
         self.shared = shared = _overlaps(tracer, name, values[:self.n_user])
@@ -125,7 +130,7 @@ class Capture:
             else:                                       # a new tensor, as eagerly (never the old .grad)
                 how = made.get(id(after))
                 if how is None:
-                    how = made[id(after)] = (len(values), after._dtype, after._device)
+                    how = made[id(after)] = (len(values), after._dtype, after._device, after._ver[0])
                     values.append(tracer.lift(after)._ir)
             self.grad_writes.append((target, how))
 

@@ -44,8 +44,9 @@ class Entry:
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
         # the updated tensors, (tensor, j) where fixed, ((source, real), j) where read per call; j: the
         # update's position among the outputs after the user's
-        self.mutated_fixed = [(real, j) for j, (s, real) in enumerate(self.mutations) if s[0] == "captured"]
-        self.mutated_per_call = [(m, j) for j, m in enumerate(self.mutations) if m[0][0] != "captured"]
+        muts = [(m, j, cap.bumps[j]) for j, m in enumerate(self.mutations)]
+        self.mutated_fixed = [(m[1], j, k) for m, j, k in muts if m[0][0] == "captured"]
+        self.mutated_per_call = [(m, j, k) for m, j, k in muts if m[0][0] != "captured"]
         self.aliases = cap.aliases
         self.updates = cap.updates
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]

@@ -37,16 +37,16 @@ def write_back(entry, outs, leaves, fresh):
     copyto = copy_into if entry.on_device else np.copyto
     n = entry.n_user
     # captured tensors (a module's parameters, an optimizer's buffers) are fixed: no lookup per call
-    for t, j in entry.mutated_fixed:
+    for t, j, bump in entry.mutated_fixed:
         arr = outs[n + j]
         if arr is not t._data:              # unless the kernel already wrote in place
             copyto(t._data, arr)
-        t._ver[0] += 1
-    for (source, real), j in entry.mutated_per_call:
+        t._ver[0] += bump                   # the in-place updates the function made, as eagerly
+    for (source, real), j, bump in entry.mutated_per_call:
         t, arr = resolve(source, real, leaves), outs[n + j]
         if arr is not t._data:
             copyto(t._data, arr)
-        t._ver[0] += 1
+        t._ver[0] += bump
     made = {}
     for target, how in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
@@ -54,9 +54,10 @@ def write_back(entry, outs, leaves, fresh):
             t._grad = how and resolve(*how, leaves)
             continue
         g = made.get(how[0])
-        if g is None:
-            j, dtype, dev = how
+        if g is None:               # (output, dtype, device, the in-place updates the function made on it)
+            j, dtype, dev, ver = how
             g = made[j] = Tensor._wrap(outs[j] if j in entry.fwd_fresh else fresh(outs[j]), dtype, dev)
+            g._ver[0] = ver
         t._grad = g
 
 
