@@ -9,8 +9,10 @@ not the memory order:
 - map kernels and reduce_acc kernels: loop order = the largest operand's axes by stride,
   largest outermost, its unit-stride axis innermost (a permuted view iterates in storage order;
   the outermost loop, which threads split, then gives each thread a contiguous slab);
-- map kernels whose largest operands disagree on the unit-stride axis (a 2-D transpose): tile
-  both axes by TILE so that the tile's reads and writes both stay in cache; operands read along the
+- map and reduce_acc kernels whose largest operands disagree on the unit-stride axis (a 2-D
+  transpose; (x.T * z).sum(0)): tile both axes by TILE so that the tile's reads and writes both stay
+  in cache ((2048, 2048) float32 (x.T * z).sum(0), one thread: 56 ms in x's memory order, 24 ms
+  tiled, torch.compile's 35 ms in the same run); a map's operands read along the
   outputs' other axis are read a tile at a time and transposed in registers where that pays
   (`transposed`: Schedule.transposed, the output's axis b tiled outermost; `settle` puts a's
   tiles outermost for large outputs that the target does not stream);
@@ -330,11 +332,11 @@ def choose(k):
                         + [(u, 0)], across=u,
                         map_levels=[(d, 0) for d in order if d in reduced and d != last]
                         + [(last, TILE), (u, 0), (last, 0)] if maps else None)
-    if k.kind == "loop" and len(units) > 1:                  # a transpose: tile the two unit axes
+    if len(units) > 1:                                       # a transpose: tile the two unit axes
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
         outer = [(d, 0) for d in order if d not in (a, b)]
         last = len(k.shape) - 1                              # the outputs' unit axis: stores stay vectors
-        regs = transposed(k, a + b - last, last) if last in (a, b) else ()
+        regs = transposed(k, a + b - last, last) if last in (a, b) and k.kind == "loop" else ()
         if regs:                                             # b's tiles outermost: regs read in memory order
             a, b = a + b - last, last
             return Schedule(outer + [(b, TILE), (a, TILE), (a, 0), (b, 0)], transposed=regs)
