@@ -55,16 +55,22 @@ OPS = {"sum": lambda z, ax: z.sum(ax), "mean": lambda z, ax: z.mean(ax), "amax":
 NP = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}
 
 
-@st.composite
-def cases(draw):
-    nd = draw(st.integers(2, 4))
+def _space(draw, most_axes, keep_one):
+    """(shape of 2..most_axes odd sizes, at most 40,000 elements; sorted reduced axes: at least one,
+    all but one at most if keep_one, else all at most)."""
+    nd = draw(st.integers(2, most_axes))
     shape = [draw(st.sampled_from(SIZES)) for _ in range(nd)]
     while np.prod(shape) > 40_000:
         shape[int(np.argmax(shape))] //= 2
-    perm = tuple(draw(st.permutations(range(nd))))
-    k = draw(st.integers(1, nd - 1))
-    axes = tuple(sorted(draw(st.sets(st.integers(0, nd - 1), min_size=k, max_size=k))))
-    step = draw(st.sampled_from([None] + list(range(nd))))
+    k = draw(st.integers(1, nd - 1 if keep_one else nd))
+    return shape, tuple(sorted(draw(st.sets(st.integers(0, nd - 1), min_size=k, max_size=k))))
+
+
+@st.composite
+def cases(draw):
+    shape, axes = _space(draw, 4, keep_one=True)
+    perm = tuple(draw(st.permutations(range(len(shape)))))
+    step = draw(st.sampled_from([None] + list(range(len(shape)))))
     return tuple(shape), perm, axes, step, draw(st.sampled_from(sorted(OPS))), draw(st.sampled_from([np.float32, np.float64]))
 
 
@@ -98,13 +104,8 @@ def test_reductions_of_permuted_views_match_numpy_and_interpret(case):
 
 @st.composite
 def pairs(draw):
-    nd = draw(st.integers(2, 3))
-    shape = [draw(st.sampled_from(SIZES)) for _ in range(nd)]
-    while np.prod(shape) > 40_000:
-        shape[int(np.argmax(shape))] //= 2
-    perms = [tuple(draw(st.permutations(range(nd)))) for _ in range(2)]
-    k = draw(st.integers(1, nd))
-    axes = tuple(sorted(draw(st.sets(st.integers(0, nd - 1), min_size=k, max_size=k))))
+    shape, axes = _space(draw, 3, keep_one=False)
+    perms = [tuple(draw(st.permutations(range(len(shape))))) for _ in range(2)]
     return tuple(shape), perms, axes, draw(st.sampled_from(["sum", "amax"])), draw(st.sampled_from([np.float32, np.float64]))
 
 
