@@ -5,6 +5,7 @@ disagree on the unit-stride axis ((x.T * z).sum(0)) is tiled. Read from `stage="
 compiled == NumPy (float64 oracle) == interpret, with gradients, on permuted and strided views of
 odd sizes."""
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad.ir.passes import schedule
 from tracegrad.ir.passes.schedule import TILE
 
 RNG = np.random.default_rng(5)
@@ -43,10 +45,12 @@ def test_other_leading_reductions_stay_accumulations_or_across(fn, shape):
     assert "[reduce_acc]" in line or "reduce=across" in line, line
 
 
-def test_reads_that_disagree_accumulate_over_tiles():
-    x, z = RNG.standard_normal((33, 40)).astype(np.float32), RNG.standard_normal((40, 33)).astype(np.float32)
+def test_reads_that_disagree_accumulate_over_tiles_beyond_the_cache():
+    x, z = RNG.standard_normal((700, 800)).astype(np.float32), RNG.standard_normal((800, 700)).astype(np.float32)
     (line,) = kernel_lines(lambda x, z: (x.T * z).sum(0), x, z)
     assert "[reduce_acc]" in line and line.endswith(f"loops=d1/{TILE},d0/{TILE},d1,d0"), line
+    (line,) = kernel_lines(lambda x, z: (x.T * z).sum(0), x[:40, :33], z[:33, :40])   # in cache: not tiled
+    assert "[reduce_acc]" in line and f"/{TILE}" not in line, line
 
 
 SIZES = [1, 2, 3, 7, 31, 33, 65, 130]
@@ -113,7 +117,7 @@ def pairs(draw):
 @given(pairs())
 def test_reductions_of_two_views_in_different_layouts_match_numpy_and_interpret(case):
     """Two full-size operands, each a permuted view of its own array: the reads may disagree on every
-    axis, the reduction keeps any axes (or none)."""
+    axis, the reduction keeps any axes (or none). Accumulations are tiled at any size here."""
     shape, (p, q), axes, op, dtype = case
     inv = [tuple(np.argsort(perm)) for perm in (p, q)]
     x, y = (RNG.standard_normal(tuple(shape[d] for d in inv_)).astype(dtype) for inv_ in inv)
@@ -126,8 +130,9 @@ def test_reductions_of_two_views_in_different_layouts_match_numpy_and_interpret(
     results = []
     for backend in ("llvm", "interpret"):
         xs, ys = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
-        out = tg.compile(fn, backend=backend)(xs, ys)
-        (out * out).sum().backward()
+        with mock.patch.object(schedule, "TILED_ACC_BYTES", 0):
+            out = tg.compile(fn, backend=backend)(xs, ys)
+            (out * out).sum().backward()
         results.append((out.detach().numpy(), xs.grad.numpy(), ys.grad.numpy()))
     tol = (1e-4 if dtype == np.float32 else 1e-11) * max(1, xv.size) ** 0.5
     scale = max(1.0, float(np.max(np.abs(expect)))) if expect.size else 1.0

@@ -12,7 +12,10 @@ not the memory order:
 - map and reduce_acc kernels whose largest operands disagree on the unit-stride axis (a 2-D
   transpose; (x.T * z).sum(0)): tile both axes by TILE so that the tile's reads and writes both stay
   in cache ((2048, 2048) float32 (x.T * z).sum(0), one thread: 56 ms in x's memory order, 24 ms
-  tiled, torch.compile's 35 ms in the same run); a map's operands read along the
+  tiled, torch.compile's 35 ms in the same run). An accumulation is tiled only when it moves more
+  than TILED_ACC_BYTES: below, its operands stay in L2 in any order, and the tiled loop nest costs
+  compile time (W4's 256 x 256 relu-backward and bias-gradient kernel tiled: its first call's
+  instructions 1.6G -> 2.5G). A map's operands read along the
   outputs' other axis are read a tile at a time and transposed in registers where that pays
   (`transposed`: Schedule.transposed, the output's axis b tiled outermost; `settle` puts a's
   tiles outermost for large outputs that the target does not stream);
@@ -49,6 +52,7 @@ ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u
 TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
 REGS_CACHED = 1 << 20   # output bytes of a transposing map that transposes in registers at any row length
 LINE = 64            # bytes of a cache line
+TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled above this: below, it stays in L2
 
 
 def schedule(kernels):
@@ -332,7 +336,7 @@ def choose(k):
                         + [(u, 0)], across=u,
                         map_levels=[(d, 0) for d in order if d in reduced and d != last]
                         + [(last, TILE), (u, 0), (last, 0)] if maps else None)
-    if len(units) > 1:                                       # a transpose: tile the two unit axes
+    if len(units) > 1 and (k.kind == "loop" or k.bytes_moved() > TILED_ACC_BYTES):  # a transpose: tile both
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
         outer = [(d, 0) for d in order if d not in (a, b)]
         last = len(k.shape) - 1                              # the outputs' unit axis: stores stay vectors
