@@ -365,3 +365,22 @@ def test_a_parameters_grad_set_to_none_between_calls_of_a_layout_dependent_step(
             seen.append((f(x).item(), m.weight.grad.numpy().copy(), m.bias.grad.numpy().copy()))
         return seen
     assert_same(run(False), run(True), "llvm", rtol=2e-5)
+
+
+def test_versions_count_updates_through_aliases_once_per_counter():
+    """The same tensor passed twice, and a tensor with its detach() (one version counter): the
+    counter grows by every update made through either, once, as eagerly."""
+    def f(a, b):
+        a.add_(1.0)
+        b.mul_(2.0)
+        return a.sum()
+
+    def run(fn):
+        x = tg.tensor(np.ones(3))
+        y, z = x.detach(), tg.tensor(np.ones(3))
+        fn(x, x)
+        fn(x, y)
+        fn(z, x)
+        return [x._version, y._version, z._version, x.numpy().copy(), z.numpy().copy()]
+
+    assert_same(run(f), run(tg.compile(f)))

@@ -174,7 +174,7 @@ def online_columns(k):
     r = len(axes)
     if axes != set(range(r)) or r == n or any(set(ph.axes) != axes for ph in k.phases):
         return None
-    reads = [(read_bytes(k, ld), ld.strides) for ld in k.reads]
+    reads = [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
     if unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) != n - 1:
         return None
     outs = [ph.outputs[0] for ph in k.phases]
@@ -216,13 +216,13 @@ def operands(k):
                 for d, s in zip(kept, contiguous_strides([k.shape[d] for d in kept])):
                     strides[d] = s
                 out.append((nbytes(v), tuple(strides)))
-    return out + [(read_bytes(k, ld), ld.strides) for ld in k.reads]
+    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
 
 
-def read_bytes(k, ld):
-    """The bytes load ld of kernel k reads: its buffer's, or fewer for a view of part of it (a
-    slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
-    walked = math.prod(n for n, s in zip(k.shape, ld.strides) if s) * ld.dtype.itemsize
+def read_bytes(shape, ld):
+    """The bytes load ld reads over a space of `shape`: its buffer's, or fewer for a view of part of
+    it (a slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
+    walked = math.prod(n for n, s in zip(shape, ld.strides) if s) * ld.dtype.itemsize
     return min(nbytes(ld.buf), walked)
 
 
@@ -363,8 +363,7 @@ def rows_first(shape, axes, tree):
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
         return None
-    reads = [(min(nbytes(ld.buf), math.prod(n for n, s in zip(shape, ld.strides) if s) * ld.dtype.itemsize),
-              ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
     if not reads:
         return None
     big = max(b for b, _ in reads)
