@@ -12,11 +12,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad.ir.passes import schedule
 from tracegrad.ir.kernels import Kernel, Load, Phase, Schedule
 from tracegrad.ir.passes.schedule import ACROSS_TILE, ROWS_LIMIT, TILE, choose
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_SCHEDULE_EXAMPLES", "25"))
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _register_tiles_at_test_sizes(monkeypatch):
+    """Register transposes start above REGS_MIN bytes moved; these tests exercise them on small arrays."""
+    monkeypatch.setattr(schedule, "REGS_MIN", 0)
 
 
 def kernel_lines(fn, *arrays, stage="kernels"):

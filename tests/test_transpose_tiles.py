@@ -13,10 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad.ir.passes import schedule
 from tracegrad.ir.passes.schedule import TRANSPOSED
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_TRANSPOSE_EXAMPLES", "20"))
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _register_tiles_at_test_sizes(monkeypatch):
+    """Register transposes start above REGS_MIN bytes moved; these tests exercise them on small arrays."""
+    monkeypatch.setattr(schedule, "REGS_MIN", 0)
 
 
 def kernel_lines(fn, *arrays):
@@ -213,3 +220,16 @@ def test_transposing_copies_are_exact(dtype, shape):
     y = tg.tensor(np.zeros(np.swapaxes(x, -1, -2).shape, dtype))
     g(tg.tensor(x), y)
     np.testing.assert_array_equal(y.numpy(), np.swapaxes(x, -1, -2))
+
+
+def test_small_maps_keep_scalar_tiles(monkeypatch):
+    """At most REGS_MIN bytes moved: tiled without register transposes (in cache, as fast, half the
+    compile time), and the same values."""
+    monkeypatch.setattr(schedule, "REGS_MIN", 256 << 10)
+    x, g = data((32, 128)), data((128, 32))
+    fn = lambda x, g: tg.where(x.T > 0.5, g, 0.0)       # a relu backward's mask, transposed
+    (line,) = kernel_lines(fn, x, g)
+    assert transposed(line) == 0 and f"/{schedule.TILE}," in line, line
+    np.testing.assert_array_equal(tg.compile(fn)(tg.tensor(x), tg.tensor(g)).numpy(), np.where(x.T > 0.5, g, 0.0))
+    (line,) = kernel_lines(fn, data((160, 256)), data((256, 160)))       # 480 KiB moved
+    assert transposed(line) == 1, line

@@ -51,6 +51,7 @@ HEAVY = 0.5          # operands at least this fraction of the largest one's byte
 ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
 TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
 REGS_CACHED = 1 << 20   # output bytes of a transposing map that transposes in registers at any row length
+REGS_MIN = 256 << 10    # bytes a map moves below which it is tiled without register transposes
 LINE = 64            # bytes of a cache line
 TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled above this: below, it stays in L2
 
@@ -261,7 +262,10 @@ def transposed(k, a, b):
     vectors along a and transpose in registers (Schedule.transposed): those with stride 1 along a and
     a larger one along b, of 4- or 8-byte elements (at most TRANSPOSED distinct ones, the first
     read: each keeps a tile on the stack); () unless b is the outputs' unit-stride axis and their
-    rows along b are whole 64-byte lines, or the outputs fit in cache (REGS_CACHED bytes).
+    rows along b are whole 64-byte lines, or the outputs fit in cache (REGS_CACHED bytes); () too
+    for a map that moves at most REGS_MIN bytes: in L2, its scalar tiles run as fast and its code
+    compiles in half the time (where(x.T > 0.5, g, 0), one thread: (128, 128) 8.4 us against 7.7,
+    first call 21 ms against 38; (256, 256) 57 us against 20, so above it the tiles pay).
 
     Measured (python -m tracegrad.bench.transpose; one thread, 2-core machine): the tiles then walk
     b's tiles outermost, so each operand is read in memory order (TILE rows at a time), and a large
@@ -272,7 +276,7 @@ def transposed(k, a, b):
     slower than the element loops (3.5x against 2.9x for (4093, 4101) float32; 2.2x against 1.9x
     for (1001, 1000), even at (701, 700), 1.2x against 3.2x for (301, 300): in cache)."""
     outs = [v for ph in k.phases for v, _ in ph.outputs]
-    if b != len(k.shape) - 1 or any(ph.kind != "map" for ph in k.phases) or not (
+    if b != len(k.shape) - 1 or any(ph.kind != "map" for ph in k.phases) or k.bytes_moved() <= REGS_MIN or not (
             all(k.shape[b] * v.dtype.itemsize % LINE == 0 for v in outs)
             or sum(nbytes(v) for v in outs) <= REGS_CACHED):
         return ()
