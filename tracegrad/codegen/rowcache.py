@@ -17,7 +17,7 @@ class RowCache:
     for `roots_only` walks, which lower their own loops: online.py)."""
 
     def __init__(self, f, kernel, groups, roots_only=()):
-        self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, set()
+        self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, {}   # done: ids in the order kept
         inner = kernel.shape[kernel.split:]
         self.strides = [math.prod(inner[d + 1:]) for d in range(len(inner))]
         if not kernel.split or not 0 < math.prod(inner) <= SCRATCH_LIMIT:
@@ -56,7 +56,7 @@ class RowCache:
                 em.f.emit(f"store {ty} {em.value(t)}, ptr {p}")
 
     def finish(self, w):
-        self.done.update(id(t) for t in self.picked.get(w, ()))
+        self.done.update((id(t), None) for t in self.picked.get(w, ()))
 
 
 def _outermost(trees, wanted):
