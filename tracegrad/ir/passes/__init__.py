@@ -11,16 +11,22 @@ PIPELINE = (simplify, fold_constants, cse, factor_sums, dce)
 
 def optimize(graph, check=True):
     """Simplify, fold, CSE, factor row sums (factor.py) and DCE until nothing changes (at most a few rounds). check: verify the
-    result (True), after every pass, naming the pass that broke the graph ("each"), or not (False)."""
+    result (True), after every pass, naming the pass that broke the graph ("each"), or not (False). A pass returns the graph
+    it was given when it changes nothing, and is not run again on a graph it left unchanged."""
+    kept = {}                   # pass -> the graph it last returned unchanged (a pass is a function of its graph)
     for _ in range(4):
         before = len(graph.nodes)
         for p in PIPELINE:
+            if kept.get(p) is graph:
+                continue
             try:
-                graph = p(graph)
+                graph, given = p(graph), graph
             except Exception:
                 if check:            # a pass that fails on a graph an earlier pass broke: name the break
                     verify(graph)
                 raise
+            if graph is given:
+                kept[p] = graph
             if check == "each":
                 try:
                     verify(graph)

@@ -5,16 +5,38 @@ from .rewrite import Builder
 
 
 def cse(graph):
+    """`graph` itself when no two nodes merge, else a rewritten copy."""
+    if not _merges(graph):
+        return graph
     b, seen = Builder(graph), {}
     for n in graph.nodes:
         ins = [b.get(i) for i in n.inputs]
-        p = PRIMS.get(n.op)
-        if p is not None and p.kind == "random":
+        key = _key(n, ins)
+        if key is None:
             b.env[id(n.out)] = b.copy(n, ins)
             continue
-        key = (n.op, tuple(id(i) for i in ins), tuple((k, fmt_attr(v)) for k, v in n.attrs.items()),
-               n.out.shape, n.out.dtype.name)
         if key not in seen:
             seen[key] = b.copy(n, ins)
         b.env[id(n.out)] = seen[key]
     return b.finish()
+
+
+def _merges(graph):
+    """Whether some node of `graph` repeats an earlier one's key."""
+    seen = set()
+    for n in graph.nodes:
+        key = _key(n, n.inputs)
+        if key is not None:
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
+
+
+def _key(n, ins):
+    """What node n (inputs `ins`) is the same computation as another by, or None (a random draw)."""
+    p = PRIMS.get(n.op)
+    if p is not None and p.kind == "random":
+        return None
+    return (n.op, tuple(id(i) for i in ins), tuple((k, fmt_attr(v)) for k, v in n.attrs.items()),
+            n.out.shape, n.out.dtype.name)

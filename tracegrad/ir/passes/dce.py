@@ -1,4 +1,5 @@
-"""Dead-code elimination: drop nodes whose results no output needs (graph inputs always stay).
+"""Dead-code elimination: drop nodes whose results no output needs (graph inputs always stay); a graph
+with none is returned as it is.
 
 A random draw is an effect on the generator, not only a value: it stays even when unused, so the
 draws after it (and the generator's state after the call) are eager's under the same seed."""
@@ -13,6 +14,8 @@ def dce(graph):
         if id(n.out) in live or is_effect(n):
             keep.add(id(n))
             live.update(id(i) for i in n.inputs)
+    if len(keep) == len(graph.nodes):
+        return graph
     b = Builder(graph)
     for n in graph.nodes:
         if id(n) in keep:

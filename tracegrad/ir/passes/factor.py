@@ -38,6 +38,9 @@ BUDGET = 64                            # nodes of a summed tree looked into, at 
 
 
 def factor_sums(graph):
+    """`graph` itself when no sum gets shallower, else a rewritten copy."""
+    if not _Depths(graph).factors():
+        return graph
     b = _Factor(graph)
     for n in graph.nodes:
         ins = [b.get(i) for i in n.inputs]
@@ -46,15 +49,48 @@ def factor_sums(graph):
     return b.finish()
 
 
-class _Factor(Builder):
+class _Depths:
+    """The depth of each value of `graph` as it is (before any rewrite)."""
+
+    def __init__(self, graph):
+        self.graph, self.depths = graph, {}
+
+    def depth(self, v):
+        return self.depths.get(id(v), 0)
+
+    def deepen(self, out, op, inputs):
+        chained = op != "const" and PRIMS[op].kind in _CHAINED
+        self.depths[id(out)] = max((self.depth(i) for i in inputs), default=0) + chained
+
+    def factors(self):
+        """Whether some sum of the graph gets shallower."""
+        for n in self.graph.nodes:
+            if n.op == "sum" and self.target(n, n.inputs) is not None:
+                return True
+            self.deepen(n.out, n.op, n.inputs)
+        return False
+
+    def target(self, n, ins):
+        """(the _Sum of sum node n over inputs `ins`, the depth it gets) when it gets shallower, else
+        None."""
+        (x,) = ins
+        axes, keep = n.attrs["axis"], n.attrs["keepdims"]
+        if not n.out.dtype.is_floating_point or x.dtype is not n.out.dtype or \
+                math.prod(x.shape[a] for a in axes) == 0 or not axes:
+            return None
+        s = _Sum(self, x.shape, axes, keep)
+        target = s.best(x)
+        return None if target >= self.depth(x) + 1 else (s, target)
+
+
+class _Factor(Builder, _Depths):
     def __init__(self, src):
         super().__init__(src)
         self.depths, self.lows = {}, {}
 
     def emit(self, op, inputs, attrs, shape, dtype, loc=None):
         out = super().emit(op, inputs, attrs, shape, dtype, loc)
-        chained = op != "const" and PRIMS[op].kind in _CHAINED
-        self.depths[id(out)] = max((self.depth(i) for i in inputs), default=0) + chained
+        self.deepen(out, op, inputs)
         self.lows[id(out)] = _low(self, out)
         return out
 
@@ -66,24 +102,16 @@ class _Factor(Builder):
     def const(self, value, dtype):
         return self.emit("const", [], {"value": value}, (), dtype)
 
-    def depth(self, v):
-        return self.depths.get(id(v), 0)
-
     def low(self, v):
         return self.lows.get(id(v))
 
     def rewrite(self, n, ins):
         """The factored sum of node n (inputs rewritten to `ins`), or None to keep it as written."""
-        (x,) = ins
-        axes, keep = n.attrs["axis"], n.attrs["keepdims"]
-        if not n.out.dtype.is_floating_point or x.dtype is not n.out.dtype or \
-                math.prod(x.shape[a] for a in axes) == 0 or not axes:
+        got = self.target(n, ins)
+        if got is None:
             return None
-        s = _Sum(self, x.shape, axes, keep)
-        target = s.best(x)
-        if target >= self.depth(x) + 1:
-            return None
-        out = s.emit(x, target)
+        s, target = got
+        out = s.emit(ins[0], target)
         return out if out.shape == n.out.shape else self.add("expand", [out], shape=n.out.shape)
 
 

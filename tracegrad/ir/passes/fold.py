@@ -7,25 +7,37 @@ from .rewrite import Builder
 
 
 def fold_constants(graph):
+    """`graph` itself when no node folds, else a rewritten copy."""
+    if not any(_folded(n, n.inputs) is not None for n in graph.nodes):
+        return graph
     b = Builder(graph)
     for n in graph.nodes:
         ins = [b.get(i) for i in n.inputs]
-        p = PRIMS.get(n.op)
-        if n.op != "const" and p is not None and p.kind not in ("random",) and ins and \
-                all(i.node is not None and i.node.op == "const" for i in ins):
-            scalar = p.kind == "elementwise"
-            if not scalar and sum(_numel(v.shape) for v in ins + [n.out]) > 4096:
-                b.env[id(n.out)] = b.copy(n, ins)
-                continue
-            args = [np.full(() if scalar else i.shape, i.node.attrs["value"], i.dtype.np) for i in ins]
-            with np.errstate(all="ignore"):
-                out = np.asarray(PRIMS[n.op].impl(*args, **n.attrs))
-            flat = out.reshape(-1)
-            if flat.size and (flat == flat[0]).all() or flat.size and np.isnan(flat).all():
-                b.env[id(n.out)] = b.emit("const", [], {"value": flat[0].item()}, n.out.shape, n.out.dtype, n.loc)
-                continue
-        b.env[id(n.out)] = b.copy(n, ins)
+        value = _folded(n, ins)
+        if value is not None:
+            b.env[id(n.out)] = b.emit("const", [], {"value": value}, n.out.shape, n.out.dtype, n.loc)
+        else:
+            b.env[id(n.out)] = b.copy(n, ins)
     return b.finish()
+
+
+def _folded(n, ins):
+    """The constant node n computes from inputs `ins` when they are all constants and its result is
+    uniform (a Python number), else None."""
+    p = PRIMS.get(n.op)
+    if n.op == "const" or p is None or p.kind in ("random",) or not ins or \
+            not all(i.node is not None and i.node.op == "const" for i in ins):
+        return None
+    scalar = p.kind == "elementwise"
+    if not scalar and sum(_numel(v.shape) for v in ins + [n.out]) > 4096:
+        return None
+    args = [np.full(() if scalar else i.shape, i.node.attrs["value"], i.dtype.np) for i in ins]
+    with np.errstate(all="ignore"):
+        out = np.asarray(PRIMS[n.op].impl(*args, **n.attrs))
+    flat = out.reshape(-1)
+    if flat.size and (flat == flat[0]).all() or flat.size and np.isnan(flat).all():
+        return flat[0].item()
+    return None
 
 
 def _numel(shape):

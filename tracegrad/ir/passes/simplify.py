@@ -13,17 +13,44 @@ def _const(v):
 
 
 def simplify(graph):
-    b = Builder(graph)
-    b.uses = {}
+    """`graph` itself when no rule applies, else a rewritten copy."""
+    uses = {}
     for n in graph.nodes:
         for i in n.inputs:
-            b.uses[id(i)] = b.uses.get(id(i), 0) + 1
+            uses[id(i)] = uses.get(id(i), 0) + 1
     for v in graph.outputs:
-        b.uses[id(v)] = b.uses.get(id(v), 0) + 1
+        uses[id(v)] = uses.get(id(v), 0) + 1
+    if not _applies(graph, uses):
+        return graph
+    b = Builder(graph)
+    b.uses = uses
     for n in graph.nodes:
         ins = [b.get(i) for i in n.inputs]
         b.env[id(n.out)] = _rule(b, n, ins) or b.copy(n, ins)
     return b.finish()
+
+
+class _Applies(Exception):
+    pass
+
+
+class _Probe:
+    """Stands in for the Builder while asking whether a rule applies: a rule emits only when it does."""
+
+    def __init__(self, uses):
+        self.uses = uses
+
+    def emit(self, *args):
+        raise _Applies
+
+
+def _applies(graph, uses):
+    """Whether some rule rewrites a node of `graph` (as the graph is, before any rewrite)."""
+    probe = _Probe(uses)
+    try:
+        return any(_rule(probe, n, n.inputs) is not None for n in graph.nodes)
+    except _Applies:
+        return True
 
 
 def _same(v, n):
