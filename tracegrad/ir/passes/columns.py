@@ -39,12 +39,14 @@ def order_walks(kernels):
 
 def _statistic_space(run):
     """The space of the first column statistic of `run` that a later kernel over its space reads, or None."""
+    last = None         # (id(buffer), space) -> the last kernel over that space reading the buffer
     for i, k in enumerate(run):
         if k.kind != "reduce_acc" or len(k.shape) < 2 or not any(
                 0 in ph.axes and len(ph.axes) < len(k.shape) for ph in k.phases if ph.kind == "reduce"):
             continue
-        made = {id(v) for v in k.outputs}
-        if any(q.shape == k.shape and made & {id(ld.buf) for ld in q.reads} for q in run[i + 1:]):
+        if last is None:
+            last = {(id(ld.buf), q.shape): j for j, q in enumerate(run) for ld in q.reads}
+        if any(last.get((id(v), k.shape), -1) > i for v in k.outputs):
             return k.shape
     return None
 
