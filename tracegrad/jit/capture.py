@@ -17,7 +17,7 @@ from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
 from .aliases import plan_aliases
-from .device import shares_memory
+from .device import overlapping
 from .free_vars import free_objects
 from .guards import Guards
 from .signature import STATIC
@@ -156,13 +156,12 @@ def _overlaps(tracer, name, results):
     code as long as the other input, and any view of it, is read only before the update (not
     returned, not updated itself); otherwise refuse it, naming both."""
     lifted = [(i, e) for i, e in enumerate(tracer.order) if e.source[0] != "const"]
+    near = overlapping([e.real._data for _, e in lifted])
     out = set()
-    for i, e in lifted:
+    for k, (i, e) in enumerate(lifted):
         if e.standin._ir is e.value:
             continue
-        for j, o in lifted:
-            if o is e or not shares_memory(e.real._data, o.real._data):
-                continue
+        for j, o in (lifted[m] for m in near.get(k, ())):
             out.update((i, j))
             if e.real._data is o.real._data:
                 continue

@@ -124,6 +124,42 @@ def shares_memory(a, b):
     return memory.may_share_memory(a, b)
 
 
+def overlapping(arrays):
+    """{k: [the positions j != k, ascending, of the arrays that shares_memory(arrays[k], arrays[j])]} for
+    the k that have any, without comparing every pair: host arrays by their memory extents (sorted by
+    start, each compared with the extents still open), device arrays pairwise."""
+    host, device, pairs = [], [], []
+    for k, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray):
+            device.append(k)
+        elif a.size:                    # an empty array shares no memory
+            host.append(_extent(a) + (k,))
+    host.sort()
+    open_ = []
+    for lo, hi, k in host:
+        open_ = [t for t in open_ if t[1] > lo]
+        pairs += [(j, k) for _, _, j in open_]
+        open_.append((lo, hi, k))
+    pairs += [(j, k) for m, k in enumerate(device) for j in device[:m]]
+    near = {}
+    for j, k in pairs:
+        if shares_memory(arrays[j], arrays[k]):
+            near.setdefault(j, []).append(k)
+            near.setdefault(k, []).append(j)
+    return {k: sorted(js) for k, js in near.items()}
+
+
+def _extent(a):
+    """(first byte, one past the last byte) of the memory non-empty array `a` spans (np.may_share_memory's bounds)."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, st in zip(a.shape, a.strides):
+        if st > 0:
+            hi += st * (n - 1)
+        else:
+            lo += st * (n - 1)
+    return lo, hi + a.itemsize
+
+
 def expanded(a):
     """Whether several elements of array `a` share one memory location (a stride 0 over a longer axis)."""
     return any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape))
