@@ -73,6 +73,7 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
     for j, k in enumerate(kernels):
         for ld in k.reads:
             last_read[id(ld.buf)] = j
+    seen = {}                    # kernel index -> (writer phase of each output, phase ranks, loads of each buffer)
     returned = {}
     for v in graph.outputs:
         returned[id(v)] = returned.get(id(v), 0) + 1
@@ -87,17 +88,23 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
             continue
         if last_read.get(id(u), -1) > j:
             continue
-        writer = next(p for p, ph in enumerate(k.phases) for w, _ in ph.outputs if w is v)
+        if j not in seen:
+            reads = {}
+            for p, ph in enumerate(k.phases):
+                for _, tree in ph.outputs:
+                    for ld in loads(tree):
+                        reads.setdefault(id(ld.buf), []).append((p, ld))
+            writers = {}
+            for p, ph in enumerate(k.phases):
+                for w, _ in ph.outputs:
+                    writers.setdefault(id(w), p)
+            seen[j] = writers, _phase_rank(k), reads
+        writers, rank, reads = seen[j]
+        writer = writers[id(v)]
         if k.phases[writer].kind != "map":
             continue
-        ok, rank = True, _phase_rank(k)
-        for p, ph in enumerate(k.phases):
-            for _, tree in ph.outputs:
-                for ld in loads(tree):
-                    if ld.buf is u and (p > writer or rank[p] > rank[writer] or ld.offset or
-                                        tuple(ld.strides) != contiguous_strides(u.shape)):
-                        ok = False
-        if ok:
+        if not any(p > writer or rank[p] > rank[writer] or ld.offset or tuple(ld.strides) != contiguous_strides(u.shape)
+                   for p, ld in reads.get(id(u), ())):
             out[slots[id(v)]] = slots[id(u)]
     return out
 
