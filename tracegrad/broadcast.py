@@ -32,9 +32,22 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 def user_frame():
     """The innermost stack frame outside tracegrad (the user's code), or None."""
     f = sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PKG_DIR):
+    while f is not None and in_package(f.f_code.co_filename):
         f = f.f_back
     return f
+
+
+_IN_PACKAGE = {}        # absolute file name -> whether tracegrad's (asked for every op traced)
+
+
+def in_package(filename):
+    """Whether code from `filename` is tracegrad's own (a relative name: relative to the working directory)."""
+    inside = _IN_PACKAGE.get(filename)
+    if inside is None:
+        inside = os.path.abspath(filename).startswith(_PKG_DIR)
+        if os.path.isabs(filename):
+            _IN_PACKAGE[filename] = inside
+    return inside
 
 
 def _check(shape):

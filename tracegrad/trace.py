@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dtypes as D
 from . import strides as L
-from .broadcast import _PKG_DIR, user_frame
+from .broadcast import in_package, user_frame
 from .modes import interpreters
 from .ops.layout import reshape_strides
 from .tensor import Tensor, TraceError, ones_like
@@ -194,6 +194,7 @@ class Tracer:
         self.lifted = {}           # id(real tensor) -> Lifted
         self.order = []            # Lifted, in graph-input order
         self.names = {} if names is None else names   # id(real tensor) -> preferred input name
+        self.taken = (set(), 0)    # the names of the graph's first n inputs, and n
         self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
         self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
         self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
@@ -227,7 +228,7 @@ class Tracer:
             st = self._from_parent(self.parent.lifted[id(t)].standin)
         else:
             name = name or self.names.get(id(t)) or f"{'k' if source[0] == 'const' else 'c'}{len(self.order)}"
-            taken = {v.name for v in self.graph.inputs}
+            taken = self._input_names()
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
             value = self.graph.add_input(name, t._shape, t._dtype)
@@ -247,6 +248,16 @@ class Tracer:
             self.order.append(entry)
             self.lifted[id(t)] = entry
         return st
+
+    def _input_names(self):
+        """The names of the graph's inputs (those added since the last call added to the set)."""
+        names, n = self.taken
+        inputs = self.graph.inputs
+        if len(inputs) < n:
+            names, n = set(), 0
+        names.update(v.name for v in inputs[n:])
+        self.taken = names, len(inputs)
+        return names
 
     def _from_parent(self, t):
         """A backward graph reading a forward value: it becomes a saved input."""
@@ -496,7 +507,7 @@ def _global_states():
 def _numpy_global_reads(code, globals_):
     """(file, line) of each place in user `code` that reads a method of NumPy's global generator
     (np.random.rand, numpy.random.randint, a `from numpy.random import choice` name)."""
-    if os.path.abspath(code.co_filename).startswith(_PKG_DIR):
+    if in_package(code.co_filename):
         return []
     out, cur = [], None
     for ins in dis.get_instructions(code):
