@@ -136,6 +136,9 @@ PROGRAMS = [
             lambda r: {"x": _n(r, 2048, 1000, dtype=np.float64), "w": 1 + 0.1 * _n(r, 1000, dtype=np.float64),
                        "b": 0.1 * _n(r, 1000, dtype=np.float64), "g": _n(r, 2048, 1000, dtype=np.float64)},
             _layernorm, ("x", "w", "b")),
+    Program("mixed_layout_rowsum", "(x.T * z).sum(1) of (2048, 2048): the reads disagree on the unit-stride axis, "
+            "forward", lambda r: {"x": _n(r, 2048, 2048), "z": _n(r, 2048, 2048)},
+            lambda o, x, z: (o.mT(x) * z).sum(axis=1), kind="fwd"),
     Program("mean_middle_axis", "mean over the middle axis of (64, 512, 200), fwd+bwd",
             lambda r: {"x": _n(r, 64, 512, 200), "g": _n(r, 64, 200)},
             lambda o, x, g: (x.mean(axis=1) * g).sum(), ("x",)),
