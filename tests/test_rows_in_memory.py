@@ -1,7 +1,9 @@
 """Reductions of views by memory layout (ir/passes/schedule.py): one whose reduced axes are the
 innermost in memory (x.T.sum(0): row sums of x) runs as a row kernel over a permuted space
 (rows_first, applied by fusion), not as an accumulation over rows; an accumulation whose large reads
-disagree on the unit-stride axis ((x.T * z).sum(0)) is tiled. Read from `stage="kernels"`, and
+disagree on the unit-stride axis ((x.T * z).sum(0)) is tiled; a row reduction whose reads disagree
+((x.T * z).sum(1)) reduces across the kept axis in tiles of MIXED_TILE (schedule.mixed). Read from
+`stage="kernels"`, and
 compiled == NumPy (float64 oracle) == interpret, with gradients, on permuted and strided views of
 odd sizes."""
 import re
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.ir.passes import schedule
-from tracegrad.ir.passes.schedule import TILE
+from tracegrad.ir.passes.schedule import MIXED_TILE, TILE
 
 RNG = np.random.default_rng(5)
 
@@ -51,6 +53,70 @@ def test_reads_that_disagree_accumulate_over_tiles_beyond_the_cache():
     assert "[reduce_acc]" in line and line.endswith(f"loops=d1/{TILE},d0/{TILE},d1,d0"), line
     (line,) = kernel_lines(lambda x, z: (x.T * z).sum(0), x[:40, :33], z[:33, :40])   # in cache: not tiled
     assert "[reduce_acc]" in line and f"/{TILE}" not in line, line
+
+
+@pytest.mark.parametrize("fn, shapes, loops", [
+    (lambda x, z: (x.T * z).sum(1), [(37, 45), (45, 37)], f"loops=d0/{MIXED_TILE},d1,d0 reduce=across d0"),
+    (lambda x, z: (z * x.T).amax(dim=1), [(37, 45), (45, 37)], f"loops=d0/{MIXED_TILE},d1,d0 reduce=across d0"),
+    (lambda x, z: (x.permute(0, 2, 1) * z).sum(-1), [(3, 40, 50), (3, 50, 40)],
+     f"loops=d0,d1/{MIXED_TILE},d2,d1 reduce=across d1"),
+])
+def test_row_reductions_whose_reads_disagree_reduce_across_narrow_tiles(fn, shapes, loops):
+    (line,) = kernel_lines(fn, *[RNG.standard_normal(s).astype(np.float32) for s in shapes])
+    assert "[loop]" in line and line.endswith(loops), line
+
+
+def test_row_reductions_whose_reads_agree_keep_their_schedule():
+    x = RNG.standard_normal((45, 37)).astype(np.float32)
+    (line,) = kernel_lines(lambda x, z: (x.T * z.T).sum(1), x, x)          # both across d0: by rows
+    assert line.endswith("loops=d1,d0 reduce=across d0 threads=d1"), line
+    (line,) = kernel_lines(lambda x, z: (x * z).sum(1), x, x)              # both along the rows
+    assert "loops=" not in line, line
+
+
+@st.composite
+def mixed(draw):
+    """A row reduction of x's transpose (maybe strided) times a row-major z, of odd sizes about MIXED_TILE."""
+    n, m = (draw(st.sampled_from([1, 2, 5, 31, 32, 33, 70, 97])) for _ in range(2))
+    step = draw(st.sampled_from([1, 2]))
+    return n, m, step, draw(st.sampled_from(["sum", "mean", "amax"])), draw(st.sampled_from([np.float32, np.float64]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed())
+def test_row_reductions_whose_reads_disagree_match_numpy_and_interpret(case):
+    n, m, step, op, dtype = case
+    x = RNG.standard_normal((m, n * step)).astype(dtype)
+    z = RNG.standard_normal((n, m)).astype(dtype)
+
+    def fn(x, z):
+        return OPS[op](x[:, ::step].T * z + z, 1)
+
+    xv = x[:, ::step].T.astype(np.float64)
+    expect = NP[op](xv * z + z, axis=1)
+    results = []
+    for backend in ("llvm", "interpret"):
+        xs, zs = tg.tensor(x, requires_grad=True), tg.tensor(z, requires_grad=True)
+        out = tg.compile(fn, backend=backend)(xs, zs)
+        (out * out).sum().backward()
+        results.append((out.detach().numpy(), xs.grad.numpy(), zs.grad.numpy()))
+    if op == "amax":       # the gradient of a maximum: to the element that holds it
+        rows = np.arange(n)
+        gx, gz = np.zeros(xv.shape), np.zeros(z.shape)
+        k = np.argmax(xv * z + z, axis=1)
+        gx[rows, k], gz[rows, k] = 2 * expect * z[rows, k], 2 * expect * (xv[rows, k] + 1)
+    else:
+        w = 2 * expect[:, None] / (m if op == "mean" else 1)
+        gx, gz = w * z, w * (xv + 1)
+    full = np.zeros((m, n * step))
+    full[:, ::step] = gx.T
+    tol = (1e-4 if dtype == np.float32 else 1e-11) * max(1, m) ** 0.5
+    for got, ref in zip(results[0], (expect, full, gz)):
+        s = max(1.0, float(np.max(np.abs(ref))))
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol * s, err_msg=str(case))
+    for got, ref in zip(results[0], results[1]):
+        s = max(1.0, float(np.max(np.abs(ref))))
+        np.testing.assert_allclose(got, ref, rtol=0, atol=tol * s, err_msg=str(case))
 
 
 SIZES = [1, 2, 3, 7, 31, 33, 65, 130]

@@ -24,7 +24,9 @@ not the memory order:
   vector of ACROSS_TILE partial results per tile while the rows stream by (threads split the
   tiles); a kernel of independent reductions only, whose vectors of partial results over the
   whole kept axis are small (by_rows), instead walks memory in order, whole rows, and threads
-  split the rows, each chunk with its own vectors (`rows`).
+  split the rows, each chunk with its own vectors (`rows`); where other heavy reads walk a reduced
+  axis with unit stride ((x.T * z).sum(1): `mixed`), the tiles are MIXED_TILE wide, so that those
+  reads' lines stay in L1 while the reduced axis streams by.
 
 - row kernels (natural order) whose phases reduce a maximum m and then sum exp(a - g(m)) (softmax,
   log_softmax, logsumexp, cross-entropy rows): the two reductions are one walk over the row, a
