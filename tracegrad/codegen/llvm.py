@@ -50,7 +50,7 @@ class ModuleBuilder:
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
-                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]
         if self.index_error:
@@ -134,6 +134,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
         [[j, j + 1] if j in online else [j] for j in range(len(kernel.phases)) if j - 1 not in online]
     cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online})
     sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
+    rebased = {}
 
     def outer_body(f, oidx):
         for w, group in enumerate(groups):
@@ -161,8 +162,13 @@ def _loop_kernel(mb, f, kernel, ptrs):
                         accs[id(ph)].add(f, x)
                     else:
                         off = off or linear(f, idx, full)
-                        store(f, ptrs, v, off, x)
-            _blocked_loops(f, inner, body, blocks)
+                        if ptrs[id(v)] in rebased:          # a block of an aligned row (_aligned_rows)
+                            p, first = rebased[ptrs[id(v)]]
+                            store(f, {id(v): p}, v, f.assign(f"sub nsw i64 {off}, {first}"), x)
+                        else:
+                            store(f, ptrs, v, off, x)
+            _blocked_loops(f, inner, body, blocks, aligned=_aligned_rows(kernel, phases, ptrs, oidx, rebased))
+            rebased.clear()
             for ph in phases:
                 if id(ph) in sums:
                     sums[id(ph)].end_row(f)
@@ -183,6 +189,43 @@ def _loop_kernel(mb, f, kernel, ptrs):
         outer_body(f, [])
     for acc in sums.values():
         acc.finish(f)
+
+
+def _aligned_rows(kernel, phases, ptrs, oidx, rebased):
+    """_blocked_loops' `aligned` for a walk of row kernel `kernel` whose map phases write streamed
+    outputs (stream.py) of one element size, or None. Such stores stream only as whole aligned
+    vectors: where a row's length is not a multiple of a vector (softmax over 1000 classes) LLVM
+    proved no alignment, so no store streamed and each output line was read before it was written.
+    The row's first elements up to an aligned address run alone; each block of the rest stores
+    through a pointer to its first element passed through llvm.ptrmask (`rebased`: {pointer name:
+    (block pointer, its element offset)}): the same address, whose alignment LLVM then knows."""
+    outs = {ptrs[id(v)]: v.dtype.itemsize for ph in phases if ph.kind == "map" for v, _ in ph.outputs
+            if ptrs[id(v)].startswith(f"%{STREAM}")}
+    inner = list(kernel.shape[kernel.split:])
+    dims = _squeezed(inner)
+    if len(set(outs.values())) != 1 or not dims or dims[-1] < 4 * ALIGN // next(iter(outs.values())):
+        return None
+    size = next(iter(outs.values()))
+    vec, ones, full = ALIGN // size, len(inner) - len(dims), contiguous_strides(kernel.shape)
+
+    row = {}
+
+    def aligned(f, iouter):
+        rebased.clear()
+        off = row["off"] = linear(f, list(oidx) + list(iouter) + ["0"] * (1 + ones), full)
+        neg = f.assign(f"sub nsw i64 0, {off}")
+        return f.assign(f"and i64 {neg}, {vec - 1}"), at_block
+
+    def at_block(f, iouter, start):
+        first = f.assign(f"add nsw i64 {row['off']}, {start}")
+        for p in outs:
+            q = f.assign(f"getelementptr inbounds {regtype(_dtype(kernel, p, ptrs))}, ptr {p}, i64 {first}")
+            rebased[p] = (f.assign(f"call ptr @llvm.ptrmask.p0.i64(ptr {q}, i64 {-ALIGN})"), first)
+    return aligned
+
+
+def _dtype(kernel, name, ptrs):
+    return next(v.dtype for v in kernel.outputs if ptrs[id(v)] == name)
 
 
 class _RowSums:

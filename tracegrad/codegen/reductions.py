@@ -2,7 +2,7 @@
 import ast
 
 from ..dtypes import float64
-from .loops import _loops, _while
+from .loops import SCALAR, _loops, _while
 from .scalar import SHORT, parsed, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
@@ -150,15 +150,18 @@ def _squeezed(dims):
     return dims
 
 
-def _blocked_loops(f, dims, body, accs, lo_hi=None):
+def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None):
     """_loops, with the innermost axis run in blocks of at most BLOCK elements, each between the
-    accumulators' begin() and end()."""
+    accumulators' begin() and end(). aligned(f, oidx) -> (head, on_block) (a row whose stores
+    stream, codegen/stream.py): the first `head` elements of the row run alone, left scalar, so the
+    blocks start on a whole aligned vector, and on_block(f, oidx, start) emits at each block's start
+    (llvm.assume of its stores' alignment)."""
     ones = len(dims) - len(_squeezed(dims))
     if ones and ones < len(dims):          # trailing axes of length 1: block the last longer one
         def inner(f, idx, body=body):
             body(f, list(idx) + ["0"] * ones)
         dims, body = dims[:-ones], inner
-    if not dims or not any(a.part for a in accs):
+    if not dims or not (aligned or any(a.part for a in accs)):
         for a in accs:
             a.begin(f)
         _loops(f, dims, body, lo_hi)
@@ -167,22 +170,36 @@ def _blocked_loops(f, dims, body, accs, lo_hi=None):
         return
     *outer, n = dims
 
-    def run(f, oidx, start, stop):
+    def run(f, oidx, start, stop, meta=None):
         for a in accs:
             a.begin(f)
-        _loops(f, [None], lambda f, i: body(f, list(oidx) + i), lo_hi=(start, stop))
+        if aligned:         # counted from 0: a store at (start + j) - start is at j, aligned where j is
+            _loops(f, [None], lambda f, j: body(f, list(oidx) + [f.assign(f"add nsw i64 {start}, {j[0]}")]),
+                   lo_hi=("0", f.assign(f"sub nsw i64 {stop}, {start}")), meta=meta)
+        else:
+            _loops(f, [None], lambda f, i: body(f, list(oidx) + i), lo_hi=(start, stop), meta=meta)
         for a in accs:
             a.end(f)
 
     def row(f, oidx):
         lo, hi = lo_hi if lo_hi and not outer else ("0", str(n))
+        if aligned:                        # (rows of at least a vector: the head ends inside the row)
+            head, on_block = aligned(f, oidx)
+            start = f.assign(f"add nsw i64 {lo}, {head}")
+            run(f, oidx, lo, start, SCALAR)
+            lo = start
         blocks = f.assign(f"sdiv i64 {f.assign(f'sub nsw i64 {hi}, {lo}')}, {BLOCK}")
 
         def block(f, b):
             start = f.assign(f"add nsw i64 {lo}, {f.assign(f'mul nsw i64 {b[0]}, {BLOCK}')}")
+            if aligned:
+                on_block(f, oidx, start)
             run(f, oidx, start, f.assign(f"add nsw i64 {start}, {BLOCK}"))
         _loops(f, [blocks], block)
-        run(f, oidx, f.assign(f"add nsw i64 {lo}, {f.assign(f'mul nsw i64 {blocks}, {BLOCK}')}"), hi)
+        last = f.assign(f"add nsw i64 {lo}, {f.assign(f'mul nsw i64 {blocks}, {BLOCK}')}")
+        if aligned:
+            on_block(f, oidx, last)
+        run(f, oidx, last, hi)
     if outer:
         _loops(f, outer, row, lo_hi)
     else:

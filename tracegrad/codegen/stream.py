@@ -37,7 +37,7 @@ from .slots import roles
 STREAM_MIN_BYTES = 4 << 20
 ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
 NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
-VERSION = 2                 # in the module's text, so the disk cache never mixes two versions of `mark`
+VERSION = 3                 # in the module's text, so the disk cache never mixes two versions of `mark`
 
 
 def streamed(graph, kernels, aliases, slots, inplace):
@@ -68,7 +68,7 @@ def empty(shape, dtype):
 
 _DEFINE = re.compile(r"^define .*\{$")
 _ARG = re.compile(rf"%({NAME}\d+)[,)]")
-_GEP = re.compile(r"^\s*(%[-\w.]+) = getelementptr [^%]*?ptr (%[-\w.]+)")
+_GEP = re.compile(r"^\s*(%[-\w.]+) = (?:getelementptr [^%]*?|(?:tail )?call [^@(]*@llvm\.ptrmask\.p0\.i64\()ptr (%[-\w.]+)")
 _STORE = re.compile(r"^(\s*store <(\d+) x (float|double|i\d+)> [^,]+, ptr (%[-\w.]+), align (\d+))(.*)$")
 _BITS = {"float": 32, "double": 64}
 
@@ -109,7 +109,7 @@ def mark(text):
 
 def _streamed_stores(lines):
     """{line index: (function's line index, bytes, alignment)} of the vector stores through a
-    streamed pointer argument (or an address computed from one)."""
+    streamed pointer argument (or an address computed from one: getelementptr, llvm.ptrmask)."""
     stores, roots, fn = {}, {}, None
     for i, line in enumerate(lines):
         if _DEFINE.match(line):
