@@ -38,7 +38,9 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
             s.backward = None
         else:
             cap.graph.outputs.extend(s.backward.saved)
-    fwd = optimize(s.traced.copy())                                            # optimize
+    fwd = optimize(s.traced)                                                   # optimize
+    if fwd is s.traced:             # a graph no pass changed comes back as it is: the stages stay apart
+        fwd = fwd.copy()
     bwd = optimize(s.backward.graph) if s.backward is not None else None
     if bwd is not None:                                                        # remat, optimize
         new_fwd, new_bwd = rematerialize(fwd, bwd, s.saved_at, len(s.backward.diff_outputs))
