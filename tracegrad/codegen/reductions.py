@@ -129,16 +129,36 @@ class _Acc:
         f.emit(f"store double {f.assign(f'load double, ptr {val}')}, ptr {p}")
         f.emit(f"store i64 {f.assign(f'add i64 {n}, 1')}, ptr {self.count}")
 
+    def _kept(self, f):
+        """The kept partials join the total, smallest first (the levels whose bit the count has; an
+        unset one adds 0.0), then what did not block. A loop up to the count's highest bit, then one
+        + 0.0 for the levels above it (adding 0.0 again changes nothing): the same additions as 64
+        written out (a float64 layer norm's module: 225 KB of IR text, 73 KB so)."""
+        n = f.assign(f"load i64, ptr {self.count}")
+        lvl = f.alloca("i64")
+        f.emit(f"store i64 0, ptr {lvl}")
+
+        def head(f):
+            i = f.assign(f"load i64, ptr {lvl}")
+            return f.assign(f"icmp ne i64 {f.assign(f'lshr i64 {n}, {i}')}, 0"), i
+
+        def body(f, i):
+            bit = f.assign(f"and i64 {f.assign(f'lshr i64 {n}, {i}')}, 1")
+            p = f.assign(f"getelementptr inbounds [64 x double], ptr {self.levels}, i64 0, i64 {i}")
+            kept = f.assign(f"select i1 {f.assign(f'icmp ne i64 {bit}, 0')}, double "
+                            f"{f.assign(f'load double, ptr {p}')}, double 0.0")
+            cur = f.assign(f"load double, ptr {self.total}")
+            f.emit(f"store double {f.assign(f'fadd double {cur}, {kept}')}, ptr {self.total}")
+            f.emit(f"store i64 {f.assign(f'add i64 {i}, 1')}, ptr {lvl}")
+        _while(f, head, body, SCALAR)
+        cur = f.assign(f"load double, ptr {self.total}")
+        above = f.assign(f"icmp ult i64 {f.assign(f'load i64, ptr {lvl}')}, 64")
+        plus = f.assign(f"fadd double {cur}, 0.0")
+        f.emit(f"store double {f.assign(f'select i1 {above}, double {plus}, double {cur}')}, ptr {self.total}")
+
     def result(self, f):
-        if self.levels:             # the kept partials, smallest first, then what did not block
-            n = f.assign(f"load i64, ptr {self.count}")
-            for lvl in range(64):
-                bit = f.assign(f"and i64 {f.assign(f'lshr i64 {n}, {lvl}')}, 1")
-                p = f.assign(f"getelementptr inbounds [64 x double], ptr {self.levels}, i64 0, i64 {lvl}")
-                kept = f.assign(f"select i1 {f.assign(f'icmp ne i64 {bit}, 0')}, double "
-                                f"{f.assign(f'load double, ptr {p}')}, double 0.0")
-                cur = f.assign(f"load double, ptr {self.total}")
-                f.emit(f"store double {f.assign(f'fadd double {cur}, {kept}')}, ptr {self.total}")
+        if self.levels:
+            self._kept(f)
         return _narrow(f, f.assign(f"load {regtype(self.at)}, ptr {self.total}"), self.dtype, self.at)
 
 
