@@ -35,31 +35,26 @@ def straight_run(prog, general, address):
     (check mode and profiles go there); `address(array)` the data address of a contiguous array."""
     if any(step[0] != "call" for step in prog.plan):
         return None
-    env = {"general": general, "address": address, "weakref_ref": weakref.ref, "empty": np.empty,
-           "ascontiguousarray": np.ascontiguousarray, "getrefcount": _getrefcount, "HELD": HELD,
-           "table": prog.table, "lock": prog.lock, "bad_input": _bad_input}
+    env = {"general": general, "address": address, "empty": np.empty, "getrefcount": _getrefcount, "HELD": HELD,
+           "table": prog.table, "lock": prog.lock, "bind": _binder(address)}
     names = {}                    # slot -> the local variable holding its array this call
     lines = ["def run(arrays, timings=None, capture=None):",
              "    if timings is not None or capture is not None:",
              "        return general(arrays, timings, capture)"]
     n = len(prog.inputs)
     lines.append(f"    ({''.join(f'a{i}, ' for i in range(n))}) = arrays" if n else "    () = arrays")
-    for i, (slot, shape, dtype, _, _) in enumerate(prog.inputs):
-        env[f"SH{i}"], env[f"DT{i}"] = shape, dtype
-        lines += [f"    if a{i}.shape != SH{i} or a{i}.dtype is not DT{i} and a{i}.dtype != DT{i}:",
-                  f"        bad_input(DT{i}, SH{i}, a{i})",
-                  f"    if not a{i}.flags.c_contiguous:",
-                  f"        a{i} = ascontiguousarray(a{i})"]
-        names[slot] = f"a{i}"
     lines.append("    with lock:")
+    into = {}                     # input slot -> the output slots written into it (its address too)
+    for o, i in prog.inplace:
+        into.setdefault(i, []).append(o)
     for i, (slot, *_rest) in enumerate(prog.inputs):
         env[f"IN{i}"] = prog.inputs[i]        # [slot, shape, dtype, weakref to last array, its address]
-        lines += [f"        if IN{i}[3]() is not a{i}:     # an array's data never moves",
-                  f"            IN{i}[3] = weakref_ref(a{i})",
-                  f"            table[{slot}] = IN{i}[4] = address(a{i})"]
+        names[slot] = f"a{i}"
+        lines += [f"        if IN{i}[3]() is not a{i}:     # else the array bound before: checked, in the table",
+                  f"            a{i} = bind(IN{i}, a{i}, table)"]
+        lines += [f"            table[{o}] = table[{slot}]" for o in into.get(slot, ())]
     for o, i in prog.inplace:
         names[o] = names[i]
-        lines.append(f"        table[{o}] = table[{i}]")
     for k, (slot, shape, dtype, recycled, _, _, make, _, _) in enumerate(prog.fresh):
         env[f"FSH{k}"], env[f"FDT{k}"], env[f"FR{k}"] = shape, dtype, prog.fresh[k]
         empty = "empty" if make is np.empty else f"EMPTY{k}"
@@ -108,5 +103,17 @@ def straight_run(prog, general, address):
     return env["run"], source
 
 
-def _bad_input(dtype, shape, a):
-    raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+def _binder(address):
+    """bind(spec, a, table): input array `a` checked against its spec (shape and dtype; a copy where
+    not row-major) and its address written into the table; the array bound. A call passing the
+    array bound last time skips this: an array object keeps its shape, dtype, strides and memory."""
+    def bind(spec, a, table):
+        slot, shape, dtype = spec[0], spec[1], spec[2]
+        if a.shape != shape or a.dtype is not dtype and a.dtype != dtype:
+            raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        spec[3] = weakref.ref(a)
+        table[slot] = spec[4] = address(a)
+        return a
+    return bind

@@ -13,11 +13,17 @@ the general methods; both paths build the same node and the same tensors
 (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
 `entry.call_source`, `entry.apply_source` and `entry.backward_source`.
 """
+from operator import attrgetter
+
+import numpy as np
+
 from ..autograd import _Mode, _into_grad
 from ..pytree import unflatten
 from ..tensor import Tensor
 from ..tensor.factories import _implicit_gradient
-from .node import CompiledNode, raise_double_backward
+from .aliases import rebuild_aliases
+from .node import CompiledNode, RefusedBackward, raise_double_backward
+from .writeback import Fresh, raise_read_only, resolve
 
 
 def _plain(entry):
@@ -72,6 +78,121 @@ def straight_call(entry, joined=None):
     results = [f"r{j}" for j in range(len(entry.plain_outs))]
     lines.append(f"    return {results[0]}" if entry.one_out else
                  f"    return unflatten(STRUCT, [{', '.join(results)}])")
+    return _exec(lines, env, "call", entry.name)
+
+
+def straight_general_call(entry):
+    """(call(leaves), source) of Entry.call's general steps written out for a CPU entry outside check
+    mode that `straight_call` leaves out: inputs read per call (a .grad, a number attribute), in-place
+    updates and .grad assignments written back, results that may alias an input (copied), results
+    that are inputs or views of them. Per input and per update one line of constants: a training
+    step updating hundreds of parameter tensors pays no loop over generic plans."""
+    if entry.on_device or entry.check:
+        return None
+    env = {"entry": entry, "run_fwd": entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode, "Node": CompiledNode,
+           "unflatten": unflatten, "STRUCT": entry.out_struct, "resolve": resolve, "copyto": np.copyto,
+           "Fresh": Fresh, "writeable": attrgetter("flags.writeable"), "raise_read_only": raise_read_only,
+           "RefusedBackward": RefusedBackward, "rebuild_aliases": rebuild_aliases}
+    lines = ["def call(leaves):"]
+    args = set()
+
+    def leaf(k):
+        if k not in args:
+            args.add(k)
+            lines.append(f"    s{k} = leaves[{k}]")
+        return f"s{k}"
+
+    def tensor(source, real, i):
+        """The expression of graph input i's tensor (writeback.resolve, written out)."""
+        kind = source[0]
+        if kind == "arg":
+            return leaf(source[1])
+        if kind == "grad":
+            return f"{leaf(source[1])}._grad"
+        if kind == "grad_of":
+            env[f"G{i}"] = source[1]
+            return f"G{i}._grad"
+        if kind == "dynamic":
+            env[f"D{i}"] = source
+            return f"resolve(D{i}, None, leaves)"
+        env[f"C{i}"] = real
+        return f"C{i}"
+    inputs = [tensor(s, r, i) for i, (s, r) in enumerate(entry.inputs)]
+    node = entry.run_bwd is not None
+    if node or entry.updated:         # the tensors too: the node watches them; an error names them
+        lines += [f"    sources = [{''.join(t + ', ' for t in inputs)}]",
+                  "    arrays = [t._data for t in sources]"]
+    else:
+        lines.append(f"    arrays = [{''.join(t + '._data, ' for t in inputs)}]")
+    if entry.updated:
+        env["UPDATED"] = entry.updated
+        at = ", ".join(f"arrays[{i}]" for i in entry.updated_at)
+        lines += [f"    if not all(map(writeable, ({at},))):",
+                  "        i, name = next((i, name) for i, name in UPDATED if not writeable(arrays[i]))",
+                  "        raise_read_only(entry.name, name, sources[i])"]
+    lines.append("    outs = run_fwd(arrays)")
+    if entry.fwd_checks:
+        lines.append("    fresh = Fresh(arrays)")
+    n = entry.n_user
+    for q, (t, j, bump) in enumerate(entry.mutated_fixed):     # writeback.write_back, written out
+        env[f"M{q}"] = t
+        lines += [f"    o = outs[{n + j}]",
+                  f"    if o is not M{q}._data:",
+                  f"        copyto(M{q}._data, o)",
+                  f"    M{q}._ver[0] += {bump}"]
+    for q, ((source, real), j, bump) in enumerate(entry.mutated_per_call):
+        env[f"MS{q}"], env[f"MR{q}"] = source, real
+        lines += [f"    t, o = resolve(MS{q}, MR{q}, leaves), outs[{n + j}]",
+                  "    if o is not t._data:",
+                  "        copyto(t._data, o)",
+                  f"    t._ver[0] += {bump}"]
+    made = set()
+    for q, (target, how) in enumerate(entry.grad_writes):
+        if target[0] == "arg":
+            t = leaf(target[1])
+        else:
+            t = env[f"W{q}"] = target[1]
+            t = f"W{q}"
+        if how is None:
+            lines.append(f"    {t}._grad = None")
+        elif len(how) == 2:
+            env[f"WS{q}"], env[f"WR{q}"] = how
+            lines.append(f"    {t}._grad = resolve(WS{q}, WR{q}, leaves)")
+        else:
+            j, dtype, dev, ver = how
+            if j not in made:
+                made.add(j)
+                env[f"WDT{j}"], env[f"WDEV{j}"] = dtype, dev
+                arr = f"outs[{j}]" if j in entry.fwd_fresh else f"fresh(outs[{j}])"
+                lines += [f"    g{j} = wrap({arr}, WDT{j}, WDEV{j})",
+                          f"    g{j}._ver[0] = {ver}"]
+            lines.append(f"    {t}._grad = g{j}")
+    results = []
+    for k, (kind, x, check, dtype, dev) in enumerate(entry.out_items):
+        if kind == "tensor":
+            env[f"DT{k}"], env[f"DEV{k}"] = dtype, dev
+            lines.append(f"    r{k} = wrap({f'fresh(outs[{x}])' if check else f'outs[{x}]'}, DT{k}, DEV{k})")
+        else:
+            env[f"V{k}"] = x
+            lines.append(f"    r{k} = V{k}")
+        results.append(f"r{k}")
+    lines.append(f"    results = [{''.join(r + ', ' for r in results)}]")
+    if node:
+        lines += ["    if Mode.grad:",
+                  f"        node = Node.of_call(entry, leaves, outs[{entry.saved_at}:], sources, results)"]
+        lines += [f"        r{k}._requires_grad, r{k}.grad_fn, r{k}._oi = True, node, {oi}"
+                  for oi, k in enumerate(entry.diff_pos)]
+    elif entry.refused and entry.refused[1]:
+        message, positions = entry.refused
+        env["MESSAGE"] = message
+        lines += ["    if Mode.grad:",
+                  f"        node = RefusedBackward(MESSAGE, [{''.join(f'r{k}, ' for k in positions)}])"]
+        lines += [f"        r{k}._requires_grad, r{k}.grad_fn, r{k}._oi = True, node, {oi}"
+                  for oi, k in enumerate(positions)]
+    if entry.aliases:
+        env["ALIASES"] = entry.aliases
+        lines.append("    rebuild_aliases(ALIASES, results, leaves, Mode.grad)")
+    lines.append("    return results[0]" if entry.one_out else "    return unflatten(STRUCT, results)")
     return _exec(lines, env, "call", entry.name)
 
 

@@ -9,13 +9,13 @@ from ..autograd import _Mode
 from ..pytree import unflatten
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
-from .callgen import straight_apply, straight_backward, straight_call
+from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
 from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, partial_backward
-from .writeback import CALLERS, Fresh, resolve, write_back
+from .writeback import CALLERS, Fresh, raise_read_only, resolve, write_back
 
 
 _data_of = attrgetter("_data")
@@ -39,6 +39,7 @@ class Entry:
         self.device_inputs = DeviceInputs() if self.on_device else None
         self.device_bwd_inputs = DeviceInputs() if self.on_device else None
         self.guards = cap.guards
+        self.guard_failure = cap.guards.failure  # None when every guard holds, else the first reason
         self.guarded = bool(cap.guards)          # whether a call must check them
         self.inputs, self.out_plan, self.out_struct, self.n_user = cap.inputs, cap.out_plan, cap.out_struct, cap.n_user
         self.mutations, self.grad_writes = cap.mutations, cap.grad_writes
@@ -61,11 +62,15 @@ class Entry:
         self.refused = s.refused is not None and (s.refused, needs_grad)
         self._plan_calls(s.backward)
         self.apply = CompiledNode.apply_general       # the backward's apply(node, grads)
-        self.call_source = self.apply_source = self.backward_source = None
+        self.call_source = self.general_source = self.apply_source = self.backward_source = None
         self.backward = None                           # straight_backward's: CompiledNode.ones_backward
         fast = straight_call(self)
         if fast is not None:                           # the same steps, written out for this signature
             self.call, self.call_source = fast
+        else:
+            fast = straight_general_call(self)
+            if fast is not None:
+                self.call, self.general_source = fast
         fast = straight_apply(self)
         if fast is not None:
             self.apply, self.apply_source = fast
@@ -107,9 +112,6 @@ class Entry:
         self.bwd_fresh = self.programs[1].fresh_outputs if self.programs is not None else frozenset()
         self.bwd_arg_targets = [s[1] for s in self.bwd_targets] if all(s[0] == "arg" for s in self.bwd_targets) \
             else None
-
-    def guard_failure(self, leaves):
-        return self.guards.failure(leaves)
 
     def input_tensors(self, leaves):
         """The caller's tensors feeding the forward graph's inputs, in order."""
@@ -177,12 +179,3 @@ class Entry:
 
 def writable(a):
     return a.flags.writeable if isinstance(a, np.ndarray) else not expanded(a)
-
-
-def raise_read_only(fn_name, name, t):
-    expanded = any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape))
-    what = ("an expanded tensor (several elements share one memory location)" if expanded else
-            "read-only memory (a NumPy array with writeable=False, np.frombuffer over bytes, a read-only mmap)")
-    raise RuntimeError(f"compiled function {fn_name} updates {name} in place, but {name} "
-                       f"{[*t._shape]} {t._dtype.name} is over {what}; nothing was run. Pass a writable copy "
-                       f"({name}.clone(), or tg.tensor(array) for NumPy data)")

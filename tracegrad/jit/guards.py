@@ -49,15 +49,36 @@ class Guards:
         self._read(objects)
         self.arg_links = [(s[1], self.held.get(id(real))) for s, real in inputs if s[0] == "arg"] \
             if self.held else []
-        # which inputs share memory, for an entry that writes to inputs: the storage of captured
-        # tensors and constants is fixed; that of arguments and their .grad is looked up per call
+        # which inputs share memory, for an entry that writes to inputs: that of the arguments and their
+        # .grad is looked up per call; that of the captured tensors and constants proved unchanged by
+        # the snapshot below
+        self.inputs = inputs
         self.storage = None
         if writes:
             arrays = [real._data for _, real in inputs]
             self.storage = _pattern(arrays, [id(_storage(a)) for a in arrays])
-            self.fixed_arrays = [None if s[0] in CALLERS else real._data for s, real in inputs]
-            self.fixed_roots = [None if a is None else id(_storage(a)) for a in self.fixed_arrays]
             self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in CALLERS]
+            var = {i for i, _ in self.variable}
+            self.storage_variable = tuple(p for p in self.storage if p[0] in var or p[1] in var)
+        # the fixed inputs (captured tensors, constants): their arrays when the full check last passed.
+        # The same array objects again prove their shapes, dtypes, devices, layouts and which of them
+        # share memory unchanged (a tensor's shape, dtype and device change only with its array:
+        # Tensor.data's setter), so a call checks them by identity (`fast_failure`)
+        self.fixed = [(i, real) for i, (s, real) in enumerate(inputs) if s[0] not in (*CALLERS, "dynamic")]
+        self.varying_layouts = [x for x in self.layouts if x[0][0] != "captured"]
+        self.snapshot = [None]
+        self.fixed_roots = {}
+        self.failure = _fast_failure(self) or self.full_failure
+
+    def binding_failure(self):
+        """None when every global, closure variable and default argument the code reads is as traced."""
+        for kind, name, holder, obj in self.bindings:
+            now = holder.get(name) if kind == "global" else cell_value(holder) if kind == "closure variable" \
+                else defaults(holder).get(name)
+            if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
+                return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
+                                             "rebound to another object")
+        return None
 
     def __bool__(self):
         return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts) or \
@@ -76,14 +97,12 @@ class Guards:
                 held.setdefault(id(obj), []).append(name)
         self.held = {k: tuple(v) for k, v in held.items()}
 
-    def failure(self, leaves):
-        """None when every guard holds, else the reason of the first that fails."""
-        for kind, name, holder, obj in self.bindings:
-            now = holder.get(name) if kind == "global" else cell_value(holder) if kind == "closure variable" \
-                else defaults(holder).get(name)
-            if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
-                return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
-                                             "rebound to another object")
+    def full_failure(self, leaves):
+        """None when every guard holds (then the fixed inputs' arrays become the snapshot), else the
+        reason of the first that fails."""
+        reason = self.binding_failure()
+        if reason is not None:
+            return reason
         for t, shape, dtype, rg, dev in self.tensors:
             if t._shape != shape or t._dtype is not dtype or t.requires_grad != rg:
                 return f"captured tensor {self.names.get(id(t), 'a captured tensor')}: {dtype.name}{list(shape)} " \
@@ -106,20 +125,50 @@ class Guards:
             reason = self._state_failure()
             if reason is not None:
                 return reason
-            for k, names in self.arg_links:
-                now = self.held.get(id(leaves[k]))
-                if now != names:
-                    return f"{self.input_names_of_arg(k)}: held by {' and '.join(names or ('nothing reachable',))} " \
-                           f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
+            reason = self._links_failure(leaves)
+            if reason is not None:
+                return reason
+        snapshot = [real._data for _, real in self.fixed]
         if self.storage is not None:
-            arrays, roots = list(self.fixed_arrays), list(self.fixed_roots)
+            arrays = [real._data for _, real in self.inputs]
             for i, s in self.variable:
-                arrays[i] = a = resolve(s, None, leaves)._data
-                roots[i] = id(_storage(a))
-            now = _pattern(arrays, roots)
+                arrays[i] = resolve(s, None, leaves)._data
+            now = _pattern(arrays, [id(_storage(a)) for a in arrays])
             if now != self.storage:
                 return "inputs sharing memory: " + _sharing(self.input_names, now)
+            roots = {}
+            for (i, _), a in zip(self.fixed, snapshot):
+                roots.setdefault(id(_storage(a)), []).append((i, a))
+            self.fixed_roots = roots
+        self.snapshot[0] = snapshot
         return None
+
+    def _links_failure(self, leaves):
+        """None when each tensor argument is held by the same reachable names as when traced."""
+        for k, names in self.arg_links:
+            now = self.held.get(id(leaves[k]))
+            if now != names:
+                return f"{self.input_names_of_arg(k)}: held by {' and '.join(names or ('nothing reachable',))} " \
+                       f"when traced, now by {' and '.join(now or ('nothing reachable',))}"
+        return None
+
+    def varying_changed(self, leaves):
+        """Whether an argument's or a .grad's layout, or which of them share memory with any input,
+        differs from the trace (the fixed inputs being the snapshot's arrays)."""
+        for s, real, layout in self.varying_layouts:
+            if layout_of(resolve(s, real, leaves)) != layout:
+                return True
+        if self.storage is None:
+            return False
+        roots, pairs, seen = self.fixed_roots, [], {}
+        for i, s in self.variable:
+            a = resolve(s, None, leaves)._data
+            r = id(_storage(a))
+            for k, b in [*roots.get(r, ()), *seen.get(r, ())]:
+                if shares_memory(a, b):
+                    pairs.append((k, i, a is b) if k < i else (i, k, a is b))
+            seen.setdefault(r, []).append((i, a))
+        return tuple(sorted(pairs, key=_by_later)) != self.storage_variable
 
     def _state_failure(self):
         if self.watch is not None and unchanged(self.watch):
@@ -131,6 +180,60 @@ class Guards:
 
     def input_names_of_arg(self, k):
         return self.arg_names.get(k, f"argument {k}")
+
+
+def _fast_failure(g):
+    """failure(leaves) of Guards g as straight-line Python written for its guards: each fixed input's
+    array by identity with the snapshot and each captured tensor's requires_grad, each .grad as the
+    full check asks, the state's watch lists by identity, the arguments' holders, and layouts and
+    shared memory of the inputs read per call; whatever differs (or no snapshot yet) runs
+    `g.full_failure`, which says why or takes a new snapshot. The text is kept as `g.failure_source`."""
+    if g.objects and g.watch is None:       # the state is read at each call: nothing to gain
+        return None
+    env = {"snap": g.snapshot, "full": g.full_failure, "G": g, "unchanged": unchanged, "id_": id}
+    lines = ["def failure(leaves):",
+             "    S = snap[0]",
+             "    if S is None:",
+             "        return full(leaves)"]
+    if g.bindings:
+        lines += ["    if G.binding_failure() is not None:",
+                  "        return full(leaves)"]
+    at = {id(real): p for p, (_, real) in enumerate(g.fixed)}
+    rg = {id(t): r for t, _, _, r, _ in g.tensors}
+    for p, (_, real) in enumerate(g.fixed):
+        env[f"F{p}"] = real
+        check = f"F{p}._data is not S[{p}]"
+        if id(real) in rg:
+            check += f" or F{p}._requires_grad != {bool(rg[id(real)])}"
+        lines += [f"    if {check}:", "        return full(leaves)"]
+    for t, _, _, r, _ in g.tensors:         # a captured tensor that is not an input (none, as traced)
+        if id(t) not in at:
+            return None
+    for q, (t, before, identity) in enumerate(g.grads):
+        env[f"P{q}"], env[f"B{q}"] = t, before
+        if identity or before is None:
+            lines += [f"    if P{q}._grad is not B{q}:", "        return full(leaves)"]
+        else:
+            env[f"DT{q}"], env[f"DEV{q}"] = before._dtype, before._device
+            lines += [f"    g = P{q}._grad",
+                      f"    if g is not B{q} and (g is None or g._dtype is not DT{q} or g._device is not DEV{q}):",
+                      "        return full(leaves)"]
+    if g.objects:
+        lines += ["    if not unchanged(G.watch):", "        return full(leaves)"]
+        for k, names in g.arg_links:
+            env[f"N{k}"] = names
+            lines += [f"    if G.held.get(id_(leaves[{k}])) != N{k}:", "        return full(leaves)"]
+    if g.varying_layouts or g.storage is not None:
+        lines += ["    if G.varying_changed(leaves):", "        return full(leaves)"]
+    lines.append("    return None")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<guards>", "exec"), env)
+    g.failure_source = source
+    return env["failure"]
+
+
+def _by_later(pair):
+    return pair[1], pair[0]
 
 
 def _grad_text(g):

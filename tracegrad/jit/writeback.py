@@ -106,3 +106,12 @@ def views_of(v, values):
         if n is None or len(n.inputs) != 1 or PRIMS.get(n.op) is None or PRIMS[n.op].kind not in ("movement", "view"):
             return False
         v = n.inputs[0]
+
+
+def raise_read_only(fn_name, name, t):
+    expanded = any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape))
+    what = ("an expanded tensor (several elements share one memory location)" if expanded else
+            "read-only memory (a NumPy array with writeable=False, np.frombuffer over bytes, a read-only mmap)")
+    raise RuntimeError(f"compiled function {fn_name} updates {name} in place, but {name} "
+                       f"{[*t._shape]} {t._dtype.name} is over {what}; nothing was run. Pass a writable copy "
+                       f"({name}.clone(), or tg.tensor(array) for NumPy data)")
