@@ -18,6 +18,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..autograd import _Mode, _into_grad
+from ..codegen.native_call import writeable_check
 from ..pytree import unflatten
 from ..tensor import Tensor
 from ..tensor.factories import _implicit_gradient
@@ -126,8 +127,9 @@ def straight_general_call(entry):
         lines.append(f"    arrays = [{''.join(t + '._data, ' for t in inputs)}]")
     if entry.updated:
         env["UPDATED"] = entry.updated
-        at = ", ".join(f"arrays[{i}]" for i in entry.updated_at)
-        lines += [f"    if not all(map(writeable, ({at},))):",
+        env["all_writeable"] = writeable_check()
+        lines += [f"    updated = [{''.join(f'arrays[{i}], ' for i in entry.updated_at)}]",
+                  "    if not all_writeable(updated) and not all(map(writeable, updated)):",
                   "        i, name = next((i, name) for i, name in UPDATED if not writeable(arrays[i]))",
                   "        raise_read_only(entry.name, name, sources[i])"]
     lines.append("    outs = run_fwd(arrays)")
