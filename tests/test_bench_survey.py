@@ -8,7 +8,7 @@ from tracegrad.bench.survey_programs import PROGRAMS, find
 def test_programs_have_unique_names_and_known_kinds():
     names = [p.name for p in PROGRAMS]
     assert len(names) == len(set(names)) >= 15
-    assert {p.kind for p in PROGRAMS} == {"grad", "fwd", "step"}
+    assert {p.kind for p in PROGRAMS} == {"grad", "fwd", "step", "train"}
     assert all(p.grads for p in PROGRAMS if p.kind == "grad")
 
 

@@ -1,12 +1,14 @@
 """This tracegrad against another revision, in one process: per-call medians, interleaved.
 
-    python -m tracegrad.bench.ab --rev main [--runs 15] [--calls 20] [--only W1,W7,MLP]
+    python -m tracegrad.bench.ab --rev main [--runs 15] [--calls 20] [--only W1,W7,MLP] [--cpu]
 
 The other revision is `git archive REV tracegrad` unpacked as package `tg_ab` in a temporary folder
 (tracegrad's own imports are relative, so both load side by side, each with its own thread pool and
 code). For each program, both sides are set up the same way, then timed in alternation: `runs`
 rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
-new/old of the medians. Programs: W1, W3, W7 of the workloads (workloads.py, "tg compiled"); MLP,
+new/old of the medians. Programs: W1, W3, W5, W7, W8 of the workloads (workloads.py, "tg compiled");
+DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step) and INFER_B1 (the
+survey's mlp_infer_b1); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -91,19 +93,30 @@ def _mix(tg, rows=256, cols=512):
 
 def programs():
     out = {}
-    for wid in ("w1", "w3", "w7"):
+    for wid in ("w1", "w3", "w5", "w7", "w8"):
         inp = getattr(W, f"{wid}_inputs")()
         out[wid.upper()] = lambda tg, wid=wid, inp=inp: getattr(W, f"{wid}_tg_compiled")(inp)
     out["MLP"] = lambda tg: _mlp(tg)
     out["MIX"] = lambda tg: _mix(tg)
+    out["DEEP64"] = lambda tg: _mlp(tg, batch=8, sizes=(16,) * 65 + (4,))     # survey's mlp_deep64_adam
+    out["INFER_B1"] = lambda tg: _survey_fwd(tg, "mlp_infer_b1")
     return out
 
 
-def _time(run, calls):
-    t0 = time.perf_counter()
+def _survey_fwd(tg, name):
+    """A survey program (survey_programs.py) compiled, on the package installed as `tracegrad`."""
+    from .survey import _torchlike_setup
+    from .survey_programs import find
+    prog = find(name)
+    return _torchlike_setup(prog, "tracegrad", True, prog.inputs(np.random.default_rng(0)))
+    return out
+
+
+def _time(run, calls, clock=time.perf_counter):
+    t0 = clock()
     for _ in range(calls):
         run()
-    return (time.perf_counter() - t0) / calls
+    return (clock() - t0) / calls
 
 
 def main(argv=None):
@@ -113,6 +126,8 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--only", default=None)
     p.add_argument("--callgrind", default=None)
+    p.add_argument("--cpu", action="store_true", help="process CPU time instead of wall time (steadier on a "
+                   "shared machine; with TRACEGRAD_THREADS=1 it is the call's own work)")
     args = p.parse_args(argv)
     import tracegrad as new
     progs = programs()
@@ -125,7 +140,8 @@ def main(argv=None):
         return
     old = _load_old(args.rev)
     names = args.only.split(",") if args.only else list(progs)
-    print(f"per-call medians of {args.runs} rounds x {args.calls} calls, interleaved; new = this tree, "
+    print(f"per-call medians ({'CPU' if args.cpu else 'wall'} time) of {args.runs} rounds x {args.calls} calls, "
+          f"interleaved; new = this tree, "
           f"old = {args.rev}; {os.cpu_count()} cores")
     print(f"{'program':8} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
     for name in names:
@@ -136,7 +152,7 @@ def main(argv=None):
         times = {"old": [], "new": []}
         for _ in range(args.runs):
             for side in ("old", "new"):
-                times[side].append(_time(runs[side], args.calls))
+                times[side].append(_time(runs[side], args.calls, time.process_time if args.cpu else time.perf_counter))
         med = {s: statistics.median(t) for s, t in times.items()}
         print(f"{name:8} {med['old'] * 1e3:9.3f} {med['new'] * 1e3:9.3f} {med['new'] / med['old']:8.3f}", flush=True)
 

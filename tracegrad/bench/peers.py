@@ -42,24 +42,67 @@ def torch_setup(wid, inp, compiled):
         f = wrap(lambda x: (lambda e: e / e.sum(dim=1, keepdim=True))((x - x.amax(dim=1, keepdim=True)).exp()))
         return lambda: [f(t["x"])]
     if wid in ("W4", "W8"):
-        params = [t[k].requires_grad_() for k in (PARAMS if wid == "W4" else W8_PARAMS)]
-        x, y = t["x"], t["y"]
-        f = wrap(lambda x, y, *ps: torch.nn.functional.cross_entropy(_mlp_logits(x, ps, torch.relu), y))
-        opt = torch.optim.SGD(params, lr=LR) if wid == "W4" else torch.optim.Adam(params, **ADAM)
-
-        def run():
-            opt.zero_grad()
-            loss = f(x, y, *params)
-            loss.backward()
-            opt.step()
-            return [loss] + params
-        return run
+        return torch_train_setup([t[k] for k in (PARAMS if wid == "W4" else W8_PARAMS)], t["x"], t["y"],
+                                 "SGD" if wid == "W4" else "Adam", compiled)
     names, fn = {"W3": (("x", "w", "b"), _torch_layernorm_loss),
                  "W5": (("x",), lambda x: _chain(x, torch.tanh, torch.exp)),
                  "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, torch.tanh)),
                  "W7": (("x", "w"), _torch_center_loss)}[wid]
     leaves = [t[n].requires_grad_() for n in names]
     return _tg_fwd_bwd(wrap(fn), list(t.values()), leaves)
+
+
+def torch_train_setup(params, x, y, opt, compiled):
+    """run() of an MLP training step (W4, W8, the survey's mlp_deep64_adam) on torch tensors `params`
+    (W0, b0, W1, b1, ...): cross-entropy of the relu MLP's logits, backward, then SGD(LR) or
+    Adam(**ADAM); torch.compile (compiled) wraps the loss, the backward and the update run as torch
+    runs them. Returns [loss] + params."""
+    import torch
+    params = [p.requires_grad_() for p in params]
+    wrap = torch.compile if compiled else (lambda f: f)
+    f = wrap(lambda x, y, *ps: torch.nn.functional.cross_entropy(_mlp_logits(x, ps, torch.relu), y))
+    opt = torch.optim.SGD(params, lr=LR) if opt == "SGD" else torch.optim.Adam(params, **ADAM)
+
+    def run():
+        opt.zero_grad()
+        loss = f(x, y, *params)
+        loss.backward()
+        opt.step()
+        return [loss] + params
+    return run
+
+
+def jax_train_setup(params, x, y, opt):
+    """run() of the same training step under jax.jit: the loss, its gradients and the SGD or Adam
+    update (PyTorch's formulation) in one jitted function carrying the parameters and Adam's state."""
+    import jax
+    import jax.numpy as jnp
+    block = jax.block_until_ready
+
+    def loss_fn(params, x, y):
+        logp = jax.nn.log_softmax(_mlp_logits(x, params, jax.nn.relu), axis=1)
+        return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+    @jax.jit
+    def step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        if opt == "SGD":
+            return loss, [p - LR * g for p, g in zip(params, grads)], opt_state
+        (b1, b2), lr, eps = ADAM["betas"], ADAM["lr"], ADAM["eps"]
+        m, v, n = opt_state
+        n = n + 1
+        m = [b1 * a + (1 - b1) * g for a, g in zip(m, grads)]
+        v = [b2 * a + (1 - b2) * g * g for a, g in zip(v, grads)]
+        params = [p - lr / (1 - b1 ** n) * a / (jnp.sqrt(b / (1 - b2 ** n)) + eps)
+                  for p, a, b in zip(params, m, v)]
+        return loss, params, (m, v, n)
+    state = [list(params), ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params],
+                            jnp.zeros((), params[0].dtype))]
+
+    def run():
+        loss, state[0], state[1] = block(step(state[0], state[1], x, y))
+        return [loss] + state[0]
+    return run
 
 
 def torch_builtin_setup(wid, inp):
@@ -91,33 +134,8 @@ def jax_setup(wid, inp):
         f = jax.jit(lambda x: (lambda e: e / e.sum(axis=1, keepdims=True))(jnp.exp(x - x.max(axis=1, keepdims=True))))
         return lambda: [block(f(t["x"]))]
     if wid in ("W4", "W8"):
-        names = PARAMS if wid == "W4" else W8_PARAMS
-
-        def loss_fn(params, x, y):
-            logp = jax.nn.log_softmax(_mlp_logits(x, params, jax.nn.relu), axis=1)
-            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
-
-        @jax.jit
-        def step(params, opt_state, x, y):
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            if wid == "W4":
-                return loss, [p - LR * g for p, g in zip(params, grads)], opt_state
-            (b1, b2), lr, eps = ADAM["betas"], ADAM["lr"], ADAM["eps"]
-            m, v, n = opt_state
-            n = n + 1
-            m = [b1 * a + (1 - b1) * g for a, g in zip(m, grads)]
-            v = [b2 * a + (1 - b2) * g * g for a, g in zip(v, grads)]
-            params = [p - lr / (1 - b1 ** n) * a / (jnp.sqrt(b / (1 - b2 ** n)) + eps)
-                      for p, a, b in zip(params, m, v)]
-            return loss, params, (m, v, n)
-        params = [t[k] for k in names]
-        state = [params, ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params],
-                          jnp.zeros((), jnp.float32))]
-
-        def run():
-            loss, state[0], state[1] = block(step(state[0], state[1], t["x"], t["y"]))
-            return [loss] + state[0]
-        return run
+        return jax_train_setup([t[k] for k in (PARAMS if wid == "W4" else W8_PARAMS)], t["x"], t["y"],
+                               "SGD" if wid == "W4" else "Adam")
     names, fn = {"W3": (("x", "w", "b"), lambda x, w, b, g: _layernorm_loss(x, w, b, g, jnp.sqrt)),
                  "W5": (("x",), lambda x: _chain(x, jnp.tanh, jnp.exp)),
                  "W6": (("a", "b", "c"), lambda a, b, c: _bcast_loss(a, b, c, jnp.tanh)),

@@ -26,10 +26,10 @@ import traceback
 
 import numpy as np
 
-from . import Result, _calibrate, _fmt_ms, check
+from . import Result, _calibrate, _fmt_ms, check, peers
 from .floor import FLOOR, floor_setup
 from .survey_programs import PROGRAMS, Ops, find
-from .workloads import _np
+from .workloads import ADAM, LR, _np, _tg_train_step
 
 COLUMNS = ("tg eager", "tg compiled", "torch eager", "torch.compile", "jax.jit")
 PEERS = ("torch eager", "torch.compile", "jax.jit")
@@ -40,8 +40,38 @@ def available_columns(skip=()):
     return [c for c in COLUMNS if c not in skip and have.get(c.split()[0].split(".")[0], True)]
 
 
+def _train_setup(prog, col, inp):
+    """run() of a "train" program: [loss] + the parameters after the step."""
+    names = [k for k in inp if k not in ("x", "y")]
+    if col == "jax.jit":
+        import jax.numpy as jnp
+        return peers.jax_train_setup([jnp.asarray(inp[k]) for k in names], jnp.asarray(inp["x"]),
+                                     jnp.asarray(inp["y"]), prog.opt[0])
+    if col.startswith("torch"):
+        import torch
+        return peers.torch_train_setup([torch.from_numpy(inp[k].copy()) for k in names],
+                                       torch.from_numpy(inp["x"]), torch.from_numpy(inp["y"]), prog.opt[0],
+                                       "compile" in col)
+    import tracegrad as tg
+    layers = []
+    for i in range(len(names) // 2):
+        fo, fi = inp[f"W{i}"].shape
+        layers += [tg.nn.Linear(fi, fo), tg.nn.ReLU()]
+    model = tg.nn.Sequential(*layers[:-1])
+    for p, k in zip(model.parameters(), names):      # W0, b0, W1, ...: in the model's order
+        p.data = tg.tensor(inp[k].copy())
+    opt = tg.optim.Adam(model.parameters(), **ADAM) if prog.opt[0] == "Adam" else \
+        tg.optim.SGD(model.parameters(), lr=LR)
+    step = tg.compile(_tg_train_step) if "compiled" in col else _tg_train_step
+    x, y = tg.tensor(inp["x"]), tg.tensor(inp["y"])
+    return lambda: [step(model, opt, x, y)] + model.parameters()
+
+
 def _torchlike_setup(prog, lib, compiled, inp):
     """run() for tracegrad or torch, eager or compiled (tg.compile / torch.compile)."""
+    if prog.kind == "train":
+        return _train_setup(prog, ("tg " if lib == "tracegrad" else "torch ") + ("compiled" if compiled else ""),
+                            inp)
     o = Ops(lib)
     T = o.T
     if lib == "torch":
@@ -91,6 +121,8 @@ def _jax_setup(prog, inp):
     arrays = [jnp.asarray(v) for v in inp.values()]
     if prog.kind == "step":
         return _jax_step(prog, jax, jnp, *arrays)
+    if prog.kind == "train":
+        return _train_setup(prog, "jax.jit", inp)
     f = lambda *a: prog.fn(o, **dict(zip(names, a)))      # noqa: E731
     if prog.kind == "fwd":
         jf = jax.jit(f)

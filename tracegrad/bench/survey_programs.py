@@ -7,7 +7,10 @@ keepdims=...)` and `@` are spelled the same in all three. A program is
   - "grad": `fn(ops, **tensors)` returns a scalar loss; a step is the loss and the gradients of
     `grads` (torch and tracegrad: `loss.backward()`; jax: `jit(value_and_grad)`);
   - "fwd": `fn` returns one tensor (no gradients), run under no_grad;
-  - "step": an optimizer's update of parameter `p` from its gradient `g` (`opt` = (name, kwargs)).
+  - "step": an optimizer's update of parameter `p` from its gradient `g` (`opt` = (name, kwargs));
+  - "train": a whole training step of a relu MLP over inputs x, y and parameters W0, b0, W1, b1, ...:
+    cross-entropy, backward, the optimizer's update (`opt`: "Adam" with workloads.ADAM, or "SGD");
+    tracegrad compiles the whole step, as W8 (bench/peers.py's train setups for torch and jax).
 """
 import math
 from dataclasses import dataclass
@@ -110,6 +113,19 @@ def _mlp_inputs(r):
     return inp
 
 
+DEEP64 = (16,) * 65 + (4,)          # 64 Linear(16, 16) + relu, then Linear(16, 4)
+
+
+def _deep_inputs(sizes, batch):
+    def inputs(r):
+        inp = {"x": _n(r, batch, sizes[0]), "y": (np.arange(batch) % sizes[-1]).astype(np.int64)}
+        for i, (fi, fo) in enumerate(zip(sizes[:-1], sizes[1:])):
+            inp[f"W{i}"] = (r.standard_normal((fo, fi)) * math.sqrt(2.0 / fi)).astype(np.float32)
+            inp[f"b{i}"] = (0.01 * r.standard_normal(fo)).astype(np.float32)
+        return inp
+    return inputs
+
+
 NCHW = (32, 64, 28, 28)
 
 PROGRAMS = [
@@ -172,6 +188,9 @@ PROGRAMS = [
             opt=("Adam", {"lr": 1e-3}), floor_extra=4 * 4 << 22),
     Program("mlp_infer_b1", "3-layer 256-wide MLP under no_grad, batch 1 (per-call overhead)",
             _mlp_inputs, _mlp, kind="fwd", memory_bound=False),
+    Program("mlp_deep64_adam", "64 Linear(16,16)+relu, Linear(16,4), batch 8, cross-entropy, fwd+bwd+Adam in one "
+            "step: 130 small parameters (per-call cost per tensor)",
+            _deep_inputs(DEEP64, 8), kind="train", opt=("Adam",), memory_bound=False),
 ]
 
 
