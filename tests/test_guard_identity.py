@@ -158,3 +158,36 @@ def test_identity_checks_come_from_the_generated_guards():
     assert "._data is not S[" in entry.guards.failure_source
     assert entry.general_source is not None and "all_writeable" in entry.general_source
     assert entry.guards.snapshot[0] is not None        # the second call's full check took the snapshot
+
+
+@settings(max_examples=EXAMPLES * 4, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["row-major", "strided", "transposed", "empty", "subclass"]),
+                          st.booleans()), max_size=6))
+def test_all_writeable_answers_as_the_flags(specs):
+    """True only when every item is a writeable np.ndarray (a subclass: False, the caller asks Python)."""
+    from tracegrad.codegen.native_call import writeable_check
+    arrays = []
+    for kind, writeable in specs:
+        base = np.zeros((4, 6), np.float32)
+        a = {"row-major": base, "strided": base[:, ::2], "transposed": base.T, "empty": np.empty(0),
+             "subclass": base.view(np.ma.MaskedArray)}[kind]
+        a.flags.writeable = writeable
+        arrays.append(a)
+    want = all(a.flags.writeable and type(a) is np.ndarray for a in arrays)
+    assert writeable_check()(arrays) is want
+
+
+def test_dict_version_tags_see_every_change():
+    from tracegrad.codegen.native_call import versions_check
+    d, e = {"a": 1, "b": 2}, {}
+    if versions_check([d]) is None:
+        pytest.skip("this interpreter's dict version tags are not used")
+    model, _ = setup("sgd")
+    changes = [lambda: d.__setitem__("a", object()), lambda: d.pop("b"), lambda: e.__setitem__("k", 1),
+               lambda: d.clear(), model.eval, lambda: setattr(model[0], "weight", tg.zeros(3, 3))]
+    dicts = [d, e, model.__dict__, model[0].__dict__]
+    for change in changes:
+        same = versions_check(dicts)
+        assert same() and same()               # reading changes nothing
+        change()
+        assert not same()

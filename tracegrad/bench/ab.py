@@ -6,7 +6,7 @@ The other revision is `git archive REV tracegrad` unpacked as package `tg_ab` in
 (tracegrad's own imports are relative, so both load side by side, each with its own thread pool and
 code). For each program, both sides are set up the same way, then timed in alternation: `runs`
 rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
-new/old of the medians. Programs: W1, W3, W5, W7, W8 of the workloads (workloads.py, "tg compiled");
+new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (workloads.py, "tg compiled");
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step) and INFER_B1 (the
 survey's mlp_infer_b1); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
@@ -93,7 +93,7 @@ def _mix(tg, rows=256, cols=512):
 
 def programs():
     out = {}
-    for wid in ("w1", "w3", "w5", "w7", "w8"):
+    for wid in ("w1", "w3", "w5", "w7"):
         inp = getattr(W, f"{wid}_inputs")()
         out[wid.upper()] = lambda tg, wid=wid, inp=inp: getattr(W, f"{wid}_tg_compiled")(inp)
     out["MLP"] = lambda tg: _mlp(tg)

@@ -26,7 +26,7 @@ from ..strides import of_array
 from .device import shares_memory
 from .free_vars import cell_value, defaults, free_objects
 from .signature import STATIC
-from .state import is_static, read_state, state_change, unchanged, watched
+from .state import is_static, read_state, state_change, watched
 from .writeback import CALLERS, resolve
 
 
@@ -171,7 +171,7 @@ class Guards:
         return tuple(sorted(pairs, key=_by_later)) != self.storage_variable
 
     def _state_failure(self):
-        if self.watch is not None and unchanged(self.watch):
+        if self.watch is not None and self.watch.unchanged():
             return None
         reason = state_change(self.state, read_state(self.objects))
         if reason is None:           # equal values in new objects (a float set again): re-read once
@@ -190,7 +190,7 @@ def _fast_failure(g):
     `g.full_failure`, which says why or takes a new snapshot. The text is kept as `g.failure_source`."""
     if g.objects and g.watch is None:       # the state is read at each call: nothing to gain
         return None
-    env = {"snap": g.snapshot, "full": g.full_failure, "G": g, "unchanged": unchanged, "id_": id}
+    env = {"snap": g.snapshot, "full": g.full_failure, "G": g, "id_": id}
     lines = ["def failure(leaves):",
              "    S = snap[0]",
              "    if S is None:",
@@ -219,7 +219,7 @@ def _fast_failure(g):
                       f"    if g is not B{q} and (g is None or g._dtype is not DT{q} or g._device is not DEV{q}):",
                       "        return full(leaves)"]
     if g.objects:
-        lines += ["    if not unchanged(G.watch):", "        return full(leaves)"]
+        lines += ["    if not G.watch.unchanged():", "        return full(leaves)"]
         for k, names in g.arg_links:
             env[f"N{k}"] = names
             lines += [f"    if G.held.get(id_(leaves[{k}])) != N{k}:", "        return full(leaves)"]

@@ -10,6 +10,7 @@ import operator
 import types
 from itertools import chain
 
+from ..codegen.native_call import versions_check
 from ..pytree import object_state
 from ..tensor import Tensor
 from .free_vars import free_objects
@@ -132,23 +133,35 @@ def state_change(before, now):
 
 
 def watched(objects):
-    """(views, items): live views of the registered objects' watch lists and of the containers (a
-    dict's values, a list itself) and what they hold now; None when an object has no watch list.
-    While the views hold the same objects in the same order, the state reads the same."""
-    views = []
+    """A Watch of the registered objects' watch lists and of the containers (a dict, a list) and what
+    they hold now; None when an object has no watch list. While they hold the same objects in the
+    same order, the state reads the same."""
+    containers = []
     for name, obj in objects:
         if isinstance(obj, CONTAINERS):
-            containers = [obj] + [v for _, v, ident in _walk(name, obj) if ident is None]
+            containers += [obj] + [v for _, v, ident in _walk(name, obj) if ident is None]
         else:
             watch = object_state(obj)[2]
             if watch is None:
                 return None          # an object without a watch list: read its state at each call
-            containers = watch(obj)
-        views += [c.values() if isinstance(c, dict) else c for c in containers if not isinstance(c, tuple)]
-    return views, tuple(chain.from_iterable(views))
+            containers += watch(obj)
+    return Watch([c for c in containers if not isinstance(c, tuple)])
 
 
-def unchanged(watch):
-    views, items = watch
-    now = tuple(chain.from_iterable(views))
-    return len(now) == len(items) and all(map(operator.is_, now, items))
+class Watch:
+    """Whether watched containers still hold what they held: dicts by their version tags where the
+    interpreter's can be trusted (codegen/native_call.versions_check: 263 dicts of a 64-layer model
+    and its Adam in 0.3 us), lists and the other dicts item by item, by identity (1438 items: 50 us)."""
+
+    def __init__(self, containers):
+        dicts = [c for c in containers if type(c) is dict]
+        self.same = versions_check(dicts) if dicts else None
+        rest = [c for c in containers if type(c) is not dict] if self.same is not None else containers
+        self.views = [c.values() if isinstance(c, dict) else c for c in rest]
+        self.items = tuple(chain.from_iterable(self.views))
+
+    def unchanged(self):
+        if self.same is not None and not self.same():
+            return False
+        now = tuple(chain.from_iterable(self.views))
+        return len(now) == len(self.items) and all(map(operator.is_, now, self.items))
