@@ -8,8 +8,12 @@ decisions out as code: read the inputs' arrays,
 run the forward program, wrap the results, build the node. `straight_apply(entry)` does the same
 for the backward, and `straight_backward(entry)` a one-element result's whole `backward()` when every
 input of the node is a leaf (the engine's work with nothing left to decide: check the saved values,
-run the backward program on the implicit ones, accumulate into each leaf's .grad). Other entries keep
-the general methods; both paths build the same node and the same tensors
+run the backward program on the implicit ones, accumulate into each leaf's .grad). An entry
+outside that common case (in-place updates and .grad assignments written back, a .grad or a number
+read per call, results that may alias an input) gets `straight_general_call(entry)`: Entry.call's
+general steps with the entry's plan written out as constants, one line per input and per update
+(`entry.general_source`). Cuda and check-mode entries keep the general methods; the paths build
+the same node and the same tensors
 (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
 `entry.call_source`, `entry.apply_source` and `entry.backward_source`.
 """
