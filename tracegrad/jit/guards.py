@@ -60,12 +60,13 @@ class Guards:
         # which inputs share memory, for an entry that writes to inputs: that of the arguments and their
         # .grad is looked up per call; that of the captured tensors and constants proved unchanged by
         # the snapshot below
-        self.inputs = inputs
         self.storage = None
         if writes:
             arrays = [real._data for _, real in inputs]
             self.storage = _pattern(arrays, [id(_storage(a)) for a in arrays])
             self.variable = [(i, s) for i, (s, _) in enumerate(inputs) if s[0] in CALLERS]
+            # the tensors of the other inputs (an argument's is looked up per call: none is held)
+            self.held_inputs = [None if s[0] in CALLERS else real for s, real in inputs]
             var = {i for i, _ in self.variable}
             self.storage_variable = tuple(p for p in self.storage if p[0] in var or p[1] in var)
         # the fixed inputs (captured tensors, constants): their arrays when the full check last passed.
@@ -138,7 +139,7 @@ class Guards:
                 return reason
         snapshot = [real._data for _, real in self.fixed]
         if self.storage is not None:
-            arrays = [real._data for _, real in self.inputs]
+            arrays = [None if real is None else real._data for real in self.held_inputs]
             for i, s in self.variable:
                 arrays[i] = resolve(s, None, leaves)._data
             now = _pattern(arrays, [id(_storage(a)) for a in arrays])
