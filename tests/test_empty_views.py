@@ -115,3 +115,37 @@ def test_negative_index_of_an_empty_axis_then_a_host_op(backend):
     assert y.shape == z.shape == (0,)
     (g,) = tg.grad([z.sum()], [x])
     assert g.shape == (17, 0)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(shape=st.lists(SIZES, min_size=1, max_size=3), dim=st.integers(0, 2), start=st.integers(-3, 4),
+       op=st.sampled_from(["zero_", "fill_", "add_", "mul_"]), seed=st.integers(0, 2 ** 16))
+def test_in_place_updates_of_empty_or_unit_slices_compile_like_eager(shape, dim, start, op, seed):
+    """An in-place update of a slice of a clone inside the function (the slice often empty: its
+    index tensor inside the trace has 0 or 1 elements): values and gradients as eager's."""
+    dim = dim % len(shape)
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+    def f(x):
+        y = (x * 1.5).clone()
+        view = y[(slice(None),) * dim + (slice(start, None),)]
+        getattr(view, op)(*{"zero_": (), "fill_": (2.0,), "add_": (1.0,), "mul_": (3.0,)}[op])
+        return (y * y).sum()
+
+    def run(fn):
+        x = tg.tensor(a, requires_grad=True)
+        out = fn(x)
+        out.backward()
+        return out.item(), x.grad.numpy()
+    want = run(f)
+    for backend in ("llvm", "interpret"):
+        got = run(tg.compile(f, backend=backend))
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_integer_tensors_of_zero_or_one_element_made_inside_a_trace():
+    def f(x):
+        return x.sum() + tg.tensor(np.zeros(0, np.int64)).sum() + tg.tensor(np.array([3], np.int64)).sum()
+    x = tg.tensor(np.ones(4, np.float32))
+    assert tg.compile(f)(x).item() == f(x).item() == 7.0

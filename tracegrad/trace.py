@@ -359,7 +359,7 @@ class Tracer:
         if flat.size and (flat == flat[0]).all():
             return self.constant(flat[0].item(), dtype, dev, arr.shape)
         if type(arr) is np.ndarray and arr.ndim == 1 and dtype in (D.int32, D.int64) and not requires_grad and \
-                (np.diff(flat) == flat[1] - flat[0]).all():      # an arange: an iota node, no memory
+                flat.size > 1 and (np.diff(flat) == flat[1] - flat[0]).all():     # an arange: an iota node, no memory
             attrs = {"n": flat.size, "start": int(flat[0]), "step": int(flat[1] - flat[0]), "dtype": dtype}
             out = self.graph.add("iota", [], attrs, arr.shape, dtype, self.loc or location())
             return Traced.of(arr.shape, dtype, dev, out)
