@@ -2,10 +2,11 @@
 buffers) by the identity of their arrays against the last call's, and write back through code
 generated per signature: every change between calls that eager code would notice must be noticed.
 
-Hypothesis draws sequences of changes between calls (a parameter replaced, its .data replaced, .grad set to None, to a tensor or to a view, requires_grad
-toggled, an in-place update, eval/train, the learning rate, the same tensor passed twice, a
-parameter made read-only) and runs them on two copies of one model: eagerly and through
-tg.compile. Oracle: the eager copy (or a clear TraceError from the compiled one) (losses, parameters, .grad, optimizer state, version counters)."""
+Hypothesis draws sequences of changes between calls (a parameter replaced, its .data replaced,
+.grad set to None, to a tensor or to a view, requires_grad toggled, an in-place update,
+eval/train, the learning rate, the same tensor passed twice, a parameter made read-only) and runs
+them on two copies of one model: eagerly and through tg.compile. Oracle: the eager copy (losses,
+parameters, .grad, optimizer state, version counters), or a clear TraceError from the compiled one."""
 import os
 
 import numpy as np

@@ -4,8 +4,9 @@ Program.run binds arrays to slots in loops over lists of specs and dispatches ea
 kind; for a small program that bookkeeping costs more than its kernels. `straight_run(prog)` writes
 the same steps for one program with its slots, shapes and dtypes as constants: check and bind each
 input whose array is not the one bound last call (an array object keeps its shape, dtype, strides
-and memory: a training step's hundreds of parameters cost one weakref read each), reuse or allocate each fresh output, point the table at the thread pool (a program with
-parallel regions), call each native segment, let each region's Judge learn, return the outputs. Only
+and memory: a training step's hundreds of parameters cost one weakref read each), reuse or
+allocate each fresh output, point the table at the thread pool (a program with parallel
+regions), call each native segment, let each region's Judge learn, return the outputs. Only
 programs whose every step is a native segment get one (a program with host steps is large, and its
 bookkeeping is noise); the others keep Program.run. `prog.run_source` is the text.
 """

@@ -124,7 +124,7 @@ def straight_general_call(entry):
         return f"C{i}"
     inputs = [tensor(s, r, i) for i, (s, r) in enumerate(entry.inputs)]
     node = entry.run_bwd is not None
-    if node or entry.updated:         # the tensors too: the node watches them; an error names them
+    if node:                          # the tensors too: the node watches them
         lines += [f"    sources = [{''.join(t + ', ' for t in inputs)}]",
                   "    arrays = [t._data for t in sources]"]
     else:
@@ -132,10 +132,11 @@ def straight_general_call(entry):
     if entry.updated:
         env["UPDATED"] = entry.updated
         env["all_writeable"] = writeable_check()
-        lines += [f"    updated = [{''.join(f'arrays[{i}], ' for i in entry.updated_at)}]",
+        lines += [f"    updated = {_gather('arrays', entry.updated_at)}",
                   "    if not all_writeable(updated) and not all(map(writeable, updated)):",
                   "        i, name = next((i, name) for i, name in UPDATED if not writeable(arrays[i]))",
-                  "        raise_read_only(entry.name, name, sources[i])"]
+                  f"        raise_read_only(entry.name, name, {'sources' if node else 'entry.input_tensors(leaves)'}"
+                  "[i])"]
     lines.append("    outs = run_fwd(arrays)")
     if entry.fwd_checks:
         lines.append("    fresh = Fresh(arrays)")
@@ -200,6 +201,18 @@ def straight_general_call(entry):
         lines.append("    rebuild_aliases(ALIASES, results, leaves, Mode.grad)")
     lines.append("    return results[0]" if entry.one_out else "    return unflatten(STRUCT, results)")
     return _exec(lines, env, "call", entry.name)
+
+
+def _gather(name, positions):
+    """The expression of the list [name[i] for i in positions]: slices of its runs of consecutive
+    positions (a training step's updated inputs are one run: one slice, not 520 subscripts)."""
+    runs = []
+    for i in positions:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return " + ".join(f"{name}[{a}:{b}]" for a, b in runs) or "[]"
 
 
 def straight_apply(entry):
