@@ -9,13 +9,15 @@ allocas that SROA turns into registers; float sums use `reassoc` adds so they ve
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
 routines of mathlib/. Loop nests come from loops.py, accumulators from reductions.py, kernels
 with a Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of
-exp that read them by online_columns.py.
+exp that read them by online_columns.py; values constant along the rows that the inner loop reads are
+computed once per call (hoist.py).
 """
 import math
 
 from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .coalesce import coalesce, scale
+from .hoist import hoisted, prelude
 from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .online_columns import online_columns
@@ -86,12 +88,17 @@ class ModuleBuilder:
         if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
             online_columns(self, f, kernel, ptrs)
         elif kernel.kind == "reduce_acc":
+            if kernel.schedule is None:               # per-column values once per call (hoist.py)
+                kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
+                prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
             _reduce_acc(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.across is not None:
             _across_kernel(self, f, kernel, ptrs)
         elif kernel.schedule is not None and kernel.schedule.reorders():
             _scheduled_map(self, f, kernel, ptrs)
         else:
+            kernel, plan = hoisted(kernel, kernel.split)
+            prelude(self, f, kernel, kernel.split, ptrs, plan)
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
         small = math.prod(kernel.shape) <= SMALL_KERNEL
