@@ -56,6 +56,8 @@ def change(kind, model, opt):
         model[0].weight = tg.tensor(W[3] * 0.5, requires_grad=True)
     elif kind == "replace .data":
         w1.data = tg.tensor(W[2] * 0.25)
+    elif kind == "tie .data":               # two parameters over one array: each update sees the other's
+        w1.data = w0.data
     elif kind == ".grad None":
         w0.grad = None
     elif kind == ".grad tensor":
@@ -78,7 +80,7 @@ def change(kind, model, opt):
         opt.param_groups[0]["lr"] = 0.02
 
 
-CHANGES = ["none", "replace parameter", "replace .data", ".grad None", ".grad tensor",
+CHANGES = ["none", "replace parameter", "replace .data", "tie .data", ".grad None", ".grad tensor",
            ".grad view", "requires_grad off", "requires_grad on", "in-place update", "eval", "train", "lr"]
 
 

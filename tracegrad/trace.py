@@ -218,8 +218,8 @@ class Tracer:
         if type(t) is Traced:
             return self._current(t) if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
-        if entry is not None:
-            return entry.standin
+        if entry is not None:       # what its storage holds now (updated through a .data alias: a tied weight)
+            return self._current(entry.standin)
         owner = self.grad_of.get(id(t)) if source[0] == "captured" else None
         if owner is not None:
             source, name = ("grad_of", owner), name or self.names.get(id(t)) or \
@@ -247,7 +247,7 @@ class Tracer:
             entry = Lifted(t, value, st, source)
             self.order.append(entry)
             self.lifted[id(t)] = entry
-        return st
+        return self._current(st)         # first read after an update through another tensor over its array
 
     def _input_names(self):
         """The names of the graph's inputs (those added since the last call added to the set)."""
