@@ -286,3 +286,99 @@ def test_joined_calls_on_odd_inputs_equal_eager(how):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
     assert entry_of(cf).joined, "the joined call never ran"
+
+
+def gelu_loss(x, g):
+    return (0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh()) * g).sum()
+
+
+def joined_node(cf, x, g):
+    for _ in range(joined.JOIN_AFTER):
+        x.grad = None
+        cf(x, g).backward()
+    x.grad = None
+    loss = cf(x, g)
+    assert loss.grad_fn.ahead is not None
+    return loss
+
+
+def test_a_joined_call_writes_no_saved_values():
+    """The joined gelu loss reads x and g and writes dx: no saved tanh (12 MB, not 28, at (1000, 999))."""
+    rng = np.random.default_rng(3)
+    x = tg.tensor(rng.standard_normal((40, 333)).astype(np.float32), requires_grad=True)
+    g = tg.tensor(rng.standard_normal((40, 333)).astype(np.float32))
+    cf = tg.compile(gelu_loss)
+    joined_node(cf, x, g).backward()
+    moved = sum(k.bytes_moved() for k in entry_of(cf).joined_program.kernels)
+    assert moved <= 3 * 40 * 333 * 4 + 64, entry_of(cf).joined_program.kernels
+    xe = tg.tensor(x.detach().numpy(), requires_grad=True)
+    gelu_loss(xe, g).backward()
+    np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("how", ["retain_graph", "explicit", "autograd_grad"])
+def test_uses_that_need_the_saved_values_recompute_them(how):
+    """retain_graph, an explicit gradient, autograd.grad after a joined call: the saved values are
+    recomputed from the inputs (the same program on the same arrays), the results are eager's."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 9, 70))
+    cf = tg.compile(gelu_loss)
+    x, g = tg.tensor(a, requires_grad=True), tg.tensor(b)
+    loss = joined_node(cf, x, g)
+    assert loss.grad_fn._saved is not None and loss.grad_fn.regen is not None
+    xe = tg.tensor(a, requires_grad=True)
+    le = gelu_loss(xe, g)
+    for t, l in ((x, loss), (xe, le)):
+        if how == "retain_graph":
+            l.backward(retain_graph=True)
+            l.backward()
+            got = t.grad.numpy()
+        elif how == "explicit":
+            l.backward(tg.tensor(2.5, dtype=tg.float64))
+            got = t.grad.numpy()
+        else:
+            (got,) = [v.numpy() for v in tg.autograd.grad(l, [t])]
+        if t is x:
+            compiled = got.copy()
+    np.testing.assert_allclose(compiled, got, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("f", [lambda x, g: (x.exp() * g).sum(), lambda x, g: ((x * g).exp().tanh() * 2.0).sum()])
+def test_an_input_changed_before_a_recomputing_backward_raises(f):
+    """A joined call kept nothing, and cannot recompute from an input changed in place since: it
+    raises (eager's message where the backward program itself reads the input; else saying why),
+    never a gradient of the changed input."""
+    rng = np.random.default_rng(5)
+    cf = tg.compile(f)
+    x, g = tg.tensor(rng.standard_normal((6, 50)), requires_grad=True), tg.tensor(rng.standard_normal((6, 50)))
+    for _ in range(joined.JOIN_AFTER):
+        x.grad = None
+        cf(x, g).backward()
+    x.grad = None
+    loss = cf(x, g)
+    if loss.grad_fn.ahead is None:
+        pytest.skip("joining did not pay for this entry")
+    with tg.no_grad():
+        x.add_(1.0)
+    with pytest.raises(RuntimeError, match="kept no intermediate values"):
+        loss.grad_fn.regenerate()                 # what a backward through the node would meet first
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        tg.autograd.grad(loss, [x])
+
+
+def test_a_forward_drawing_random_numbers_keeps_its_saved_values():
+    def f(x, g):
+        return (tg.nn.functional.dropout(x.tanh(), 0.5) * g).sum()
+    rng = np.random.default_rng(6)
+    cf = tg.compile(f)
+    x, g = tg.tensor(rng.standard_normal((6, 50)), requires_grad=True), tg.tensor(rng.standard_normal((6, 50)))
+    for _ in range(joined.JOIN_AFTER + 1):
+        x.grad = None
+        loss = cf(x, g)
+        loss.backward(retain_graph=True)
+    entry = entry_of(cf)
+    if entry.joined:
+        assert loss.grad_fn.regen is None and len(entry.joined_program.graph.outputs) > 1 + 1
+    first = x.grad.numpy().copy()
+    loss.backward()                               # through the saved mask: the same gradient again
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first, rtol=1e-12)

@@ -27,7 +27,7 @@ from ..pytree import unflatten
 from ..tensor import Tensor
 from ..tensor.factories import _implicit_gradient
 from .aliases import rebuild_aliases
-from .node import CompiledNode, RefusedBackward, raise_double_backward
+from .node import REGENERATE, CompiledNode, RefusedBackward, raise_double_backward
 from .writeback import Fresh, raise_read_only, resolve
 
 
@@ -38,17 +38,19 @@ def _plain(entry):
             and not entry.aliases and all(s[0] not in ("grad", "grad_of", "dynamic") for s, _ in entry.inputs))
 
 
-def straight_call(entry, joined=None):
+def straight_call(entry, joined=None, keeps_saved=True):
     """(call(leaves), source), or None when the entry needs the general Entry.call. With `joined`, the
     run of the forward joined with the gradients (jit/joined.py): its extra outputs, after the
-    forward's, become the node's `ahead` (a call made with grad enabled only)."""
+    forward's, become the node's `ahead` (a call made with grad enabled only); without `keeps_saved`
+    it writes no saved values, and the node gets the forward's input arrays and versions to
+    recompute them from (CompiledNode.regenerate)."""
     if not _plain(entry):
         return None
     node = entry.run_bwd is not None
     if not node and entry.refused and entry.refused[1]:
         return None
     env = {"entry": entry, "run_fwd": joined or entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode,
-           "Node": CompiledNode, "unflatten": unflatten, "STRUCT": entry.out_struct}
+           "Node": CompiledNode, "unflatten": unflatten, "STRUCT": entry.out_struct, "REGENERATE": REGENERATE}
     lines = ["def call(leaves):"]
     args = {}                     # leaf position -> local name
 
@@ -71,13 +73,18 @@ def straight_call(entry, joined=None):
     if node:
         reals = [tensor(s, s[1] if s[0] == "captured" else None, f"T{j}") for j, s in enumerate(entry.bwd_targets)]
         watched = [inputs[i] for i in entry.watch[0]] + [f"r{k}" for k in entry.watch[1]]
-        end = len(entry.fwd.outputs) if joined else ""
+        end = (len(entry.fwd.outputs) if keeps_saved else entry.saved_at) if joined else ""
+        saved = f"outs[{entry.saved_at}:{end}]" if keeps_saved or not joined else "REGENERATE"
         lines += ["    if Mode.grad:",
-                  f"        node = Node(entry, outs[{entry.saved_at}:{end}], [{''.join(r + ', ' for r in reals)}], "
+                  f"        node = Node(entry, {saved}, [{''.join(r + ', ' for r in reals)}], "
                   f"[{''.join(w + ', ' for w in watched)}], [{''.join(w + '._ver[0], ' for w in watched)}], "
                   f"[{''.join(_edge(r) + ', ' for r in reals)}])"]
         if joined:
             lines.append(f"        node.ahead = outs[{end}:]")
+        if joined and not keeps_saved:
+            fwd_inputs = inputs[:len(entry.inputs)]
+            lines.append(f"        node.regen = ([{''.join(t + '._data, ' for t in fwd_inputs)}], "
+                         f"[{''.join(t + '._ver, ' for t in fwd_inputs)}], [{''.join(t + '._ver[0], ' for t in fwd_inputs)}])")
         for oi, k in enumerate(entry.diff_pos):
             lines.append(f"        r{k}._requires_grad, r{k}.grad_fn, r{k}._oi = True, node, {oi}")
     results = [f"r{j}" for j in range(len(entry.plain_outs))]
@@ -271,7 +278,7 @@ def straight_backward(entry, joinable=False):
                   "    if outs is None or retain_graph:      # (with retain_graph, a later backward takes them)"]
         lines += ["        " + line for line in run]
         lines += ["    if not retain_graph:",
-                  "        node.saved, node.freed, node.ahead = None, True, None"]
+                  "        node.saved, node.freed, node.ahead, node.regen = None, True, None, None"]
         env["entry"] = entry
     else:
         lines += ["    " + line for line in run]

@@ -59,6 +59,6 @@ def _build(entry):
     got = forward_with_gradient(entry)
     if got is None:
         return False
-    entry.joined_program, run = got
-    call, entry.joined_source = straight_call(entry, run)
+    entry.joined_program, run, keeps_saved = got
+    call, entry.joined_source = straight_call(entry, run, keeps_saved)
     return call

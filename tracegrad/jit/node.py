@@ -12,11 +12,14 @@ _data_of = attrgetter("_data")
 _wrap = Tensor._wrap            # bound once (a classmethod binds at every attribute read)
 
 
+REGENERATE = object()   # a node's saved values, not kept: recomputed from its `regen` when read
+
+
 class CompiledNode:
     """What the engine needs of a compiled call, and nothing more: its edges, the saved values, the
     forward inputs' versions (the backward may read any of them), and apply()."""
-    __slots__ = ("entry", "saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
-                 "const_arrays", "retained", "ones_backward", "ahead", "__weakref__")
+    __slots__ = ("entry", "_saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",
+                 "const_arrays", "retained", "ones_backward", "ahead", "regen", "__weakref__")
     owned_grads = True     # each gradient it returns is a fresh array, safe to store as .grad
     takes_absent = True    # the engine passes None for an output without a cotangent (apply_some)
     loc = None             # no forward op to point at
@@ -26,7 +29,7 @@ class CompiledNode:
         for; watched: the inputs and results it reads (entry.watch; an in-place change of one before
         backward() raises eager's error), `versions` their versions now; edges: autograd's edge to
         each of reals."""
-        self.entry, self.saved, self.freed, self.retained = entry, saved, False, None
+        self.entry, self._saved, self.freed, self.retained, self.regen = entry, saved, False, None, None
         self.out_meta, self.n_out = entry.diff_meta, entry.n_diff
         self.reals, self.watched, self.versions, self.edges = reals, watched, versions, edges
         self.const_arrays = [e.real._data for e in entry.bwd_inputs] if entry.bwd_inputs else ()
@@ -34,6 +37,34 @@ class CompiledNode:
         # (callgen.straight_backward; it returns False when the engine must run), or None
         self.ones_backward = entry.backward
         self.ahead = None      # the gradients of a unit cotangent, computed with the forward (jit/joined.py)
+
+    @property
+    def saved(self):
+        """The forward's arrays the backward reads; a joined call that computed the gradients with its
+        forward kept none (jit/joined.py), and a use other than backward() of the result (retain_graph,
+        an explicit gradient, autograd.grad, a non-leaf input) recomputes them here."""
+        if self._saved is REGENERATE:
+            self._saved = self.regenerate()
+        return self._saved
+
+    @saved.setter
+    def saved(self, value):
+        self._saved = value
+
+    def regenerate(self):
+        """The saved values, from the forward program run again on the call's input arrays (the same
+        program on the same arrays: the same bits). An input changed in place since the call, which
+        eager's backward might not have read, cannot be recomputed from: eager's error, saying so."""
+        arrays, counters, versions = self.regen
+        for a, c, v in zip(arrays, counters, versions):
+            if c[0] != v:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{a.dtype} {list(a.shape)}], an input of compiled {self.entry.name}, is at version "
+                    f"{c[0]}; expected version {v} instead. (This call computed its gradients with its forward and "
+                    f"kept no intermediate values; a backward other than backward() of its result recomputes them "
+                    f"from the inputs. Run that backward before updating the input in place.)")
+        return self.entry.run_fwd(list(arrays))[self.entry.saved_at:]
 
     @classmethod
     def of_call(cls, entry, leaves, saved, inputs, results):
@@ -111,7 +142,7 @@ class CompiledNode:
                 for j, (o, t) in enumerate(zip(outs, self.reals))]
 
     def release(self):
-        self.saved, self.freed = None, True
+        self.saved, self.freed, self.regen = None, True, None
 
 
 def raise_double_backward(name):

@@ -32,7 +32,9 @@ Rules
   Other reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
-  backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it).
+  backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it), also when
+  it reads their map results at the element being made (a joined loss's gradient reading its
+  forward's tanh), which are then not written unless kept (keep_in_rows).
 - Integer-tensor indexing is a view whose coordinates are values (gathers.py): x[arange(n), y]
   reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
   checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
@@ -298,8 +300,7 @@ def merge_rows(kernels):
             group = None
             continue
         if k.kind == "loop" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
-                and all(ph.kind == "map" for ph in k.phases) \
-                and not {id(v) for v in out[-1].outputs} & {id(ld.buf) for ld in k.reads}:
+                and all(ph.kind == "map" for ph in k.phases) and _same_element(k, out[-1]):
             out[-1].phases.extend(k.phases)       # a map over the same space rides along
             group = None
             continue
@@ -327,6 +328,15 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = ph.kind
     return out
+
+
+def _same_element(k, acc):
+    """Whether map kernel k reads reduce_acc kernel acc's results only where acc's map phases make them,
+    at the element being made (a joined loss: its forward's tanh, read by the gradient's map)."""
+    made = {id(v): ph.kind for ph in acc.phases for v, _ in ph.outputs}
+    full = contiguous_strides(k.shape)
+    return all(made[id(ld.buf)] == "map" and not ld.offset and tuple(ld.strides) == full
+               for ld in k.reads if id(ld.buf) in made)
 
 
 def linked(kernels):
@@ -400,15 +410,15 @@ def _accumulates_into(acc, rows, after):
 
 
 def keep_in_rows(kernels, keep):
-    """Drop the map-phase outputs that only later phases of the same row kernel read, at the same
-    element, and are not in `keep` (graph outputs, aliased buffers): their loads become the
+    """Drop the map-phase outputs that only later phases of the same row or reduce_acc kernel read, at
+    the same element, and are not in `keep` (graph outputs, aliased buffers): their loads become the
     expression (see rules)."""
     readers = {}
     for j, k in enumerate(kernels):
         for ld in k.reads:
             readers.setdefault(id(ld.buf), set()).add(j)
     for j, k in enumerate(kernels):
-        if k.kind != "loop" or not k.split:
+        if not (k.kind == "loop" and k.split or k.kind == "reduce_acc"):
             continue
         full = contiguous_strides(k.shape)
         for pi, ph in enumerate(k.phases):
