@@ -187,6 +187,22 @@ def test_nan_and_inf_where_eager_puts_them(case, dtype):
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5)
 
 
+@settings(max_examples=20, deadline=None)
+@given(s=st.sampled_from([-2.0, -1.0, -0.0, 0.0, 1.0]), u=st.lists(st.sampled_from([-0.0, 0.0, 1.5]), min_size=1,
+                                                                  max_size=4))
+def test_factored_sums_of_zeros_are_plus_zero_as_eagers(s, u):
+    """A sum starting at +0.0 is never -0.0 (eager's, NumPy's); s * sum(u) may be (-1 * 0.0, or a
+    constant -0.0 along the summed axis times its count): the rewrite adds +0.0. 1 / the sum tells."""
+    x = tg.tensor(np.full((3, 1), s))
+    y = tg.tensor(np.array(u))
+    fns = [lambda x, y: 1.0 / (x * y).sum(1), lambda x, y: 1.0 / (x * y / 2.0).sum(1, keepdims=True),
+           lambda x, y: 1.0 / (x.expand(3, len(u)) * 1.0).sum(1)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for fn in fns:
+            want, got = fn(x, y).numpy(), tg.compile(fn)(x, y).numpy()
+            np.testing.assert_array_equal(got, want)
+
+
 def test_rewrite_only_where_it_cuts_a_chain():
     """A factor no deeper than the values it scales stays inside the sum: nothing to gain."""
     from tracegrad.ir.graph import Graph

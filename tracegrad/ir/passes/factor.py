@@ -112,6 +112,8 @@ class _Factor(Builder, _Depths):
             return None
         s, target = got
         out = s.emit(ins[0], target)
+        if out.dtype.is_floating_point:     # a sum from +0.0 is never -0.0; a product of its factors may be
+            out = self.add("add", [out, self.const(0.0, out.dtype)])
         return out if out.shape == n.out.shape else self.add("expand", [out], shape=n.out.shape)
 
 
