@@ -18,7 +18,7 @@ from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
-from .loops import SCALAR, SCALAR_METADATA, _loops, _nest
+from .loops import ELEMENTS, ELEMENTS_METADATA, SCALAR, SCALAR_METADATA, _loops, _nest
 from .online import online_row
 from .online_columns import online_columns
 from .rowcache import RowCache
@@ -60,7 +60,7 @@ class ModuleBuilder:
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
                 + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
-        return text + SCALAR_METADATA if SCALAR in text else text
+        return text + (SCALAR_METADATA if SCALAR in text else "") + (ELEMENTS_METADATA if ELEMENTS in text else "")
 
     def kernel(self, kernel, slots, name, stream=frozenset()):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`

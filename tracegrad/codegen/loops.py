@@ -5,6 +5,9 @@ both of counted loops (_counted), which are while loops (_while)."""
 SCALAR = "!llvm.loop !9000"       # a loop LLVM leaves as written: not vectorized, not unrolled
 SCALAR_METADATA = ('!9000 = distinct !{!9000, !9001, !9002}\n!9001 = !{!"llvm.loop.vectorize.enable", i1 false}\n'
                    '!9002 = !{!"llvm.loop.unroll.disable"}\n')
+ELEMENTS = "!llvm.loop !9003"     # a loop LLVM vectorizes but neither interleaves nor unrolls (regions.py's joins)
+ELEMENTS_METADATA = '!9003 = distinct !{!9003, !9004, !9005}\n!9004 = !{!"llvm.loop.interleave.count", i32 1}\n' \
+    '!9005 = !{!"llvm.loop.unroll.disable"}\n'
 
 
 def _while(f, head, body, meta=None):

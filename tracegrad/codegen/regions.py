@@ -38,7 +38,7 @@ import numpy as np
 
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import Fn, regtype
-from .loops import _counted, _loops
+from .loops import ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
@@ -158,60 +158,49 @@ def region_functions(entry, chunks):
 
 def _join_function(name, chunks):
     """`void @name(ptr %table, ptr %desc)`: each accumulated output joined with its partials, in
-    chunk order (see the module's text), by a loop over the chunks inside the loop over the elements.
-    Compiled for size and not inlined: a join runs once per call, and written out per chunk and
-    unrolled at O3, batch norm's joins took a third of its module's LLVM time (callgrind)."""
-    f, k = Fn(), len(chunks.outs)
+    chunk order (see the module's text), vectorized along the elements. Not inlined, optimized for
+    size, its element loops neither interleaved nor unrolled (ELEMENTS): batch norm's module took
+    5.0G instructions of LLVM with its joins unrolled at O3, 4.3G so (callgrind); a loop over the
+    chunks inside the element loop compiled in 3.1G but ran scalar (W6: 0.16 -> 0.29 ms per call)."""
+    f = Fn()
     for o, (slot, v, lower) in enumerate(chunks.outs):
         out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
+        parts = [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
+                 for i in range(1, chunks.n)]
         dt, at = v.dtype, _acc_dtype(lower, v.dtype)
         ty, aty = regtype(dt), regtype(at)
-        neumaier = _join(lower) == "+" and at.is_floating_point
-        acc, comp = f.alloca(aty), f.alloca(aty) if neumaier else None
 
-        def element(f, idx, out=out, o=o, dt=dt, at=at, ty=ty, aty=aty, lower=lower, neumaier=neumaier, acc=acc,
-                    comp=comp):
-            p = f.assign(f"getelementptr {ty}, ptr {out}, i64 {idx[0]}")
-            f.emit(f"store {aty} {_widen(f, f.assign(f'load {ty}, ptr {p}'), dt, at)}, ptr {acc}")
-            if neumaier:
-                f.emit(f"store {aty} 0.0, ptr {comp}")
-
-            def chunk(f, i):                        # private chunk i >= 1: its partial's address in desc
-                word = f.assign(f"add nsw i64 {f.assign(f'mul nsw i64 {i}, {k}')}, {chunks.partial_word(1, o) - k}")
-                part = f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {word}')}")
-                x = _widen(f, f.assign(f"load {ty}, ptr {f.assign(f'getelementptr {ty}, ptr {part}, i64 {idx[0]}')}"),
-                           dt, at)
-                s = f.assign(f"load {aty}, ptr {acc}")
-                if neumaier:
-                    t, err = _neumaier(f, s, x, aty)
-                    c = f.assign(f"load {aty}, ptr {comp}")
-                    f.emit(f"store {aty} {f.assign(f'fadd {aty} {c}, {err}')}, ptr {comp}")
-                else:
-                    t = _combine(f, lower, s, x, at)
-                f.emit(f"store {aty} {t}, ptr {acc}")
-            _counted(f, "1", str(chunks.n), chunk)
-            total = f.assign(f"load {aty}, ptr {acc}")
-            if neumaier:
-                total = _add_back(f, total, f.assign(f"load {aty}, ptr {comp}"), aty)
+        def element(f, idx, out=out, parts=parts, dt=dt, at=at, ty=ty, aty=aty, lower=lower):
+            e = idx[0]
+            p = f.assign(f"getelementptr {ty}, ptr {out}, i64 {e}")
+            xs = [_widen(f, f.assign(f"load {ty}, ptr {q}"), dt, at) for q in
+                  [p] + [f.assign(f"getelementptr {ty}, ptr {part}, i64 {e}") for part in parts]]
+            if _join(lower) == "+" and at.is_floating_point:
+                total = _compensated(f, xs, aty)
+            else:
+                total = xs[0]
+                for x in xs[1:]:
+                    total = _combine(f, lower, total, x, at)
             f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
-        _loops(f, [math.prod(v.shape)], element)
+        _loops(f, [math.prod(v.shape)], element, meta=ELEMENTS)
     f.emit("ret void")
-    return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline minsize optsize #1 "
-            f"{{\nentry:\n" + "\n".join(f.allocas + f.lines) + "\n}\n")
+    return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
+            + "\n".join(f.allocas + f.lines) + "\n}\n")
 
 
-def _neumaier(f, s, x, ty):
-    """(s + x, its rounding error) for float registers s and x (Neumaier's step, no fast-math)."""
+def _compensated(f, xs, ty):
+    """The sum of float registers xs (Neumaier's compensated sum, no fast-math: the rounding errors
+    of the additions are added back at the end). A non-finite sum (inf, NaN) is returned as it is."""
+    s, comp = xs[0], "0.0"
     fabs = f"@llvm.fabs.{'f64' if ty == 'double' else 'f32'}"
-    t = f.assign(f"fadd {ty} {s}, {x}")
-    ge = f.assign(f"fcmp oge {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, {f.assign(f'call {ty} {fabs}({ty} {x})')}")
-    big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
-    return t, f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
-
-
-def _add_back(f, s, comp, ty):
-    """A compensated sum's total: s plus its summed rounding errors; a non-finite s (inf, NaN) as it is."""
-    fabs = f"@llvm.fabs.{'f64' if ty == 'double' else 'f32'}"
+    for x in xs[1:]:
+        t = f.assign(f"fadd {ty} {s}, {x}")
+        ge = f.assign(f"fcmp oge {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, {f.assign(f'call {ty} {fabs}({ty} {x})')}")
+        big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
+        err = f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
+        comp, s = f.assign(f"fadd {ty} {comp}, {err}"), t
+    if len(xs) == 1:
+        return s
     finite = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, 0x7FF0000000000000")
     return f.assign(f"select i1 {finite}, {ty} {f.assign(f'fadd {ty} {s}, {comp}')}, {ty} {s}")
 

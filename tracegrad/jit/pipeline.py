@@ -98,22 +98,28 @@ def forward_with_gradient(entry):
     result (ir/passes/join.py), or None where joining saves under JOIN_GAIN of the bytes the forward
     and backward programs move apart (nothing to share: matrix products, no common input), or where
     a gradient would not be a fresh array of its own (an input passed through, a forward value).
-    The program writes no saved values (`keeps_saved` False: the node recomputes them from the
-    inputs in the rare use that needs them, jit/node.py) unless the forward draws random numbers,
-    which a second run would draw anew: an activation's loss (tanh gelu's, fwd+bwd, (1000, 999)
-    float32) then moves 12 MB per call, not 28."""
+    Whether it pays is decided with the saved values written (their kernels as fused), as the apart
+    forward writes them; the program then writes none (`keeps_saved` False: the node recomputes them
+    from the inputs in the rare use that needs them, jit/node.py) unless the forward draws random
+    numbers, which a second run would draw anew: an activation's loss (tanh gelu's, fwd+bwd,
+    (1000, 999) float32) then moves 12 MB per call, not 28. Decided without them, W6's broadcast
+    loss joined into one accumulation of four sums over different axes, 2.7x slower than apart."""
+    from ..ir.passes.fusion import fuse
     from ..ir.passes.join import forward_with_gradient as join
+    apart = sum(k.bytes_moved() for p in entry.programs for k in p.kernels)
+    graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at))
+    if sum(k.bytes_moved() for k in fuse(graph, entry.cf.fuse)[0]) > (1 - JOIN_GAIN) * apart:
+        return None
     keep = any(PRIMS[n.op].kind == "random" for n in entry.fwd.nodes if n.op in PRIMS)
-    graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at, keep_saved=keep))
+    if not keep:
+        graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at, keep_saved=False))
     programs, _, _, runs = lower([graph], entry.backend, entry.device, entry.cf.fuse, [()])
     program, n = programs[0], len(entry.fwd.outputs) if keep else entry.saved_at
     grads = list(range(n, len(graph.outputs)))
     slots = [slot for slot, _ in program.outputs]
     if not set(grads) <= program.fresh_outputs or any(slots.count(slots[j]) > 1 for j in grads):
         return None
-    apart = sum(k.bytes_moved() for p in entry.programs for k in p.kernels)
-    joined = sum(k.bytes_moved() for k in program.kernels)
-    return (program, runs[0], keep) if joined <= (1 - JOIN_GAIN) * apart else None
+    return program, runs[0], keep
 
 
 def _reads_updated_memory(cap, saved):

@@ -33,8 +33,8 @@ Rules
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
   backward's masked gradient and its bias-gradient sum; a saved tanh and the sum of it), also when
-  it reads their map results at the element being made (a joined loss's gradient reading its
-  forward's tanh), which are then not written unless kept (keep_in_rows).
+  it reads their map results at the element being made and they only sum into scalars (a joined
+  loss's gradient reading its forward's tanh), which are then not written unless kept (keep_in_rows).
 - Integer-tensor indexing is a view whose coordinates are values (gathers.py): x[arange(n), y]
   reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
   checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
@@ -331,12 +331,18 @@ def merge_rows(kernels):
 
 
 def _same_element(k, acc):
-    """Whether map kernel k reads reduce_acc kernel acc's results only where acc's map phases make them,
-    at the element being made (a joined loss: its forward's tanh, read by the gradient's map)."""
+    """Whether map kernel k reads none of reduce_acc kernel acc's results, or, where acc only sums into
+    scalars (a loss), reads them only where acc's map phases make them, at the element being made (a
+    joined loss: its forward's tanh, read by the gradient's map). Sums over some axes keep the map
+    apart: W6's joined broadcast loss as one accumulation of four sums over different axes with the
+    tanh inline ran 2.7x slower than the tanh written once and summed by a kernel of its own."""
     made = {id(v): ph.kind for ph in acc.phases for v, _ in ph.outputs}
+    reads = [ld for ld in k.reads if id(ld.buf) in made]
+    if not reads:
+        return True
     full = contiguous_strides(k.shape)
-    return all(made[id(ld.buf)] == "map" and not ld.offset and tuple(ld.strides) == full
-               for ld in k.reads if id(ld.buf) in made)
+    scalars = all(len(ph.axes) == len(acc.shape) for ph in acc.phases if ph.kind == "reduce")
+    return scalars and all(made[id(ld.buf)] == "map" and not ld.offset and tuple(ld.strides) == full for ld in reads)
 
 
 def linked(kernels):
