@@ -151,7 +151,9 @@ def test_coalesced_kernels_match_interpret_and_eager(case):
         out = f(*ts)
         (out * out).sum().backward()
         results.append([out.detach().numpy()] + [t.grad.numpy() for t in ts])
-    tol = 1e-5 if dtype == np.float32 else 1e-12
+    # float32: eager's sums round in float32 (NumPy's pairwise), compiled ones accumulate in float64;
+    # their gradients differed by 1.07e-5 of the largest value at rank 3 (a hypothesis draw)
+    tol = 4e-5 if dtype == np.float32 else 1e-12
     for other in results[1:]:
         for a, e in zip(results[0], other):
             scale = max(1.0, float(np.max(np.abs(e)))) if e.size else 1.0
