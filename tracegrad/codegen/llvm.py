@@ -206,14 +206,14 @@ def _aligned_rows(kernel, phases, ptrs, oidx, rebased):
     The row's first elements up to an aligned address run alone; each block of the rest stores
     through a pointer to its first element passed through llvm.ptrmask (`rebased`: {pointer name:
     (block pointer, its element offset)}): the same address, whose alignment LLVM then knows."""
-    outs = {ptrs[id(v)]: v.dtype.itemsize for ph in phases if ph.kind == "map" for v, _ in ph.outputs
+    outs = {ptrs[id(v)]: v.dtype for ph in phases if ph.kind == "map" for v, _ in ph.outputs
             if ptrs[id(v)].startswith(f"%{STREAM}")}
+    sizes = {dt.itemsize for dt in outs.values()}
     inner = list(kernel.shape[kernel.split:])
     dims = _squeezed(inner)
-    if len(set(outs.values())) != 1 or not dims or dims[-1] < 4 * ALIGN // next(iter(outs.values())):
+    if len(sizes) != 1 or not dims or dims[-1] < 4 * ALIGN // min(sizes):
         return None
-    size = next(iter(outs.values()))
-    vec, ones, full = ALIGN // size, len(inner) - len(dims), contiguous_strides(kernel.shape)
+    vec, ones, full = ALIGN // min(sizes), len(inner) - len(dims), contiguous_strides(kernel.shape)
 
     row = {}
 
@@ -225,14 +225,10 @@ def _aligned_rows(kernel, phases, ptrs, oidx, rebased):
 
     def at_block(f, iouter, start):
         first = f.assign(f"add nsw i64 {row['off']}, {start}")
-        for p in outs:
-            q = f.assign(f"getelementptr inbounds {regtype(_dtype(kernel, p, ptrs))}, ptr {p}, i64 {first}")
+        for p, dt in outs.items():
+            q = f.assign(f"getelementptr inbounds {regtype(dt)}, ptr {p}, i64 {first}")
             rebased[p] = (f.assign(f"call ptr @llvm.ptrmask.p0.i64(ptr {q}, i64 {-ALIGN})"), first)
     return aligned
-
-
-def _dtype(kernel, name, ptrs):
-    return next(v.dtype for v in kernel.outputs if ptrs[id(v)] == name)
 
 
 class _RowSums:
