@@ -206,3 +206,60 @@ def test_reductions_of_two_views_in_different_layouts_match_numpy_and_interpret(
     for got, ref in zip(results[0], results[1]):
         s = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
         np.testing.assert_allclose(got, ref, rtol=0, atol=tol * s, err_msg=str(case))
+
+
+def test_mixed_reductions_transpose_the_operand_along_the_reduced_axis_in_registers():
+    """Above REGS_MIN bytes moved, the operand that walks the innermost reduced axis with unit stride
+    (z) is read a tile at a time and transposed in registers (codegen/transpose.py)."""
+    x, z = RNG.standard_normal((45, 37)).astype(np.float32), RNG.standard_normal((37, 45)).astype(np.float32)
+    (line,) = kernel_lines(lambda x, z: (x.T * z).sum(1), x, z)
+    assert "transpose=" not in line, line                                       # in cache: gathers
+    with mock.patch.object(schedule, "REGS_MIN", 0):
+        (line,) = kernel_lines(lambda x, z: (x.T * z + z).sum(1), x, z)        # one tile for both reads of z
+        assert line.endswith(f"loops=d0/{MIXED_TILE},d1,d0 reduce=across d0 transpose=1"), line
+        (line,) = kernel_lines(lambda x, z: (x.T * z.T.T).amax(dim=1), x, z)
+        assert line.endswith("transpose=1"), line
+        (line,) = kernel_lines(lambda x, z: (x.T * z[:, ::2]).sum(1), RNG.standard_normal((23, 37)).astype(np.float32), z)
+        assert "transpose=" not in line, line                                   # z strided along d1: gathers
+
+
+@st.composite
+def mixed_transposed(draw):
+    """(x's shape, x's permutation, z's shape, reduced axes, op, dtype): x.permute(perm) * z of one
+    space, x's unit-stride axis kept, z's innermost axis reduced; sizes around the vector's lanes, the
+    tile and the float sums' blocks (reductions.BLOCK)."""
+    sizes = st.sampled_from([1, 3, 8, 15, 16, 17, 33, 64, 131, 260])
+    if draw(st.booleans()):                                      # (n, m): x.T * z, summed over d1
+        n, m = draw(sizes), draw(sizes)
+        return (m, n), (1, 0), (n, m), (1,), draw(st.sampled_from(["sum", "amax"])), \
+            draw(st.sampled_from([np.float32, np.float64, np.int32]))
+    a, b, c = draw(st.sampled_from([1, 2, 5])), draw(sizes), draw(st.sampled_from([2, 7, 17, 40]))
+    if draw(st.booleans()):                                      # (a, c, b): a batch of them, over the last axis
+        return (a, b, c), (0, 2, 1), (a, c, b), (2,), "sum", draw(st.sampled_from([np.float32, np.float64]))
+    return (a, b, c), (2, 0, 1), (c, a, b), (1, 2), "sum", draw(st.sampled_from([np.float32, np.float64]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_transposed())
+def test_mixed_reductions_through_register_tiles_match_numpy_and_interpret(case):
+    xshape, perm, zshape, axes, op, dtype = case
+    x = (RNG.standard_normal(xshape) * 4).astype(dtype)
+    z = (RNG.standard_normal(zshape) * 4).astype(dtype)
+
+    def fn(x, z):
+        return OPS[op](x.permute(*perm) * z + z, axes)
+
+    expect = NP[op](x.transpose(perm).astype(np.float64) * z + z, axis=axes)
+    got = []
+    with mock.patch.object(schedule, "REGS_MIN", 0):
+        for backend in ("llvm", "interpret"):
+            got.append(tg.compile(fn, backend=backend)(tg.tensor(x), tg.tensor(z)).numpy())
+            if backend == "llvm" and min(zshape[0], zshape[-1]) > 1:       # the reads disagree
+                line = [ln for ln in tg.compile(fn).ir(tg.tensor(x), tg.tensor(z), stage="kernels").splitlines()
+                        if "reduce=across" in ln]
+                assert line and line[0].endswith("transpose=1"), (line, case)
+    if dtype == np.int32:
+        np.testing.assert_array_equal(got[0], expect.astype(got[0].dtype), err_msg=str(case))
+    tol = (1e-4 if dtype == np.float32 else 1e-11) * max(1, x.size) ** 0.5 * max(1.0, float(np.max(np.abs(expect))))
+    np.testing.assert_allclose(got[0], expect, rtol=0, atol=tol, err_msg=str(case))
+    np.testing.assert_allclose(got[0], got[1], rtol=0, atol=tol, err_msg=str(case))

@@ -3,7 +3,7 @@ from ..ir.kernels import contiguous_strides, loads
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
 from .scalar import Emitter, linear, store, regtype
-from .transpose import transposed_map
+from .transpose import transposed_across, transposed_map
 
 
 def _put(mb, f, ptrs, phases, ix, full):
@@ -33,7 +33,8 @@ def _across_kernel(mb, f, kernel, ptrs):
     (and element of the other kept axes), each stream of phases (_streams) walks the reduced axes
     with u innermost; a reduction keeps a vector of the tile's partial results (float sums in
     blocks of BLOCK elements of the outermost reduced axis, each block's vector joined into the
-    float64 total), then stores it."""
+    float64 total), then stores it. Operands that walk the innermost reduced axis with unit stride
+    (Schedule.transposed) are read a tile at a time and transposed in registers (transpose.py)."""
     sch, shape, k = kernel.schedule, kernel.shape, kernel.split
     if sch.rows:
         _across_rows(mb, f, kernel, ptrs)
@@ -80,10 +81,16 @@ def _across_kernel(mb, f, kernel, ptrs):
                 part = f.alloca(f"[{tile} x {regtype(v.dtype)}]") if blocked and is_sum else total
                 accs.append((v, tree, ph.lower, total, part, v.dtype if part is not total else at))
 
-            def accumulate(f, idx, b):
-                em = Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])   # shared values once
+            def accumulate(f, idx, b, em=None):
+                em = em or Emitter(mb, f, ptrs, [idx[d] for d in range(len(shape))])   # shared values once
                 for v, tree, lower, total, part, pt in accs:
                     add(f, idx, part, pt, lower, em.value(tree), v.dtype)
+
+            def walk(f, idx, base):
+                if sch.transposed:
+                    transposed_across(mb, f, kernel, ptrs, inner, idx, base, accumulate)
+                else:
+                    _nest(f, shape, inner, accumulate, idx=idx, base=base)
 
             each(lambda f, idx, v, tree, lower, total, part, pt: init(f, idx, total, _acc_dtype(lower, v.dtype), lower),
                  accs)
@@ -92,13 +99,13 @@ def _across_kernel(mb, f, kernel, ptrs):
 
                 def block(f, bidx, bbase):
                     each(lambda f, idx, v, tree, lower, total, part, pt: init(f, idx, part, pt, lower), blocks)
-                    _nest(f, shape, inner, accumulate, idx=bidx, base=bbase)
+                    walk(f, bidx, bbase)
                     each(lambda f, idx, v, tree, lower, total, part, pt: add(
                         f, idx, total, _acc_dtype(lower, v.dtype), lower,
                         f.assign(f"load {regtype(pt)}, ptr {slot(f, part, idx, regtype(pt))}"), pt), blocks)
                 _nest(f, shape, [(r0, BLOCK)], block, idx=oidx, base=obase)
             else:
-                _nest(f, shape, inner, accumulate, idx=oidx, base=obase)
+                walk(f, oidx, obase)
 
             def write(f, idx, v, tree, lower, total, part, pt):
                 at = _acc_dtype(lower, v.dtype)

@@ -1,12 +1,13 @@
-"""A transposing map's tiles through registers (Schedule.transposed): each whole tile of an operand
-that walks the tile's outer axis a with unit stride is read with unit-stride vectors along a,
-transposed in registers by a network of shuffles, and kept in a stack tile laid out along b, the
-outputs' unit-stride axis; the element loops then read it, and every other operand, along b, so the
-map vectorizes with unit-stride loads and stores (instead of a gather per vector of the strided
-operand). Tiles cut by the space's edge run the plain element loops (scheduled.py)."""
+"""Operands transposed through registers a tile at a time (Schedule.transposed): each whole tile of an
+operand that walks axis a with unit stride is read with unit-stride vectors along a, transposed in
+registers by a network of shuffles, and kept in a stack tile laid out along b; the element loops
+then read it, and every other operand, along b, so they vectorize with unit-stride loads (instead
+of a gather per vector of the strided operand). In a transposing map (transposed_map) b is the
+outputs' unit-stride axis; in a reduction across a kept axis (transposed_across) b is that axis and
+a the innermost reduced one. Tiles cut by the space's edge run the plain element loops."""
 from ..ir.kernels import contiguous_strides
 from .host import vector_bytes
-from .loops import SCALAR, _loops, _nest
+from .loops import SCALAR, _counted, _loops, _nest
 from .scalar import Emitter, linear, lltype, store
 
 
@@ -126,3 +127,50 @@ def transposed_map(mb, f, kernel, ptrs, put):
         f.block(done)
 
     _nest(f, shape, sch.levels[:-2], tile, lo_hi=("%lo", "%hi"))
+
+
+def transposed_across(mb, f, kernel, ptrs, levels, idx, base, body):
+    """Emit the reduced levels `levels` (ending (r, 0), (u, 0): r the innermost reduced axis, u the
+    kept axis reduced across, its tile in base[u]) of an across kernel whose schedule transposes the
+    operands that walk r with unit stride: each whole tile of one vector's lanes along r by the
+    tile of u is filled (_fill) and its elements run row by row, each row vectorized along u;
+    the rest of r (and a u tile cut by the edge) runs the plain element loops. body(f, idx, base,
+    emitter) accumulates one element (the emitter reads the stack tiles; None: a plain one)."""
+    shape, sch = kernel.shape, kernel.schedule
+    (r, _), (u, _) = levels[-2:]
+    ta = vector_bytes() // min(ld.dtype.itemsize for ld in sch.transposed)
+    side = next(t for d, t in sch.levels if d == u and t)
+    tiles = {}
+    for ld in sch.transposed:
+        tiles.setdefault(key(ld), (ld, f.alloca(f"[{ta * side} x {lltype(ld.dtype)}]")))
+    staged = {k: buf for k, (_, buf) in tiles.items()}
+
+    def over_r(f, idx, base):
+        (u0, u1) = base[u]
+        start, end = base.get(r, ("0", str(shape[r])))
+        stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {shape[r]}')}, i64 {end}, i64 {shape[r]}")
+        whole_u = f.assign(f"icmp sle i64 {u1}, {shape[u]}")
+        tiles_r = f.assign(f"sdiv i64 {f.assign(f'sub nsw i64 {stop}, {start}')}, {ta}")
+        count = f.assign(f"select i1 {whole_u}, i64 {tiles_r}, i64 0")
+
+        def tile(f, t):
+            r0 = f.assign(f"add nsw i64 {start}, {f.assign(f'mul nsw i64 {t}, {ta}')}")
+            corner = dict(idx)
+            corner[r], corner[u] = r0, u0
+            for ld, buf in tiles.values():
+                _fill(f, ptrs, ld, buf, corner, r, u, (ta, side))
+
+            def element(f, ij):
+                rl, ul = ij
+                at = dict(idx)
+                at[r], at[u] = f.assign(f"add nsw i64 {r0}, {rl}"), f.assign(f"add nsw i64 {u0}, {ul}")
+                local = f.assign(f"add nsw i64 {f.assign(f'mul nsw i64 {rl}, {side}')}, {ul}")
+                body(f, at, base, _Staged(mb, f, ptrs, [at[d] for d in range(len(shape))], staged, local))
+            _loops(f, [ta, side], element, meta=SCALAR)     # the rows in turn, each vectorized along u
+        _counted(f, "0", count, tile)
+        rest = f.assign(f"add nsw i64 {start}, {f.assign(f'mul nsw i64 {count}, {ta}')}")
+        left = dict(base)
+        left[r] = (rest, stop)
+        _nest(f, shape, levels[-2:], lambda f, ix, bs: body(f, ix, bs, None), idx=idx, base=left)
+
+    _nest(f, shape, levels[:-2], over_r, idx=idx, base=base)

@@ -210,7 +210,10 @@ class Schedule:
     `transposed`: (a map kernel tiled as a transpose, levels ending (b, T), (a, T'), (a, 0), (b, 0)
     with b its outputs' unit-stride axis) the Loads that walk a with unit stride: a target may read
     each whole tile of them with unit-stride vectors and transpose it in registers, so that the
-    element loops read it along b (codegen/transpose.py); reading them in place gives the same values."""
+    element loops read it along b (codegen/transpose.py); reading them in place gives the same values.
+    With `across` (a mixed kernel, schedule.mixed): the Loads that walk the innermost reduced axis (the
+    level before the last) with unit stride, read a tile at a time and transposed so that the element
+    loops read them along `across`."""
     __slots__ = ("levels", "across", "map_levels", "online", "walks", "rows", "transposed")
 
     def __init__(self, levels, across=None, map_levels=None, online=(), walks=(), rows=False, transposed=()):
