@@ -11,6 +11,7 @@ import contextlib
 
 import numpy as np
 
+from .. import dtypes as D
 from ..autograd import retain
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import interpreter, is_grad_enabled, no_grad
@@ -63,11 +64,24 @@ def _inplace_on_view(self, compute, others, recording):
 
 def _with_view_replaced(base, ops, new):
     """`base` with the elements the view `ops` selects replaced by `new` (differentiable in both)."""
-    n = base.numel()
-    pos = np.arange(n).reshape(base._shape)
+    pos = np.arange(base.numel()).reshape(base._shape)
     for p, attrs in ops:                 # which element of the base each element of the view is
         pos = p.impl(pos, **attrs)
-    flat = pos.reshape(-1)
+    return replaced(base, pos.reshape(-1), new)
+
+
+def replaced(base, flat, new):
+    """`base` with its elements at the flat positions `flat` (a NumPy array) replaced by `new`'s
+    elements in order (differentiable in both). Positions that are a box of base in its order (a
+    basic index: slices, integers, new axes) become where(box, unslice(new), base), which compiled
+    code fuses (ir/passes/copies.py); others scatter."""
+    n = base.numel()
+    box = _box(base._shape, flat)
+    if box is not None:
+        index = {"shape": base._shape, "index": box}
+        piece = new.reshape(tuple(len(range(*b)) for b in box))
+        mask = dispatch(_P["unslice"], (full(piece._shape, True, dtype=D.bool_, device=base.device),), index)
+        return dispatch(_P["where"], (mask, dispatch(_P["unslice"], (piece,), index), base), {})
     hit = np.zeros(n, dtype=bool)
     hit[flat] = True
     if hit.sum() != flat.size:
@@ -78,6 +92,22 @@ def _with_view_replaced(base, ops, new):
     scattered = dispatch(_P["index_add"], (new.reshape(-1), where_), {"shape": (n,), "axes": (0,)})
     mask = tensor(hit, device=base.device)
     return dispatch(_P["where"], (mask, scattered, base.reshape(-1)), {}).reshape(base._shape)
+
+
+def _box(shape, flat):
+    """((start, stop, step) per axis) when the flat positions `flat` in a row-major tensor of
+    `shape` are exactly the elements of x[start:stop:step, ...] in its order, else None."""
+    if not flat.size or not shape:
+        return None
+    box = []
+    for c in np.unravel_index(flat, shape):
+        u = np.unique(c)
+        step = int(u[1] - u[0]) if u.size > 1 else 1
+        if np.any(np.diff(u) != step):
+            return None
+        box.append((int(u[0]), int(u[-1]) + 1, step))
+    whole = np.arange(int(np.prod(shape))).reshape(shape)[tuple(slice(*b) for b in box)]
+    return tuple(box) if whole.size == flat.size and np.array_equal(whole.reshape(-1), flat) else None
 
 
 def _fitted(self, new):

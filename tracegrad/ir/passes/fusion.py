@@ -50,6 +50,7 @@ from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
 from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
 from .columns import order_walks
+from .copies import copy_tree
 from .gathers import index_tree
 from .schedule import online_columns, rows_first
 
@@ -118,6 +119,12 @@ def fuse(graph, enabled=True, half=False):
             expr[id(v)] = Iota((n.attrs["step"],), n.attrs["start"], v.dtype)
         elif p.kind == "index" and enabled and not half and \
                 (fused := index_tree(n, [expr[id(i)] for i in n.inputs])) is not None:
+            expr[id(v)] = fused
+            bound[id(v)] = size(fused)
+            if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
+                materialize(v)
+        elif p.kind == "copy" and enabled and not half and \
+                (fused := copy_tree(n, [expr[id(i)] for i in n.inputs], buffer_load)) is not None:
             expr[id(v)] = fused
             bound[id(v)] = size(fused)
             if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:

@@ -4,7 +4,8 @@ Rule: a value v the backward needs is *recomputed* in the backward graph, instea
 by the forward, when it is produced by lowered elementwise, view or constant ops (at most
 MAX_RECOMPUTE_OPS of them) from a *frontier* of forward inputs and results of expensive ops
 (matmul, reductions, indexing), and reading that frontier costs no more memory traffic than saving
-v does: saving costs a write in the forward and a read in the backward (2·|v| bytes); recomputing
+v does (a copy -- unslice, cat -- is an expression too, ir/passes/copies.py: the box mask of
+x[:, a:b] = v, unslice of a constant, is recomputed from nothing): saving costs a write in the forward and a read in the backward (2·|v| bytes); recomputing
 costs reading the frontier values that are not saved anyway. The frontier values are then saved in
 v's place. So a chain of elementwise ops is recomputed from its one input (a tanh chain from x, a
 relu mask from the pre-activation), while a residual x*w+b-y of four inputs is saved. A chain
@@ -29,7 +30,7 @@ def _cheap(node):
     if node.op in ("const", "iota"):          # no inputs: recomputed from nothing
         return True
     p = PRIMS.get(node.op)
-    return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind == "view")
+    return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind in ("view", "copy"))
 
 
 def _transcendental(node):
