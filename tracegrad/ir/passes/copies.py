@@ -67,7 +67,7 @@ def copy_tree(n, trees, buffer_load):
 def _read(v, tree, box, cut, coord, buffer_load):
     """Piece v (expression `tree`, placed at `box`) read at the result's element: shifted when it
     has no memory to leave, else its buffer gathered at clamped coordinates along the cut axes."""
-    if not loads(tree) and not gathered(tree):
+    if not cut or not loads(tree) and not gathered(tree):
         return remap(tree, lambda st, off: (st, off - sum(s * box[d][0] for d, s in enumerate(st))))
     load = buffer_load(v)
     strides = [0 if d in cut else s for d, s in enumerate(load.strides)]

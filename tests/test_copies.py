@@ -1,0 +1,165 @@
+"""Slice assignment, in-place updates of views, cat and a slice's gradient (unslice) in compiled
+code, against NumPy float64 and the interpret backend; they fuse (ir/passes/copies.py) instead of
+running host scatters."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
+
+
+@st.composite
+def basic_index(draw):
+    """(shape, index): a shape of 1-3 axes and a basic index into it (slices with steps, integers,
+    None, an Ellipsis), never an empty selection."""
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    items = []
+    for n in shape:
+        kind = draw(st.sampled_from(["all", "slice", "int"]))
+        if kind == "int":
+            items.append(draw(st.integers(-n, n - 1)))
+        elif kind == "slice":
+            a = draw(st.integers(0, n - 1))
+            b = draw(st.integers(a + 1, n))
+            items.append(slice(a, b, draw(st.sampled_from([1, 1, 2]))))
+        else:
+            items.append(slice(None))
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), None)
+    if draw(st.booleans()) and items[-1] == slice(None):
+        items[-1] = Ellipsis
+    return shape, tuple(items)
+
+
+@SETTINGS
+@given(basic_index(), st.sampled_from([np.float32, np.float64]), st.booleans())
+def test_slice_assignment_matches_numpy(case, dtype, scalar):
+    shape, index = case
+    r = np.random.default_rng(len(shape) * 7 + len(index))
+    x0 = r.standard_normal(shape)
+    g0 = r.standard_normal(shape)
+    vshape = () if scalar else x0[index].shape
+    v0 = r.standard_normal(vshape)
+
+    def f(x, v, g):
+        t = x * 2.0
+        t[index] = v.tanh()
+        return (t * g).sum()
+
+    # NumPy float64: the value and both gradients
+    t = 2 * x0
+    t[index] = np.tanh(v0)
+    want = (t * g0).sum()
+    hit = np.zeros(shape, bool)
+    hit[index] = True
+    want_dx = np.where(hit, 0.0, 2 * g0)
+    dv = g0[index] * (1 - np.tanh(v0) ** 2)
+    want_dv = dv.sum() if scalar else dv
+    tol = 1e-5 if dtype is np.float32 else 1e-12
+    for backend in ("llvm", "interpret"):
+        x = tg.tensor(x0.astype(dtype), requires_grad=True)
+        v = tg.tensor(np.asarray(v0, dtype), requires_grad=True)
+        loss = tg.compile(f, backend=backend)(x, v, tg.tensor(g0.astype(dtype)))
+        loss.backward()
+        scale = 1 + np.abs(want)
+        assert abs(loss.item() - want) <= tol * scale * 10 * x0.size, backend
+        np.testing.assert_allclose(x.grad.numpy(), want_dx, rtol=tol, atol=tol)
+        np.testing.assert_allclose(v.grad.numpy(), want_dv, rtol=tol * 10, atol=tol * 10)
+
+
+@SETTINGS
+@given(basic_index())
+def test_inplace_update_of_a_view_matches_numpy(case):
+    shape, index = case
+    r = np.random.default_rng(3 + len(shape))
+    x0, g0 = r.standard_normal(shape), r.standard_normal(shape)
+
+    def f(x, g):
+        t = x * 2.0
+        view = t[index]
+        view.mul_(3.0)
+        view += 1.0
+        return (t * g).sum()
+
+    t = 2 * x0
+    hit = np.zeros(shape, bool)
+    hit[index] = True
+    t = np.where(hit, 3 * t + 1, t)
+    want, want_dx = (t * g0).sum(), np.where(hit, 6, 2) * g0
+    x = tg.tensor(x0, requires_grad=True)
+    loss = tg.compile(f)(x, tg.tensor(g0))
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), want_dx, rtol=1e-12, atol=1e-12)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=4), st.integers(1, 5), st.integers(0, 1),
+       st.sampled_from([np.float32, np.float64]))
+def test_cat_of_expressions_matches_numpy(sizes, other, axis, dtype):
+    r = np.random.default_rng(sum(sizes) + other)
+    shapes = [(s, other) if axis == 0 else (other, s) for s in sizes]
+    xs0 = [r.standard_normal(s) for s in shapes]
+    if sum(sizes) == 0:
+        return
+    out_shape = (sum(sizes), other) if axis == 0 else (other, sum(sizes))
+    g0 = r.standard_normal(out_shape)
+
+    def f(g, *xs):
+        parts = [x.exp() if k % 2 else x * 2.0 for k, x in enumerate(xs)]
+        return (tg.cat(parts, axis) * g).sum(axis)
+
+    parts = [np.exp(x) if k % 2 else 2 * x for k, x in enumerate(xs0)]
+    want = (np.concatenate(parts, axis) * g0).sum(axis)
+    gs = np.split(g0, np.cumsum(sizes)[:-1], axis)
+    want_grads = [gk * (np.exp(x) if k % 2 else 2.0) for k, (x, gk) in enumerate(zip(xs0, gs))]
+    xs = [tg.tensor(x.astype(dtype), requires_grad=True) for x in xs0]
+    out = tg.compile(f)(tg.tensor(g0.astype(dtype)), *xs)
+    out.sum().backward()
+    tol = 1e-5 if dtype is np.float32 else 1e-12
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=tol, atol=tol * 10)
+    for x, w in zip(xs, want_grads):
+        np.testing.assert_allclose(x.grad.numpy(), w, rtol=tol, atol=tol * 10)
+
+
+def test_slice_assignment_and_cat_fuse_without_host_kernels():
+    """x[:, a:b] = v, cat and a slice's gradient run in fused loops: no scatter, no host copy."""
+    def f(x, v, g):
+        t = x * 2.0
+        t[:, 3:7] = v.tanh()
+        return (tg.cat([t, x.exp()], 1)[:, 2:9] * g).sum()
+
+    x = tg.randn(5, 10, requires_grad=True)
+    v = tg.randn(5, 4, requires_grad=True)
+    text = tg.compile(f).ir(x, v, tg.randn(5, 7), stage="kernels")
+    assert "[host]" not in text and "index_add" not in text, text
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_large_slice_assignment_and_cat_match_numpy(dtype):
+    """Odd sizes past a vector width and a thread's share: the gathered pieces and the box masks
+    of each element as NumPy's."""
+    r = np.random.default_rng(5)
+    x0, v0, g0 = r.standard_normal((67, 1031)), r.standard_normal((67, 695)), r.standard_normal((67, 1031 + 67))
+
+    def f(x, v, g):
+        t = x * 2.0
+        t[:, 5:700] = v.tanh()
+        return (tg.cat([t, x[:, :67].exp()], 1) * g).sum()
+
+    t = 2 * x0
+    t[:, 5:700] = np.tanh(v0)
+    want = (np.concatenate([t, np.exp(x0[:, :67])], 1) * g0).sum()
+    dx = np.where(np.arange(1031) % 1031 < 5, 2, np.where(np.arange(1031) < 700, 0, 2)) * g0[:, :1031]
+    dx[:, :67] += np.exp(x0[:, :67]) * g0[:, 1031:]
+    dv = g0[:, 5:700] * (1 - np.tanh(v0) ** 2)
+    x, v = tg.tensor(x0.astype(dtype), requires_grad=True), tg.tensor(v0.astype(dtype), requires_grad=True)
+    loss = tg.compile(f)(x, v, tg.tensor(g0.astype(dtype)))
+    loss.backward()
+    tol = 1e-4 if dtype is np.float32 else 1e-11
+    np.testing.assert_allclose(loss.item(), want, rtol=tol)
+    np.testing.assert_allclose(x.grad.numpy(), dx, rtol=tol, atol=tol)
+    np.testing.assert_allclose(v.grad.numpy(), dv, rtol=tol, atol=tol)
