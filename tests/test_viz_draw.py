@@ -181,6 +181,7 @@ def test_every_op_is_drawn_in_a_kernel_that_computes_it(prog, seed):
                 continue
             assert id(n) in member, f"{label}: {n.op} is in no kernel"
             k = kernels[member[id(n)]]
-            fused_index = n.op in ("index", "index_add", "iota")   # read through gathers, selects, indices
+            # read through gathers, selects, indices (ir/passes/gathers.py, copies.py)
+            fused_index = n.op in ("index", "index_add", "iota", "unslice", "cat")
             assert n.op in k.ops() or k.node is n or fused_index, f"{label}: {n.op} drawn in a kernel of {k.ops()}"
 
