@@ -9,6 +9,9 @@ ELEMENTS = "!llvm.loop !9003"     # a loop LLVM vectorizes but neither interleav
 ELEMENTS_METADATA = '!9003 = distinct !{!9003, !9004, !9005}\n!9004 = !{!"llvm.loop.interleave.count", i32 1}\n' \
     '!9005 = !{!"llvm.loop.unroll.disable"}\n'
 
+ROLLED = "!llvm.loop !9006"       # a loop LLVM does not unroll (its inner loops it still may)
+ROLLED_METADATA = '!9006 = distinct !{!9006, !9005}\n'
+
 
 def _while(f, head, body, meta=None):
     """Emit a loop: head(f) -> (i1 condition, value) is emitted at the top of each trip; while the

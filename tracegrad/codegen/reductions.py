@@ -170,7 +170,7 @@ def _squeezed(dims):
     return dims
 
 
-def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None):
+def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None):
     """_loops, with the innermost axis run in blocks of at most BLOCK elements, each between the
     accumulators' begin() and end(). aligned(f, oidx) -> (head, on_block) (a row whose stores
     stream, codegen/stream.py): the first `head` elements of the row run alone, left scalar, so the
@@ -184,7 +184,7 @@ def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None):
     if not dims or not (aligned or any(a.part for a in accs)):
         for a in accs:
             a.begin(f)
-        _loops(f, dims, body, lo_hi)
+        _loops(f, dims, body, lo_hi, meta)
         for a in accs:
             a.end(f)
         return
@@ -221,6 +221,6 @@ def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None):
             on_block(f, oidx, last)
         run(f, oidx, last, hi)
     if outer:
-        _loops(f, outer, row, lo_hi)
+        _loops(f, outer, row, lo_hi, meta)
     else:
         row(f, [])
