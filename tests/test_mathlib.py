@@ -360,6 +360,23 @@ def test_f64(jit, name):
     assert ulp_distance(got, ref).max() <= MAX_ULP
 
 
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="needs x87 long double as the reference")
+@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
+def test_f64_straight_line_within_one_ulp_and_vectorized(jit, name):
+    """exp, tanh, sigmoid in float64 are within 1 ulp of the long double result rounded once
+    (normal results), and a loop over them vectorizes (no C library call left in it)."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.uniform(-745, 709.7, 100_000), rng.uniform(-20, 20, 100_000),
+                        rng.uniform(-0.4, 0.4, 50_000), rng.uniform(-1e-6, 1e-6, 10_000)])
+    xl = x.astype(np.longdouble)
+    with np.errstate(all="ignore"):
+        ref = {"exp": np.exp(xl), "tanh": np.tanh(xl), "sigmoid": 1 / (1 + np.exp(-xl))}[name]
+    normal = np.abs(ref) > np.finfo(np.float64).tiny
+    got = jit(name, "f64", x)
+    assert ulp_distance(got[normal], ref[normal].astype(np.float64)).max() <= 1
+    assert re.search(r"<\d+ x double>", jit.function_ir(name, "f64")), "the float64 loop did not vectorize"
+
+
 # --------------------------------------------------------------------------------------------
 # dense sweep + throughput report:  python tests/test_mathlib.py
 # --------------------------------------------------------------------------------------------
