@@ -44,8 +44,35 @@ def _index_add_impl(g, *idx, shape, axes):
         flat = np.ravel_multi_index(idx, shape).ravel()
         return np.bincount(flat, weights=g.ravel(), minlength=math.prod(shape)).astype(g.dtype).reshape(shape)
     out = np.zeros(shape, g.dtype)
+    if tuple(axes) == (0,) and len(shape) > 1 and g.size:
+        _add_rows(out, idx[0], g)
+        return out
     np.add.at(out, _index_tuple(len(shape), axes, idx), g)
     return out
+
+
+ROUNDS = 4      # rounds of distinct rows before np.add.at takes the rest
+
+
+def _add_rows(out, idx, g):
+    """out[idx[k]] += g[k] for every k in order (the gradient of x[idx], an embedding's): in rounds,
+    each adding every row's next occurrence at once by fancy indexing (distinct targets), then
+    np.add.at for what repeats more often. The same additions in the same order as np.add.at alone.
+    (8192 rows of 256 into (30000, 256) float32: 31 -> 9 ms)."""
+    n = out.shape[0]
+    idx = idx.reshape(-1)
+    idx = np.where(idx < 0, idx + n, idx)
+    g = g.reshape(idx.size, *out.shape[1:])
+    rest = np.arange(idx.size)
+    for _ in range(ROUNDS):
+        rows, first = np.unique(idx[rest], return_index=True)
+        out[rows] += g[rest[first]]
+        left = np.ones(rest.size, bool)
+        left[first] = False
+        rest = rest[left]
+        if not rest.size:
+            return
+    np.add.at(out, idx[rest], g[rest])
 
 
 def _indices_only(n_inputs):
