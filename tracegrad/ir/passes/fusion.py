@@ -43,8 +43,8 @@ Rules
   box holds it (a constant piece shifted, any other gathered at clamped coordinates), else 0.
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing
   gathers.py does not express, strided unslice, prod, argmax, random, and any op on float16 or
-  integer division) run their NumPy
-  implementation as "host" kernels on strided views of their input buffers. A target that computes
+  integer division) run their NumPy implementation as "host" kernels on strided views of their
+  input buffers. A target that computes
   float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
 import math
