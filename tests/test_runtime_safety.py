@@ -179,6 +179,18 @@ def test_judge_follows_a_mode_that_gets_slower():
     assert not j.best
 
 
+def test_judge_learns_nothing_from_a_slow_first_run():
+    """A first run that pays for faulting in fresh memory does not hand the next runs to one thread."""
+    j, runs = threads.Judge(), []
+
+    def seconds(p):
+        runs.append(p)
+        return 30.0 if len(runs) == 1 else 0.5 if p else 1.0
+    modes = _learn(j, seconds, 40)
+    assert modes[:2] == [True, True] and not modes[2]                # warm-up, then the workers timed, then a try
+    assert j.best and sum(not p for p in modes) <= 3
+
+
 class _Always:
     def parallel(self):
         return True

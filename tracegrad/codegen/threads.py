@@ -386,14 +386,20 @@ class Judge:
     own run times: a moving average of each mode's seconds, the faster mode used, the other one tried
     now and then (after EXPLORE runs, twice as many after each try that confirms the choice, up to
     MAX_EXPLORE; a try that wins switches). So a busy machine, where workers wait for a core or
-    fight for memory bandwidth, falls back to one thread, and a quiet one gets all threads back."""
+    fight for memory bandwidth, falls back to one thread, and a quiet one gets all threads back.
+    The first run teaches nothing: it pays once for what later runs find ready (the pages of fresh
+    state and buffers faulted in, cold caches, sleeping workers). Learnt from, it lost to the
+    one-thread try that followed, so the next EXPLORE runs ran on one thread: a momentum SGD step of
+    a (4M,) float32 parameter, compiled, took 15 ms for its first run on the workers (its zeroed
+    momentum buffer faulted in) and 3.3 for the try; in the survey (bench/survey.py --quick) its
+    median was then the one-thread time."""
 
     EXPLORE, MAX_EXPLORE = 8, 1024
 
     def __init__(self):
         self.mean = {True: None, False: None}       # seconds per run, on the workers / on one thread
-        self.best, self.trying = True, False
-        self.interval, self.countdown = self.EXPLORE, 2     # the second run tries one thread
+        self.best, self.trying, self.warm = True, False, False
+        self.interval, self.countdown = self.EXPLORE, 3     # the first run warms up, the third tries one thread
 
     def parallel(self):
         """Whether to use the workers for this run."""
@@ -402,7 +408,10 @@ class Judge:
         return self.best != self.trying
 
     def record(self, parallel, seconds):
-        """Learn from one run that took `seconds` (on the workers if `parallel`)."""
+        """Learn from one run that took `seconds` (on the workers if `parallel`); not from the first."""
+        if not self.warm:
+            self.warm = True
+            return
         old, tried = self.mean[parallel], parallel != self.best
         # a try's time replaces the old one (taken maybe under other load); the chosen mode's averages
         self.mean[parallel] = seconds if old is None or tried else 0.75 * old + 0.25 * seconds
