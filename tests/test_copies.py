@@ -163,3 +163,22 @@ def test_a_large_slice_assignment_and_cat_match_numpy(dtype):
     np.testing.assert_allclose(loss.item(), want, rtol=tol)
     np.testing.assert_allclose(x.grad.numpy(), dx, rtol=tol, atol=tol)
     np.testing.assert_allclose(v.grad.numpy(), dv, rtol=tol, atol=tol)
+
+
+@SETTINGS
+@given(basic_index(), st.booleans())
+def test_positions_and_boxes_against_an_arange(case, transpose):
+    """inplace.positions is NumPy's arange indexed; _box finds the box of a basic index and refuses
+    positions out of row-major order (a transposed view's)."""
+    from tracegrad.tensor.inplace import _box, positions
+    shape, index = case
+    whole = np.arange(int(np.prod(shape))).reshape(shape)
+    items = [slice(None) if i is Ellipsis else i for i in index]
+    flat = whole[index].reshape(-1)
+    assert np.array_equal(positions(shape, items), flat)
+    picked = whole[index]
+    if transpose and picked.ndim >= 2 and picked.shape[0] > 1 and picked.shape[-1] > 1:
+        assert _box(shape, picked.T.reshape(-1)) is None
+    else:
+        box = _box(shape, flat)
+        assert box is not None and np.array_equal(whole[tuple(slice(*b) for b in box)].reshape(-1), flat)

@@ -12,7 +12,7 @@ from .base import TensorBase, new, shares_memory
 from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
 from .functions import where
-from .inplace import inplace, replaced, write
+from .inplace import inplace, positions, replaced, write
 
 
 def _index_tensor(i, dev):
@@ -167,17 +167,18 @@ def _setitem(x, index, value):
             _scatter_into(x, index, v)
         return
     # Functional form, differentiable in both x and value: positions hit by the index take value.
-    pos = arange(x.numel(), device=x._device).reshape(x._shape)
-    hit = _getitem(pos, index)
     v = value if isinstance(value, TensorBase) else full((), value, dtype=x._dtype, device=x._device)
-    v = v.to(x._dtype).expand(*hit.shape).reshape(-1)
     items = _parse_index(x, index)
-    if not any(isinstance(i, TensorBase) or i is _EMPTY_AXIS for i in items):     # a basic index: a box
-        flat = np.arange(x.numel()).reshape(x._shape)[tuple(items)].reshape(-1)
-        inplace(x, lambda s, v: replaced(s, flat, v), v)
+    if x._shape and not any(isinstance(i, TensorBase) or i is _EMPTY_AXIS for i in items):   # a basic index
+        shape = _getitem(zeros((), dtype=D.int64, device=x._device).expand(*x._shape), index)._shape   # checks it
+        flat = positions(x._shape, items)
+        inplace(x, lambda s, v: replaced(s, flat, v), v.to(x._dtype).expand(*shape).reshape(-1))
         if x.grad_fn is not None:
             _named(x, "CopySlices")
         return
+    pos = arange(x.numel(), device=x._device).reshape(x._shape)
+    hit = _getitem(pos, index)
+    v = v.to(x._dtype).expand(*hit.shape).reshape(-1)
     flat_hit = hit.reshape(-1)
     mask = zeros(x.numel(), dtype=D.bool_, device=x._device)
     with no_grad():

@@ -8,6 +8,7 @@ PyTorch's CopySlices: the base takes its old value with the view's elements repl
 update's history; the view then re-reads the base. Other views of the base re-read it when next used
 (dispatch.refresh_view)."""
 import contextlib
+import math
 
 import numpy as np
 
@@ -96,18 +97,30 @@ def replaced(base, flat, new):
 
 def _box(shape, flat):
     """((start, stop, step) per axis) when the flat positions `flat` in a row-major tensor of
-    `shape` are exactly the elements of x[start:stop:step, ...] in its order, else None."""
+    `shape` are exactly the elements of x[start:stop:step, ...] in its order, else None. The
+    candidate box (each coordinate's range and the gcd of its rises) costs O(len(flat)); the check
+    compares positions, never an array of the whole tensor."""
     if not flat.size or not shape:
         return None
     box = []
     for c in np.unravel_index(flat, shape):
-        u = np.unique(c)
-        step = int(u[1] - u[0]) if u.size > 1 else 1
-        if np.any(np.diff(u) != step):
-            return None
-        box.append((int(u[0]), int(u[-1]) + 1, step))
-    whole = np.arange(int(np.prod(shape))).reshape(shape)[tuple(slice(*b) for b in box)]
-    return tuple(box) if whole.size == flat.size and np.array_equal(whole.reshape(-1), flat) else None
+        rises = np.diff(c)
+        rises = rises[rises > 0]
+        box.append((int(c.min()), int(c.max()) + 1, int(np.gcd.reduce(rises)) if rises.size else 1))
+    if math.prod(len(range(*b)) for b in box) != flat.size:
+        return None
+    return tuple(box) if np.array_equal(positions(shape, [slice(*b) for b in box]), flat) else None
+
+
+def positions(shape, index):
+    """The flat row-major positions in a tensor of `shape` of the elements a basic NumPy `index`
+    (slices, integers, None) selects, in order, without an array of the whole tensor."""
+    out = 0
+    for k, n in enumerate(shape):
+        stride = math.prod(shape[k + 1:])
+        out = out + np.broadcast_to(np.arange(0, n * stride, stride or 1, dtype=np.int64)[
+            (slice(None),) + (None,) * (len(shape) - k - 1)], shape)[tuple(index)]
+    return np.asarray(out).reshape(-1)
 
 
 def _fitted(self, new):
