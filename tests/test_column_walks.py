@@ -120,7 +120,7 @@ def test_softmax_dim0_fwd_bwd_walks(monkeypatch):
     cf, ts, _ = _joined(softmax0, x, g)
     walks = _walks(cf.ir(*ts, stage="kernels"), x.shape, 4)
     assert len(walks) == 2, walks
-    assert re.search(r"ops=max\+.*exp.*reduce=across d1 online=p0\+p1 online=p0\+p2", walks[0]), walks
+    assert re.search(r"ops=max\+.*exp.*reduce=across d1 threads=d0 online=p0\+p1 online=p0\+p2", walks[0]), walks
     assert "f32[700,401]" in walks[1].split("->")[1] and "f32[]" in walks[1].split("->")[1], walks
 
 

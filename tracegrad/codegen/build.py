@@ -49,14 +49,14 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
             if j in split:          # a parallel region: an entry for the threads' chunks
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 mb.function(entry_function(name, body, args))
-                mb.function(region_functions(name, regions[j]))
+                mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := gemm_plan(k)) is not None:
             calls[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0])
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))
-        mb.function(region_functions(name, regions[j]))
+        mb.function(region_functions(mb, name, regions[j]))
         seg.update({m: [] for m in run})
         seg[j] = region_call(f"c{j}", name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
     seg = {j: seg.get(j, lines) for j, lines in calls.items()}

@@ -18,7 +18,8 @@ from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
-from .loops import ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR, SCALAR_METADATA, _loops, _nest
+from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
+                    SCALAR_METADATA, _loops, _nest)
 from .online import online_row
 from .online_columns import online_columns
 from .rowcache import RowCache
@@ -61,7 +62,8 @@ class ModuleBuilder:
                 + "\n\n".join(bodies + self.functions)
                 + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
         return text + (SCALAR_METADATA if SCALAR in text else "") + \
-            (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text else "") + (ROLLED_METADATA if ROLLED in text else "")
+            (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text or DISJOINT in text else "") + \
+            (ROLLED_METADATA if ROLLED in text else "") + (DISJOINT_METADATA if DISJOINT in text else "")
 
     def kernel(self, kernel, slots, name, stream=frozenset()):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`

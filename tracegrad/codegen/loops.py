@@ -8,6 +8,12 @@ SCALAR_METADATA = ('!9000 = distinct !{!9000, !9001, !9002}\n!9001 = !{!"llvm.lo
 ELEMENTS = "!llvm.loop !9003"     # a loop LLVM vectorizes but neither interleaves nor unrolls (regions.py's joins)
 ELEMENTS_METADATA = '!9003 = distinct !{!9003, !9004, !9005}\n!9004 = !{!"llvm.loop.interleave.count", i32 1}\n' \
     '!9005 = !{!"llvm.loop.unroll.disable"}\n'
+# ELEMENTS whose memory accesses (each marked ACCESS) touch distinct elements per trip: LLVM vectorizes
+# without run-time checks that its pointers do not overlap (a join of 16 chunks' partials has too many)
+DISJOINT = "!llvm.loop !9010"
+ACCESS = "!llvm.access.group !9012"
+DISJOINT_METADATA = '!9010 = distinct !{!9010, !9004, !9005, !9011}\n' \
+    '!9011 = !{!"llvm.loop.parallel_accesses", !9012}\n!9012 = distinct !{}\n'
 
 ROLLED = "!llvm.loop !9006"       # a loop LLVM does not unroll (its inner loops it still may)
 ROLLED_METADATA = '!9006 = distinct !{!9006, !9005}\n'

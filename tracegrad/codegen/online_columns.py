@@ -1,8 +1,9 @@
 """One walk over memory for column maxima and the sums of exp(a - g(m)) that read them (a reduce_acc
 kernel with Schedule.online: ir/passes/schedule.py's online_columns), beside reductions that read neither.
 
-Per tile of the unit-stride kept axis u (whole rows unless they are long; threads split the tiles,
-each owns its columns), the rows run in blocks of at most BLOCK_BYTES of the tile (and at most
+Per tile of the unit-stride kept axis u (long rows: threads split the tiles, each owns its columns;
+whole rows, Schedule.rows: threads split the rows, each chunk's [lo, hi) its own maxima and sums
+relative to them, which the region's join rescales: regions._online_join), the rows run in blocks of at most BLOCK_BYTES of the tile (and at most
 reductions.BLOCK rows), each read twice while in cache: a vectorized loop
 finds the block's maxima, the running maxima M grow and each sum's running total is rescaled by
 exp(g(M_old) - g(M_new)) (a factor of 0 drops the old terms: they may be exp(-inf - -inf) = nan; a
@@ -15,7 +16,7 @@ import math
 
 from ..ir.kernels import contiguous_strides, loads
 from . import mathlib
-from .loops import _nest
+from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
@@ -32,8 +33,11 @@ def _shift(tree, m):
 def online_columns(mb, f, kernel, ptrs):
     sch, shape = kernel.schedule, kernel.shape
     u = sch.across
-    cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
-    outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
+    if sch.rows:                # whole rows; this call's chunk: rows [lo, hi) of the outermost reduced axis
+        outer, inner, tile = [], sch.levels, shape[u]
+    else:
+        cut = next(j for j, (d, t) in enumerate(sch.levels) if d == u and t) + 1
+        outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
     r0, others = inner[0][0], math.prod(shape[d] for d, _ in inner[1:-1])
     itemsize = max([ld.dtype.itemsize for ld in kernel.reads] + [4])
     rows = max(1, min(BLOCK_BYTES // (tile * others * itemsize), BLOCK // others))
@@ -147,7 +151,20 @@ def online_columns(mb, f, kernel, ptrs):
                 store(f, ptrs, v, off, _narrow(f, get(f, total, idx, at_), v.dtype, at_))
 
         over_tile(f, init)
-        _nest(f, shape, [(r0, rows)], block, idx=oidx, base=obase)
+        if sch.rows:            # blocks of `rows` rows from lo, the last one ending at hi
+            def trip(f, b):
+                start = f.assign(f"add nsw i64 %lo, {f.assign(f'mul nsw i64 {b[0]}, {rows}')}")
+                end = f.assign(f"add nsw i64 {start}, {rows}")
+                block(f, oidx, {**obase, r0: (start, f.assign(
+                    f"select i1 {f.assign(f'icmp slt i64 {end}, %hi')}, i64 {end}, i64 %hi"))})
+            length = f.assign("sub nsw i64 %hi, %lo")
+            count = f.assign(f"sdiv i64 {f.assign(f'add nsw i64 {length}, {rows - 1}')}, {rows}")
+            _loops(f, [None], trip, lo_hi=("0", count))
+        else:
+            _nest(f, shape, [(r0, rows)], block, idx=oidx, base=obase)
         over_tile(f, write)
 
-    _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))
+    if sch.rows:
+        outer_body(f, {}, {u: ("0", str(shape[u]))})
+    else:
+        _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))

@@ -36,9 +36,12 @@ import math
 
 import numpy as np
 
+from ..ir.kernels import loads
+from . import mathlib
+from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
-from .scalar import Fn, regtype
-from .loops import ELEMENTS, _loops
+from .scalar import SHORT, Emitter, Fn, fconst, regtype
+from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
 PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
@@ -94,7 +97,7 @@ class Chunks:
     def __init__(self, kernel, slots, members=None):
         self.members = members
         if members is not None:
-            self.n, self.bounds, self.outs = len(members), list(range(len(members) + 1)), []
+            self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
         extent = kernel.parallel_extent()
         n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
@@ -103,6 +106,7 @@ class Chunks:
             n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for _, v, _ in self.outs)))
         self.n = min(n, extent, MAX_CHUNKS, POOL_MAX_CHUNKS)
         self.bounds = [extent * i // self.n for i in range(self.n + 1)]
+        self.online = online_joins(kernel, self.outs)
 
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
@@ -148,22 +152,42 @@ def group_function(name, calls):
             f"  switch i64 %lo, label %end [ {cases} ]\n{blocks}end:\n  ret void\n}}")
 
 
-def region_functions(entry, chunks):
+def region_functions(mb, entry, chunks):
     """The module text a region needs besides its kernel's entry: its chunk bounds, and the join of
-    its partials (a kernel that accumulates)."""
+    its partials (a kernel that accumulates); `mb` the module (the joins of online sums call exp)."""
     text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
             f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
-    return text + (_join_function(f"{entry}_join", chunks) if chunks.outs else "")
+    return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
-def _join_function(name, chunks):
+def online_joins(kernel, outs):
+    """[(o, [(o2, g), ...])]: for an online walk whose threads split the rows (Schedule.online with
+    rows), each maximum's output index among `outs` with those of the sums of exp(a - g(m)) that
+    read it, and g (online_columns.py); each chunk's sums are relative to its own maximum."""
+    sch = kernel.schedule
+    if not outs or sch is None or not sch.online or not sch.rows:
+        return []
+    at = {id(v): o for o, (_, v, _) in enumerate(outs)}
+    outv = [ph.outputs[0] for ph in kernel.phases]
+    pairs = {}
+    for i, j in sch.online:
+        pairs.setdefault(at[id(outv[i][0])], []).append((at[id(outv[j][0])], _shift(outv[j][1], outv[i][0])))
+    return sorted(pairs.items())
+
+
+def _join_function(mb, name, chunks):
     """`void @name(ptr %table, ptr %desc)`: each accumulated output joined with its partials, in
     chunk order (see the module's text), vectorized along the elements. Not inlined, optimized for
     size, its element loops neither interleaved nor unrolled (ELEMENTS): batch norm's module took
     5.0G instructions of LLVM with its joins unrolled at O3, 4.3G so (callgrind); a loop over the
     chunks inside the element loop compiled in 3.1G but ran scalar (W6: 0.16 -> 0.29 ms per call)."""
     f = Fn()
+    online = {o for m, sums in chunks.online for o in [m] + [o2 for o2, _ in sums]}
+    for m, sums in chunks.online:
+        _online_join(mb, f, chunks, m, sums)
     for o, (slot, v, lower) in enumerate(chunks.outs):
+        if o in online:
+            continue
         out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
         parts = [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
                  for i in range(1, chunks.n)]
@@ -186,6 +210,59 @@ def _join_function(name, chunks):
     f.emit("ret void")
     return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
             + "\n".join(f.allocas + f.lines) + "\n}\n")
+
+
+def _online_join(mb, f, chunks, m, sums):
+    """Lines joining the chunks' maxima (output m) and the sums that read them ([(output, g)]) per
+    element: M the maximum of the chunks' maxima, each sum the float64 total over the chunks, in
+    chunk order, of S_i * exp(g(M_i) - g(M)) (1 where g(M_i) == g(M); a factor or S_i of 0 adds 0:
+    the chunk's terms may be exp(-inf - -inf)), as the walk rescales its running sums."""
+    def pointers(o):
+        slot = chunks.outs[o][0]
+        out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
+        return [out] + [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
+                        for i in range(1, chunks.n)]
+    mv, mlower = chunks.outs[m][1], chunks.outs[m][2]
+    dt, ty = mv.dtype, regtype(mv.dtype)
+    mptrs, sptrs = pointers(m), [pointers(o) for o, _ in sums]
+    key = ("exp", SHORT[dt.name])
+    mb.math.add(key)
+
+    def shift(f, g, x):
+        em = Emitter(mb, f, {}, [])
+        for ld in loads(g):
+            em.memo[id(ld)] = x
+        return em.value(g)
+
+    def element(f, idx):
+        e = idx[0]
+        at = [f.assign(f"getelementptr {ty}, ptr {p}, i64 {e}") for p in mptrs]
+        ms = [f.assign(f"load {ty}, ptr {p}, {ACCESS}") for p in at]
+        big = ms[0]
+        for x in ms[1:]:
+            big = _combine(f, mlower, big, x, dt)
+        f.emit(f"store {ty} {big}, ptr {at[0]}, {ACCESS}")
+        for (o, g), ptrs in zip(sums, sptrs):
+            v, lower = chunks.outs[o][1], chunks.outs[o][2]
+            acc = _acc_dtype(lower, v.dtype)
+            aty, g_big = regtype(acc), shift(f, g, big)
+            total = fconst(0, acc)
+            dst = None
+            for i, (mi, p) in enumerate(zip(ms, ptrs)):
+                q = f.assign(f"getelementptr {ty}, ptr {p}, i64 {e}")
+                dst = dst or q
+                s_i = _widen(f, f.assign(f"load {ty}, ptr {q}, {ACCESS}"), dt, acc)
+                g_i = shift(f, g, mi)
+                diff = f.assign(f"fsub {ty} {g_i}, {g_big}")
+                ex = f.assign(f"call {ty} {mathlib.symbol(*key)}({ty} {diff})")
+                fac = f.assign(f"select i1 {f.assign(f'fcmp oeq {ty} {g_i}, {g_big}')}, {ty} {fconst(1, dt)}, {ty} {ex}")
+                wide = _widen(f, fac, dt, acc)
+                gone = f.assign(f"or i1 {f.assign(f'fcmp oeq {aty} {s_i}, {fconst(0, acc)}')}, "
+                                f"{f.assign(f'fcmp oeq {aty} {wide}, {fconst(0, acc)}')}")
+                term = f.assign(f"select i1 {gone}, {aty} {fconst(0, acc)}, {aty} {f.assign(f'fmul {aty} {s_i}, {wide}')}")
+                total = f.assign(f"fadd {aty} {total}, {term}")
+            f.emit(f"store {ty} {_narrow(f, total, dt, acc)}, ptr {dst}, {ACCESS}")
+    _loops(f, [math.prod(mv.shape)], element, meta=DISJOINT)
 
 
 def _compensated(f, xs, ty):

@@ -196,7 +196,8 @@ class Schedule:
     may also run the two phases in turn: the values are the same up to rounding. In a reduce_acc
     kernel (with `across`: reductions over leading axes, schedule.online_columns): pairs (i, j) of a
     maximum i and a sum j linear in exp(a - g(m)) (any number per maximum), computed in one walk
-    while its other phases (reading neither) accumulate beside them; threads split its column tiles.
+    while its other phases (reading neither) accumulate beside them; threads split its column tiles,
+    or, with `rows`, its rows (each chunk's sums relative to its own maxima; the join rescales them).
     A target may also run the maxima first, then the rest (Kernel.online_apart).
     `walks`: a row kernel's phases grouped into walks over the row, in order (tuples of phase
     indices, each phase in one; empty: one walk per phase): the phases of a walk read no result of
@@ -270,7 +271,7 @@ class Kernel:
         if self.schedule is not None and self.schedule.rows:
             return [ph for ph in self.phases if ph.kind == "reduce"]
         if self.kind == "reduce_acc" and self.schedule is not None and self.schedule.online:
-            return []                   # threads split its columns (schedule.online_columns): none to join
+            return []                   # threads split its column tiles (schedule.online_columns): none to join
         return self.accumulated()
 
     def online_apart(self):

@@ -200,6 +200,8 @@ def online_columns(k):
     if not pairs:
         return None
     u = n - 1
+    if k.shape[u] * len(k.phases) <= ONLINE_LIMIT and math.prod(k.shape[r:u]) == 1:
+        return Schedule([(d, 0) for d in range(r)] + [(u, 0)], across=u, online=pairs, rows=True)
     tile = k.shape[u] if k.shape[u] * len(k.phases) <= ONLINE_LIMIT else \
         max(ACROSS_TILE, ONLINE_LIMIT // len(k.phases) // 64 * 64)
     return Schedule([(d, 0) for d in range(r, u)] + [(u, tile)] + [(d, 0) for d in range(r)] + [(u, 0)],
