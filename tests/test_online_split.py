@@ -32,6 +32,10 @@ def logsumexp01(x, g):
     return (x.logsumexp(dim=(0, 1)) * g[0, 0]).sum()
 
 
+def softmax0_3d(x, g):
+    return (x.softmax(dim=0) * g).sum()
+
+
 def _lse(x, axes):
     m = x.max(axes, keepdims=True)
     return np.log(np.exp(x - m).sum(axes, keepdims=True)) + m
@@ -42,6 +46,7 @@ ORACLES = {     # NumPy float64 losses
     log_softmax0: lambda x, g: ((x - _lse(x, 0)) * g).sum(),
     logsumexp0: lambda x, g: (_lse(x, 0)[0] * g[0]).sum(),
     logsumexp01: lambda x, g: (_lse(x, (0, 1))[0, 0] * g[0, 0]).sum(),
+    softmax0_3d: lambda x, g: (np.exp(x - _lse(x, 0)) * g).sum(),     # a kept axis of 1 before the last
 }
 
 
@@ -113,7 +118,7 @@ def test_long_rows_keep_their_column_tiles():
        layout=st.sampled_from(["contiguous", "transposed", "sliced", "permuted"]), seed=st.integers(0, 2 ** 16))
 def test_split_walks_agree_with_eager_interpret_and_numpy(split_everything, fn, rows, cols, dtype, layout, seed):
     rng = np.random.default_rng(seed)
-    shape = (rows, 3, cols) if fn is logsumexp01 else (rows, cols)
+    shape = (rows, 3, cols) if fn is logsumexp01 else (rows, 1, cols) if fn is softmax0_3d else (rows, cols)
     # each chunk of rows its own scale: the joined maximum comes from one chunk, the others rescale
     x0 = (rng.standard_normal(shape) * 3 + np.linspace(-20, 20, rows).reshape((rows,) + (1,) * (len(shape) - 1))[
         rng.permutation(rows)]).astype(dtype)

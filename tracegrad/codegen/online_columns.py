@@ -164,7 +164,7 @@ def online_columns(mb, f, kernel, ptrs):
             _nest(f, shape, [(r0, rows)], block, idx=oidx, base=obase)
         over_tile(f, write)
 
-    if sch.rows:
-        outer_body(f, {}, {u: ("0", str(shape[u]))})
+    if sch.rows:                # (the kept axes before u have one element)
+        outer_body(f, {d: "0" for d in keep if d != u}, {u: ("0", str(shape[u]))})
     else:
         _nest(f, shape, outer, outer_body, lo_hi=("%lo", "%hi"))
