@@ -182,3 +182,22 @@ def test_positions_and_boxes_against_an_arange(case, transpose):
     else:
         box = _box(shape, flat)
         assert box is not None and np.array_equal(whole[tuple(slice(*b) for b in box)].reshape(-1), flat)
+
+
+def test_a_cat_of_many_pieces_stays_a_host_copy_with_numpys_values():
+    from tracegrad.ir.passes.copies import MAX_PIECES
+    r = np.random.default_rng(9)
+    xs0 = [r.standard_normal(5) for _ in range(MAX_PIECES + 1)]
+    xs = [tg.tensor(x, requires_grad=True) for x in xs0]
+    g0 = r.standard_normal((len(xs0), 5))
+
+    def f(g, *xs):
+        return (tg.stack([x * 2.0 for x in xs], 0) * g).sum()
+
+    step = tg.compile(f)
+    assert "ops=cat" in step.ir(tg.tensor(g0), *xs, stage="kernels")
+    loss = step(tg.tensor(g0), *xs)
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), (2 * np.stack(xs0) * g0).sum(), rtol=1e-12)
+    for x, gk in zip(xs, g0):
+        np.testing.assert_allclose(x.grad.numpy(), 2 * gk, rtol=1e-12)

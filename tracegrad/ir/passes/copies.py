@@ -9,10 +9,14 @@ materialized over its own, smaller space when it is an expression) gathered at i
 clamped into range. Then the result is not written unless a non-fusible op or several large
 readers need it. t = x * 2; t[:, 100:300] = tanh(y); (t * g).sum(), (4096, 1024) float32,
 fwd+bwd: 68 -> 4.6 ms CPU per call (host index_add scatters and their mask before; survey
-slice_assign). Strided pieces (a step > 1) stay host copies."""
+slice_assign). Strided pieces (a step > 1) stay host copies, and so does a cat of more than
+MAX_PIECES pieces (stack of 256 (10000,) float32, fwd+bwd: 15 ms as a host copy, 29 fused; of 16
+(100000,): 3.3 host, 2.5 fused; 64: even)."""
 from ... import dtypes as D
 from ...ops import PRIMS
 from ..kernels import Const, Gather, Iota, Load, Op, gathered, loads, remap
+
+MAX_PIECES = 32     # a cat of more pieces stays a host copy: each element tests every piece's box
 
 
 def _op(name, args, dtype):
@@ -35,14 +39,20 @@ def pieces(n):
     return out
 
 
+def fusible(n):
+    """Whether copy_tree can express unslice or cat node n (unit steps, at most MAX_PIECES pieces)."""
+    parts = pieces(n)
+    return parts is not None and len(parts) <= MAX_PIECES
+
+
 def copy_tree(n, trees, buffer_load):
     """The expression of `unslice` or `cat` node n over its result's space, given its inputs'
     expressions; None when it stays a host kernel. buffer_load(v) is v as a plain Load (v
     materialized first when it is an expression)."""
     shape, dtype = tuple(n.out.shape), n.out.dtype
-    parts = pieces(n)
-    if parts is None or 0 in shape or dtype.name not in PRIMS["where"].dtypes:
+    if not fusible(n) or 0 in shape or dtype.name not in PRIMS["where"].dtypes:
         return None
+    parts = pieces(n)
     ndim = len(shape)
     coord = [Iota(tuple(1 if k == d else 0 for k in range(ndim)), 0, D.int64) for d in range(ndim)]
     tree = None if n.op == "cat" else Const(0, dtype)

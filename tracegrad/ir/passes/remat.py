@@ -21,6 +21,7 @@ import math
 
 from ...ops import PRIMS
 from ..graph import Graph
+from .copies import fusible
 
 MAX_RECOMPUTE_OPS = 64
 HEAVY_RECOMPUTE_BYTES = 256 * 1024   # above this, a chain with a transcendental is saved, not redone
@@ -30,7 +31,8 @@ def _cheap(node):
     if node.op in ("const", "iota"):          # no inputs: recomputed from nothing
         return True
     p = PRIMS.get(node.op)
-    return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind in ("view", "copy"))
+    return p is not None and (p.kind == "elementwise" and p.lower is not None or p.kind == "view"
+                              or p.kind == "copy" and fusible(node))
 
 
 def _transcendental(node):
