@@ -361,16 +361,18 @@ def test_f64(jit, name):
 
 
 @pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="needs x87 long double as the reference")
-@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid"])
 def test_f64_straight_line_within_one_ulp_and_vectorized(jit, name):
-    """exp, tanh, sigmoid in float64 are within 1 ulp of the long double result rounded once
+    """exp, log, tanh, sigmoid in float64 are within 1 ulp of the long double result rounded once
     (normal results), and a loop over them vectorizes (no C library call left in it)."""
     rng = np.random.default_rng(11)
     x = np.concatenate([rng.uniform(-745, 709.7, 100_000), rng.uniform(-20, 20, 100_000),
                         rng.uniform(-0.4, 0.4, 50_000), rng.uniform(-1e-6, 1e-6, 10_000)])
+    if name == "log":
+        x = np.concatenate([np.abs(x), [5e-324, 1e-310, 1.7976931348623157e308]])
     xl = x.astype(np.longdouble)
     with np.errstate(all="ignore"):
-        ref = {"exp": np.exp(xl), "tanh": np.tanh(xl), "sigmoid": 1 / (1 + np.exp(-xl))}[name]
+        ref = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[name](xl)
     normal = np.abs(ref) > np.finfo(np.float64).tiny
     got = jit(name, "f64", x)
     assert ulp_distance(got[normal], ref[normal].astype(np.float64)).max() <= 1

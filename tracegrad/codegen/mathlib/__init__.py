@@ -69,14 +69,15 @@ because all operands are bounded) instead of rounding intrinsics, so no SSE4.1 i
 
 float64
 -------
-exp, sigmoid and tanh are straight-line double arithmetic (f64.py), so a loop over them vectorizes
-(``<4 x double>``; 2-4x fewer ns per element than the C library calls, gelu float64 fwd+bwd of
-(1024, 1024) on one thread 35.5 -> 8.1 ms): exp by Cody-Waite reduction and a degree-13 Taylor
-polynomial, within 1 ulp, 2**k applied in two exact halves (subnormal results round once);
-sigmoid and tanh from it (and an expm1 polynomial) as unevaluated sums with compensated divisions,
-within 1 ulp of the correctly rounded result and 2 of NumPy's (glibc's tanh is up to 2 ulp off,
-3 from NumPy's). The others wrap the C library (``log``, ``sin``, ``cos``, ``pow``, ``erf``;
-glibc: < 1 ulp) and ``llvm.sqrt.f64``: correct for all special values, not vectorized.
+exp, log, sigmoid and tanh are straight-line double arithmetic (f64.py), so a loop over them
+vectorizes (``<4 x double>``; 2-4x fewer ns per element than the C library calls, gelu float64
+fwd+bwd of (1024, 1024) on one thread 35.5 -> 8.1 ms): exp by Cody-Waite reduction and a degree-13
+Taylor polynomial, within 1 ulp, 2**k applied in two exact halves (subnormal results round once);
+log is fdlibm's (within 1 ulp); sigmoid and tanh from exp (and an expm1 polynomial) as unevaluated
+sums with compensated divisions, within 1 ulp of the correctly rounded result and 2 of NumPy's
+(glibc's tanh is up to 2 ulp off, 3 from NumPy's). The others wrap the C library (``sin``,
+``cos``, ``pow``, ``erf``; glibc: < 1 ulp) and ``llvm.sqrt.f64``: correct for all special values,
+not vectorized.
 """
 
 from __future__ import annotations

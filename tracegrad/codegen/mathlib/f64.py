@@ -56,7 +56,38 @@ def _exp_f64() -> str:
     return b.text(_H64.format("exp"), "double " + exp_kernel_f64(b, "%x"))
 
 
-def _log_f64(): return _libm_f64("log")
+# fdlibm's minimax coefficients of (log(1+f) - 2s)/s - ... in s**2, s = f/(2+f)
+LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01,
+      1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01)
+
+
+def _log_f64() -> str:
+    """fdlibm's log (within 1 ulp) in straight-line code, so a loop over it vectorizes: x = 2**k (1+f),
+    sqrt(2)/2 < 1+f < sqrt(2) (subnormal x scaled by 2**54 first), s = f/(2+f),
+    log = k ln2_hi - ((f**2/2 - (s (f**2/2 + R(s**2)) + k ln2_lo)) - f); 0 -> -inf, < 0 -> nan,
+    inf and nan pass."""
+    b = _Fn()
+    sub = b.fcmp("olt", D, b.fabs_d("%x"), _c(2.2250738585072014e-308))
+    x = b.select(sub, D, b.fmul(D, "%x", _c(2.0 ** 54)), "%x")
+    hx = b.add(I64, b.lshr(I64, b.bitcast(x, D, I64), "32"), str(0x3FF00000 - 0x3FE6A09E))
+    k = b.sub(I64, b.sub(I64, b.lshr(I64, hx, "20"), str(0x3FF)), b.select(sub, I64, "54", "0"))
+    hi = b.add(I64, b.and_(I64, hx, str(0x000FFFFF)), str(0x3FE6A09E))
+    m = b.or_(I64, b.shl(I64, hi, "32"), b.and_(I64, b.bitcast(x, D, I64), str(0xFFFFFFFF)))
+    f = b.fsub(D, b.bitcast(m, I64, D), _c(1.0))
+    hfsq = b.fmul(D, b.fmul(D, _c(0.5), f), f)
+    sv = b.fdiv(D, f, b.fadd(D, _c(2.0), f))
+    z = b.fmul(D, sv, sv)
+    w = b.fmul(D, z, z)
+    t1 = b.fmul(D, w, b.horner(w, (LG[1], LG[3], LG[5])))
+    t2 = b.fmul(D, z, b.horner(w, (LG[0], LG[2], LG[4], LG[6])))
+    dk = b.conv("sitofp", k, I64, D)
+    r = b.fadd(D, b.fmul(D, sv, b.fadd(D, hfsq, b.fadd(D, t2, t1))), b.fmul(D, dk, _c(LN2_LO)))
+    y = b.fadd(D, b.fadd(D, b.fsub(D, r, hfsq), f), b.fmul(D, dk, _c(LN2_HI)))
+    y = b.select(b.fcmp("oeq", D, x, _c(0.0)), D, _c(-math.inf), y)
+    y = b.select(b.fcmp("olt", D, x, _c(0.0)), D, _c(math.nan), y)
+    y = b.select(b.fcmp("oeq", D, x, _c(math.inf)), D, _c(math.inf), y)
+    y = b.select(b.fcmp("uno", D, x, x), D, x, y)
+    return b.text(_H64.format("log"), "double " + y)
 
 
 def _tanh_f64() -> str:
