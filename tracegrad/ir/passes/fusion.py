@@ -28,7 +28,12 @@ Rules
   is not written to memory: those reads become its expression, shared, so a target computes it
   once per element (the LLVM target keeps it in the row's scratch buffer).
   A reduction whose reduced axes lie innermost in memory (x.T.sum(0)) is a row reduction over a
-  permuted space (schedule.rows_first), its kept axes outer.
+  permuted space (schedule.rows_first), its kept axes outer. Conversely, a row reduction whose
+  reduced axes lie outermost in memory (softmax(x.T, 1)) is a reduction over leading axes of a
+  permuted space (schedule.columns_first) when it is a maximum read back over its input's space or
+  reads such a reduction (the sum of exp(x - max), the backward's sums, the loss): one online column
+  walk, as softmax over dim 0; plain sums of such views keep their row kernel (tiles across the
+  kept axis).
   Other reductions over leading or all axes accumulate in natural loop order (kind "reduce_acc");
   consecutive ones over the same space share one loop nest (the three gradient sums of a
   broadcast op are one kernel), and so does a map over that space next to them (a relu
@@ -55,7 +60,7 @@ from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_s
 from .columns import order_walks
 from .copies import copy_tree
 from .gathers import index_tree
-from .schedule import online_columns, rows_first
+from .schedule import columns_first, online_columns, rows_first
 
 RECOMPUTE_LIMIT = 8
 ROW_RECOMPUTE_LIMIT = 48   # the same for a row statistic (_recompute_limit)
@@ -95,6 +100,7 @@ def fuse(graph, enabled=True, half=False):
             consumers.setdefault(id(i), []).append(n)
     outputs = {id(v) for v in graph.outputs}
     expr, kernels = {}, []
+    columned = set()     # ids of the row reductions built as column reductions (schedule.columns_first)
     bound = {}           # id(value) -> an upper bound of the ops in its tree (shared nodes counted twice)
     for v in graph.inputs:
         expr[id(v)] = Load(v, contiguous_strides(v.shape))
@@ -160,6 +166,13 @@ def fuse(graph, enabled=True, half=False):
                 tree = remap(tree, lambda st, off: (tuple(st[d] for d in perm), off))
                 kernels.append(Kernel("loop", [src.shape[d] for d in perm], k,
                                       [Phase("reduce", [(v, tree)], n.op, tuple(range(k, nd)), p.lower, p.cost)]))
+            elif _shift_or_reads(n, consumers, columned, tree) and \
+                    (perm := columns_first(src.shape, axes, tree)) is not None:
+                columned.add(id(v))
+                r = len(axes)         # a column reduction in memory: the space permuted, reduced axes first
+                tree = remap(tree, lambda st, off: (tuple(st[d] for d in perm), off))
+                kernels.append(Kernel("reduce_acc", [src.shape[d] for d in perm], 0,
+                                      [Phase("reduce", [(v, tree)], n.op, tuple(range(r)), p.lower, p.cost)]))
             elif axes == tuple(range(nd - len(axes), nd)) and len(axes) < nd:
                 k = nd - len(axes)
                 kernels.append(Kernel("loop", src.shape, k, [Phase("reduce", [(v, tree)], n.op, axes, p.lower, p.cost)]))
@@ -194,6 +207,28 @@ def fuse(graph, enabled=True, half=False):
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
     return keep_in_rows(merge_accumulations(merge_rows(order_walks(gather(hoist(kernels))))), keep), aliases
+
+
+def _shift_or_reads(n, consumers, columned, tree):
+    """Whether reduction node n is a maximum read back over its input's space (a softmax's or
+    logsumexp's shift), or its tree reads a row reduction built as a column reduction (the sum of
+    exp(x - max), a backward's sum of g * y, the loss): such reductions become one online column walk
+    (schedule.columns_first). Other row reductions of a transposed view (sums, variances) keep their
+    tiles across the kept axis, which read the rows of a tile twice while in cache."""
+    if any(id(ld.buf) in columned for ld in loads(tree)):
+        return True
+    if n.op != "max":
+        return False
+    shape, todo, seen = tuple(n.inputs[0].shape), list(consumers.get(id(n.out), ())), set()
+    while todo:
+        c = todo.pop()
+        if id(c) in seen or PRIMS[c.op].kind not in ("elementwise", "view"):
+            continue
+        seen.add(id(c))
+        if tuple(c.out.shape) == shape and PRIMS[c.op].kind == "elementwise":
+            return True
+        todo += consumers.get(id(c.out), ())
+    return False
 
 
 def _recompute_limit(v):

@@ -410,6 +410,36 @@ def choose(k):
     return Schedule([(d, 0) for d in order])
 
 
+def columns_first(shape, axes, tree):
+    """The permutation of a row reduction's space (its reduced trailing `axes` by the largest read's
+    strides, largest first, then its kept axes in order) that makes it a reduction over memory's
+    leading axes, when every heavy read (HEAVY of the largest) lays the reduced axes outermost, before
+    all the kept axes, and the last kept axis innermost: softmax(x.T, 1) is then softmax(x, 0), one
+    online column walk (online_columns). A total over all axes is permuted into the memory order its
+    heavy reads agree on (the loss of such a softmax then joins the kernel over x's space that
+    writes dx). Else None."""
+    nd = len(shape)
+    kept = [d for d in range(nd) if d not in axes]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    if not axes or not reads:
+        return None
+    big = max(b for b, _ in reads)
+    heavy = sorted((r for r in reads if r[0] >= HEAVY * big), key=lambda r: -r[0])
+    if not kept:                    # a total: in memory order where every heavy read agrees on it
+        orders = {tuple(d for d in memory_order(shape, st) if shape[d] > 1) for _, st in heavy}
+        order = memory_order(shape, heavy[0][1])
+        return order if len(orders) == 1 and order != list(range(nd)) else None
+    if list(axes) != list(range(nd - len(axes), nd)):
+        return None
+    for _, st in heavy:
+        walk = [d for d in memory_order(shape, st) if shape[d] > 1]          # outermost first
+        last = next((i for i, d in enumerate(walk) if d not in axes), len(walk))
+        if last == len(walk) or any(d in axes for d in walk[last:]) or walk[-1] != max(d for d in kept if shape[d] > 1):
+            return None
+    order = memory_order(shape, heavy[0][1])
+    return [d for d in order if d in axes] + kept
+
+
 def rows_first(shape, axes, tree):
     """The permutation of a reduction's space (its kept axes in order, then the reduced `axes` by the
     largest read's strides, largest first) that makes it a row reduction over memory's rows, when
