@@ -201,3 +201,36 @@ def test_a_cat_of_many_pieces_stays_a_host_copy_with_numpys_values():
     np.testing.assert_allclose(loss.item(), (2 * np.stack(xs0) * g0).sum(), rtol=1e-12)
     for x, gk in zip(xs, g0):
         np.testing.assert_allclose(x.grad.numpy(), 2 * gk, rtol=1e-12)
+
+
+def test_strided_pieces_fuse_with_numpys_values():
+    """Even and odd columns (a rotary embedding's halves) and a strided slice assignment: selects
+    on each place's coordinate (its division done in float64), no host copy, NumPy's values."""
+    r = np.random.default_rng(12)
+    x0, c0, g0 = r.standard_normal((37, 130)), r.standard_normal((37, 65)), r.standard_normal((37, 130))
+
+    def f(x, c, g):
+        even, odd = x[:, ::2], x[:, 1::2]
+        t = tg.cat([even * c - odd, odd * c + even], 1) * 1.0
+        t[3::5, 7:120:3] = 0.5
+        return (t * g).sum()
+
+    even, odd = x0[:, ::2], x0[:, 1::2]
+    t = np.concatenate([even * c0 - odd, odd * c0 + even], 1)
+    t[3::5, 7:120:3] = 0.5
+    hit = np.zeros(t.shape, bool)
+    hit[3::5, 7:120:3] = True
+    gt = np.where(hit, 0, g0)
+    ga, gb = gt[:, :65], gt[:, 65:]
+    dx = np.zeros_like(x0)
+    dx[:, ::2] = ga * c0 + gb
+    dx[:, 1::2] = -ga + gb * c0
+    x, c = tg.tensor(x0, requires_grad=True), tg.tensor(c0, requires_grad=True)
+    step = tg.compile(f)
+    text = step.ir(x, c, tg.tensor(g0), stage="kernels")
+    assert "[host]" not in text, text
+    loss = step(x, c, tg.tensor(g0))
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), (t * g0).sum(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), dx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(c.grad.numpy(), ga * even + gb * odd, rtol=1e-12, atol=1e-12)

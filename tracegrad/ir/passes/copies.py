@@ -1,22 +1,24 @@
 """Rearranging copies as expressions (a part of fusion, ir/passes/fusion.py).
 
-`unslice` (a slice's gradient; x[:, a:b] = v) and `cat` place pieces of unit-step slices of their
-result: element p lies in piece i when start_d <= p_d < stop_d on every axis the piece does not
-span, and reads the piece there, else 0 (unslice) or the next piece (cat). A select evaluates
-both branches, so a piece is read only where no address can leave its memory: a piece without
-loads (a constant, an arange) is read at the shifted affine index; any other is a buffer (the piece
-materialized over its own, smaller space when it is an expression) gathered at its coordinate
-clamped into range. Then the result is not written unless a non-fusible op or several large
-readers need it. t = x * 2; t[:, 100:300] = tanh(y); (t * g).sum(), (4096, 1024) float32,
-fwd+bwd: 68 -> 4.6 ms CPU per call (host index_add scatters and their mask before; survey
-slice_assign). Strided pieces (a step > 1) stay host copies, and so does a cat of more than
-MAX_PIECES pieces (stack of 256 (10000,) float32, fwd+bwd: 15 ms as a host copy, 29 fused; of 16
-(100000,): 3.3 host, 2.5 fused; 64: even)."""
+`unslice` (a slice's gradient; x[:, a:b:c] = v) and `cat` place pieces on slices of their result:
+element p lies in piece i when p_d is one of its places start_d, start_d + step_d, ... on every
+axis the piece does not span, and reads the piece there, else 0 (unslice) or the next piece
+(cat). A select evaluates both branches, so a piece is read only where no address can leave its
+memory: a unit-step piece without loads (a constant, an arange) is read at the shifted affine
+index; any other is a buffer (the piece materialized over its own, smaller space when it is an
+expression) gathered at its coordinate clamped into range. Then the result is not written unless
+a non-fusible op or several large readers need it.
+  t = x * 2; t[:, 100:300] = tanh(y); (t * g).sum(), (4096, 1024) float32, fwd+bwd: 68 -> 4.6 ms
+  CPU per call (host index_add scatters and their mask before; survey slice_assign);
+  (x[::2].exp() * g).sum(), x (4096, 1024), fwd+bwd, one thread: 6.5 -> 3.3 ms (a host copy before).
+A cat of more than MAX_PIECES pieces stays a host copy: each element would test every piece's box
+(stack of 256 (10000,) float32, fwd+bwd: 15 ms as a host copy, 29 fused; of 16 (100000,): 3.3
+host, 2.5 fused; 64: even)."""
 from ... import dtypes as D
 from ...ops import PRIMS
 from ..kernels import Const, Gather, Iota, Load, Op, gathered, loads, remap
 
-MAX_PIECES = 32     # a cat of more pieces stays a host copy: each element tests every piece's box
+MAX_PIECES = 32
 
 
 def _op(name, args, dtype):
@@ -25,24 +27,19 @@ def _op(name, args, dtype):
 
 
 def pieces(n):
-    """[(input, ((start, stop), ...) per result axis)] of an unslice or cat node, or None when a
-    piece is strided (its coordinate would need a division)."""
+    """[(input, ((start, stop, step), ...) per result axis)] of an unslice or cat node."""
     if n.op == "unslice":
-        index = n.attrs["index"]
-        if any(step != 1 for _, _, step in index):
-            return None
-        return [(n.inputs[0], tuple((a, b) for a, b, _ in index))]
+        return [(n.inputs[0], tuple(n.attrs["index"]))]
     axis, start, out = n.attrs["axis"], 0, []
     for v in n.inputs:
-        out.append((v, tuple((start, start + s) if d == axis else (0, s) for d, s in enumerate(v.shape))))
+        out.append((v, tuple((start, start + s, 1) if d == axis else (0, s, 1) for d, s in enumerate(v.shape))))
         start += v.shape[axis]
     return out
 
 
 def fusible(n):
-    """Whether copy_tree can express unslice or cat node n (unit steps, at most MAX_PIECES pieces)."""
-    parts = pieces(n)
-    return parts is not None and len(parts) <= MAX_PIECES
+    """Whether copy_tree expresses unslice or cat node n (at most MAX_PIECES pieces)."""
+    return len(n.inputs) <= MAX_PIECES
 
 
 def copy_tree(n, trees, buffer_load):
@@ -60,32 +57,48 @@ def copy_tree(n, trees, buffer_load):
         v, box = parts[k]
         if 0 in v.shape:
             continue
-        cut = [d for d, (a, b) in enumerate(box) if (a, b) != (0, shape[d])]
-        read = _read(v, trees[k], box, cut, coord, buffer_load)
+        cut = {d: _along(coord[d], a, step, v.shape[d]) for d, (a, b, step) in enumerate(box)
+               if (a, b, step) != (0, shape[d], 1)}
+        read = _read(v, trees[k], box, cut, buffer_load)
         if tree is None:                     # cat's last piece: wherever no earlier one is
             tree = read
             continue
         inside = None
-        for d in cut:
-            a, b = box[d]
-            test = _op("logical_and", [_op("ge", [coord[d], Const(a, D.int64)], D.bool_),
-                                       _op("lt", [coord[d], Const(b, D.int64)], D.bool_)], D.bool_)
+        for d, (_, test) in cut.items():
             inside = test if inside is None else _op("logical_and", [inside, test], D.bool_)
         tree = read if inside is None else _op("where", [inside, read, tree], dtype)
     return tree if tree is not None else Const(0, dtype)
 
 
-def _read(v, tree, box, cut, coord, buffer_load):
-    """Piece v (expression `tree`, placed at `box`) read at the result's element: shifted when it
-    has no memory to leave, else its buffer gathered at clamped coordinates along the cut axes."""
-    if not cut or not loads(tree) and not gathered(tree):
+def _int(v):
+    return Const(v, D.int64)
+
+
+def _along(p, a, step, n):
+    """(q, inside) along one axis of a piece placed at a, a + step, ..., a + (n - 1) step: q the
+    piece's coordinate at result coordinate p, clamped into [0, n); inside whether p is one of its
+    places. A step > 1 divides in float64: (c + 1/2) / step lies strictly inside (q, q + 1), far
+    from both ends for any c < 2**40, so truncation gives q exactly."""
+    c = _op("minimum", [_op("maximum", [_op("sub", [p, _int(a)], D.int64), _int(0)], D.int64),
+                        _int((n - 1) * step)], D.int64)
+    test = _op("logical_and", [_op("ge", [p, _int(a)], D.bool_),
+                               _op("lt", [p, _int(a + (n - 1) * step + 1)], D.bool_)], D.bool_)
+    if step == 1:
+        return c, test
+    real = _op("cast", [c], D.float64)
+    q = _op("cast", [_op("mul", [_op("add", [real, Const(0.5, D.float64)], D.float64),
+                                 Const(1 / step, D.float64)], D.float64)], D.int64)
+    on = _op("eq", [_op("sub", [c, _op("mul", [q, _int(step)], D.int64)], D.int64), _int(0)], D.bool_)
+    return q, _op("logical_and", [test, on], D.bool_)
+
+
+def _read(v, tree, box, cut, buffer_load):
+    """Piece v (expression `tree`, placed at `box`) read at the result's element: shifted when its
+    steps are 1 and it has no memory to leave, else its buffer gathered at the clamped
+    coordinates along the cut axes."""
+    if not cut or all(box[d][2] == 1 for d in cut) and not loads(tree) and not gathered(tree):
         return remap(tree, lambda st, off: (st, off - sum(s * box[d][0] for d, s in enumerate(st))))
     load = buffer_load(v)
     strides = [0 if d in cut else s for d, s in enumerate(load.strides)]
-    index = []
-    for d in cut:
-        a, b = box[d]
-        q = _op("minimum", [_op("maximum", [_op("sub", [coord[d], Const(a, D.int64)], D.int64),
-                                            Const(0, D.int64)], D.int64), Const(b - a - 1, D.int64)], D.int64)
-        index.append(q)
-    return Gather(Load(load.buf, strides, load.offset), index, [load.strides[d] for d in cut])
+    return Gather(Load(load.buf, strides, load.offset), [q for q, _ in cut.values()],
+                  [load.strides[d] for d in cut])

@@ -44,11 +44,12 @@ Rules
   reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
   checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
   scatter-add of a pick's gradient is where(column == y[row], g[row], 0), fused into its consumer.
-- unslice and cat of unit-step pieces are expressions too (copies.py): each piece read where its
-  box holds it (a constant piece shifted, any other gathered at clamped coordinates), else 0.
+- unslice and cat (up to copies.MAX_PIECES pieces) are expressions too (copies.py): each piece
+  read where its box holds it (a constant piece shifted, any other gathered at clamped
+  coordinates), else 0.
 - Matmul is an extern call (BLAS) into a preallocated buffer; other non-lowered ops (indexing
-  gathers.py does not express, strided unslice, prod, argmax, random, and any op on float16 or
-  integer division) run their NumPy implementation as "host" kernels on strided views of their
+  gathers.py does not express, a cat of many pieces, prod, argmax, random, and any op on float16
+  or integer division) run their NumPy implementation as "host" kernels on strided views of their
   input buffers. A target that computes
   float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
