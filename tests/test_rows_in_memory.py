@@ -48,11 +48,20 @@ def test_other_leading_reductions_stay_accumulations_or_across(fn, shape):
 
 
 def test_reads_that_disagree_accumulate_over_tiles_beyond_the_cache():
+    x, y = RNG.standard_normal((4, 300, 400)).astype(np.float32), RNG.standard_normal((4, 400, 300)).astype(np.float32)
+    fn = lambda x, y: (x * y.transpose(1, 2)).sum(0)        # noqa: E731  both unit-stride axes kept
+    (line,) = kernel_lines(fn, x, y)
+    assert "[reduce_acc]" in line and line.endswith(f"loops=d0,d1/{TILE},d2/{TILE},d1,d2"), line
+    (line,) = kernel_lines(fn, x[:, :40, :33], y[:, :33, :40])   # in cache: not tiled
+    assert "[reduce_acc]" in line and f"/{TILE}" not in line, line
+
+
+def test_a_leading_reduction_one_read_lays_innermost_is_a_mixed_row_reduction():
+    """(x.T * z).sum(0) is (x * z.T).sum(1): x's rows are its rows, z is read across them."""
     x, z = RNG.standard_normal((700, 800)).astype(np.float32), RNG.standard_normal((800, 700)).astype(np.float32)
     (line,) = kernel_lines(lambda x, z: (x.T * z).sum(0), x, z)
-    assert "[reduce_acc]" in line and line.endswith(f"loops=d1/{TILE},d0/{TILE},d1,d0"), line
-    (line,) = kernel_lines(lambda x, z: (x.T * z).sum(0), x[:40, :33], z[:33, :40])   # in cache: not tiled
-    assert "[reduce_acc]" in line and f"/{TILE}" not in line, line
+    assert "[loop] space=700x800 split=1" in line and line.endswith(
+        f"loops=d0/{MIXED_TILE},d1,d0 reduce=across d0 transpose=1"), line
 
 
 @pytest.mark.parametrize("fn, shapes, loops", [
@@ -226,12 +235,12 @@ def test_mixed_reductions_transpose_the_operand_along_the_reduced_axis_in_regist
 @st.composite
 def mixed_transposed(draw):
     """(x's shape, x's permutation, z's shape, reduced axes, op, dtype): x.permute(perm) * z of one
-    space, x's unit-stride axis kept, z's innermost axis reduced; sizes around the vector's lanes, the
-    tile and the float sums' blocks (reductions.BLOCK)."""
+    space whose reads disagree (one walks a reduced axis with unit stride, the other a kept one);
+    sizes around the vector's lanes, the tile and the float sums' blocks (reductions.BLOCK)."""
     sizes = st.sampled_from([1, 3, 8, 15, 16, 17, 33, 64, 131, 260])
-    if draw(st.booleans()):                                      # (n, m): x.T * z, summed over d1
+    if draw(st.booleans()):                                      # (n, m): x.T * z, summed over d1 or d0
         n, m = draw(sizes), draw(sizes)
-        return (m, n), (1, 0), (n, m), (1,), draw(st.sampled_from(["sum", "amax"])), \
+        return (m, n), (1, 0), (n, m), (draw(st.sampled_from([0, 1])),), draw(st.sampled_from(["sum", "amax"])), \
             draw(st.sampled_from([np.float32, np.float64, np.int32]))
     a, b, c = draw(st.sampled_from([1, 2, 5])), draw(sizes), draw(st.sampled_from([2, 7, 17, 40]))
     if draw(st.booleans()):                                      # (a, c, b): a batch of them, over the last axis

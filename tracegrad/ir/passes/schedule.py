@@ -442,13 +442,17 @@ def columns_first(shape, axes, tree):
 
 def rows_first(shape, axes, tree):
     """The permutation of a reduction's space (its kept axes in order, then the reduced `axes` by the
-    largest read's strides, largest first) that makes it a row reduction over memory's rows, when
-    the reduced axes are not trailing but every heavy read (HEAVY of the largest) lays them out
-    innermost, after all the kept axes: x.T.sum(0), x.permute(2, 0, 1).mean((1, 2)) are row sums
-    of x. Else None (an accumulation over the rows, or across a kept unit-stride axis: `choose`).
-    Measured (one thread, (2048, 2048) float32, x.T.sum(0)): 6.3 ms as an accumulation in x's
-    memory order, 0.8 ms as rows, x.sum(1)'s time. A kept axis between reduced ones in memory (a
-    batch norm's sum over (0, 2, 3)) stays an accumulation: as rows, (256, 16, 8, 8) took 3x."""
+    strides of the largest read that lays them innermost, largest first) that makes it a row
+    reduction over memory's rows, when the reduced axes are not trailing but a heavy read (HEAVY of
+    the largest) lays them out innermost, after all the kept axes, and every other heavy read walks
+    a kept axis with unit stride: x.T.sum(0), x.permute(2, 0, 1).mean((1, 2)) are row sums of x;
+    (x.T * z).sum(0) is (x * z.T).sum(1), a row reduction whose reads disagree (`mixed`: z's
+    tiles transposed in registers). Else None (an accumulation over the rows, or across a kept
+    unit-stride axis: `choose`). Measured (one thread, (2048, 2048) float32): x.T.sum(0) 6.3 ms as
+    an accumulation in x's memory order, 0.8 ms as rows, x.sum(1)'s time; (x.T * z).sum(0) 5.5 ms
+    as an accumulation over tiles (CPU time, a loaded machine), 2.5 ms as mixed rows, (x * z).sum(1)
+    1.6 ms. A kept axis between reduced ones in memory (a batch norm's sum over (0, 2, 3)) stays an
+    accumulation: as rows, (256, 16, 8, 8) took 3x."""
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
@@ -458,10 +462,15 @@ def rows_first(shape, axes, tree):
         return None
     big = max(b for b, _ in reads)
     heavy = sorted((r for r in reads if r[0] >= HEAVY * big), key=lambda r: -r[0])
+    rows = []
     for _, st in heavy:
         walk = [d for d in memory_order(shape, st) if shape[d] > 1]          # outermost first
         first = next((i for i, d in enumerate(walk) if d in axes), len(walk))
-        if first == len(walk) or any(d not in axes for d in walk[first:]):
+        if first < len(walk) and all(d in axes for d in walk[first:]):
+            rows.append(st)
+        elif unit_axis(shape, st) in axes:
             return None
-    order = memory_order(shape, heavy[0][1])
+    if not rows:
+        return None
+    order = memory_order(shape, rows[0])
     return kept + [d for d in order if d in axes]
