@@ -162,9 +162,11 @@ def online_columns(k):
     """The Schedule of reduce_acc kernel k when its reductions over leading axes are float maxima m and
     sums that read them only as rescaled(tree, m), beside reductions that read neither (all over the
     same axes, its kept axes trailing, the last one the unit-stride axis of its largest read): one
-    walk computes them all (codegen/online_columns.py). Its rows whole (a tile of the last axis
-    where its vectors would pass ONLINE_LIMIT elements; threads split the tiles: each owns its
-    columns, no partial results to join), in blocks read twice while in cache: the block's maxima,
+    walk computes them all (codegen/online_columns.py). Its rows whole, threads splitting the rows
+    (`rows`: the kept axes before the last have one element; each chunk's maxima and sums relative
+    to them, joined rescaled: regions._online_join), or a tile of the last axis where its vectors
+    would pass ONLINE_LIMIT elements (threads split the tiles: each owns its columns, no partial
+    results to join); in blocks read twice while in cache: the block's maxima,
     then the sums at the running maxima, the running sums rescaled by exp(g(old) - g(new)) as they
     grow. `online` pairs each maximum with the sums that read it. None otherwise.
 
