@@ -388,11 +388,12 @@ class Judge:
     MAX_EXPLORE; a try that wins switches). So a busy machine, where workers wait for a core or
     fight for memory bandwidth, falls back to one thread, and a quiet one gets all threads back.
     The first run teaches nothing: it pays once for what later runs find ready (the pages of fresh
-    state and buffers faulted in, cold caches, sleeping workers). Learnt from, it lost to the
-    one-thread try that followed, so the next EXPLORE runs ran on one thread: a momentum SGD step of
-    a (4M,) float32 parameter, compiled, took 15 ms for its first run on the workers (its zeroed
-    momentum buffer faulted in) and 3.3 for the try; in the survey (bench/survey.py --quick) its
-    median was then the one-thread time."""
+    state and buffers faulted in, cold caches, sleeping workers). Learnt from, it often lost to the
+    one-thread try that followed, so the next EXPLORE runs ran on one thread: a compiled momentum SGD
+    step of a (4M,) float32 parameter (its zeroed momentum buffer faulted in by the first run) ran
+    its first run on the workers in 2.7-3.3 ms (once 15) against 2.0-2.6 for later ones, and the
+    try won in 3 of 5 fresh processes (a loaded machine); the survey's --quick median of the
+    program was then the one-thread time."""
 
     EXPLORE, MAX_EXPLORE = 8, 1024
 
