@@ -96,7 +96,7 @@ def test_the_walk_splits_its_rows_and_joins_them_online(split_everything):
     assert lines and all("loops=d0,d1 reduce=across d1 threads=d0 online=p0+p1" in ln for ln in lines), text
     entry = next(iter(e for e in [_calls(softmax0, x0, g0)[2]]))
     online = [r for p in entry.programs if p is not None for r in p.regions if r.chunks.online]
-    assert online and all(2 <= r.chunks.n <= regions.ACC_CHUNKS for r in online), online
+    assert online and all(2 <= r.chunks.n <= regions.ONLINE_CHUNKS for r in online), online
     np.testing.assert_allclose(out[-1][0], ORACLES[softmax0](x0.astype(np.float64), g0.astype(np.float64)),
                                rtol=1e-4, atol=1e-4)
 
