@@ -8,7 +8,8 @@ code). For each program, both sides are set up the same way, then timed in alter
 rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
 new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (workloads.py, "tg compiled");
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
-survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0 and batchnorm_nchw (the survey's); MLP,
+survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0 and batchnorm_nchw (the survey's), SOFTMAX_T
+(softmax over the rows of a transposed view, fwd+bwd); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -91,6 +92,23 @@ def _mix(tg, rows=256, cols=512):
     return lambda: f(x, w, b, v, m)
 
 
+def _softmax_t(tg, rows=2048, cols=1000):
+    """softmax over the rows of a transposed view, fwd+bwd: (softmax(x.T, 1) * g.T).sum(), x and g
+    (rows, cols) float32 (a column softmax of memory)."""
+    import tracegrad as t
+    rng = np.random.default_rng(0)
+    x = t.tensor(rng.standard_normal((rows, cols)).astype(np.float32), requires_grad=True)
+    g = t.tensor(rng.standard_normal((rows, cols)).astype(np.float32))
+    f = t.compile(lambda x, g: (x.T.softmax(dim=1) * g.T).sum())
+
+    def run():
+        x.grad = None
+        loss = f(x, g)
+        loss.backward()
+        return [loss, x.grad]
+    return run
+
+
 def programs():
     out = {}
     for wid in ("w1", "w3", "w5", "w7"):
@@ -102,6 +120,7 @@ def programs():
     out["INFER_B1"] = lambda tg: _survey_fwd(tg, "mlp_infer_b1")
     for name in ("softmax_dim0", "logsumexp_dim0", "batchnorm_nchw"):      # column normalizations, fwd+bwd
         out[name] = lambda tg, name=name: _survey_fwd(tg, name)
+    out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
     return out
 
 
