@@ -90,7 +90,7 @@ def _gather(n, trees):
             coords[a] = (None, 0, Checked(_int64(e), x.shape[a], a, D.int64))
     for d, k in xpos.items():
         coords[d] = (_unit(len(out), k), 0, None)
-    return _through(trees[0], coords, len(out))
+    return through(trees[0], coords, len(out))
 
 
 def _inside(iota, shape, size):
@@ -102,7 +102,7 @@ def _inside(iota, shape, size):
     return 0 <= lo and hi < size
 
 
-def _through(tree, coords, ndim):
+def through(tree, coords, ndim):
     """`tree` (over x's axes) read at the coordinates `coords` (over the result's ndim axes)."""
     def place(strides, offset):
         new, dyn = [0] * ndim, []
