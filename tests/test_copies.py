@@ -246,3 +246,25 @@ def test_a_cheap_piece_is_read_through_its_loads_not_written():
     assert "(forward): 2" in costly, costly
     np.testing.assert_allclose(tg.compile(lambda x, y: tg.cat([x * 2.0, y], 1).sum(0))(x, y).numpy(),
                                np.concatenate([2 * x.numpy(), y.numpy()], 1).sum(0), rtol=1e-5)
+
+
+
+@pytest.mark.parametrize("shape,index", [((2, 0), (0,)), ((0, 3), (slice(None), 1)), ((3, 0, 2), (1, slice(None), 0)),
+                                         ((2, 3), (slice(1, 1),))])
+def test_slice_assignment_into_empty_selections_is_eagers(shape, index):
+    """Positions of a basic index into a tensor with an empty axis (an arange's strides of 0 there),
+    written in a compiled function under no_grad as eagerly (fuzz seed 5151, program 137)."""
+    from tracegrad.tensor.inplace import positions
+    whole = np.arange(int(np.prod(shape))).reshape(shape)
+    assert np.array_equal(positions(shape, list(index) + [slice(None)] * (len(shape) - len(index))),
+                          whole[index].reshape(-1))
+
+    def f(x):
+        with tg.no_grad():
+            x[index] = 7.0
+        return x.sum()
+
+    x0 = np.random.default_rng(0).standard_normal(shape)
+    x, xe = tg.tensor(x0, requires_grad=True), tg.tensor(x0, requires_grad=True)
+    np.testing.assert_array_equal(tg.compile(f)(x).detach().numpy(), f(xe).detach().numpy())
+    np.testing.assert_array_equal(x.detach().numpy(), xe.detach().numpy())

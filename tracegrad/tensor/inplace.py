@@ -118,7 +118,7 @@ def positions(shape, index):
     out = 0
     for k, n in enumerate(shape):
         stride = math.prod(shape[k + 1:])
-        out = out + np.broadcast_to(np.arange(0, n * stride, stride or 1, dtype=np.int64)[
+        out = out + np.broadcast_to((np.arange(n, dtype=np.int64) * stride)[
             (slice(None),) + (None,) * (len(shape) - k - 1)], shape)[tuple(index)]
     return np.asarray(out).reshape(-1)
 

@@ -32,8 +32,9 @@ def _op(name, args, dtype):
 
 def pieces(n):
     """[(input, ((start, stop, step), ...) per result axis)] of an unslice or cat node."""
-    if n.op == "unslice":
-        return [(n.inputs[0], tuple(n.attrs["index"]))]
+    if n.op == "unslice":       # an index may leave trailing axes out: whole
+        index = tuple(n.attrs["index"])
+        return [(n.inputs[0], index + tuple((0, s, 1) for s in n.out.shape[len(index):]))]
     axis, start, out = n.attrs["axis"], 0, []
     for v in n.inputs:
         out.append((v, tuple((start, start + s, 1) if d == axis else (0, s, 1) for d, s in enumerate(v.shape))))
