@@ -52,7 +52,7 @@ JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's joi
 # chunks of an online column walk split by rows: each costs its own start (one thread, joined
 # softmax over dim 0 of (2048, 1000) float32, the walk's CPU time, interleaved in one process:
 # 1.47 ms in 16 chunks, 1.37 in 8, 1.19 in one; the whole call the same within noise)
-ONLINE_CHUNKS = 8
+ONLINE_CHUNKS = 4
 
 
 def work(kernel):
