@@ -8,7 +8,8 @@ code). For each program, both sides are set up the same way, then timed in alter
 rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
 new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (workloads.py, "tg compiled");
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
-survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0 and batchnorm_nchw (the survey's), SOFTMAX_T
+survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
+and adam (the survey's), SOFTMAX_T
 (softmax over the rows of a transposed view, fwd+bwd); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
@@ -118,7 +119,8 @@ def programs():
     out["MIX"] = lambda tg: _mix(tg)
     out["DEEP64"] = lambda tg: _mlp(tg, batch=8, sizes=(16,) * 65 + (4,))     # survey's mlp_deep64_adam
     out["INFER_B1"] = lambda tg: _survey_fwd(tg, "mlp_infer_b1")
-    for name in ("softmax_dim0", "logsumexp_dim0", "batchnorm_nchw"):      # column normalizations, fwd+bwd
+    for name in ("softmax_dim0", "logsumexp_dim0", "batchnorm_nchw",       # column normalizations, fwd+bwd
+                 "mixed_layout_rowsum", "sgd_momentum", "adam"):            # reads that disagree; optimizer steps
         out[name] = lambda tg, name=name: _survey_fwd(tg, name)
     out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
     return out
