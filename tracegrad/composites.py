@@ -1,6 +1,8 @@
 """Composite operations, built from primitives (their gradients and fusion come for free):
-softmax, log_softmax, logsumexp, var, std, gelu, layer_norm, and the losses (mse, l1, nll,
-cross_entropy, binary cross-entropy from probabilities and from logits) and embedding.
+softmax, log_softmax, logsumexp, var, std, gelu, layer_norm, the losses (mse, l1, nll,
+cross_entropy, binary cross-entropy from probabilities and from logits, smooth L1, Huber, KL) and
+embedding; silu, leaky_relu, elu, softplus, normalize, cosine_similarity; flip, roll, repeat,
+index_select, tril, triu; log1p and expm1 (accurate for small arguments).
 
 Tensor methods (`x.softmax(1)`) and tg.nn.functional call these. Each labels its result with the
 name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackward>`)."""
@@ -447,3 +449,172 @@ def _along(x, idx, axis):
         tuple(x.shape[d] if e == d else 1 for e in range(x.ndim))) for d in range(x.ndim)]
     return _named(x[tuple(index)], "GatherBackward")
 
+
+
+# ---------------------------------------------------------------- more of PyTorch's functional forms
+
+def silu(x):
+    x = _float_operand(x)
+    return _named(x * x.sigmoid(), "SiluBackward")
+
+
+def leaky_relu(x, negative_slope=0.01):
+    x = _float_operand(x)
+    return _named(where(x > 0, x, x * negative_slope), "LeakyReluBackward")
+
+
+def elu(x, alpha=1.0):
+    x = _float_operand(x)
+    return _named(where(x > 0, x, x.expm1() * alpha), "EluBackward")
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (PyTorch's linear region)."""
+    x = _float_operand(x)
+    return _named(where(x * beta > threshold, x, _softplus(x * beta) / beta), "SoftplusBackward")
+
+
+def normalize(x, p=2.0, dim=1, eps=1e-12):
+    """x divided by its p-norm along `dim`, the norm at least `eps`."""
+    return x / norm(x, p, dim, True).clamp(min=eps)
+
+
+def _at_least(n, eps):
+    """n with its values raised to eps, its gradient n's own (PyTorch clamps the norms in place)."""
+    return n + (n.clamp(min=eps) - n).detach()
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine of the angle between x1 and x2 along `dim` (broadcast); each norm at least `eps`."""
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    x1, x2 = _float_operand(x1).expand(*shape), _float_operand(x2).expand(*shape)
+    n1, n2 = _at_least(norm(x1, 2, dim, True), eps), _at_least(norm(x2, 2, dim, True), eps)
+    return _named(((x1 / n1) * (x2 / n2)).sum(dim), "SumBackward")
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    d = (input - target).abs()
+    loss = d if beta == 0 else where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)
+    return _named(_reduce(loss, _reduction(reduction, size_average, reduce)), "SmoothL1LossBackward")
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    d = (input - target).abs()
+    loss = where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
+    return _named(_reduce(loss, _reduction(reduction, None, None)), "HuberLossBackward")
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """Pointwise target * (log target - input) (input: log-probabilities), 0 where target is 0;
+    reduction "batchmean" divides the sum by the batch size, as PyTorch."""
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        pos = target > 0
+        loss = where(pos, target * where(pos, target, 1.0).log(), 0.0) - target * input
+    reduction = _reduction(reduction, size_average, reduce)
+    if reduction == "batchmean":
+        out = loss.sum() / (input.shape[0] if input.ndim else 1)
+    else:
+        out = _reduce(loss, reduction)
+    return _named(out, "KlDivBackward")
+
+
+# ---------------------------------------------------------------- rearranging elements
+
+def flip(x, dims):
+    """The elements in reverse order along each of `dims` (a gather, as PyTorch copies)."""
+    dims = normalize_axes(dims, x.ndim)
+    out = x
+    for d in dims:
+        n = x._shape[d]
+        out = out[(slice(None),) * d + (arange(n - 1, -1, -1, device=x.device),)] if n > 1 else out
+    return _named(out * 1 if out is x else out, "FlipBackward")
+
+
+def roll(x, shifts, dims=None):
+    """Elements shifted by `shifts` along `dims`, wrapping around; no dims: over the flattened tensor."""
+    if dims is None:
+        return _named(roll(x.reshape(-1), shifts, 0).reshape(x.shape), "RollBackward")
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    from .tensor.functions import cat
+    out = x
+    for s, d in zip(shifts, dims):
+        d = _norm_axis(d, x.ndim)
+        n = x._shape[d]
+        if n == 0 or s % n == 0:
+            continue
+        s %= n
+        head = (slice(None),) * d
+        out = cat([out[head + (slice(n - s, n),)], out[head + (slice(0, n - s),)]], d)
+    return _named(out * 1 if out is x else out, "RollBackward")
+
+
+def repeat(x, sizes):
+    """x tiled sizes[i] times along each axis (extra leading sizes add axes), as Tensor.repeat."""
+    sizes = tuple(int(s) for s in sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                           "of tensor")
+    shape = (1,) * (len(sizes) - x.ndim) + tuple(x.shape)
+    spread = x.reshape(tuple(a for n in shape for a in (1, n)))
+    tiled = spread.expand(*(a for s, n in zip(sizes, shape) for a in (s, n)))
+    return _named(tiled.reshape(tuple(s * n for s, n in zip(sizes, shape))), "RepeatBackward")
+
+
+def index_select(x, dim, index):
+    """The slices of x along `dim` at the positions of the 1-D int tensor `index` (a gather)."""
+    if not isinstance(index, TensorBase) or index.dtype not in (D.int64, D.int32) or index.ndim > 1:
+        raise _ArgError("index_select(): index must be a 1-D int64 or int32 tensor, got "
+                        f"{getattr(index, 'dtype', type(index).__name__)} of shape {list(getattr(index, 'shape', ()))}")
+    d = _norm_axis(dim, x.ndim)
+    return _named(x[(slice(None),) * d + (index.reshape(-1),)], "IndexSelectBackward")
+
+
+def _triangle(x, diagonal, upper):
+    if x.ndim < 2:
+        raise RuntimeError(f"{'triu' if upper else 'tril'}: input tensor must have at least 2 dimensions")
+    rows, cols = x.shape[-2:]
+    i = arange(rows, device=x.device).reshape(rows, 1)
+    j = arange(cols, device=x.device).reshape(1, cols)
+    keep = j - i >= diagonal if upper else j - i <= diagonal
+    return where(keep, x, 0)
+
+
+def tril(x, diagonal=0):
+    return _named(_triangle(x, diagonal, False), "TrilBackward")
+
+
+def triu(x, diagonal=0):
+    return _named(_triangle(x, diagonal, True), "TriuBackward")
+
+
+# ---------------------------------------------------------------- log1p and expm1
+
+def log1p(x):
+    """log(1 + x), accurate for small |x|: log(u) of u = 1 + x, less ((u - 1) - x) / u, the rounding
+    of u (its first-order effect); the gradient 1/u. log(1 + x) alone lost the digits of x below u's
+    last bit: log1p(8.2e-10) in float64 was 1.2e-7 off relatively, in float32 log1p(1e-8) was 0."""
+    x = _float_operand(x)
+    u = x + 1.0
+    d = x.detach()
+    ud = d + 1.0
+    c = ((ud - 1.0) - d) / ud
+    c = where(c == c, c, 0.0)                # u = 0 or inf: no correction (-inf, inf as log's)
+    return _named(where(x == 0.0, x, u.log() - c), "Log1PBackward")      # (-0.0 stays -0.0)
+
+
+def expm1(x):
+    """exp(x) - 1, accurate for small |x|: Kahan's (u - 1) x / log(u) of u = exp(x) (x itself where
+    u rounds to 1); the gradient u. exp(x) - 1 alone kept only the digits of u's last bit."""
+    x = _float_operand(x)
+    u = x.exp()
+    d = x.detach()
+    ud = d.exp()
+    inside = (ud != 1.0) & (ud > 0.0) & (ud < math.inf)
+    k = where(inside, (ud - 1.0) * d / where(inside, ud.log(), 1.0), where(ud == 1.0, d, ud - 1.0))
+    c = where(inside | (ud == 1.0), k - (ud - 1.0), 0.0)
+    return _named(where(x == 0.0, x, (u - 1.0) + c), "Expm1Backward")    # (-0.0 stays -0.0)

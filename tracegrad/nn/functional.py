@@ -1,7 +1,8 @@
 """tg.nn.functional: PyTorch's functional forms; the composites themselves live in tracegrad.composites."""
-from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, embedding,  # noqa: F401
-                          erf, gelu, l1_loss, layer_norm, legacy_reduction, log_softmax, mse_loss, nll_loss,
-                          softmax)
+from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits, cosine_similarity,  # noqa: F401
+                          cross_entropy, elu, embedding, erf, gelu, huber_loss, kl_div, l1_loss, layer_norm,
+                          leaky_relu, legacy_reduction, log_softmax, mse_loss, nll_loss, normalize, silu,
+                          smooth_l1_loss, softmax, softplus)
 from ..tensor import _named, rand
 from ..tensor import where as _where
 

@@ -224,8 +224,8 @@ class Tensor(TensorBase):
     def rsqrt(self): return _named(1.0 / self.sqrt(), "RsqrtBackward")
     def reciprocal(self): return _named(1.0 / self, "ReciprocalBackward")
     def square(self): return _named(self * self, "PowBackward")
-    def log1p(self): return (self + 1.0).log()
-    def expm1(self): return self.exp() - 1.0
+    def log1p(self): return C.log1p(self)
+    def expm1(self): return C.expm1(self)
 
     def floor(self):
         return dispatch(_P["floor"], (self,), {})
@@ -434,6 +434,24 @@ class Tensor(TensorBase):
 
     def chunk(self, chunks, dim=0):
         return C.chunk(self, chunks, dim)
+
+    def flip(self, *dims):
+        return C.flip(self, dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims)
+
+    def roll(self, shifts, dims=None):
+        return C.roll(self, shifts, dims)
+
+    def repeat(self, *sizes):
+        return C.repeat(self, sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes)
+
+    def index_select(self, dim, index):
+        return C.index_select(self, dim, index)
+
+    def tril(self, diagonal=0):
+        return C.tril(self, diagonal)
+
+    def triu(self, diagonal=0):
+        return C.triu(self, diagonal)
 
     def __getitem__(self, index):
         return _getitem(self, index)
