@@ -163,8 +163,7 @@ def clamp_sigmoid(x):
 
 def views(x):
     y = x.reshape(3, 8).transpose(0, 1)[1:, ::2]
-    return y.unsqueeze(0).flatten() * x.reshape(-1)[:8].repeat(1) if hasattr(x, "repeat") else \
-        y.unsqueeze(0).flatten().sum() * x.reshape(-1)[:8]
+    return y.unsqueeze(0).flatten().sum() * x.reshape(-1)[:8]
 
 
 def cat_stack(a, b):
