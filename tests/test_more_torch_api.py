@@ -93,6 +93,16 @@ def test_modules_call_their_functions():
     np.testing.assert_allclose(tg.nn.Softplus(beta=3.0)(x).numpy(), np.where(3 * X > 20, X, _np_softplus(3 * X) / 3))
 
 
+def test_inplace_activations_update_their_input():
+    for f, want in [(lambda t: F.silu(t, inplace=True), X / (1 + np.exp(-X))),
+                    (lambda t: tg.nn.LeakyReLU(0.1, inplace=True)(t), np.where(X > 0, X, 0.1 * X)),
+                    (lambda t: F.elu(t, inplace=True), np.where(X > 0, X, np.expm1(X)))]:
+        x = tg.tensor(X)
+        out = f(x)
+        assert out is x
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-12)
+
+
 def test_integer_and_bool_tensors_keep_their_dtype():
     a = tg.tensor(np.arange(12).reshape(3, 4))
     b = a > 5

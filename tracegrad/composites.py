@@ -453,19 +453,24 @@ def _along(x, idx, axis):
 
 # ---------------------------------------------------------------- more of PyTorch's functional forms
 
-def silu(x):
-    x = _float_operand(x)
-    return _named(x * x.sigmoid(), "SiluBackward")
+def _maybe_inplace(x, out, inplace):
+    """`out`, or x updated in place to it (inplace=True, as PyTorch's activations take)."""
+    return x.copy_(out) if inplace else out
 
 
-def leaky_relu(x, negative_slope=0.01):
-    x = _float_operand(x)
-    return _named(where(x > 0, x, x * negative_slope), "LeakyReluBackward")
+def silu(x, inplace=False):
+    y = _float_operand(x)
+    return _maybe_inplace(x, _named(y * y.sigmoid(), "SiluBackward"), inplace)
 
 
-def elu(x, alpha=1.0):
-    x = _float_operand(x)
-    return _named(where(x > 0, x, x.expm1() * alpha), "EluBackward")
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    y = _float_operand(x)
+    return _maybe_inplace(x, _named(where(y > 0, y, y * negative_slope), "LeakyReluBackward"), inplace)
+
+
+def elu(x, alpha=1.0, inplace=False):
+    y = _float_operand(x)
+    return _maybe_inplace(x, _named(where(y > 0, y, y.expm1() * alpha), "EluBackward"), inplace)
 
 
 def softplus(x, beta=1.0, threshold=20.0):

@@ -184,26 +184,30 @@ class Sigmoid(Module):
 
 
 class SiLU(Module):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x):
-        return F.silu(x)
+        return F.silu(x, self.inplace)
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope=0.01):
+    def __init__(self, negative_slope=0.01, inplace=False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
-        return F.leaky_relu(x, self.negative_slope)
+        return F.leaky_relu(x, self.negative_slope, self.inplace)
 
 
 class ELU(Module):
-    def __init__(self, alpha=1.0):
+    def __init__(self, alpha=1.0, inplace=False):
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.inplace = alpha, inplace
 
     def forward(self, x):
-        return F.elu(x, self.alpha)
+        return F.elu(x, self.alpha, self.inplace)
 
 
 class Softplus(Module):
