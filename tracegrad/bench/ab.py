@@ -132,7 +132,6 @@ def _survey_fwd(tg, name):
     from .survey_programs import find
     prog = find(name)
     return _torchlike_setup(prog, "tracegrad", True, prog.inputs(np.random.default_rng(0)))
-    return out
 
 
 def _time(run, calls, clock=time.perf_counter):

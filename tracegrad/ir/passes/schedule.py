@@ -284,12 +284,16 @@ def across_transposed(k, u, r):
     Measured ((2048, 2048) (x.T * z).sum(1), one thread, CPU time, interleaved, Xeon with AVX-512,
     a loaded machine): float32 3.3 ms with z's tiles transposed against 7.3 with z gathered (a copy of
     half its bytes: 2.8 ms), float64 5.7 against 6.4; (1000, 1000) float32 0.64 against 1.64."""
-    if k.bytes_moved() <= REGS_MIN:
-        return ()
+    return () if k.bytes_moved() <= REGS_MIN else _unit_along(k, r, u)
+
+
+def _unit_along(k, a, b):
+    """The distinct loads of k with stride 1 along axis a and a larger one along b, of 4- or 8-byte
+    elements: the first TRANSPOSED of them (each keeps a tile on the stack)."""
     out, seen = [], set()
     for ld in k.reads:
         key = (id(ld.buf), ld.strides, ld.offset)
-        if ld.strides[r] == 1 and abs(ld.strides[u]) > 1 and ld.dtype.itemsize in (4, 8) and key not in seen:
+        if ld.strides[a] == 1 and abs(ld.strides[b]) > 1 and ld.dtype.itemsize in (4, 8) and key not in seen:
             seen.add(key)
             out.append(ld)
     return tuple(out[:TRANSPOSED])
@@ -332,13 +336,7 @@ def transposed(k, a, b):
             all(k.shape[b] * v.dtype.itemsize % LINE == 0 for v in outs)
             or sum(nbytes(v) for v in outs) <= REGS_CACHED):
         return ()
-    out, seen = [], set()
-    for ld in k.reads:
-        key = (id(ld.buf), ld.strides, ld.offset)
-        if ld.strides[a] == 1 and abs(ld.strides[b]) > 1 and ld.dtype.itemsize in (4, 8) and key not in seen:
-            seen.add(key)
-            out.append(ld)
-    return tuple(out[:TRANSPOSED])
+    return _unit_along(k, a, b)
 
 
 def settle(kernels, streamed):
