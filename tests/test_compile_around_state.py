@@ -151,7 +151,8 @@ def test_sessions_of_calls_and_state_changes_follow_eager(actions, seed):
     actions = ["step"] + actions + ["step", "loss backward"]
     want = _session(actions, seed, None)
     for backend in BACKENDS:
-        assert_same(want, _session(actions, seed, backend), backend, rtol=2e-5)
+        # (seed 476: a float32 parameter element of 0.121 beside ones of 11 differed by 4e-6)
+        assert_same(want, _session(actions, seed, backend), backend, rtol=2e-5, of_largest=1e-5)
 
 
 # ------------------------------------------------------------------ nesting, custom functions, threads
