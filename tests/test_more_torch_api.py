@@ -170,3 +170,37 @@ def test_log1p_expm1_gradients():
         getattr(x, name)().sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), d, rtol=1e-15)
         assert tg.gradcheck(lambda t: getattr(t, name)(), (tg.tensor(v, requires_grad=True),))
+
+
+EINSUMS = [("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+           ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]), ("i,i->", [(5,), (5,)]), ("i,j->ij", [(3,), (4,)]),
+           ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]), ("ij->j", [(3, 4)]),
+           ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("ijk,ikl,lm->jm", [(2, 3, 4), (2, 4, 5), (5, 6)]),
+           ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]), ("ij,ij->ij", [(3, 4), (3, 4)]), ("i,i", [(4,), (4,)]),
+           ("ij, kj -> ik", [(3, 4), (5, 4)])]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum_against_numpy(equation, shapes):
+    arrays = [np.random.default_rng(k).standard_normal(s) for k, s in enumerate(shapes)]
+    ts = [tg.tensor(a, requires_grad=True) for a in arrays]
+    want = np.einsum(equation.replace(" ", ""), *arrays)
+    got = tg.einsum(equation, *ts)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12, atol=1e-12)
+    assert tg.gradcheck(lambda *t: tg.einsum(equation, *t), ts)
+    compiled = tg.compile(lambda *t: tg.einsum(equation, *t))(*[t.detach() for t in ts])
+    np.testing.assert_allclose(compiled.numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tg.einsum(equation, ts).detach().numpy(), want, rtol=1e-12)     # a list, as torch
+
+
+def test_einsum_refuses_clearly():
+    x = tg.tensor(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="repeated subscripts"):
+        tg.einsum("ii->i", x)
+    with pytest.raises(ValueError, match="do not match an operand of shape"):
+        tg.einsum("ijk->i", x)
+    with pytest.raises(ValueError, match="has 2 operands, 1 were given"):
+        tg.einsum("ij,jk->ik", x)
+    with pytest.raises(ValueError, match="must be distinct and appear in an input"):
+        tg.einsum("ij->iz", x)

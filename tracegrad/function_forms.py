@@ -150,6 +150,11 @@ def where(condition, input, other, *, out=None):
     return _write_out("where", _where(condition, input, other), out)
 
 
+def einsum(equation, *operands):
+    from .composites import einsum as _einsum
+    return _einsum(equation, *operands)
+
+
 def split(tensor, split_size_or_sections, dim=0):
     return _tensor_arg("split", tensor).split(split_size_or_sections, dim)
 
