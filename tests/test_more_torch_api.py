@@ -204,3 +204,35 @@ def test_einsum_refuses_clearly():
         tg.einsum("ij,jk->ik", x)
     with pytest.raises(ValueError, match="must be distinct and appear in an input"):
         tg.einsum("ij->iz", x)
+
+
+M = R.random((5, 7)) > 0.5
+MORE = [
+    ("masked_fill", lambda x, y: x.masked_fill(tg.tensor(M), -1.5) * y, lambda x, y: np.where(M, -1.5, x) * y),
+    ("masked_fill_row", lambda x, y: tg.masked_fill(x, tg.tensor(M[0]), 2.0), lambda x, y: np.where(M[0], 2.0, x)),
+    ("unbind", lambda x, y: x.unbind(1)[2] * 3, lambda x, y: x[:, 2] * 3),
+    ("narrow", lambda x, y: x.narrow(1, 1, 2) * y[:, :2], lambda x, y: x[:, 1:3] * y[:, :2]),
+    ("outer", lambda x, y: x[0].outer(y[1]), lambda x, y: np.outer(x[0], y[1])),
+    ("lerp", lambda x, y: x.lerp(y, y.sigmoid()), lambda x, y: x + (y - x) / (1 + np.exp(-y))),
+    ("addmm", lambda x, y: tg.addmm(y[:, :5], x, y.T[:, :5], beta=0.5, alpha=2.0),
+     lambda x, y: 0.5 * y[:, :5] + 2 * x @ y.T[:, :5]),
+    ("repeat_interleave", lambda x, y: x.repeat_interleave(2, dim=1), lambda x, y: np.repeat(x, 2, 1)),
+    ("repeat_interleave_flat", lambda x, y: x.repeat_interleave(3), lambda x, y: np.repeat(x.reshape(-1), 3)),
+]
+
+
+@pytest.mark.parametrize("name,fn,want", MORE, ids=[c[0] for c in MORE])
+def test_masks_pieces_and_small_products(name, fn, want):
+    test_values_gradients_and_compiled(name, fn, want)
+
+
+def test_masked_fill_in_place_and_its_errors():
+    x = tg.tensor(X)
+    assert x.masked_fill_(tg.tensor(M), 0.0) is x
+    np.testing.assert_array_equal(x.numpy(), np.where(M, 0.0, X))
+    with pytest.raises(Exception, match="boolean masks"):
+        x.masked_fill(tg.tensor(M.astype(np.int64)), 1.0)
+    with pytest.raises(RuntimeError, match="must broadcast to the tensor's shape"):
+        x[0].masked_fill(tg.tensor(M), 1.0)
+    with pytest.raises(NotImplementedError, match="per-element repeats"):
+        x.repeat_interleave(tg.tensor([1, 2, 1, 1, 1]), dim=0)

@@ -701,3 +701,66 @@ def einsum(equation, *operands):
     if gone:
         x, s = x.sum(gone), "".join(c for c in s if c not in out)
     return _named(x.permute(*[s.index(c) for c in out]) if len(out) > 1 else x * 1, "EinsumBackward")
+
+
+# ---------------------------------------------------------------- masks, pieces, small products
+
+def masked_fill(x, mask, value):
+    """x with `value` where the bool `mask` (broadcast to x's shape) is True."""
+    if not isinstance(mask, TensorBase) or mask.dtype != D.bool_:
+        raise _ArgError(f"masked_fill only supports boolean masks, but got mask with dtype "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    if broadcast_shapes(x.shape, mask.shape) != tuple(x.shape):
+        raise RuntimeError(f"masked_fill: the mask of shape {list(mask.shape)} must broadcast to the tensor's shape "
+                           f"{list(x.shape)}")
+    if isinstance(value, TensorBase) and value.ndim:
+        raise RuntimeError(f"masked_fill only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.ndim} dimension(s).")
+    fill = value.to(x.dtype) if isinstance(value, TensorBase) else value
+    return _named(where(mask, fill, x).to(x.dtype), "MaskedFillBackward")
+
+
+def unbind(x, dim=0):
+    d = _norm_axis(dim, x.ndim)
+    return tuple(_named(x[(slice(None),) * d + (i,)], "UnbindBackward", x) for i in range(x.shape[d]))
+
+
+def narrow(x, dim, start, length):
+    d = _norm_axis(dim, x.ndim)
+    n = x.shape[d]
+    start = start + n if start < 0 else start
+    if not 0 <= start <= n or length < 0 or start + length > n:
+        raise IndexError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return x[(slice(None),) * d + (slice(start, start + length),)]
+
+
+def outer(a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"outer: expected 1-D vectors, got shapes {list(a.shape)} and {list(b.shape)}")
+    return a.reshape(-1, 1) * b.reshape(1, -1)
+
+
+def lerp(x, end, weight):
+    return _named(x + weight * (end - x), "LerpBackward")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    prod = mat1 @ mat2
+    return _named((input if beta == 1 else input * beta) + (prod if alpha == 1 else prod * alpha), "AddmmBackward")
+
+
+def repeat_interleave(x, repeats, dim=None):
+    """Each element repeated `repeats` times along `dim` (none: over the flattened tensor)."""
+    if isinstance(repeats, TensorBase):
+        if repeats.numel() != 1:
+            raise NotImplementedError("repeat_interleave with a tensor of per-element repeats is not supported; "
+                                      "pass an int (or index with the positions it expands to)")
+        repeats = int(repeats.item())
+    if repeats < 0:
+        raise RuntimeError("repeat_interleave: repeats can not be negative")
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    d = _norm_axis(dim, x.ndim)
+    shape = tuple(x.shape)
+    spread = x.reshape(shape[:d + 1] + (1,) + shape[d + 1:]).expand(*shape[:d + 1], repeats, *shape[d + 1:])
+    return _named(spread.reshape(shape[:d] + (shape[d] * repeats,) + shape[d + 1:]), "RepeatInterleaveBackward")

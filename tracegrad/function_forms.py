@@ -53,7 +53,8 @@ def _method_form(name):
 _METHODS = ("exp log sqrt rsqrt tanh sigmoid relu sin cos abs sign neg reciprocal square log1p expm1 floor "
             "round isnan isinf isfinite cumsum sum mean prod max min amax amin var std logsumexp argmax argmin norm all any "
             "softmax log_softmax reshape transpose permute squeeze unsqueeze flatten expand broadcast_to t clone "
-            "chunk gather take_along_dim flip roll index_select tril triu").split()
+            "chunk gather take_along_dim flip roll index_select tril triu masked_fill unbind narrow outer lerp addmm "
+            "repeat_interleave").split()
 for _name in _METHODS:
     globals()[_name] = _method_form(_name)
 del _name

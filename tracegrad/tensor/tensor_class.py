@@ -450,6 +450,30 @@ class Tensor(TensorBase):
     def tril(self, diagonal=0):
         return C.tril(self, diagonal)
 
+    def masked_fill(self, mask, value):
+        return C.masked_fill(self, mask, value)
+
+    def masked_fill_(self, mask, value):
+        return self.copy_(C.masked_fill(self, mask, value))
+
+    def unbind(self, dim=0):
+        return C.unbind(self, dim)
+
+    def narrow(self, dim, start, length):
+        return C.narrow(self, dim, start, length)
+
+    def outer(self, vec2):
+        return C.outer(self, vec2)
+
+    def lerp(self, end, weight):
+        return C.lerp(self, end, weight)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        return C.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def repeat_interleave(self, repeats, dim=None):
+        return C.repeat_interleave(self, repeats, dim)
+
     def triu(self, diagonal=0):
         return C.triu(self, diagonal)
 
