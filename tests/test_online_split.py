@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tracegrad as tg
 import tracegrad.jit.joined as joined
 from tracegrad.codegen import regions
-from test_column_walks import log_softmax0, logsumexp0, softmax0      # the column walks' own programs
+from test_column_walks import _layout, log_softmax0, logsumexp0, softmax0      # the column walks' own
 
 
 def logsumexp01(x, g):
@@ -58,19 +58,6 @@ def _calls(fn, x0, g0, n=joined.JOIN_AFTER + 3):
     out = [_grads(cf, x0, g0) for _ in range(n)]
     entry = cf._entry_for((tg.tensor(x0, requires_grad=True), tg.tensor(g0)), {})[0]
     return cf, out, entry
-
-
-def _layout(a, how, rng):
-    if how == "transposed":
-        return np.ascontiguousarray(a.T).T
-    if how == "sliced":
-        big = np.zeros((a.shape[0] + 2,) + tuple(2 * n for n in a.shape[1:]), a.dtype)
-        big[(slice(1, -1),) + (slice(None, None, 2),) * (a.ndim - 1)] = a
-        return big[(slice(1, -1),) + (slice(None, None, 2),) * (a.ndim - 1)]
-    if how == "permuted":
-        perm = rng.permutation(a.ndim)
-        return np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
-    return a
 
 
 def test_the_walk_splits_its_rows_and_joins_them_online(split_everything):
