@@ -218,3 +218,28 @@ def test_long_rows_walk_in_tiles(dtype):
     assert tile < x0.shape[1], text
     tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(got, _np_lse(x0.astype(np.float64), 0)[0], **tol)
+
+
+@pytest.mark.parametrize("reduce", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("alias", ["same", "view", "detach", "apart"])
+def test_an_input_updated_in_place_after_a_column_walk(reduce, alias):
+    """x requires grad and is updated in place after a column normalization of it: the copy of x
+    saved for the backward must not ride along the online walk (its sums then read maxima still
+    being accumulated: fuzz seed 100, program 74, a silent wrong result)."""
+    def f(x0, x1, c):
+        v = getattr(x0 + c, reduce)(dim=0)
+        with tg.no_grad():
+            x1.mul_(0.5)
+        return v
+
+    rng = np.random.default_rng(7)
+    a0, c0 = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+    outs = []
+    for fn in (f, tg.compile(f)):
+        a, c = tg.tensor(a0.copy(), requires_grad=True), tg.tensor(c0.copy(), requires_grad=True)
+        x1 = {"same": a, "view": a.view(a.shape), "detach": a.detach(), "apart": tg.tensor(a0.copy())}[alias]
+        v = fn(a, x1, c)
+        (v * tg.tensor(np.cos(np.arange(v.numel())).reshape(v.shape).astype(np.float32))).sum().backward()
+        outs.append([v.detach().numpy(), a.detach().numpy(), a.grad.numpy(), c.grad.numpy()])
+    for e, g in zip(*outs):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-6)
