@@ -91,6 +91,9 @@ class ModuleBuilder:
         if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
             online_columns(self, f, kernel, ptrs)
         elif kernel.kind == "reduce_acc":
+            if kernel.reads_own_reductions():   # one nest would read maxima still being accumulated
+                raise RuntimeError(f"internal error: reduce_acc kernel {name} reads its own reductions without an "
+                                   f"online column walk; please report it with the function")
             if kernel.schedule is None:               # per-column values once per call (hoist.py)
                 kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
                 prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)

@@ -264,6 +264,13 @@ class Kernel:
             return []
         return [ph for ph in self.phases if ph.kind == "reduce" and set(range(self.split)) <= set(ph.axes)]
 
+    def reads_own_reductions(self):
+        """Whether a reduction of this kernel reads another's result (a sum of exp(x - max)): a
+        reduce_acc kernel computes that only as an online column walk (schedule.online_columns)."""
+        made = {id(v) for ph in self.phases if ph.kind == "reduce" for v, _ in ph.outputs}
+        return any(id(ld.buf) in made for ph in self.phases if ph.kind == "reduce" for _, t in ph.outputs
+                   for ld in loads(t))
+
     def partials(self):
         """The reduce phases whose results each chunk of the outer loop computes apart, for the
         runtime to join: the accumulated ones, or all of a kernel whose threads split its reduced

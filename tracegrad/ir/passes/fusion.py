@@ -347,14 +347,14 @@ def merge_rows(kernels):
             continue
         if k.kind == "loop" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
                 and all(ph.kind == "map" for ph in k.phases) and _same_element(k, out[-1]) \
-                and not _reads_own_reductions(out[-1]):
+                and not out[-1].reads_own_reductions():    # (a map beside it leaves no online walk)
             out[-1].phases.extend(k.phases)       # a map over the same space rides along
             group = None
             continue
         if k.kind == "reduce_acc" and out and out[-1].kind == "loop" and out[-1].shape == k.shape \
                 and all(ph.kind == "map" for ph in out[-1].phases) \
                 and all(ld.offset == 0 and tuple(ld.strides) == contiguous_strides(k.shape)
-                        for ld in k.reads if ld.buf in out[-1].outputs) and not _reads_own_reductions(k):
+                        for ld in k.reads if ld.buf in out[-1].outputs) and not k.reads_own_reductions():
             prev = out.pop()                      # the reduction reads the map's values where they are made
             k.phases[:0] = prev.phases
             group = None
@@ -375,15 +375,6 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = ph.kind
     return out
-
-
-def _reads_own_reductions(k):
-    """Whether a reduction of reduce_acc kernel k reads another's result (a sum of exp(x - max)): only
-    its online column walk computes that right (schedule.online_columns), and a map phase beside the
-    reductions leaves it none, so no map joins such a kernel. (A copy of x saved before an in-place
-    update rode along a softmax over dim 0: its sums then read maxima still being accumulated.)"""
-    made = {id(v) for ph in k.phases if ph.kind == "reduce" for v, _ in ph.outputs}
-    return any(id(ld.buf) in made for ph in k.phases if ph.kind == "reduce" for _, t in ph.outputs for ld in loads(t))
 
 
 def _same_element(k, acc):
