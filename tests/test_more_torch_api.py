@@ -110,6 +110,8 @@ def test_integer_and_bool_tensors_keep_their_dtype():
     assert (b.flip(1).numpy() == (np.arange(12).reshape(3, 4) > 5)[:, ::-1]).all() and b.flip(1).dtype == tg.bool
     assert (a.repeat(2, 2).numpy() == np.tile(np.arange(12).reshape(3, 4), (2, 2))).all()
     assert (a.roll(1, 0).numpy() == np.roll(np.arange(12).reshape(3, 4), 1, 0)).all()
+    one = tg.tensor(np.array([[True]]))             # nothing to move: a copy, still bool
+    assert one.flip(0).dtype == tg.bool and one.roll(1, 0).dtype == tg.bool and one.flip(0) is not one
 
 
 def test_bad_arguments_raise_clearly():

@@ -15,7 +15,7 @@ from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
 from .tensor.base import TensorBase, _ArgError
 from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named
 from .tensor.factories import arange, ones, zeros
-from .tensor.functions import where
+from .tensor.functions import cat, where
 
 
 # ---------------------------------------------------------------- reductions
@@ -534,7 +534,7 @@ def flip(x, dims):
     for d in dims:
         n = x._shape[d]
         out = out[(slice(None),) * d + (arange(n - 1, -1, -1, device=x.device),)] if n > 1 else out
-    return _named(out * 1 if out is x else out, "FlipBackward")
+    return _named(out.clone() if out is x else out, "FlipBackward")
 
 
 def roll(x, shifts, dims=None):
@@ -545,7 +545,6 @@ def roll(x, shifts, dims=None):
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
-    from .tensor.functions import cat
     out = x
     for s, d in zip(shifts, dims):
         d = _norm_axis(d, x.ndim)
@@ -555,7 +554,7 @@ def roll(x, shifts, dims=None):
         s %= n
         head = (slice(None),) * d
         out = cat([out[head + (slice(n - s, n),)], out[head + (slice(0, n - s),)]], d)
-    return _named(out * 1 if out is x else out, "RollBackward")
+    return _named(out.clone() if out is x else out, "RollBackward")
 
 
 def repeat(x, sizes):
