@@ -22,6 +22,9 @@ def test_gpu_check_quick_runs_under_the_simulator():
         row = next(line for line in out.splitlines() if line.startswith(wid + " "))
         cells = row.split()[-5:]
         assert re.fullmatch(r"[\d.]+", cells[0]) and re.fullmatch(r"[\d.]+", cells[1]), row   # tg eager, compiled
+        pipe = out.splitlines()[out.splitlines().index(row) + 1].split()
+        assert pipe[:2] == ["pipe", "ms"] and re.fullmatch(r"[\d.]+", pipe[3]), pipe      # the pipelined time
+    assert "cuBLAS: none: numba's CUDA simulator has no cuBLAS" in out
     assert "goals:" in out and "G4 tg compiled within 1.15x of torch eager" in out
     for peer in ("torch", "jax"):      # absent here: the column says why instead of failing the run
         assert re.search(rf"{peer}[^\n]*(not importable|is False|no GPU backend)", out), out

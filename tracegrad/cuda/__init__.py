@@ -6,7 +6,8 @@ The package's modules: memory.py (device arrays, the counted host<->device copie
 caching allocator behind them: `tg.cuda.empty_cache()`, `memory_allocated()`, ...), eager.py (eager
 primitives on the device, by kind), kernels.py (copy, gather, scatter-add, fill), random.py,
 matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels), argreduce.py,
-rounding.py and scan.py (primitives without a scalar lowering: argmax, floor, prod, cumsum, ...).
+rounding.py and scan.py (primitives without a scalar lowering: argmax, floor, prod, cumsum, ...), info.py
+(`tg.cuda.backend_info()`: versions, toolkit paths, the cuBLAS loaded).
 """
 import os
 
@@ -95,6 +96,12 @@ def manual_seed(seed):
 
 
 manual_seed_all = manual_seed
+
+
+def backend_info():
+    """What the cuda backend runs on: versions, device, NVVM/NVRTC paths, the cuBLAS loaded (cuda/info.py)."""
+    from .info import backend_info as info
+    return info()
 
 
 def _check():

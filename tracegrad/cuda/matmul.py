@@ -16,6 +16,7 @@ import ctypes.util
 import functools
 import math
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -123,12 +124,19 @@ _WARNED = []
 
 
 def _warn_tiled(dtype):
+    """Say once that products run the tiled kernel. On a GPU where libcublas did not load for float32 or
+    float64, that is an install fault costing ~10x: also an ERROR line on stderr, which no warning filter
+    hides (tg.cuda.backend_info() says which libraries were tried)."""
     if _WARNED:
         return
     _WARNED.append(True)
+    missing = not simulated() and np.dtype(dtype) in (np.float32, np.float64)
     why = ("numba's CUDA simulator has no cuBLAS" if simulated() else
-           f"no cuBLAS for {np.dtype(dtype)}" if np.dtype(dtype) not in (np.float32, np.float64) else
-           "libcublas was not found (pip install -e '.[gpu]' installs it)")
+           "libcublas was not found (pip install -e '.[gpu]' installs it)" if missing else
+           f"no cuBLAS for {np.dtype(dtype)}")
+    if missing:
+        print(f"tracegrad ERROR: no cuBLAS loaded (tried: {', '.join(candidates())}); matrix products run a "
+              "tiled numba.cuda kernel, about 10x slower", file=sys.stderr, flush=True)
     warnings.warn(f"tracegrad: matrix products on cuda run a tiled numba.cuda kernel: {why}", RuntimeWarning,
                   stacklevel=4)
 
