@@ -1,4 +1,6 @@
-"""Reverse mode: graph nodes, the iterative backward engine, version checks, retained gradients."""
+"""Reverse mode: graph nodes, the iterative backward engine, version checks, retained gradients, hooks run
+when a leaf's .grad is accumulated, and callbacks queued for the end of a backward pass."""
+import threading
 import weakref
 
 from . import modes
@@ -131,6 +133,70 @@ def _leaf_edges(node):
     return True
 
 
+class RemovableHandle:
+    """What registering a hook returns: `remove()` unregisters it."""
+
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
+_POST_ACCUMULATE = {}      # id(leaf) -> (weak reference to the leaf, [hook(leaf)])
+
+
+def register_post_accumulate_grad_hook(t, hook):
+    """t.register_post_accumulate_grad_hook(hook): hook(t) runs each time a backward pass has accumulated
+    t's gradient into t.grad (as soon as no later node of that pass can add to it), as PyTorch's."""
+    if t.grad_fn is not None or not t._requires_grad:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors or tensors that "
+                           "do not require grad")
+    key = id(t)
+    entry = _POST_ACCUMULATE.get(key)
+    if entry is None or entry[0]() is not t:
+        entry = _POST_ACCUMULATE[key] = (weakref.ref(t, lambda _, k=key: _POST_ACCUMULATE.pop(k, None)), [])
+    entry[1].append(hook)
+    return RemovableHandle(entry[1], hook)
+
+
+class _Callbacks(threading.local):
+    def __init__(self):
+        self.stack = []         # one list per backward pass running in this thread, innermost last
+
+
+_callbacks = _Callbacks()
+
+
+def queue_callback(fn):
+    """Run fn() when the backward pass running now (in this thread) has accumulated every gradient, in
+    the order queued (PyTorch's Variable._execution_engine.queue_callback)."""
+    if not _callbacks.stack:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    _callbacks.stack[-1].append(fn)
+
+
+def _accumulate_leaf(leaf, g, create_graph, owned, interp):
+    """Accumulate g into leaf.grad, then run the leaf's post-accumulate hooks."""
+    _into_grad(leaf, g, create_graph, owned, interp)
+    entry = _POST_ACCUMULATE.get(id(leaf))
+    if entry is not None and entry[0]() is leaf:
+        for hook in list(entry[1]):
+            hook(leaf)
+
+
+def _hooked_leaf_uses(order):
+    """{id(leaf): the number of nodes in `order` with an edge to it}, for leaves with post-accumulate
+    hooks: their gradient is final, and accumulated at once, when the last of those nodes has run."""
+    uses = {}
+    for node in order:
+        for e in node.edges:
+            if e is not None and not isinstance(e, tuple) and id(e) in _POST_ACCUMULATE:
+                uses[id(e)] = uses.get(id(e), 0) + 1
+    return uses
+
+
 def _backward_one(node, g, retain_graph, create_graph):
     """run_backward, eagerly, for a graph of one node with one output whose inputs are leaves (a
     compiled call's, the usual case): the same steps without the bookkeeping of a graph."""
@@ -150,7 +216,7 @@ def _backward_one(node, g, retain_graph, create_graph):
             prev = leaf_grads.get(id(e))      # a leaf twice among the inputs: its gradients sum
             leaf_grads[id(e)] = (e, g, owned) if prev is None else (e, prev[1] + g, True)
     for leaf, g, owned in leaf_grads.values():
-        _into_grad(leaf, g, create_graph, owned, modes.eager)
+        _accumulate_leaf(leaf, g, create_graph, owned, modes.eager)
 
 
 def ones_backward(t, retain_graph):
@@ -159,7 +225,8 @@ def ones_backward(t, retain_graph):
     interpreter follows the backward: True when it ran, False when run_backward must."""
     node = t.grad_fn
     fast = getattr(node, "ones_backward", None)
-    return fast is not None and t._requires_grad and not _Mode.interpreters and fast(node, bool(retain_graph))
+    return fast is not None and t._requires_grad and not _Mode.interpreters and not _POST_ACCUMULATE and \
+        fast(node, bool(retain_graph))
 
 
 def _accumulate(a, b):
@@ -168,6 +235,18 @@ def _accumulate(a, b):
 
 def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None, allow_unused=False):
     """The backward engine. Accumulates into leaf .grad, or, with `inputs`, returns their gradients."""
+    if inputs is not None:
+        return _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused)
+    _callbacks.stack.append([])
+    try:
+        _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused)
+        for fn in _callbacks.stack[-1]:
+            fn()
+    finally:
+        _callbacks.stack.pop()
+
+
+def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused):
     interp = interpreter()
     hooked = interp is not modes.eager     # an interpreter that follows the backward (a tracer)
     if hooked:
@@ -201,8 +280,14 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     results = {}
     prev_mode, _Mode.grad = _Mode.grad, bool(create_graph)
     _quiet.depth += 1              # VJP rules broadcast on purpose: no suspicious-broadcast warnings
+    order = _toposort(roots)
+    uses = _hooked_leaf_uses(order) if _POST_ACCUMULATE and inputs is None else None
+    done = None
     try:
-        for node in _toposort(roots):
+        for node in order:
+            if uses and done is not None:       # the node before this one has run: its leaves may be complete
+                _leaves_done(done, uses, leaf_grads, create_graph, interp)
+            done = node
             grads = pending.pop(id(node), None)
             if grads is None:
                 continue
@@ -248,7 +333,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
     if inputs is None:
         for leaf, g, owned in leaf_grads.values():
             if g is not None:
-                _into_grad(leaf, g, create_graph, owned, interp)
+                _accumulate_leaf(leaf, g, create_graph, owned, interp)
         return None
     for leaf, g, _ in leaf_grads.values():
         if id(leaf) in wanted:
@@ -261,6 +346,18 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
                                "Set allow_unused=True if this is the desired behavior.")
         out.append(g)
     return tuple(out)
+
+
+def _leaves_done(done, uses, leaf_grads, create_graph, interp):
+    """Node `done` has run: each hooked leaf it reaches whose every use has now run gets its gradient
+    accumulated at once, so that its hooks run while the rest of the pass computes."""
+    for e in done.edges:
+        if e is not None and not isinstance(e, tuple) and id(e) in uses:
+            uses[id(e)] -= 1
+            if not uses[id(e)]:
+                found = leaf_grads.pop(id(e), None)
+                if found is not None:
+                    _accumulate_leaf(found[0], found[1], create_graph, found[2], interp)
 
 
 def retain(t):

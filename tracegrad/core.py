@@ -7,7 +7,9 @@ what they need from these fields and keep no list of op names of their own.
 - `kind` (KINDS): "elementwise" (one element out per element in, broadcasting),
   "reduction", "view" (the result shares the input's memory: reshape, permute, expand, slice),
   "copy" (rearranges into new memory: cat, unslice), "index" (integer-tensor indexing),
-  "extern" (a library call: matmul), "creation", "random" (never merged or folded).
+  "extern" (a library call: matmul), "creation", "random" (never merged or folded), "collective"
+  (communication with the other processes of a distributed run: never merged, folded or removed).
+  `Prim.effect`: random and collective primitives, whose every call counts, not only its value.
 - `rule(shapes, dtypes, **attrs) -> (shape, dtype)`: the type rule (eager dispatch, shape inference).
 - `impl(*arrays, **attrs)`: the NumPy implementation (eager tensors, the `interpret` backend,
   host kernels of compiled code).
@@ -48,7 +50,8 @@ tensor method, and tensor/dispatch.py installs the dispatcher behind `bind`.
 """
 import numpy as np
 
-KINDS = ("elementwise", "reduction", "view", "copy", "index", "extern", "creation", "random")
+KINDS = ("elementwise", "reduction", "view", "copy", "index", "extern", "creation", "random", "collective")
+EFFECTS = ("random", "collective")
 COSTS = ("cheap", "transcendental")
 ZEROS = ("any", "all", "first", "branches")
 FLOAT = ("float32", "float64")                                 # lowered dtypes of float-only ops
@@ -68,7 +71,7 @@ def bind(name, *inputs, **attrs):
 class Prim:
     """One primitive: the fields are described in this module's docstring."""
     __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
-                 "lower", "dtypes", "cost", "remap", "zero", "backward_name")
+                 "lower", "dtypes", "cost", "remap", "zero", "backward_name", "effect")
 
     def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None,
                  zero=None):
@@ -88,6 +91,7 @@ class Prim:
             raise ValueError(f"primitive {name}: zero {zero!r} is not one of {ZEROS}")
         self.lower, self.dtypes, self.cost, self.remap, self.zero = lower, tuple(dtypes), cost, remap, zero
         self.differentiable = vjp is not None
+        self.effect = kind in EFFECTS
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
 
     def __repr__(self):

@@ -125,5 +125,10 @@ def _pointwise(p, arrays, attrs, shape, dtype):
                      dtype)
 
 
+def _collective(p, arrays, attrs, shape, dtype):
+    """The process group's backend takes the device arrays (NCCL; MPI refuses them, naming the backend to use)."""
+    return p.impl(*arrays, **attrs)
+
+
 _KINDS = dict(view=_view, copy=_copy, index=_index, creation=_creation, random=_random, extern=_extern,
-              elementwise=_pointwise, reduction=_pointwise)     # kind -> how the device computes it
+              elementwise=_pointwise, reduction=_pointwise, collective=_collective)     # kind -> how the device computes it

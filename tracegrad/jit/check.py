@@ -55,7 +55,7 @@ def _values(graph, arrays, drawn):
     env = {id(v): np.asarray(a) for v, a in zip(graph.inputs, arrays)}
     for n in graph.nodes:
         p = PRIMS.get(n.op)
-        if p is not None and p.kind == "random" and id(n.out) in drawn:
+        if p is not None and p.effect and id(n.out) in drawn:
             env[id(n.out)] = drawn[id(n.out)]
         else:
             env[id(n.out)] = evaluate(n, [env[id(i)] for i in n.inputs])

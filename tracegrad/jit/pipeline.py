@@ -110,7 +110,7 @@ def forward_with_gradient(entry):
     graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at))
     if sum(k.bytes_moved() for k in fuse(graph, entry.cf.fuse)[0]) > (1 - JOIN_GAIN) * apart:
         return None
-    keep = any(PRIMS[n.op].kind == "random" for n in entry.fwd.nodes if n.op in PRIMS)
+    keep = any(PRIMS[n.op].effect for n in entry.fwd.nodes if n.op in PRIMS)
     if not keep:
         graph = optimize(join(entry.fwd, entry.bwd, entry.n_diff, entry.saved_at, keep_saved=False))
     programs, _, _, runs = lower([graph], entry.backend, entry.device, entry.cf.fuse, [()])

@@ -12,7 +12,7 @@ import numpy as np
 from .. import composites as C
 from .. import dtypes as D
 from .. import ops
-from ..autograd import ones_backward, run_backward
+from ..autograd import ones_backward, register_post_accumulate_grad_hook, run_backward
 from ..device import CPU, to_device
 from ..device import device as Device
 from ..ops import normalize_axes
@@ -555,6 +555,9 @@ class Tensor(TensorBase):
                                f"has a shape of {self.shape}.")
         retain = create_graph if retain_graph is None else retain_graph
         run_backward([self], [gradient], retain, create_graph)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        return register_post_accumulate_grad_hook(self, hook)
 
     def _implicit_gradient(self, create_graph):
         """backward()'s gradient of a one-element tensor: ones (with create_graph it may be stored as a

@@ -37,7 +37,7 @@ def _merges(graph, attrs):
 def _key(n, ins, attrs):
     """What node n (inputs `ins`) is the same computation as another by, or None (a random draw)."""
     p = PRIMS.get(n.op)
-    if p is not None and p.kind == "random":
+    if p is not None and p.effect:
         return None
     a = attrs.get(id(n))
     if a is None:

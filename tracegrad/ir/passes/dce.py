@@ -25,4 +25,4 @@ def dce(graph):
 
 def is_effect(node):
     p = PRIMS.get(node.op)
-    return p is not None and p.kind == "random"
+    return p is not None and p.effect

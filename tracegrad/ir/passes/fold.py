@@ -25,7 +25,7 @@ def _folded(n, ins):
     """The constant node n computes from inputs `ins` when they are all constants and its result is
     uniform (a Python number), else None."""
     p = PRIMS.get(n.op)
-    if n.op == "const" or p is None or p.kind in ("random",) or not ins or \
+    if n.op == "const" or p is None or p.effect or not ins or \
             not all(i.node is not None and i.node.op == "const" for i in ins):
         return None
     scalar = p.kind == "elementwise"
