@@ -177,22 +177,29 @@ def queue_callback(fn):
     _callbacks.stack[-1].append(fn)
 
 
+def _hooks_of(leaf, interp):
+    """The post-accumulate hooks of the tensor that owns leaf's .grad (under a tracer, the real tensor a
+    traced leaf stands for), and that tensor; ((), None) when it has none."""
+    owner = leaf if interp is modes.eager else interp.grad_owner(leaf)
+    entry = _POST_ACCUMULATE.get(id(owner))
+    return (entry[1], owner) if entry is not None and entry[0]() is owner else ((), None)
+
+
 def _accumulate_leaf(leaf, g, create_graph, owned, interp):
-    """Accumulate g into leaf.grad, then run the leaf's post-accumulate hooks."""
+    """Accumulate g into leaf.grad, then run the post-accumulate hooks of the tensor holding it."""
     _into_grad(leaf, g, create_graph, owned, interp)
-    entry = _POST_ACCUMULATE.get(id(leaf))
-    if entry is not None and entry[0]() is leaf:
-        for hook in list(entry[1]):
-            hook(leaf)
+    hooks, owner = _hooks_of(leaf, interp) if _POST_ACCUMULATE else ((), None)
+    for hook in list(hooks):
+        hook(owner)
 
 
-def _hooked_leaf_uses(order):
+def _hooked_leaf_uses(order, interp):
     """{id(leaf): the number of nodes in `order` with an edge to it}, for leaves with post-accumulate
     hooks: their gradient is final, and accumulated at once, when the last of those nodes has run."""
     uses = {}
     for node in order:
         for e in node.edges:
-            if e is not None and not isinstance(e, tuple) and id(e) in _POST_ACCUMULATE:
+            if e is not None and not isinstance(e, tuple) and (id(e) in uses or _hooks_of(e, interp)[0]):
                 uses[id(e)] = uses.get(id(e), 0) + 1
     return uses
 
@@ -281,7 +288,7 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused
     prev_mode, _Mode.grad = _Mode.grad, bool(create_graph)
     _quiet.depth += 1              # VJP rules broadcast on purpose: no suspicious-broadcast warnings
     order = _toposort(roots)
-    uses = _hooked_leaf_uses(order) if _POST_ACCUMULATE and inputs is None else None
+    uses = _hooked_leaf_uses(order, interp) if _POST_ACCUMULATE and inputs is None else None
     done = None
     try:
         for node in order:
