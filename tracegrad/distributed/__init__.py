@@ -18,17 +18,14 @@ import traceback
 from ..autograd import no_grad
 from ..core import bind
 from ..ops import collective
-
-__all__ = ["ReduceOp", "Work", "init_process_group", "is_initialized", "is_available", "get_rank",
-           "get_world_size", "get_backend", "barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter",
-           "destroy_process_group"]
+from .mpi import DistributedTimeout
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 class ReduceOp:
     """The reductions of all_reduce and reduce_scatter (PyTorch's names)."""
-    SUM, AVG, MAX, MIN, PRODUCT = "sum", "avg", "max", "min", "product"
+    SUM, AVG, MAX, MIN, PRODUCT = "SUM", "AVG", "MAX", "MIN", "PRODUCT"
 
 
 def is_available():
@@ -143,7 +140,7 @@ def _reduced(tensor, op, name):
     if op == ReduceOp.AVG and not tensor.dtype.is_floating_point:
         raise RuntimeError(f"{name}: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}")
     world = get_world_size()
-    out = bind(name, tensor, op="sum" if op == ReduceOp.AVG else op, **({"world": world} if name != "all_reduce" else {}))
+    out = bind(name, tensor, op=ReduceOp.SUM if op == ReduceOp.AVG else op, **({"world": world} if name != "all_reduce" else {}))
     return out / world if op == ReduceOp.AVG else out
 
 

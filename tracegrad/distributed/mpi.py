@@ -10,8 +10,13 @@ import numpy as np
 
 _DTYPE_CODES = {np.dtype(t): k for k, t in enumerate(
     (np.float32, np.float64, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_))}
-_COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
 _MAX_DIMS = 8
+
+
+def _collectives():
+    """The collectives' names, as the table has them (and the barrier, which carries no tensor)."""
+    from ..core import PRIMS
+    return sorted(n for n, p in PRIMS.items() if p.kind == "collective") + ["barrier"]
 
 
 class DistributedTimeout(RuntimeError):
@@ -29,7 +34,7 @@ class MPIBackend:
                                "(or pip install -e '.[distributed]')") from None
         self.MPI, self.comm, self.timeout = MPI, MPI.COMM_WORLD.Dup(), float(timeout)
         self.rank, self.world = self.comm.Get_rank(), self.comm.Get_size()
-        self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "product": MPI.PROD}   # avg: sum, then / world
+        self._ops = {"SUM": MPI.SUM, "MAX": MPI.MAX, "MIN": MPI.MIN, "PRODUCT": MPI.PROD}   # AVG: SUM, then / world
 
     # ------------------------------------------------------------ waiting, checking
     def wait(self, request, what):
@@ -51,7 +56,7 @@ class MPIBackend:
         if arr.ndim > _MAX_DIMS:
             raise RuntimeError(f"{collective}: tensors of more than {_MAX_DIMS} dimensions are not supported")
         mine = np.full(3 + _MAX_DIMS, -1, np.int64)
-        mine[0], mine[1], mine[2] = _COLLECTIVES.index(collective), _DTYPE_CODES.get(arr.dtype, 99), arr.ndim
+        mine[0], mine[1], mine[2] = _collectives().index(collective), _DTYPE_CODES.get(arr.dtype, 99), arr.ndim
         mine[3:3 + arr.ndim] = arr.shape
         every = np.empty((self.world, mine.size), np.int64)
         self.wait(self.comm.Iallgather(mine, every), f"{collective} (comparing the ranks' tensors)")
@@ -64,7 +69,7 @@ class MPIBackend:
     @staticmethod
     def _describe(row):
         dtypes = {k: str(t) for t, k in _DTYPE_CODES.items()}
-        return f"{_COLLECTIVES[row[0]]} of {dtypes.get(int(row[1]), '?')} {tuple(int(n) for n in row[3:3 + row[2]])}"
+        return f"{_collectives()[row[0]]} of {dtypes.get(int(row[1]), '?')} {tuple(int(n) for n in row[3:3 + row[2]])}"
 
     def _host(self, x, collective):
         if not isinstance(x, np.ndarray):

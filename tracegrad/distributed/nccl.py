@@ -29,7 +29,7 @@ class NCCLBackend(MPIBackend):
         uid = np.array(nccl.get_unique_id(), np.int8) if self.rank == 0 else np.empty(NCCL_ID_BYTES, np.int8)
         self.wait(self.comm.Ibcast(uid, root=0), "sharing the NCCL id")
         self.nc = nccl.NcclCommunicator(self.world, tuple(int(b) for b in uid), self.rank)
-        self._nops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN, "product": nccl.NCCL_PROD}
+        self._nops = {"SUM": nccl.NCCL_SUM, "MAX": nccl.NCCL_MAX, "MIN": nccl.NCCL_MIN, "PRODUCT": nccl.NCCL_PROD}
         self._types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
                        np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int64): nccl.NCCL_INT64,
                        np.dtype(np.int32): nccl.NCCL_INT32, np.dtype(np.uint8): nccl.NCCL_UINT8}

@@ -82,9 +82,9 @@ class DistributedDataParallel(Module):
         flat = cat([g.reshape(-1) if g is not None else zeros(p.numel(), dtype=p.dtype, device=p.device)
                     for g, p in zip(grads, (self._synced[j] for j in self._buckets[b]))])
         if modes.interpreter() is modes.eager and flat.device.type == "cpu":
-            self._pass.inflight[b] = (flat, backend().start_all_reduce(flat._data, "sum"))
+            self._pass.inflight[b] = (flat, backend().start_all_reduce(flat._data, "SUM"))
         else:                                 # traced (a compiled step) or cuda: a collective of the program
-            self._pass.inflight[b] = (bind("all_reduce", flat, op="sum"), None)
+            self._pass.inflight[b] = (bind("all_reduce", flat, op="SUM"), None)
 
     def _finish(self):
         st, world = self._pass, dist.get_world_size()

@@ -5,7 +5,7 @@ program, so the order holds there too); in
 compiled code each runs as a host step. Not differentiable (as PyTorch's torch.distributed calls).
 
 The implementation is the process group's backend (MPI or NCCL), installed in BACKEND by
-tracegrad.distributed.init_process_group; `op` is "sum", "max", "min" or "product" (an average is a sum
+tracegrad.distributed.init_process_group; `op` is "SUM", "MAX", "MIN" or "PRODUCT" (an average is a sum
 divided by the world size, in tracegrad.distributed)."""
 from ..core import prim
 
