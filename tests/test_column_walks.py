@@ -186,7 +186,11 @@ def test_compiled_joined_eager_interpret_numpy_agree(monkeypatch, fn, sizes, dty
     scale = max(1.0, abs(want))
     tol = dict(rtol=3e-4, atol=3e-4 * scale) if dtype == np.float32 else dict(rtol=1e-9, atol=1e-9 * scale)
     gscale = max(np.abs(wide[1]).max(), np.abs(g0).max())     # dx's terms (g, g * p, g / std) cancel
-    gtol = dict(rtol=3e-4, atol=3e-4 * gscale) if dtype == np.float32 else dict(rtol=1e-8, atol=1e-9 * gscale)
+    # where they cancel hardest (a column of two nearly equal values: g / std in the hundreds) float32 itself
+    # is that far off: no tighter than eager float32's own error (seed 13, colnorm (2, 301): eager 4.28e-3 off at a
+    # zero gradient, compiled 4.29e-3)
+    own = 4 * float(np.abs(eager[1] - wide[1]).max()) if dtype == np.float32 else 0.0
+    gtol = dict(rtol=3e-4, atol=max(3e-4 * gscale, own)) if dtype == np.float32 else dict(rtol=1e-8, atol=1e-9 * gscale)
     for got in [eager, ref] + calls:
         np.testing.assert_allclose(got[0], want, **tol)
         np.testing.assert_allclose(got[1], wide[1], **gtol)
