@@ -26,6 +26,7 @@ import numpy as np
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
+from tracegrad.bench.load import Load
 
 TARGET = 0.95
 
@@ -92,7 +93,8 @@ def main(argv=None):
     # --- eager ---------------------------------------------------------------------------
     model = make_model(seed=0)
     opt = tg.optim.Adam(model.parameters(), lr=args.lr)
-    acc, times, _ = train("eager", lambda x, y: eager_step(model, opt, x, y), model, x, y, steps, log_every)
+    with Load() as eager_load:
+        acc, times, _ = train("eager", lambda x, y: eager_step(model, opt, x, y), model, x, y, steps, log_every)
     eager_ms = statistics.median(times) * 1e3
     ok = acc >= TARGET
     print(f"eager: final training accuracy {acc:.1%} (target {TARGET:.0%}: {'reached' if ok else 'MISSED'}); "
@@ -116,8 +118,9 @@ def main(argv=None):
         return loss
 
     try:
-        cacc, ctimes, first = train("compiled", lambda x, y: train_step(cmodel, copt, x, y), cmodel, x, y,
-                                    steps, log_every)
+        with Load() as compiled_load:
+            cacc, ctimes, first = train("compiled", lambda x, y: train_step(cmodel, copt, x, y), cmodel, x, y,
+                                        steps, log_every)
     except Exception as e:  # no silent fallback: say what failed and exit non-zero
         traceback.print_exc()
         print(f"\nERROR: tg.compile failed on the training step: {type(e).__name__}: {e}", file=sys.stderr)
@@ -130,6 +133,9 @@ def main(argv=None):
     print(f"{'eager':10s} {eager_ms:9.3f} ms {'':>11s} {acc:10.1%}")
     print(f"{'compiled':10s} {compiled_ms:9.3f} ms {first:9.3f} s {cacc:10.1%}")
     print(f"speed-up: {eager_ms / compiled_ms:.2f}x")
+    for label, load in (("eager", eager_load), ("compiled", compiled_load)):
+        if load.note():
+            print(f"WARNING ({label} run): {load.note()}")
     print(f"final accuracy: {acc:.1%} eager, {cacc:.1%} compiled")
     return 0 if ok and cok else 1
 

@@ -1,8 +1,10 @@
-"""The reference workloads' definitions (W7, W8), the per-output tolerance check, the bandwidth floor."""
+"""The reference workloads' definitions (W7, W8), the per-output tolerance check, the floors, the third-call
+check and the load measure."""
 import numpy as np
 
-from tracegrad.bench import Result, check
-from tracegrad.bench.floor import FLOOR, floor_lines, floor_setup
+from tracegrad.bench import Result, bench_workload, check, third_call
+from tracegrad.bench.floor import Floor, bandwidth, floor_lines, floor_setup
+from tracegrad.bench.load import BUSY, Load
 from tracegrad.bench.workloads import WORKLOADS, _np, find
 
 
@@ -49,19 +51,83 @@ def test_check_names_each_output_over_its_tolerance():
     assert check(outs, refs)[1] is None                        # the default tolerance, 1e-3
 
 
-def test_floor_lines_give_time_over_floor():
+def test_floor_lines_give_time_over_the_larger_floor():
     w = find("W1")
-    res = {"numpy": Result(), "tg compiled": Result(), FLOOR[0]: Result(), FLOOR[1]: Result()}
-    res[FLOOR[0]].times = [w.floor_bytes / 10e9]                   # the faster copy: 10 GB/s
-    res[FLOOR[1]].times = [w.floor_bytes / 5e9]
-    res["numpy"].times = [w.floor_bytes / 10e9 * 3]               # 3x the floor
+    f = Floor()
+    f.rates = {"copy, threads": 5.0, "triad, threads": 10.0}      # the best: 10 GB/s
+    f.memory = w.floor_bytes / 10e9
+    res = {"numpy": Result(), "tg eager": Result(), "tg compiled": Result()}
+    res["numpy"].times = [f.memory * 3]                           # 3x the bandwidth floor
+    res["tg eager"].times = [f.memory / 2]                        # faster than the floor: it read low
     res["tg compiled"].failure = "broken"
-    lines = floor_lines([(w, res), (find("W4"), res)], ["numpy", "tg compiled"], 14)
-    assert "copy bandwidth" in lines[0] and len(lines) == 3       # W4 has no floor
+    cols = ["numpy", "tg eager", "tg compiled"]
+    lines = floor_lines([(w, res), (find("W4"), res)], cols, 14, {"W1": f})
+    assert "best copy or triad bandwidth" in lines[0] and len(lines) == 3      # W4 has no floor
     assert lines[2].startswith("W1 gelu_fwd") and " 10.0" in lines[2] and "3.00x" in lines[2]
-    assert lines[2].rstrip().endswith("-")
+    assert "below" in lines[2] and lines[2].rstrip().endswith("-")
+    f.compute = f.memory * 2                                      # compute-bound: the floor doubles
+    assert "1.50x" in floor_lines([(w, res)], cols, 14, {"W1": f})[2]
+
+
+def test_bandwidth_of_copy_and_triad():
+    rates = bandwidth(1 << 20, rounds=2)
+    assert set(rates) == {"copy, threads", "triad, threads", "copy, one thread"}
+    assert all(r > 0 for r in rates.values())
+
+
+def test_the_third_call_is_checked_as_well_as_the_first():
+    """A column whose later calls go wrong fails the run, though its first call is right."""
+    w = find("W6")
+    calls = []
+    good = w.columns["tg eager"]
+
+    def drifting(inp):
+        run = good(inp)
+
+        def wrong_later():
+            calls.append(1)
+            outs = run()
+            return outs if len(calls) == 1 else [_np(o) * 1.01 for o in outs]
+        return wrong_later
+    w.columns["drifting"] = drifting
+    try:
+        res, _ = bench_workload(w, ["numpy", "tg eager", "drifting"], 1, 0.001)
+    finally:
+        del w.columns["drifting"]
+    assert res["tg eager"].failure is None and res["tg eager"].later_error < 1e-5
+    assert res["drifting"].error < 1e-4 and res["drifting"].failure.startswith("the third call's result differs")
+
+
+def test_a_training_steps_third_call_is_its_update():
+    w = find("W4")
+    inp = w.inputs()
+    run = w.columns["tg eager"](inp)
+    run()
+    loss, *deltas = third_call(run, True)
+    assert np.ndim(loss) == 0 and all(0 < np.abs(d).max() < 1e-2 for d in deltas)   # lr 0.01 times a gradient
+
+
+def test_load_sees_another_process():
+    import subprocess
+    import sys
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        with Load() as load:
+            spin.wait()
+    finally:
+        spin.kill()
+    assert load.others is not None and load.others > BUSY / 2 and "not meaningful" in load.note()
 
 
 def test_floor_copies_move_the_workloads_bytes():
     for threaded in (True, False):
         assert floor_setup(1 << 20, threaded)() == []            # 512 KiB read, 512 KiB written
+
+
+def test_ab_outside_a_git_checkout_says_what_to_do(tmp_path, monkeypatch):
+    import pytest
+
+    from tracegrad.bench import ab
+    monkeypatch.setattr(ab, "ROOT", str(tmp_path))
+    with pytest.raises(SystemExit, match="run it from a git clone of tracegrad"):
+        ab._load_old("main")

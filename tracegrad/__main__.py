@@ -82,7 +82,8 @@ def main(argv=None):
 
     b = sub.add_parser("bench", help="run the reference workloads W1-W8 (or --eager: eager op overhead)")
     b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W8 or its name, e.g. softmax_fwd")
-    b.add_argument("--quick", action="store_true", help="fewer, shorter rounds (about 30 s in all)")
+    b.add_argument("--quick", action="store_true",
+                   help="fewer, shorter rounds (about 1-2 minutes with torch's columns, most of it compiling)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
     b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")
     b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")

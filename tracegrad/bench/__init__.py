@@ -2,12 +2,15 @@
 
 For each workload every available column is set up on the same inputs; its first call is
 timed (trace + compile for compiled columns) and its results are checked against a float64
-NumPy reference; then the columns run in interleaved rounds (numpy, tg eager, tg compiled,
-... in turn, `repeats` rounds), each sample timing enough calls to last a few ms, and the
-median per call is reported with its ratio to NumPy's median in the same run. A column
-whose result is wrong, or that raises, fails the run (exit status 1) after the table; a column
-without a version of a workload (a peer's built-in op) shows "-". A memory-bound workload's
-bandwidth floor (floor.py) is timed in the same rounds.
+NumPy reference, and its third call against the NumPy column's third (for a training step: the
+third update, the parameters' change over that call), so a later call that goes wrong is not timed
+unseen; then the columns run in interleaved rounds (numpy, tg eager, tg compiled, ... in turn,
+`repeats` rounds), each sample timing enough calls to last a few ms, and the median per call is
+reported with its ratio to NumPy's median in the same run. A column whose result is wrong, or that
+raises, fails the run (exit status 1) after the table; a column without a version of a workload (a
+peer's built-in op) shows "-". The floors (floor.py) are measured before any workload; the share of
+the machine other processes used while each workload was timed (load.py) is printed, with a warning
+where it passed 10 %.
 """
 import importlib.util
 import math
@@ -19,7 +22,9 @@ import traceback
 
 import numpy as np
 
-from .floor import FLOOR, floor_lines, floor_setup
+from .floor import floor_lines
+from .floor import measure as measure_floors
+from .load import Load
 from .workloads import WORKLOADS, _np, find
 
 TOLERANCE = 1e-3    # max |out - ref| / max |ref|, per output, for float32 results
@@ -79,24 +84,35 @@ def _sample(run, inner):
 class Result:
     def __init__(self):
         self.times, self.first, self.error, self.failure, self.absent = [], None, None, None, False
+        self.later_error = None
 
     @property
     def median(self):
         return statistics.median(self.times) if self.times else None
 
 
+def third_call(run, stateful):
+    """The outputs of run's third call (it has been called once): for a training step, its loss and the
+    change of each parameter over that call."""
+    second = [_np(o) for o in run()]
+    third = [_np(o) for o in run()]
+    if not stateful:
+        return third
+    return [third[0]] + [np.asarray(a, np.float64) - b for a, b in zip(second[1:], third[1:])]
+
+
 def bench_workload(w, columns, repeats, target_s, log=print):
+    """({column: Result}, Load of the timed rounds)."""
     inp = w.inputs()
     refs = w.reference(inp)
     if w.implied:
         refs = [np.asarray(r, dtype=np.float64) for r in w.implied(inp, refs)]
+    numpy_run = w.columns["numpy"](inp)
+    numpy_run()
+    later_refs = [np.asarray(r, np.float64) for r in third_call(numpy_run, w.stateful)]
     results, runs = {}, {}
-    for col in columns + (list(FLOOR) if w.floor_bytes else []):
+    for col in columns:
         res = results[col] = Result()
-        if col in FLOOR:
-            run = floor_setup(w.floor_bytes, threaded=col == FLOOR[0])
-            runs[col] = (run, _calibrate(run, target_s))
-            continue
         try:
             run = w.columns[col](inp)
             if run is None:                                   # no such op in this column's library
@@ -109,15 +125,20 @@ def bench_workload(w, columns, repeats, target_s, log=print):
             if w.implied:
                 outs = w.implied(inp, outs)
             res.error, res.failure = check(outs, refs, w.tolerances)
-            runs[col] = (run, _calibrate(run, target_s))
+            if res.failure is None:
+                res.later_error, failure = check(third_call(run, w.stateful), later_refs, w.tolerances)
+                res.failure = failure and "the third call's " + failure
+            if res.failure is None:
+                runs[col] = (run, _calibrate(run, target_s))
         except Exception as e:  # noqa: BLE001 -- reported in the table, fails the run
             res.failure = f"{type(e).__name__}: {e}"
             log(f"  {w.id} {col}: FAILED\n" + "".join("    " + line for line in
                                                       traceback.format_exc().splitlines(True)[-12:]))
-    for r in range(repeats):                                  # interleaved rounds
-        for col, (run, inner) in runs.items():
-            results[col].times.append(_sample(run, inner))
-    return results
+    with Load() as load:
+        for r in range(repeats):                              # interleaved rounds
+            for col, (run, inner) in runs.items():
+                results[col].times.append(_sample(run, inner))
+    return results, load
 
 
 def _fmt_ms(s):
@@ -125,8 +146,8 @@ def _fmt_ms(s):
     return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
 
 
-def print_table(rows, columns, out=print):
-    """rows: [(workload, {col: Result})] (with the floor's pseudo-column where timed)."""
+def print_table(rows, columns, out=print, floors=None, loads=None):
+    """rows: [(workload, {col: Result})]; floors: {workload id: floor.Floor}; loads: {workload id: Load}."""
     width = max(14, *(len(c) + 2 for c in columns))
     head = f"{'workload':24s}" + "".join(f"{c:>{width}s}" for c in columns)
     out("median ms per call (ratio to numpy in this run)")
@@ -157,16 +178,28 @@ def print_table(rows, columns, out=print):
             out(f"{w.id + ' ' + w.name:24s}" + "".join(
                 f"{('-' if res[c].first is None else f'{res[c].first:.3f}'):>{width}s}" for c in compiled))
     out("")
-    out(f"max rel error vs float64 reference (max|out-ref|/max|ref| per output; tolerance {TOLERANCE:g} "
-        f"unless the workload sets its own)")
+    out(f"max rel error, first call vs float64 reference / third call vs NumPy's third (max|out-ref|/max|ref| "
+        f"per output; a training step's third: its update; tolerance {TOLERANCE:g} unless the workload sets its own)")
     for w, res in rows:
-        out(f"{w.id + ' ' + w.name:24s}" + "".join(
-            f"{('-' if res[c].error is None else f'{res[c].error:.1e}'):>{width}s}" for c in columns))
-    floor = floor_lines(rows, columns, width)
+        out(f"{w.id + ' ' + w.name:24s}" + "".join(f"{_errors(res[c]):>{width}s}" for c in columns))
+    floor = floor_lines(rows, columns, width, floors or {})
     if len(floor) > 2:
         out("")
         for line in floor:
             out(line)
+    if loads:
+        out("")
+        out("other processes' share of the machine while each workload was timed: " + ", ".join(
+            f"{w.id} {'?' if loads[w.id].others is None else f'{loads[w.id].others:.0%}'}" for w, _ in rows))
+        for w, _ in rows:
+            if loads[w.id].note():
+                out(f"WARNING {w.id}: {loads[w.id].note()}")
+
+
+def _errors(r):
+    if r.error is None:
+        return "-"
+    return f"{r.error:.1e}" + ("" if r.later_error is None else f"/{r.later_error:.1e}")
 
 
 def blas_info():
@@ -192,17 +225,20 @@ def main(workload=None, quick=False, repeats=None, out=print, plot=None):
     if "tg compiled" not in columns:
         out("(tg.compile is not available in this build: no compiled column)")
     out("")
-    rows = []
+    out("floors, measured first:")
+    floors = measure_floors(selected, log=out)
+    rows, loads = [], {}
     for w in selected:
         t0 = time.perf_counter()
-        rows.append((w, bench_workload(w, columns, repeats, target_s, log=out)))
+        res, loads[w.id] = bench_workload(w, columns, repeats, target_s, log=out)
+        rows.append((w, res))
         print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     out("")
-    print_table(rows, columns, out=out)
+    print_table(rows, columns, out=out, floors=floors, loads=loads)
     if plot:
         from ..viz.bars import write_bench
-        write_bench([(f"{w.id} {w.name}", {c: None if res[c].failure else res[c].median for c in columns})
-                     for w, res in rows], columns, plot)
+        write_bench([(f"{w.id} {w.name}", {c: None if res[c].failure else res[c].median for c in columns
+                                           if not res[c].absent}) for w, res in rows], columns, plot)
         out(f"\nwrote {plot}")
     failures = [(w, c, res[c].failure) for w, res in rows for c in columns if res[c].failure]
     if failures:

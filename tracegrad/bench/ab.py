@@ -34,8 +34,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _load_old(rev):
     """The package `tg_ab`: tracegrad as of git revision `rev` of this checkout."""
     tmp = tempfile.mkdtemp(prefix="tg_ab_")
-    tar = subprocess.run(["git", "-C", ROOT, "archive", rev, "tracegrad"], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+    got = subprocess.run(["git", "-C", ROOT, "archive", rev, "tracegrad"], capture_output=True)
+    if got.returncode != 0:
+        raise SystemExit(f"tracegrad.bench.ab compares this tree with a git revision of the checkout it runs from; "
+                         f"`git -C {ROOT} archive {rev}` failed ({got.stderr.decode(errors='replace').strip()}): "
+                         "run it from a git clone of tracegrad (pip install -e .), not from an installed wheel")
+    subprocess.run(["tar", "-x", "-C", tmp], input=got.stdout, check=True)
     os.rename(os.path.join(tmp, "tracegrad"), os.path.join(tmp, "tg_ab"))
     sys.path.insert(0, tmp)
     return importlib.import_module("tg_ab")

@@ -1,36 +1,80 @@
-"""The bandwidth floor of memory-bound workloads: bytes that must move / measured copy bandwidth.
+"""The floors a workload's time is judged against, measured before any workload runs.
 
-Each memory-bound workload has `floor_bytes`, the bytes its whole call must move (read every input
-once, write every output once; W7 reads x twice: its means must be known before the centered values
-are written). Its floor is timed like a column, in the same interleaved rounds as the workload
-itself (so under the same load): a copy of floor_bytes / 2 bytes into an existing array (it reads
-and writes floor_bytes in all), numba-parallel on as many threads as tracegrad's kernels use
-(TRACEGRAD_THREADS, default all cores), and NumPy's one-thread copy; the floor is the faster
-median, as tracegrad's runtime runs a kernel on one thread when its workers are slower (a busy
-machine). A kernel can beat the floor only where its data stays in cache across calls.
+- Bandwidth floor (the memory-bound workloads, which have `floor_bytes`: the bytes their whole call must
+  move): floor_bytes over the best bandwidth of ROUNDS rounds of a copy (dst = src) and a triad
+  (dst = a + s * b) moving the same bytes, numba-parallel on as many threads as tracegrad's kernels use,
+  and NumPy's one-thread copy (memcpy). Best, not median: a floor is what the machine can do, and a round that
+  a busy moment slowed says nothing about that. Measured first, so the workloads' own load does not
+  lower it.
+- Compute floor (a workload with `compute_floor`, W1): the same elements through the workload's
+  arithmetic on a block that stays in cache, compiled by tracegrad and summed (one add per element
+  more): what its transcendental costs here with no memory traffic.
+
+A workload's floor is the larger of the two; a time below it means the floor read low (a busy machine
+while it was taken), which the table says instead of printing a ratio below 1.
 """
+import time
+
 import numpy as np
 
-FLOOR = ("copy, threads", "copy, one thread")      # the pseudo-columns that time the floor
+ROUNDS = 7
+FLOOR = ("copy, threads", "copy, one thread")      # the survey's and tools' pseudo-columns (floor_setup)
 
 
-def floor_setup(floor_bytes, threaded=True):
-    """run() copying floor_bytes / 2 bytes (float32) into an existing array: numba-parallel on
-    tracegrad's thread count, or (threaded=False) NumPy's copy on this thread."""
+def _kernels():
     import numba
-
-    from ..codegen.threads import threads
 
     @numba.njit(parallel=True, fastmath=True, cache=False)
     def copy(dst, src):
         for i in numba.prange(src.size):
             dst[i] = src[i]
 
+    @numba.njit(parallel=True, fastmath=True, cache=False)
+    def triad(dst, a, b, s):
+        for i in numba.prange(a.size):
+            dst[i] = a[i] + s * b[i]
+    return copy, triad
+
+
+def _best(run, rounds):
+    run()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bandwidth(nbytes, rounds=ROUNDS):
+    """{way: GB/s} moving `nbytes` per call: the copy and the triad on tracegrad's threads, NumPy's copy."""
+    import numba
+
+    from ..codegen.threads import threads
+    numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
+    copy, triad = _kernels()
+    n2, n3 = max(1, nbytes // 8), max(1, nbytes // 12)          # float32: copy moves 8 B, triad 12 B an element
+    src, dst = np.ones(n2, np.float32), np.zeros(n2, np.float32)
+    a, b, c = np.ones(n3, np.float32), np.ones(n3, np.float32), np.zeros(n3, np.float32)
+    ways = {"copy, threads": lambda: copy(dst, src), "triad, threads": lambda: triad(c, a, b, np.float32(3.0)),
+            "copy, one thread": lambda: np.copyto(dst, src)}
+    moved = {"copy, threads": n2 * 8, "triad, threads": n3 * 12, "copy, one thread": n2 * 8}
+    return {way: moved[way] / _best(run, rounds) / 1e9 for way, run in ways.items()}
+
+
+def floor_setup(floor_bytes, threaded=True):
+    """run() copying floor_bytes / 2 bytes (float32) into an existing array, numba-parallel on tracegrad's
+    thread count or (threaded=False) NumPy's copy on this thread: the floor column of the survey and the
+    tools, timed in their rounds."""
+    import numba
+
+    from ..codegen.threads import threads
     n = floor_bytes // 8
     src, dst = np.ones(n, np.float32), np.zeros(n, np.float32)
     if not threaded:
         return lambda: np.copyto(dst, src) or []
     numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
+    copy = _kernels()[0]
 
     def run():
         copy(dst, src)
@@ -38,20 +82,54 @@ def floor_setup(floor_bytes, threaded=True):
     return run
 
 
-def floor_lines(rows, columns, width):
-    """Lines for the workloads that have `floor_bytes` and a timed floor: the floor in ms, the copy
-    bandwidth it measured, and each column's median / floor."""
-    from ..codegen.threads import threads
-    lines = [f"bandwidth floor = bytes that must move / copy bandwidth (the same bytes copied in the same rounds: "
-             f"numba on {threads()} threads or NumPy on one, the faster median); time / floor per column",
+def measure(workloads, log=print):
+    """{workload id: Floor} for the workloads that have one, measured now (before they run)."""
+    out = {}
+    for w in workloads:
+        if not w.floor_bytes and not w.compute_floor:
+            continue
+        f = out[w.id] = Floor()
+        if w.floor_bytes:
+            f.rates = bandwidth(w.floor_bytes)
+            f.memory = w.floor_bytes / max(f.rates.values()) / 1e9
+        if w.compute_floor:
+            f.compute = _best(w.compute_floor(w.inputs()), ROUNDS)
+        log(f"  floor of {w.id}: {f.describe()}")
+    return out
+
+
+class Floor:
+    def __init__(self):
+        self.rates, self.memory, self.compute = {}, None, None
+
+    @property
+    def seconds(self):
+        return max(t for t in (self.memory, self.compute) if t is not None)
+
+    def describe(self):
+        parts = []
+        if self.memory is not None:
+            best = max(self.rates, key=self.rates.get)
+            parts.append(f"bandwidth {self.memory * 1e3:.3f} ms ({self.rates[best]:.1f} GB/s, {best}; "
+                         + ", ".join(f"{k} {v:.1f}" for k, v in self.rates.items() if k != best) + ")")
+        if self.compute is not None:
+            parts.append(f"compute {self.compute * 1e3:.3f} ms")
+        return "; ".join(parts)
+
+
+def floor_lines(rows, columns, width, floors):
+    """The floor table: each workload's floor (the larger of bandwidth and compute) and every column's
+    time over it; 'below' where a column beat the floor (the floor read low)."""
+    lines = ["floor = max(bytes that must move / best copy or triad bandwidth, compute on cached data), "
+             "measured before the workloads; time / floor per column",
              f"{'workload':24s}{'MB':>8s}{'floor ms':>10s}{'GB/s':>7s}" + "".join(f"{c:>{width}s}" for c in columns)]
     for w, res in rows:
-        times = [res[c].median for c in FLOOR if c in res and res[c].median]
-        if not w.floor_bytes or not times:
+        f = floors.get(w.id)
+        if f is None:
             continue
-        floor = min(times)
-        cells = ["-" if res[c].failure or res[c].median is None else f"{res[c].median / floor:.2f}x"
-                 for c in columns]
-        lines.append(f"{w.id + ' ' + w.name:24s}{w.floor_bytes / 1e6:8.1f}{floor * 1e3:10.3f}"
-                     f"{w.floor_bytes / floor / 1e9:7.1f}" + "".join(f"{c:>{width}s}" for c in cells))
+        cells = ["-" if res[c].failure or res[c].median is None else
+                 f"{res[c].median / f.seconds:.2f}x" if res[c].median >= f.seconds else "below" for c in columns]
+        gbs = f"{max(f.rates.values()):7.1f}" if f.rates else f"{'-':>7s}"
+        mb = f"{w.floor_bytes / 1e6:8.1f}" if w.floor_bytes else f"{'-':>8s}"
+        lines.append(f"{w.id + ' ' + w.name:24s}{mb}{f.seconds * 1e3:10.3f}{gbs}" + "".join(f"{c:>{width}s}" for c in cells))
     return lines

@@ -33,6 +33,8 @@ class Workload:
     implied: callable = None                        # (inp, outputs) -> outputs to check (W4: params -> grads)
     tolerances: tuple = None                        # per output max rel error (default: the bench's TOLERANCE)
     floor_bytes: int = None                         # memory-bound: bytes that must move per call
+    compute_floor: callable = None                  # inp -> run(): its arithmetic on cached data (floor.py)
+    stateful: bool = False                          # each call updates parameters (a training step)
 
 
 def _rng(seed):
@@ -76,6 +78,15 @@ def w1_tg_compiled(inp):
     x = tg.from_numpy(inp["x"])
     f = tg.compile(lambda x: _gelu(x, lambda t: t.tanh()))
     return lambda: [f(x)]
+
+
+def w1_compute_floor(inp, block=65536):
+    """W1's formula on as many elements, from a 256 KB block that stays in cache, summed (floor.py)."""
+    import tracegrad as tg
+    n = inp["x"].size
+    x = tg.from_numpy(np.ascontiguousarray(inp["x"][:block]))
+    f = tg.compile(lambda x: _gelu(x.expand(n // block, block), lambda t: t.tanh()).sum())
+    return lambda: f(x)
 
 
 # ================================================================== W2 softmax_fwd
@@ -523,6 +534,8 @@ WORKLOADS = [
               "one compiled step"),
 ]
 WORKLOADS[3].implied = w4_implied
+WORKLOADS[0].compute_floor = w1_compute_floor
+WORKLOADS[3].stateful = WORKLOADS[7].stateful = True
 WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
 # Memory-bound workloads: bytes that must move per call (read the inputs, write the outputs; W7
 # reads x twice, for the means and then for the centered values, and writes dx).

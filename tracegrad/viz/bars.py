@@ -5,7 +5,8 @@ from .svg import PALETTE, LogAxis, document, el, tick_label
 
 
 def bench_svg(rows, columns, title="tracegrad bench: median time per call relative to NumPy"):
-    """rows: [(workload label, {column: median seconds, or None when the column failed})]."""
+    """rows: [(workload label, {column: median seconds, or None when the column failed})]; a column missing
+    from a row's dict has no version of that workload (no bar)."""
     ratios = [{c: (t / times["numpy"] if t is not None and times.get("numpy") else None) for c, t in times.items()}
               for _, times in rows]
     known = [r for rr in ratios for r in rr.values() if r]
@@ -30,6 +31,8 @@ def bench_svg(rows, columns, title="tracegrad bench: median time per call relati
         x0 = L + g * group_w + (group_w - bar_w * len(columns)) / 2
         for i, c in enumerate(columns):
             x, r = x0 + i * bar_w, rr.get(c)
+            if c not in rr:
+                continue
             if r is None:
                 body.append(el("text", "FAILED", x=x + bar_w / 2, y=H - B - 4, fill="#c00", font_size=9,
                                text_anchor="start", transform=f"rotate(-90 {x + bar_w / 2:.1f} {H - B - 4})"))
