@@ -95,7 +95,7 @@ def test_views_sharing_memory_after_a_trace_on_separate_tensors_retrace(backend)
 def _adam_step_run(compiled, steps=4, backend="llvm"):
     tg.manual_seed(0)
     model = tg.nn.Sequential(tg.nn.Linear(3, 4), tg.nn.Tanh(), tg.nn.Linear(4, 2))
-    params = model.parameters()
+    params = list(model.parameters())
     opt = tg.optim.Adam(params, lr=0.05)
 
     def step(x, y, params):                         # params passed as arguments AND held by Adam
@@ -542,7 +542,7 @@ def test_compile_a_module_and_a_method(backend):
     cm = tg.compile(model, backend=backend)
     x = tg.randn(4, 3)
     np.testing.assert_allclose(arr(cm(x)), arr(model(x)), rtol=1e-6)
-    assert cm.parameters() == model.parameters() and cm.__name__ == "Linear"
+    assert list(cm.parameters()) == list(model.parameters()) and cm.__name__ == "Linear"
 
     class Net(tg.nn.Module):
         def __init__(self, scale):

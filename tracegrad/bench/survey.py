@@ -64,7 +64,7 @@ def _train_setup(prog, col, inp):
         tg.optim.SGD(model.parameters(), lr=LR)
     step = tg.compile(_tg_train_step) if "compiled" in col else _tg_train_step
     x, y = tg.tensor(inp["x"]), tg.tensor(inp["y"])
-    return lambda: [step(model, opt, x, y)] + model.parameters()
+    return lambda: [step(model, opt, x, y)] + list(model.parameters())
 
 
 def _torchlike_setup(prog, lib, compiled, inp):

@@ -264,14 +264,14 @@ def _tg_train_step(model, opt, x, y):
 def w4_tg_eager(inp):
     import tracegrad as tg
     model, opt, x, y = _tg_mlp(tg, inp)
-    return lambda: [_tg_train_step(model, opt, x, y)] + model.parameters()
+    return lambda: [_tg_train_step(model, opt, x, y)] + list(model.parameters())
 
 
 def w4_tg_compiled(inp):
     import tracegrad as tg
     model, opt, x, y = _tg_mlp(tg, inp)
     step = tg.compile(_tg_train_step)                # the whole step: forward, backward, SGD update
-    return lambda: [step(model, opt, x, y)] + model.parameters()
+    return lambda: [step(model, opt, x, y)] + list(model.parameters())
 
 
 # ================================================================== W5 tiny_overhead
@@ -484,14 +484,14 @@ def _tg_deep_mlp(tg, inp):
 def w8_tg_eager(inp):
     import tracegrad as tg
     model, opt, x, y = _tg_deep_mlp(tg, inp)
-    return lambda: [_tg_train_step(model, opt, x, y)] + model.parameters()
+    return lambda: [_tg_train_step(model, opt, x, y)] + list(model.parameters())
 
 
 def w8_tg_compiled(inp):
     import tracegrad as tg
     model, opt, x, y = _tg_deep_mlp(tg, inp)
     step = tg.compile(_tg_train_step)                # the whole step: forward, backward, Adam update
-    return lambda: [step(model, opt, x, y)] + model.parameters()
+    return lambda: [step(model, opt, x, y)] + list(model.parameters())
 
 
 # ================================================================== the table of workloads
