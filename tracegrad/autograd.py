@@ -5,6 +5,7 @@ import weakref
 
 from . import modes
 from .broadcast import _quiet
+from .hooks import Hooks
 from .modes import _Mode, enable_grad, interpreter, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 
 
@@ -186,7 +187,11 @@ def _hooks_of(leaf, interp):
 
 
 def _accumulate_leaf(leaf, g, create_graph, owned, interp):
-    """Accumulate g into leaf.grad, then run the post-accumulate hooks of the tensor holding it."""
+    """Accumulate g into leaf.grad (after leaf's Tensor.register_hook hooks), then run the
+    post-accumulate hooks of the tensor holding it."""
+    if TENSOR_HOOKS and id(leaf) in TENSOR_HOOKS:
+        hooked = _run_hooks(leaf, g)
+        g, owned = hooked, owned and hooked is g          # a hook's result may be held elsewhere: copy it
     _into_grad(leaf, g, create_graph, owned, interp)
     hooks, owner = _hooks_of(leaf, interp) if _POST_ACCUMULATE else ((), None)
     for hook in list(hooks):
@@ -233,6 +238,7 @@ def ones_backward(t, retain_graph):
     node = t.grad_fn
     fast = getattr(node, "ones_backward", None)
     return fast is not None and t._requires_grad and not _Mode.interpreters and not _POST_ACCUMULATE and \
+        not TENSOR_HOOKS and \
         fast(node, bool(retain_graph))
 
 
@@ -256,9 +262,15 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused):
     interp = interpreter()
     hooked = interp is not modes.eager     # an interpreter that follows the backward (a tracer)
+    sites = _hook_sites() if TENSOR_HOOKS else None
     if hooked:
+        if sites is not None and inputs is None:
+            raise RuntimeError("backward inside a compiled function while tensor hooks are registered "
+                               "(Tensor.register_hook) is not supported: call backward() outside the compiled "
+                               "function (hooks then run eagerly on the gradients it returns), or remove the hooks "
+                               "(handle.remove())")
         interp.backward_started()
-    elif inputs is None and len(outputs) == 1:
+    elif inputs is None and len(outputs) == 1 and sites is None:
         node = outputs[0].grad_fn
         if node is not None and outputs[0]._requires_grad and node.n_out == 1 and grad_outputs[0] is not None \
                 and not getattr(node, "retained", None) and _leaf_edges(node):
@@ -298,6 +310,9 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused
             grads = pending.pop(id(node), None)
             if grads is None:
                 continue
+            if sites:
+                grads = [g if g is None or (id(node), i) not in sites else _run_hooks(sites[(id(node), i)], g)
+                         for i, g in enumerate(grads)]
             if targets:
                 for i, g in enumerate(grads):
                     t = targets.get((id(node), i))
@@ -344,7 +359,7 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused
         return None
     for leaf, g, _ in leaf_grads.values():
         if id(leaf) in wanted:
-            results[id(leaf)] = g
+            results[id(leaf)] = _run_hooks(leaf, g) if sites is not None and g is not None else g
     out = []
     for t in inputs:
         g = results.get(id(t))
@@ -365,6 +380,47 @@ def _leaves_done(done, uses, leaf_grads, create_graph, interp):
                 found = leaf_grads.pop(id(e), None)
                 if found is not None:
                     _accumulate_leaf(found[0], found[1], create_graph, found[2], interp)
+
+
+TENSOR_HOOKS = {}      # id(tensor) -> (weakref to it, Hooks): Tensor.register_hook's
+
+
+def add_hook(t, hook):
+    """t.register_hook(hook): hook(grad) runs on t's gradient when backward computes it and may
+    return a replacement; for a leaf, before it is accumulated into .grad."""
+    key = id(t)
+    entry = TENSOR_HOOKS.get(key)
+    if entry is None or entry[0]() is not t:
+        entry = TENSOR_HOOKS[key] = (weakref.ref(t, lambda _: TENSOR_HOOKS.pop(key, None)), Hooks())
+    hooks = entry[1]
+    handle = hooks.add(hook)
+    remove = handle.remove
+
+    def remove_and_forget():
+        remove()
+        if not hooks and TENSOR_HOOKS.get(key) is entry:
+            del TENSOR_HOOKS[key]
+    handle.remove = remove_and_forget
+    return handle
+
+
+def _hook_sites():
+    """{(id(node), output index): tensor} for the hooked tensors that are outputs of a node."""
+    sites = {}
+    for ref, _ in list(TENSOR_HOOKS.values()):
+        t = ref()
+        if t is not None and t.grad_fn is not None:
+            sites[(id(t.grad_fn), t._oi)] = t
+    return sites
+
+
+def _run_hooks(t, g):
+    entry = TENSOR_HOOKS.get(id(t))
+    for hook in list(entry[1].values()) if entry is not None else ():
+        out = hook(g)
+        if out is not None:
+            g = out
+    return g
 
 
 def retain(t):

@@ -1,11 +1,11 @@
 """Module and Parameter: what a module holds (parameters, buffers, submodules), how it is walked,
 saved, loaded, moved and hooked, as torch.nn.Module."""
-import itertools
 import weakref
 from collections import OrderedDict, namedtuple
 
 from .. import dtypes as D
 from ..autograd import no_grad
+from ..hooks import Hooks
 from ..pytree import register_object
 from ..tensor import Tensor, tensor
 
@@ -34,34 +34,11 @@ def _is_parameter(v):
     return v.requires_grad and v.is_leaf or frozen is not None and frozen() is v
 
 
-class RemovableHandle:
-    """What register_*_hook returns: `.remove()` (or leaving a `with` block) unregisters the hook."""
-    _ids = itertools.count()
-
-    def __init__(self, hooks):
-        self.hooks_dict_ref, self.id = weakref.ref(hooks), next(RemovableHandle._ids)
-
-    def remove(self):
-        hooks = self.hooks_dict_ref()
-        if hooks is not None:
-            hooks.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
-
-
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     def __repr__(self):
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
         return super().__repr__()
-
-
-class _Hooks(OrderedDict):
-    """A module's hooks by handle id (weak-referenceable, for RemovableHandle)."""
 
 
 class Module:
@@ -72,7 +49,7 @@ class Module:
         d = self.__dict__
         d["_params"], d["_buffers"], d["_modules"] = OrderedDict(), OrderedDict(), OrderedDict()
         d["_non_persistent_buffers"], d["training"] = set(), True
-        d["_forward_hooks"], d["_forward_pre_hooks"] = _Hooks(), _Hooks()
+        d["_forward_hooks"], d["_forward_pre_hooks"] = Hooks(), Hooks()
 
     def __setattr__(self, name, value):
         if "_params" not in self.__dict__:
@@ -170,22 +147,15 @@ class Module:
     def forward(self, *args):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
-    def _add_hook(self, hooks, hook, prepend, with_kwargs):
-        h = RemovableHandle(hooks)
-        hooks[h.id] = (hook, with_kwargs)
-        if prepend:
-            hooks.move_to_end(h.id, last=False)
-        return h
-
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args) runs before forward and may return new args (a tuple, or one value);
         with_kwargs=True: hook(module, args, kwargs) returning None or (args, kwargs)."""
-        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+        return self._forward_pre_hooks.add((hook, with_kwargs), prepend)
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args, output) runs after forward and may return a new output;
         with_kwargs=True: hook(module, args, kwargs, output)."""
-        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs)
+        return self._forward_hooks.add((hook, with_kwargs), prepend)
 
     # ------------------------------------------------------------------ walking
     def named_modules(self, memo=None, prefix="", remove_duplicate=True):

@@ -12,7 +12,7 @@ from .. import dtypes as D
 from .. import ops
 from ..cuda import memory
 from ..device import CPU, get_default_device
-from ..autograd import retain
+from ..autograd import add_hook, retain
 from ..modes import _thread, interpreter
 from ..printing import format_tensor
 
@@ -243,6 +243,17 @@ class TensorBase:
             self._retains_grad = True
             retain(self)
         return self
+
+    def register_hook(self, hook):
+        """hook(grad) runs when backward computes this tensor's gradient and may return a replacement
+        (for a leaf: before it is accumulated into .grad). Returns a handle whose remove() unregisters it."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if _thread.interpreters:
+            raise TraceError("Tensor.register_hook inside a compiled function is not supported: the backward of "
+                             "a compiled function is derived from its graph, where a Python hook cannot run. "
+                             "Register the hook outside (on a parameter or an output) and call backward() outside")
+        return add_hook(self, hook)
 
     @property
     def retains_grad(self):
