@@ -99,7 +99,7 @@ def test_training_on_cuda_equals_the_cpu_and_copies_only_the_loss(make_opt):
     assert (n.to_device, n.to_host, n.bytes) == (0, 1, 4), n
     for p in model.parameters():
         assert p.device == "cuda:0" and p.grad.device == "cuda:0"
-        assert all(v.device == "cuda:0" for v in opt.state[id(p)].values())
+        assert all(v.device == "cuda:0" for v in opt.state[p].values())
 
 
 def test_module_dtype_and_device_conversions():

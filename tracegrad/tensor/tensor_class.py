@@ -159,6 +159,7 @@ class Tensor(TensorBase):
     def __gt__(self, o): return _binary("gt", self, o)
     def __ge__(self, o): return _binary("ge", self, o)
     def __eq__(self, o): return _binary("eq", self, o) if isinstance(o, (Tensor,) + _SCALARS) else NotImplemented
+    __hash__ = TensorBase.__hash__      # by identity, as PyTorch's (optimizer.state[p])
     def __ne__(self, o): return _binary("ne", self, o) if isinstance(o, (Tensor,) + _SCALARS) else NotImplemented
 
     def __and__(self, o): return _binary("logical_and", self, o)
