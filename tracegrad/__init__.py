@@ -19,6 +19,9 @@ from .errors import CheckError  # noqa: E402
 from .jit import compile, make_ir  # noqa: E402
 from . import viz  # noqa: E402
 from .viz import explain_broadcast  # noqa: E402
+from .generator import Generator  # noqa: E402
+from .serialization import load, save  # noqa: E402
+from . import utils  # noqa: E402  (tg.utils.data)
 
 half, float, double, long, int, short = float16, float32, float64, int64, int32, int16
 

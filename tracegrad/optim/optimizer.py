@@ -223,9 +223,11 @@ def _optimizer_state(opt):
         yield f"{where}size", len(group["params"])
         dynamic = {label for k in opt.dynamic_keys for label, _, _ in _dynamic(group, k)}
         for k, v in group.items():
-            if k == "params" or k in dynamic:
+            if k == "params" or k == "lr":
                 continue
-            if isinstance(v, tuple) and f"{k}[0]" in dynamic:
+            if k in dynamic:        # on (nonzero) and read per call; turning it off retraces
+                v = "nonzero, read at each call"
+            elif isinstance(v, tuple) and f"{k}[0]" in dynamic:
                 v = v[1:]
             yield f"{where}{k}", v
     for k, v in vars(opt).items():
