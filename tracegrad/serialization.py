@@ -46,7 +46,7 @@ def _encode(o, arrays, seen, path):
     if isinstance(o, Tensor):
         if id(o) not in seen:
             seen[id(o)] = len(arrays)
-            arrays.append(np.ascontiguousarray(o.detach().cpu().numpy()))
+            arrays.append(np.array(o.detach().cpu().numpy(), order="C"))      # (ascontiguousarray makes 0-d 1-d)
         return {"$": "tensor", "index": seen[id(o)], "dtype": o.dtype.name, "device": str(o.device),
                 "requires_grad": bool(o.requires_grad)}
     if isinstance(o, (list, tuple)) and not hasattr(o, "_fields"):

@@ -1,11 +1,13 @@
 """Adam and AdamW (decoupled weight decay), with amsgrad and maximize, as torch.optim's."""
+from .. import dtypes as D
 from ..tensor import zeros, zeros_like
 from .optimizer import Optimizer, add_scaled, first_group
 
 
 class Adam(Optimizer):
-    """Adam; the step count is a tensor too, so bias corrections stay right under tg.compile. beta1 is
-    read at each call of a compiled step, like lr (OneCycleLR cycles it)."""
+    """Adam; the step count is a tensor too (float64, so that 1 - beta2 ** step keeps its digits, as
+    PyTorch's Python floats do), so bias corrections stay right under tg.compile. beta1 is read at each
+    call of a compiled step, like lr (OneCycleLR cycles it)."""
     dynamic_keys = ("lr", "betas[0]")
     decoupled = False
 
@@ -24,7 +26,7 @@ class Adam(Optimizer):
 
     def _init_state(self, p, group):
         st = self.state[p]
-        st["step"] = zeros((), dtype=p.dtype, device=p.device)
+        st["step"] = zeros((), dtype=D.float64, device=p.device)
         st["exp_avg"], st["exp_avg_sq"] = zeros_like(p).detach(), zeros_like(p).detach()
         if group["amsgrad"]:
             st["max_exp_avg_sq"] = zeros_like(p).detach()

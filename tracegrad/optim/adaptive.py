@@ -1,4 +1,5 @@
 """RMSprop and Adagrad: per-element step sizes from running sums of squared gradients, as torch.optim's."""
+from .. import dtypes as D
 from ..tensor import full_like, zeros
 from .optimizer import Optimizer, add_scaled, first_group, nonzero
 
@@ -61,7 +62,7 @@ class Adagrad(Optimizer):
 
     def _init_state(self, p, group):
         st = self.state[p]
-        st["step"] = zeros((), dtype=p.dtype, device=p.device)
+        st["step"] = zeros((), dtype=D.float64, device=p.device)
         st["sum"] = full_like(p, group["initial_accumulator_value"]).detach()
 
     def _update(self, group):
