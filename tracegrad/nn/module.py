@@ -87,24 +87,20 @@ class Module:
     def register_buffer(self, name, tensor, persistent=True):
         """A tensor the module holds that is not a parameter (running statistics): in state_dict()
         unless persistent=False, moved and converted by .to(), never given to optimizers."""
-        self._check_name(name, "buffer")
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' (torch Tensor or "
-                            f"None required)")
-        self._forget(name)
-        self._buffers[name] = tensor
+        self._register(self._buffers, "buffer", name, tensor)
         if not persistent:
             self._non_persistent_buffers.add(name)
-        object.__setattr__(self, name, tensor)
 
     def register_parameter(self, name, param):
-        self._check_name(name, "parameter")
-        if param is not None and not isinstance(param, Tensor):
-            raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter '{name}' (a tensor or None "
-                            f"required)")
+        self._register(self._params, "parameter", name, param)
+
+    def _register(self, registry, what, name, t):
+        self._check_name(name, what)
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError(f"cannot assign '{type(t).__name__}' object to {what} '{name}' (a tensor or None required)")
         self._forget(name)
-        self._params[name] = param
-        object.__setattr__(self, name, param)
+        registry[name] = t
+        object.__setattr__(self, name, t)
 
     def add_module(self, name, module):
         if module is not None and not isinstance(module, Module):
@@ -317,14 +313,8 @@ class Module:
     def cpu(self):
         return self.to("cpu")
 
-    def float(self):
-        return self.to(D.float32)
-
-    def double(self):
-        return self.to(D.float64)
-
-    def half(self):
-        return self.to(D.float16)
+    float, double, half = (lambda self: self.to(D.float32)), (lambda self: self.to(D.float64)), \
+        (lambda self: self.to(D.float16))
 
     def __repr__(self):
         lines = [f"({n}): {m!r}".replace("\n", "\n  ") for n, m in self._modules.items()]
