@@ -113,6 +113,7 @@ def _train(kind, make_sched, compiled, steps=8, **kw):
     ("RMSprop", lambda o: L.CosineAnnealingLR(o, T_max=4), {"momentum": 0.5, "centered": True}),
     ("Adagrad", lambda o: L.ExponentialLR(o, 0.8), {"lr_decay": 0.1}),
     ("Adam", lambda o: L.LambdaLR(o, lambda e: 1 + e), {"amsgrad": True}),
+    ("SGD", lambda o: L.MultiStepLR(o, [2, 5]), {"momentum": 0.8, "dampening": 0.3, "weight_decay": 0.01}),
 ])
 def test_scheduled_compiled_step_never_retraces_and_matches_eager(kind, make, kw):
     eager = _train(kind, make, False, **kw)
