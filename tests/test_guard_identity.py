@@ -192,7 +192,7 @@ def test_dict_version_tags_see_every_change():
         pytest.skip("this interpreter's dict version tags are not used")
     model, _ = setup("sgd")
     changes = [lambda: d.__setitem__("a", object()), lambda: d.pop("b"), lambda: e.__setitem__("k", 1),
-               lambda: d.clear(), model.eval, lambda: setattr(model[0], "weight", tg.zeros(3, 3))]
+               lambda: d.clear(), model.eval, lambda: setattr(model[0], "weight", tg.zeros(3, 3, requires_grad=True))]
     dicts = [d, e, model.__dict__, model[0].__dict__]
     for change in changes:
         same = versions_check(dicts)

@@ -104,6 +104,15 @@ def test_parameter_requires_grad_false_is_registered():
     assert "frozen" not in m._params
 
 
+def test_a_plain_tensor_cannot_replace_a_parameter():
+    lin = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match="as parameter 'weight' \\(nn.Parameter or None expected\\)"):
+        lin.weight = lin.weight * 2
+    assert "weight" in dict(lin.named_parameters())
+    lin.weight = nn.Parameter(tg.zeros(2, 2))
+    assert float(dict(lin.named_parameters())["weight"].abs().sum()) == 0.0
+
+
 def test_containers_behave_as_lists_and_dicts():
     ml = nn.ModuleList([nn.ReLU(), nn.Tanh()])
     ml.append(nn.Sigmoid())

@@ -132,3 +132,9 @@ def test_momentum_turned_on_later_makes_its_buffer():
         opt.step()
     # torch: p1 = 1 - 0.1 * 2 = 0.8; buf = 0.5 * 2 + 1.6 = 2.6; p2 = 0.8 - 0.26
     np.testing.assert_allclose(p.detach().numpy(), [0.54, 0.54], rtol=1e-6)
+
+
+def test_repr_lists_groups_as_torch():
+    opt = tg.optim.SGD([tg.ones(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    assert repr(opt) == ("SGD (\nParameter Group 0\n    dampening: 0.0\n    lr: 0.1\n    maximize: False\n"
+                         "    momentum: 0.9\n    nesterov: False\n    weight_decay: 0.0\n)")

@@ -162,6 +162,29 @@ def test_reads_a_hand_written_torch_checkpoint():
     assert sd["meta"] == {"epoch": 3, "betas": (0.9, 0.99), "size": (2, 3)}
 
 
+def test_cuda_storages_need_a_device_or_map_location():
+    s = _Storage("FloatStorage", "0", np.array([1.0, 2.0], np.float32))
+
+    class _OnCuda(_TorchPickler):
+        def persistent_id(self, obj):
+            pid = super().persistent_id(obj)
+            return pid and pid[:3] + ("cuda:0",) + pid[4:]
+    buf = io.BytesIO()
+    _OnCuda(buf, protocol=2).dump({"x": _rebuild(s, 0, (2,), (1,))})
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("a/data.pkl", buf.getvalue())
+        z.writestr("a/data/0", s.array.tobytes())
+    out.seek(0)
+    assert tg.load(out, map_location="cpu")["x"].tolist() == [1.0, 2.0]
+    out.seek(0)
+    assert tg.load(out, map_location={"cuda:0": "cpu"})["x"].device == "cpu"
+    if not tg.cuda.is_available():
+        out.seek(0)
+        with pytest.raises(RuntimeError, match="saved on cuda:0 but tg.cuda.is_available\\(\\) is False.*map_location='cpu'"):
+            tg.load(out)
+
+
 @pytest.mark.parametrize("module,name", [("os", "system"), ("builtins", "eval"), ("torch.nn", "Linear"),
                                          ("numpy.core.multiarray", "_reconstruct")])
 def test_torch_checkpoint_with_other_globals_is_refused(module, name):

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import dtypes as D
+from .cuda import is_available as cuda_available
 from .device import device as Device
 from .tensor import Tensor, tensor as make_tensor
 
@@ -126,13 +127,19 @@ def _decode(o, array, cache, map_location):
 def _target(saved, map_location):
     """The device a tensor saved on `saved` loads onto."""
     if map_location is None:
-        return Device(saved)
-    if isinstance(map_location, dict):
-        return Device(map_location.get(saved, saved))
-    if isinstance(map_location, (str, Device)):
-        return Device(map_location)
-    raise TypeError(f"map_location must be a device, a device name or a dict of device names, got "
-                    f"{type(map_location).__name__}")
+        dev = Device(saved)
+    elif isinstance(map_location, dict):
+        dev = Device(map_location.get(saved, saved))
+    elif isinstance(map_location, (str, Device)):
+        dev = Device(map_location)
+    else:
+        raise TypeError(f"map_location must be a device, a device name or a dict of device names, got "
+                        f"{type(map_location).__name__}")
+    if dev.type == "cuda" and not cuda_available():
+        raise RuntimeError(f"Attempting to deserialize a tensor saved on {saved} but tg.cuda.is_available() is False. "
+                           f"If you are running on a CPU-only machine, use tg.load(f, map_location='cpu') to load "
+                           f"the tensors onto the cpu")
+    return dev
 
 
 class _opened:

@@ -57,6 +57,10 @@ class Module:
                                f"attributes")
         if name in self._buffers and (value is None or isinstance(value, Tensor)) and not _is_parameter(value):
             self._buffers[name] = value          # a buffer stays a buffer when a tensor is assigned to it
+        elif name in self._params and isinstance(value, Tensor) and not _is_parameter(value):
+            raise TypeError(f"cannot assign a tensor that is not a parameter (requires_grad={value.requires_grad}, "
+                            f"is_leaf={value.is_leaf}) as parameter '{name}' (nn.Parameter or None expected); "
+                            f"wrap it: nn.Parameter(t), or delete the parameter first")
         else:
             was_param = name in self._params
             self._forget(name)

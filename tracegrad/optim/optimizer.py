@@ -45,6 +45,11 @@ class Optimizer:
 
     lr = first_group("lr")
 
+    def __repr__(self):
+        groups = "".join(f"\nParameter Group {i}\n" + "".join(f"    {k}: {g[k]}\n" for k in sorted(g) if k != "params")
+                         for i, g in enumerate(self.param_groups))
+        return f"{type(self).__name__} ({groups})"
+
     @property
     def params(self):
         """Every parameter, group after group."""
