@@ -28,6 +28,11 @@ def test_batches_cover_the_dataset(n, bs, drop_last, shuffle, seed):
     assert len(seen) == (n // bs * bs if drop_last else n)
     if not shuffle:
         assert seen == list(range(len(seen)))
+    # a TensorDataset's batches are gathers: the same as stacking its samples one by one
+    slow = DataLoader(_ds(n), batch_size=bs, shuffle=shuffle, drop_last=drop_last,
+                      generator=tg.Generator().manual_seed(seed), collate_fn=lambda b: default_collate(b))
+    for (x, y), (xs, ys) in zip(batches, slow):
+        assert x.tolist() == xs.tolist() and y.tolist() == ys.tolist() and y.dtype == ys.dtype
     for x, y in batches:                                     # sample i is (rows 2i, 2i+1; i)
         np.testing.assert_array_equal(x.numpy(), np.stack([[2.0 * i, 2.0 * i + 1] for i in y.tolist()]))
         assert x.dtype == tg.float32 and y.dtype == tg.int64

@@ -1,6 +1,8 @@
 """DataLoader: batches of a dataset, in order or shuffled, in the calling process."""
+from ... import dtypes as D
+from ...tensor import tensor
 from .collate import default_collate, default_convert
-from .dataset import IterableDataset
+from .dataset import IterableDataset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 
@@ -43,8 +45,16 @@ class DataLoader:
         if self.iterable:
             return self._iterable_batches()
         if self.batch_sampler is not None:
-            return (self.collate_fn([self.dataset[i] for i in b]) for b in self.batch_sampler)
+            return (self._batch(b) for b in self.batch_sampler)
         return (self.collate_fn(self.dataset[i]) for i in self.sampler)
+
+    def _batch(self, indices):
+        """collate_fn of the samples at `indices`; a TensorDataset's batch under default_collate is one
+        gather per tensor (the same values as stacking the samples, without a Python step per sample)."""
+        if type(self.dataset) is TensorDataset and self.collate_fn is default_collate:
+            idx = tensor(indices, dtype=D.int64)
+            return [t[idx] for t in self.dataset.tensors]
+        return self.collate_fn([self.dataset[i] for i in indices])
 
     def _iterable_batches(self):
         if self.batch_size is None:
