@@ -136,5 +136,17 @@ def test_momentum_turned_on_later_makes_its_buffer():
 
 def test_repr_lists_groups_as_torch():
     opt = tg.optim.SGD([tg.ones(1, requires_grad=True)], lr=0.1, momentum=0.9)
-    assert repr(opt) == ("SGD (\nParameter Group 0\n    dampening: 0.0\n    lr: 0.1\n    maximize: False\n"
-                         "    momentum: 0.9\n    nesterov: False\n    weight_decay: 0.0\n)")
+    assert repr(opt) == ("SGD (\nParameter Group 0\n    dampening: 0.0\n    differentiable: False\n    foreach: None\n"
+                         "    fused: None\n    lr: 0.1\n    maximize: False\n    momentum: 0.9\n    nesterov: False\n"
+                         "    weight_decay: 0.0\n)")
+
+
+def test_torch_implementation_flags_are_accepted():
+    p = [tg.ones(2, requires_grad=True)]
+    g = tg.optim.AdamW(p, lr=0.1, fused=True).param_groups[0]
+    assert g["fused"] is True and g["foreach"] is None and g["differentiable"] is False
+    assert tg.optim.SGD(p, lr=0.1, foreach=False, capturable=True).param_groups[0]["capturable"] is True
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        tg.optim.RMSprop(p, differentiable=True)
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['foo'\\]"):
+        tg.optim.Adagrad(p, foo=1)

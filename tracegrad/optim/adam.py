@@ -12,9 +12,9 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
-                 maximize=False):
+                 maximize=False, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+                                      amsgrad=amsgrad, maximize=maximize), flags)
 
     betas, eps, weight_decay = first_group("betas"), first_group("eps"), first_group("weight_decay")
 
@@ -55,5 +55,5 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 maximize=False, **flags):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, **flags)

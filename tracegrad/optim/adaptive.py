@@ -10,9 +10,9 @@ class RMSprop(Optimizer):
     dynamic_keys = ("lr", "momentum")
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, *,
-                 maximize=False):
+                 maximize=False, **flags):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered, maximize=maximize))
+                                      centered=centered, maximize=maximize), flags)
 
     alpha, eps, momentum = first_group("alpha"), first_group("eps"), first_group("momentum")
 
@@ -50,9 +50,9 @@ class Adagrad(Optimizer):
     """sum += g^2; p -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps)."""
 
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10, *,
-                 maximize=False):
+                 maximize=False, **flags):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
-                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize))
+                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize), flags)
 
     def _check(self, g):
         if min(g["lr"], g["lr_decay"], g["weight_decay"], g["initial_accumulator_value"], g["eps"]) < 0:

@@ -35,8 +35,8 @@ class Optimizer:
     # group entries a compiled step reads at each call instead of retracing when they change (a schedule's)
     dynamic_keys = ("lr",)
 
-    def __init__(self, params, defaults):
-        self.defaults, self.state, self.param_groups = defaults, {}, []
+    def __init__(self, params, defaults, flags=None):
+        self.defaults, self.state, self.param_groups = dict(defaults, **_implementation_flags(flags or {})), {}, []
         params = [params] if isinstance(params, Tensor) else list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -176,6 +176,19 @@ class Optimizer:
                     own.zero_()              # torch's "not made yet" buffer: ours starts at zero
                 else:
                     st[k] = v
+
+
+def _implementation_flags(flags):
+    """torch.optim's implementation choices, accepted and kept in the groups as PyTorch does: foreach,
+    fused and capturable change nothing here (a compiled step fuses the update anyway);
+    differentiable=True (autograd through the update) is not supported."""
+    unknown = set(flags) - {"foreach", "fused", "capturable", "differentiable"}
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    if flags.get("differentiable"):
+        raise NotImplementedError("differentiable=True (autograd through the optimizer step) is not supported: "
+                                  "write the update with tensor operations inside the function you differentiate")
+    return dict({"foreach": None, "differentiable": False, "fused": None}, **flags)
 
 
 class _TupleItem:

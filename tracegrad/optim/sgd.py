@@ -10,9 +10,9 @@ class SGD(Optimizer):
     dynamic_keys = ("lr", "momentum")
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
-                 maximize=False):
+                 maximize=False, **flags):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov, maximize=maximize))
+                                      nesterov=nesterov, maximize=maximize), flags)
 
     momentum, weight_decay = first_group("momentum"), first_group("weight_decay")
 
