@@ -18,6 +18,8 @@ TORCH = {
     "onecycle_sgd": [(0.040000000000000036, 0.95), (0.3497896542195831, 0.9177302443521267), (0.8792851591221287, 0.8625744625914449), (0.9944154354509117, 0.8505584586887436), (0.9330129698414117, 0.856698729810778), (0.811745653949763, 0.8688255099070633), (0.6473789976951033, 0.8852622412794547), (0.46263710266697505, 0.9037365046793212), (0.28306099820869923, 0.9216941869558779), (0.1334775301888306, 0.9366525935914912), (0.03456698742539522, 0.9465436874322102), (4e-06, 0.95)],
     "onecycle_adam_linear3": [(0.02, 0.95), (0.20461538461538464, 0.9115384615384615), (0.3892307692307693, 0.8730769230769231), (0.4261538461538461, 0.8653846153846154), (0.24153846153846148, 0.9038461538461539), (0.0569230769230768, 0.9423076923076923), (0.01724165517241379, 0.95), (0.013793724137931033, 0.95), (0.010345793103448273, 0.95), (0.006897862068965515, 0.95), (0.0034499310344827568, 0.95), (1.9999999999985307e-06, 0.95)],
     "plateau": [(0.1, 0), (0.1, 0), (0.1, 0), (0.1, 0), (0.05, 0), (0.05, 0), (0.05, 0), (0.05, 0), (0.05, 0), (0.025, 0), (0.025, 0), (0.025, 0)],
+    "sequential": [(0.010000000000000002, 0), (0.04, 0), (0.07, 0), (0.1, 0), (0.1, 0), (0.09330127018922195, 0), (0.07500000000000001, 0), (0.05, 0), (0.025000000000000012, 0), (0.006698729810778065, 0), (0.0, 0), (0.006698729810778065, 0)],
+    "chained": [(0.1, 0), (0.09000000000000001, 0), (0.08100000000000002, 0), (0.03645000000000001, 0), (0.03280500000000001, 0), (0.02952450000000001, 0), (0.02657205000000001, 0), (0.011957422500000005, 0), (0.010761680250000006, 0), (0.009685512225000005, 0), (0.008716961002500004, 0), (0.007845264902250003, 0)],
 }
 METRICS = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 CASES = {
@@ -31,6 +33,9 @@ CASES = {
     "onecycle_adam_linear3": (lambda o: L.OneCycleLR(o, max_lr=0.5, total_steps=12, anneal_strategy="linear",
                                                      three_phase=True), "Adam", {}),
     "plateau": (lambda o: L.ReduceLROnPlateau(o, patience=1, factor=0.5, cooldown=1, min_lr=0.02), "SGD", {}),
+    "sequential": (lambda o: L.SequentialLR(o, [L.LinearLR(o, 0.1, total_iters=3), L.CosineAnnealingLR(o, T_max=6)],
+                                            milestones=[4]), "SGD", {}),
+    "chained": (lambda o: L.ChainedScheduler([L.ExponentialLR(o, 0.9), L.MultiStepLR(o, [3, 7], 0.5)]), "SGD", {}),
 }
 
 
@@ -122,3 +127,21 @@ def test_scheduled_compiled_step_never_retraces_and_matches_eager(kind, make, kw
     assert comp[3][1:] == [2] * (len(comp[3]) - 1), comp[4]
     for a, b in zip(eager[:3], comp[:3]):
         np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6)
+
+
+def test_composite_scheduler_state_dict_resumes():
+    def make():
+        o = tg.optim.SGD([tg.zeros(2, requires_grad=True)], lr=0.1)
+        return o, L.SequentialLR(o, [L.LinearLR(o, 0.1, total_iters=3), L.CosineAnnealingLR(o, T_max=6)], [4])
+    o1, s1 = make()
+    for _ in range(5):
+        s1.step()
+    saved = s1.state_dict()
+    assert len(saved["_schedulers"]) == 2 and "optimizer" not in saved["_schedulers"][1]
+    o2, s2 = make()
+    s2.load_state_dict(saved)
+    o2.param_groups[0]["lr"] = o1.param_groups[0]["lr"]
+    for _ in range(4):
+        s1.step()
+        s2.step()
+        assert o1.param_groups[0]["lr"] == o2.param_groups[0]["lr"]

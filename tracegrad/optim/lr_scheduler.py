@@ -32,6 +32,9 @@ class LRScheduler:
                 raise KeyError(f"param 'initial_lr' is not specified in param_groups[{i}] when resuming an optimizer")
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self):
         self._step_count = 0
         self._is_initial = True
         self.step()
@@ -48,6 +51,9 @@ class LRScheduler:
 
     def step(self, epoch=None):
         self._step_count += 1
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch=None):
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
@@ -63,6 +69,9 @@ class LRScheduler:
 
     def load_state_dict(self, state_dict):
         self.__dict__.update(state_dict)
+
+
+_LRScheduler = LRScheduler        # the old name, which custom schedulers still subclass
 
 
 class LambdaLR(LRScheduler):
@@ -273,6 +282,77 @@ class OneCycleLR(LRScheduler):
                     break
                 start = end
         return lrs
+
+
+class _Composite(LRScheduler):
+    """A scheduler made of others (their state saved with its own)."""
+
+    def _check(self, optimizer, schedulers):
+        if not schedulers:
+            raise ValueError(f"{type(self).__name__} expects at least one scheduler, but got no scheduler.")
+        for i, s in enumerate(schedulers):
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError(f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it requires "
+                                 f"additional kwargs to be specified when calling `step`, but got one at index {i}")
+            if getattr(s, "optimizer", None) is not optimizer:
+                raise ValueError(f"{type(self).__name__} expects all schedulers to belong to the same optimizer, but "
+                                 f"the scheduler at index {i} has another")
+
+    def state_dict(self):
+        out = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        out["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return out
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        for s, saved in zip(self._schedulers, state.pop("_schedulers")):
+            s.load_state_dict(saved)
+        self.__dict__.update(state)
+
+
+class SequentialLR(_Composite):
+    """schedulers[i] drives the learning rate from milestones[i - 1] on (a warmup, then a decay)."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        self._check(optimizer, schedulers)
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
+                             f"number of milestones to be equal to {len(milestones)}")
+        self._schedulers, self._milestones = list(schedulers), list(milestones)
+        self.last_epoch, self.optimizer = last_epoch + 1, optimizer
+        for g in optimizer.param_groups:
+            g["lr"] = g["initial_lr"]
+        for s in self._schedulers:          # undo the step each took when it was made
+            s.last_epoch -= 1
+        first = self._schedulers[bisect_right(self._milestones, 0)]
+        first._initial_step()
+        self._last_lr = first.get_last_lr()
+
+    def step(self):
+        self.last_epoch += 1
+        i = bisect_right(self._milestones, self.last_epoch)
+        s = self._schedulers[i]
+        if i > 0 and self._milestones[i - 1] == self.last_epoch:
+            s._update_lr(0)
+        else:
+            s.step()
+        self._last_lr = s.get_last_lr()
+
+
+class ChainedScheduler(_Composite):
+    """Every scheduler steps at each step(), one after the other (their factors multiply)."""
+
+    def __init__(self, schedulers, optimizer=None):
+        optimizer = optimizer or (schedulers[0].optimizer if schedulers else None)
+        self._check(optimizer, schedulers)
+        self._schedulers, self.optimizer = list(schedulers), optimizer
+        self._last_lr = self._lrs()
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = self._lrs()
 
 
 class ReduceLROnPlateau(LRScheduler):
