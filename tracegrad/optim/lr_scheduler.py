@@ -365,7 +365,7 @@ class ReduceLROnPlateau(LRScheduler):
             raise ValueError("Factor should be < 1.0.")
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
-        if mode not in ("min", "max"):
+        if mode != "min" and mode != "max":
             raise ValueError("mode " + mode + " is unknown!")
         if threshold_mode not in ("rel", "abs"):
             raise ValueError("threshold mode " + threshold_mode + " is unknown!")
