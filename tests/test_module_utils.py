@@ -200,6 +200,11 @@ def test_tensor_hooks_and_compiled_functions():
     with lin.weight.register_hook(lambda g: g * 0):
         f(lin, tg.ones(2, 3)).backward()                    # compiled forward, eager backward: the hook runs
     assert float(lin.weight.grad.abs().sum()) == 0.0 and float(lin.bias.grad) == 2.0
+    x = tg.ones(3, requires_grad=True)
+    y = tg.compile(lambda x: x * 2)(x)                       # a hook on a compiled function's result
+    with y.register_hook(lambda g: g * 5):
+        y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [10.0, 10.0, 10.0])
 
     @tg.compile
     def hooked(x):
