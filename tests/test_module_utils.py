@@ -292,3 +292,18 @@ def test_parameters_to_vector_round_trip():
     nn.utils.vector_to_parameters(tg.arange(9.0), lin.parameters())
     np.testing.assert_array_equal(lin.weight.detach().numpy(), np.arange(6.0).reshape(3, 2))
     np.testing.assert_array_equal(lin.bias.detach().numpy(), [6.0, 7.0, 8.0])
+
+
+def test_hook_registries_empty_after_remove():
+    from tracegrad import autograd
+    x = tg.ones(2, requires_grad=True)
+    seen = []
+    h1 = x.register_hook(lambda g: g * 2)
+    h2 = x.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+    (x * 3).sum().backward()
+    assert seen == [[6.0, 6.0]]
+    h1.remove()
+    h2.remove()
+    assert id(x) not in autograd.TENSOR_HOOKS and id(x) not in autograd._POST_ACCUMULATE   # fast paths back
+    (x * 3).sum().backward()
+    assert seen == [[6.0, 6.0]] and x.grad.tolist() == [9.0, 9.0]

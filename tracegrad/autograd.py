@@ -134,18 +134,33 @@ def _leaf_edges(node):
     return True
 
 
-class RemovableHandle:
-    """What registering a hook returns: `remove()` unregisters it."""
-
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self):
-        if self._hook in self._hooks:
-            self._hooks.remove(self._hook)
+_POST_ACCUMULATE = {}      # id(leaf) -> (weak reference to the leaf, Hooks of hook(leaf))
+TENSOR_HOOKS = {}          # id(tensor) -> (weak reference to it, Hooks of hook(grad)): Tensor.register_hook's
 
 
-_POST_ACCUMULATE = {}      # id(leaf) -> (weak reference to the leaf, [hook(leaf)])
+def _add_hook(registry, t, hook):
+    """Register hook for tensor t in registry; the handle's remove() drops t's entry once it holds none,
+    so the engine's fast paths come back."""
+    key = id(t)
+    entry = registry.get(key)
+    if entry is None or entry[0]() is not t:
+        entry = registry[key] = (weakref.ref(t, lambda _: registry.pop(key, None)), Hooks())
+    hooks = entry[1]
+    handle = hooks.add(hook)
+    remove = handle.remove
+
+    def remove_and_forget():
+        remove()
+        if not hooks and registry.get(key) is entry:
+            del registry[key]
+    handle.remove = remove_and_forget
+    return handle
+
+
+def add_hook(t, hook):
+    """t.register_hook(hook): hook(grad) runs on t's gradient when backward computes it and may
+    return a replacement; for a leaf, before it is accumulated into .grad."""
+    return _add_hook(TENSOR_HOOKS, t, hook)
 
 
 def register_post_accumulate_grad_hook(t, hook):
@@ -154,12 +169,7 @@ def register_post_accumulate_grad_hook(t, hook):
     if t.grad_fn is not None or not t._requires_grad:
         raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors or tensors that "
                            "do not require grad")
-    key = id(t)
-    entry = _POST_ACCUMULATE.get(key)
-    if entry is None or entry[0]() is not t:
-        entry = _POST_ACCUMULATE[key] = (weakref.ref(t, lambda _, k=key: _POST_ACCUMULATE.pop(k, None)), [])
-    entry[1].append(hook)
-    return RemovableHandle(entry[1], hook)
+    return _add_hook(_POST_ACCUMULATE, t, hook)
 
 
 class _Callbacks(threading.local):
@@ -183,7 +193,7 @@ def _hooks_of(leaf, interp):
     traced leaf stands for), and that tensor; ((), None) when it has none."""
     owner = leaf if interp is modes.eager else interp.grad_owner(leaf)
     entry = _POST_ACCUMULATE.get(id(owner))
-    return (entry[1], owner) if entry is not None and entry[0]() is owner else ((), None)
+    return (entry[1].values(), owner) if entry is not None and entry[0]() is owner else ((), None)
 
 
 def _accumulate_leaf(leaf, g, create_graph, owned, interp):
@@ -380,28 +390,6 @@ def _leaves_done(done, uses, leaf_grads, create_graph, interp):
                 found = leaf_grads.pop(id(e), None)
                 if found is not None:
                     _accumulate_leaf(found[0], found[1], create_graph, found[2], interp)
-
-
-TENSOR_HOOKS = {}      # id(tensor) -> (weakref to it, Hooks): Tensor.register_hook's
-
-
-def add_hook(t, hook):
-    """t.register_hook(hook): hook(grad) runs on t's gradient when backward computes it and may
-    return a replacement; for a leaf, before it is accumulated into .grad."""
-    key = id(t)
-    entry = TENSOR_HOOKS.get(key)
-    if entry is None or entry[0]() is not t:
-        entry = TENSOR_HOOKS[key] = (weakref.ref(t, lambda _: TENSOR_HOOKS.pop(key, None)), Hooks())
-    hooks = entry[1]
-    handle = hooks.add(hook)
-    remove = handle.remove
-
-    def remove_and_forget():
-        remove()
-        if not hooks and TENSOR_HOOKS.get(key) is entry:
-            del TENSOR_HOOKS[key]
-    handle.remove = remove_and_forget
-    return handle
 
 
 def _hook_sites():
