@@ -31,7 +31,8 @@ def test_state_dict_and_containers_round_trip(tmp_path):
     obj = {"model": m.state_dict(), "step": 7, "lr": 1e-3, "bad": float("inf"), "nan": float("nan"),
            "trail": [1, (2.5, None, True, "s")], 4: "int key", (1, 2): "tuple key",
            "p": w, "again": w, "h": tg.tensor([1.5, -2.0], dtype=tg.float16), "b": tg.tensor([True, False]),
-           "i8": tg.tensor([-3, 4], dtype=tg.int8), "empty": tg.zeros(0, 3), "scalar": tg.tensor(2.5, dtype=tg.float64)}
+           "i8": tg.tensor([-3, 4], dtype=tg.int8), "empty": tg.zeros(0, 3), "scalar": tg.tensor(2.5, dtype=tg.float64),
+           "dtype": tg.float16, "device": tg.device("cuda:0")}
     path = tmp_path / "ckpt.tg"
     tg.save(obj, path)
     back = tg.load(str(path))
@@ -39,6 +40,7 @@ def test_state_dict_and_containers_round_trip(tmp_path):
     assert back["trail"] == [1, (2.5, None, True, "s")] and back[4] == "int key" and back[(1, 2)] == "tuple key"
     assert back["bad"] == math.inf and math.isnan(back["nan"]) and type(back["step"]) is int
     assert back["p"] is back["again"] and back["p"].requires_grad and back["p"].is_leaf
+    assert back["dtype"] is tg.float16 and back["device"] == "cuda:0"
     for k in ("h", "b", "i8", "empty", "scalar"):
         assert back[k].dtype == obj[k].dtype and back[k].shape == obj[k].shape
         np.testing.assert_array_equal(back[k].numpy(), obj[k].numpy())
@@ -149,7 +151,8 @@ def test_reads_a_hand_written_torch_checkpoint():
         ("t", _rebuild(grid, 0, (4, 3), (1, 4))),            # a transpose
         ("n", _rebuild(longs, 1, (), ())),
         ("h", _rebuild(halves, 0, (2,), (1,))),
-        ("meta", {"epoch": 3, "betas": (0.9, 0.99), "size": _Call(_Global("torch", "Size"), (2, 3))}),
+        ("meta", {"epoch": 3, "betas": (0.9, 0.99), "size": _Call(_Global("torch", "Size"), (2, 3)),
+                  "dtype": _Global("torch", "float16"), "device": _Call(_Global("torch", "device"), "cpu")}),
     ])
     sd = tg.load(_torch_zip(state, [grid, longs, halves]))
     assert list(sd) == ["w", "col", "t", "n", "h", "meta"]
@@ -159,7 +162,7 @@ def test_reads_a_hand_written_torch_checkpoint():
     np.testing.assert_array_equal(sd["t"].numpy(), np.arange(12.0).reshape(3, 4).T)
     assert sd["n"].dtype == tg.int64 and sd["n"].shape == () and int(sd["n"]) == -7
     assert sd["h"].dtype == tg.float16 and sd["h"].numpy().tolist() == [0.5, -1.0]
-    assert sd["meta"] == {"epoch": 3, "betas": (0.9, 0.99), "size": (2, 3)}
+    assert sd["meta"] == {"epoch": 3, "betas": (0.9, 0.99), "size": (2, 3), "dtype": tg.float16, "device": "cpu"}
 
 
 def test_cuda_storages_need_a_device_or_map_location():

@@ -24,7 +24,7 @@ VERSION = 1
 
 def save(obj, f):
     """Write obj — a tensor, or dicts (OrderedDicts), lists and tuples of tensors, str, int, float,
-    bool and None, nested — to f (a path or a binary file). Tensors keep dtype, shape, device and
+    bool, None, dtypes and devices, nested — to f (a path or a binary file). Tensors keep dtype, shape, device and
     requires_grad; a tensor held twice is stored once and loads as one tensor."""
     arrays = []
     body = _encode(obj, arrays, {}, "obj")
@@ -44,6 +44,10 @@ def _encode(o, arrays, seen, path):
         return o
     if isinstance(o, float):
         return o if math.isfinite(o) else {"$": "float", "value": repr(o)}
+    if isinstance(o, D.DType):
+        return {"$": "dtype", "name": o.name}
+    if isinstance(o, Device):
+        return {"$": "device", "name": str(o)}
     if isinstance(o, Tensor):
         if id(o) not in seen:
             seen[id(o)] = len(arrays)
@@ -58,7 +62,7 @@ def _encode(o, arrays, seen, path):
                 "items": [[_encode(k, arrays, seen, f"{path} key"), _encode(v, arrays, seen, f"{path}[{k!r}]")]
                           for k, v in o.items()]}
     raise TypeError(f"tg.save cannot store {path}, a {type(o).__module__}.{type(o).__name__}: only tensors, dicts, "
-                    f"lists, tuples, str, int, float, bool and None are saved (no arbitrary objects, so that "
+                    f"lists, tuples, str, int, float, bool, None, dtypes and devices are saved (no arbitrary objects, so that "
                     f"loading never runs code). Save the object's state_dict() instead")
 
 
@@ -108,6 +112,10 @@ def _decode(o, array, cache, map_location):
     kind = o.get("$")
     if kind == "float":
         return float(o["value"])
+    if kind == "dtype":
+        return D.to_dtype(o["name"])
+    if kind == "device":
+        return Device(o["name"])
     if kind == "tensor":
         i = o["index"]
         if i not in cache:

@@ -10,6 +10,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import dtypes as D
+from .device import device as Device
 from .tensor import tensor as make_tensor
 
 # torch's storage classes and dtypes -> (NumPy dtype of the bytes, tracegrad dtype name)
@@ -91,7 +92,7 @@ class _Rebuilder:
                ("torch._utils", "_rebuild_parameter_with_state"): self.rebuild_parameter,
                ("collections", "OrderedDict"): OrderedDict,
                ("torch", "Size"): tuple,
-               ("torch", "device"): str,
+               ("torch", "device"): Device,
                ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "slice"): slice,
                ("builtins", "complex"): complex}
         out.update({("torch", k): _TorchDtype(v) for k, v in _STORAGES.items()})
