@@ -111,6 +111,13 @@ def test_a_plain_tensor_cannot_replace_a_parameter():
     assert "weight" in dict(lin.named_parameters())
     lin.weight = nn.Parameter(tg.zeros(2, 2))
     assert float(dict(lin.named_parameters())["weight"].abs().sum()) == 0.0
+    lin.bias = lin.bias.detach()                            # a leaf without grad: still the parameter (frozen)
+    assert list(dict(lin.named_parameters())) == ["weight", "bias"] and not lin.bias.requires_grad
+    lin.requires_grad_(False)
+    state = {k: v + 1 for k, v in lin.state_dict().items()}
+    lin.load_state_dict(state, assign=True)                 # frozen parameters replaced, still registered
+    assert list(dict(lin.named_parameters())) == ["weight", "bias"] and lin.weight is not None
+    assert float(lin.weight.sum()) == 4.0
 
 
 def test_containers_behave_as_lists_and_dicts():

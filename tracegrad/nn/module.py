@@ -55,19 +55,23 @@ class Module:
         if "_params" not in self.__dict__:
             raise RuntimeError(f"call super().__init__() in {type(self).__name__}.__init__ before assigning "
                                f"attributes")
-        if name in self._buffers and (value is None or isinstance(value, Tensor)) and not _is_parameter(value):
-            self._buffers[name] = value          # a buffer stays a buffer when a tensor is assigned to it
-        elif name in self._params and isinstance(value, Tensor) and not _is_parameter(value):
-            raise TypeError(f"cannot assign a tensor that is not a parameter (requires_grad={value.requires_grad}, "
-                            f"is_leaf={value.is_leaf}) as parameter '{name}' (nn.Parameter or None expected); "
-                            f"wrap it: nn.Parameter(t), or delete the parameter first")
+        tensor_or_none = value is None or isinstance(value, Tensor)
+        if isinstance(value, Module):
+            where = self._modules
+        elif name in self._buffers and tensor_or_none and not _is_parameter(value):
+            where = self._buffers            # a buffer stays a buffer when a tensor is assigned to it
+        elif _is_parameter(value) or name in self._params and tensor_or_none:
+            if value is not None and not value.is_leaf:      # the result of an operation: PyTorch's error
+                raise TypeError(f"cannot assign a tensor computed by an operation (grad_fn={value.grad_fn.name()}) "
+                                f"as parameter '{name}' (nn.Parameter or None expected); wrap it: "
+                                f"nn.Parameter(t), or delete the parameter first")
+            where = self._params             # (a leaf that does not require grad there: a frozen parameter)
         else:
-            was_param = name in self._params
+            where = None
+        if where is None or name not in where:
             self._forget(name)
-            if isinstance(value, Module):
-                self._modules[name] = value
-            elif _is_parameter(value) or value is None and was_param:
-                self._params[name] = value
+        if where is not None:
+            where[name] = value              # a name already there keeps its place, as in PyTorch
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
