@@ -120,3 +120,11 @@ def test_random_split_subset_concat():
         random_split(ds, [3, 3])
     cat = ConcatDataset([Subset(ds, [9, 8]), _ds(3)])
     assert len(cat) == 5 and int(cat[1][1]) == 8 and int(cat[2][1]) == 0 and int(cat[-1][1]) == 2
+
+
+def test_distributed_sampler_under_its_torch_name():
+    from tracegrad.utils.data.distributed import DistributedSampler
+    ds = _ds(10)
+    parts = [[int(i) for _, y in DataLoader(ds, batch_size=3, sampler=DistributedSampler(ds, 2, r, shuffle=False))
+              for i in y.tolist()] for r in (0, 1)]
+    assert parts == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]] and tg.utils.data.DistributedSampler is DistributedSampler

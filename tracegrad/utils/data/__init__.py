@@ -1,10 +1,12 @@
 """tg.utils.data: datasets, samplers and the DataLoader, as torch.utils.data (in the calling process:
 num_workers=0)."""
+from . import distributed
 from .collate import default_collate, default_convert
 from .dataloader import DataLoader
 from .dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
+from .distributed import DistributedSampler
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split", "DataLoader",
            "default_collate", "default_convert", "Sampler", "SequentialSampler", "RandomSampler",
-           "SubsetRandomSampler", "BatchSampler"]
+           "SubsetRandomSampler", "BatchSampler", "DistributedSampler", "distributed"]
