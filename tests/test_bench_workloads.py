@@ -133,7 +133,7 @@ def test_ab_outside_a_git_checkout_says_what_to_do(tmp_path, monkeypatch):
         ab._load_old("main")
 
 
-def test_w9_transformer_numpy_backward_matches_tracegrads_autograd():
+def test_w12_transformer_numpy_backward_matches_tracegrads_autograd():
     """The hand-written NumPy backward of the GPT step against tracegrad's autograd, both in float64, over two
     steps (the second after an Adam update): the NumPy erf is good to ~1e-7, so that bounds the match."""
     from tracegrad.bench import transformer as gpt
@@ -145,8 +145,8 @@ def test_w9_transformer_numpy_backward_matches_tracegrads_autograd():
         assert failure is None, failure
 
 
-def test_w10_adam_update_matches_numpy_for_three_steps():
-    w = find("W10")
+def test_w13_adam_update_matches_numpy_for_three_steps():
+    w = find("W13")
     inp = w.inputs()
     want, have = w.columns["numpy"](inp), w.columns["tg eager"](inp)
     for _ in range(3):

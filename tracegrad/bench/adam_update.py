@@ -1,4 +1,4 @@
-"""W10, a multi-tensor Adam update: one optimizer step over 60 parameter tensors of a transformer's shapes
+"""W13, a multi-tensor Adam update: one optimizer step over 60 parameter tensors of a transformer's shapes
 (2.4M elements in all) whose gradients are given; each call is one `step()` and returns the parameters.
 The NumPy column loops over the tensors; torch's eager Adam uses its multi-tensor (foreach) path."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""W9, a small GPT-style decoder's training step: token and position embeddings, 2 pre-LayerNorm blocks
+"""W12, a small GPT-style decoder's training step: token and position embeddings, 2 pre-LayerNorm blocks
 (causal self-attention with 4 heads, an MLP with the exact erf GELU), a final LayerNorm, the head tied to
 the token embedding, cross-entropy, Adam. Batch 8 of 64 tokens, vocabulary 512, width 128.
 

@@ -1,5 +1,5 @@
 """The reference workloads: the eight of the bench's definition (W1-W8), one small function per column, and
-two models defined in modules of their own: W9 a transformer's training step (transformer.py), W10 a
+models defined in modules of their own: W12 a transformer's training step (transformer.py), W13 a
 multi-tensor Adam update (adam_update.py).
 
 Every workload has
@@ -528,7 +528,7 @@ def _workload(wid, name, what, mod=globals()):
 def _model_workload(wid, name, what, inputs, numpy_setup, tg_setup, torch_setup, stateful):
     """A workload defined in a module of its own (transformer.py, adam_update.py): inputs, the NumPy column,
     tracegrad's and torch's setups taking `compiled`; no torch built-in, no jax column. `stateful`: its
-    outputs are the parameters a call updates (W10), not that call's own results (W9: loss, gradients)."""
+    outputs are the parameters a call updates (W13), not that call's own results (W12: loss, gradients)."""
     w = Workload(wid, name, what, inputs, _reference(numpy_setup), stateful=stateful)
     w.columns = {"numpy": numpy_setup, "tg eager": lambda inp: tg_setup(inp, False),
                  "tg compiled": lambda inp: tg_setup(inp, True), "torch eager": lambda inp: torch_setup(inp, False),
@@ -549,10 +549,10 @@ WORKLOADS = [
               "squares; grads x, w"),
     _workload("W8", "mlp_deep_narrow_adam", "12 Linear 64-32x11-10, batch 128, relu, cross-entropy, fwd+bwd+Adam, "
               "one compiled step"),
-    _model_workload("W9", "gpt_train_step", "GPT-style decoder, 2 pre-LN blocks, causal attention, erf GELU, "
+    _model_workload("W12", "gpt_train_step", "GPT-style decoder, 2 pre-LN blocks, causal attention, erf GELU, "
                     "tied head, cross-entropy, Adam; batch 8 x 64 tokens, width 128, vocabulary 512",
                     GPT.inputs, GPT.numpy_step, GPT.tg_step, GPT.torch_step, stateful=False),
-    _model_workload("W10", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
+    _model_workload("W13", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
                     ADAM_UPDATE.inputs, ADAM_UPDATE.numpy_update, ADAM_UPDATE.tg_update, ADAM_UPDATE.torch_update,
                     stateful=True),
 ]
