@@ -15,8 +15,8 @@ def _errors(w, col):
     return check(outs, refs, w.tolerances)
 
 
-def test_eight_workloads_with_ids_and_names():
-    assert [w.id for w in WORKLOADS] == [f"W{i}" for i in range(1, 9)]
+def test_ten_workloads_with_ids_and_names():
+    assert [w.id for w in WORKLOADS] == [f"W{i}" for i in range(1, 11)]
     assert find("column_center").id == "W7" and find("w8").name == "mlp_deep_narrow_adam"
     assert [w.id for w in WORKLOADS if w.floor_bytes] == ["W1", "W2", "W3", "W7"]
 
@@ -131,3 +131,24 @@ def test_ab_outside_a_git_checkout_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(ab, "ROOT", str(tmp_path))
     with pytest.raises(SystemExit, match="run it from a git clone of tracegrad"):
         ab._load_old("main")
+
+
+def test_w12_transformer_numpy_backward_matches_tracegrads_autograd():
+    """The hand-written NumPy backward of the GPT step against tracegrad's autograd, both in float64, over two
+    steps (the second after an Adam update): the NumPy erf is good to ~1e-7, so that bounds the match."""
+    from tracegrad.bench import transformer as gpt
+    inp = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in gpt.inputs().items()}
+    ref, got = gpt.numpy_step(inp), gpt.tg_step(inp, compiled=False)
+    for tol in (1e-6, 1e-4):
+        want, have = ref(), [_np(o) for o in got()]
+        err, failure = check(have, [np.asarray(w) for w in want], [tol] * len(want))
+        assert failure is None, failure
+
+
+def test_w13_adam_update_matches_numpy_for_three_steps():
+    w = find("W13")
+    inp = w.inputs()
+    want, have = w.columns["numpy"](inp), w.columns["tg eager"](inp)
+    for _ in range(3):
+        err, failure = check([_np(o) for o in have()], [np.asarray(a, np.float64) for a in want()], [1e-6] * 60)
+        assert failure is None, failure

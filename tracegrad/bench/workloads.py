@@ -1,4 +1,6 @@
-"""The eight reference workloads of shared/bench/WORKLOADS.md, one small function per column.
+"""The reference workloads: the eight of the bench's definition (W1-W8), one small function per column, and
+models defined in modules of their own: W12 a transformer's training step (transformer.py), W13 a
+multi-tensor Adam update (adam_update.py).
 
 Every workload has
   - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
@@ -16,6 +18,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import adam_update as ADAM_UPDATE
+from . import transformer as GPT
 
 C_GELU = 0.7978845608            # sqrt(2/pi), as written in WORKLOADS.md
 EPS_LN = 1e-5
@@ -520,6 +525,18 @@ def _workload(wid, name, what, mod=globals()):
     return w
 
 
+def _model_workload(wid, name, what, inputs, numpy_setup, tg_setup, torch_setup, stateful):
+    """A workload defined in a module of its own (transformer.py, adam_update.py): inputs, the NumPy column,
+    tracegrad's and torch's setups taking `compiled`; no torch built-in, no jax column. `stateful`: its
+    outputs are the parameters a call updates (W13), not that call's own results (W12: loss, gradients)."""
+    w = Workload(wid, name, what, inputs, _reference(numpy_setup), stateful=stateful)
+    w.columns = {"numpy": numpy_setup, "tg eager": lambda inp: tg_setup(inp, False),
+                 "tg compiled": lambda inp: tg_setup(inp, True), "torch eager": lambda inp: torch_setup(inp, False),
+                 "torch built-in": lambda inp: None, "torch.compile": lambda inp: torch_setup(inp, True),
+                 "jax.jit": lambda inp: None}
+    return w
+
+
 MB16 = 4096 * 1024 * 4          # one (4096, 1024) or (8192, 512) float32 array, or W1's 4M elements
 WORKLOADS = [
     _workload("W1", "gelu_fwd", "4M elements, 0.5*x*(1+tanh(0.7978845608*(x+0.044715*x**3))), forward"),
@@ -532,6 +549,12 @@ WORKLOADS = [
               "squares; grads x, w"),
     _workload("W8", "mlp_deep_narrow_adam", "12 Linear 64-32x11-10, batch 128, relu, cross-entropy, fwd+bwd+Adam, "
               "one compiled step"),
+    _model_workload("W12", "gpt_train_step", "GPT-style decoder, 2 pre-LN blocks, causal attention, erf GELU, "
+                    "tied head, cross-entropy, Adam; batch 8 x 64 tokens, width 128, vocabulary 512",
+                    GPT.inputs, GPT.numpy_step, GPT.tg_step, GPT.torch_step, stateful=False),
+    _model_workload("W13", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
+                    ADAM_UPDATE.inputs, ADAM_UPDATE.numpy_update, ADAM_UPDATE.tg_update, ADAM_UPDATE.torch_update,
+                    stateful=True),
 ]
 WORKLOADS[3].implied = w4_implied
 WORKLOADS[0].compute_floor = w1_compute_floor
@@ -539,7 +562,7 @@ WORKLOADS[3].stateful = WORKLOADS[7].stateful = True
 WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
 # Memory-bound workloads: bytes that must move per call (read the inputs, write the outputs; W7
 # reads x twice, for the means and then for the centered values, and writes dx).
-for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
+for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None, None, None)):
     _w.floor_bytes = _bytes
 
 
