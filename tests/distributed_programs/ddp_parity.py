@@ -82,4 +82,21 @@ loose = DDP(TwoHeads(), find_unused_parameters=True)
 loose(x, rank == 1).sum().backward()            # b is used on rank 1 only: its average is half rank 1's gradient
 assert np.allclose(loose.module.b.bias.grad.numpy(), [1.0, 1.0]), loose.module.b.bias.grad
 assert np.allclose(loose.module.a.bias.grad.numpy(), [2.0, 2.0])
+
+
+class Counted(tg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = tg.nn.Linear(3, 2, dtype=tg.float64)
+        self.register_buffer("seen", tg.zeros(1, dtype=tg.float64))
+
+    def forward(self, x):
+        self.seen.add_(1 + rank)                       # the ranks' buffers drift apart
+        return self.lin(x)
+
+
+counted = DDP(Counted())
+for _ in range(2):
+    counted(x).sum().backward()
+assert counted.module.seen.item() == 1 + (1 + rank), counted.module.seen    # rank 0's after 1 step, then its own
 print(f"rank {rank}: ok", flush=True)

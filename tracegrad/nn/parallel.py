@@ -10,7 +10,8 @@ when a bucket is complete its gradients are flattened and their sum across the r
 `tg.compile`: an all_reduce step of the compiled program). When the backward pass ends, every bucket
 is waited for and each parameter's .grad becomes the average over the ranks.
 
-`no_sync()` skips the averaging (gradients accumulate locally; the next synchronized backward averages
+With `broadcast_buffers` (the default) each forward first copies rank 0's buffers (running statistics)
+to every rank. `no_sync()` skips the averaging (gradients accumulate locally; the next synchronized backward averages
 the sum). A parameter that got no gradient in a backward pass is an error naming it, unless
 `find_unused_parameters=True`: then it counts as a zero gradient in the average (as PyTorch)."""
 import contextlib
@@ -42,9 +43,9 @@ class DistributedDataParallel(Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         object.__setattr__(self, "_names", [n for n, _ in named])
         object.__setattr__(self, "_synced", [p for _, p in named])
-        _same_model_on_every_rank(named, _buffers(module))
+        _same_model_on_every_rank(named, list(module.buffers()))
         with no_grad():
-            for t in [p for _, p in module.named_parameters()] + _buffers(module):
+            for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, 0)
         object.__setattr__(self, "_buckets", _buckets(self._synced, bucket_cap_mb * (1 << 20)))
         object.__setattr__(self, "_bucket_of", {i: b for b, idx in enumerate(self._buckets) for i in idx})
@@ -53,6 +54,9 @@ class DistributedDataParallel(Module):
             p.register_post_accumulate_grad_hook(lambda p, i=i: self._grad_ready(i))
 
     def forward(self, *args, **kwargs):
+        if self.broadcast_buffers:               # rank 0's buffers (running statistics), as PyTorch
+            for b in self.module.buffers():
+                dist.broadcast(b, 0)
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -127,11 +131,6 @@ class _Pass:
 
     def reset(self):
         self.ready, self.inflight = set(), {}
-
-
-def _buffers(module):
-    found = getattr(module, "buffers", None)
-    return list(found()) if found is not None else []
 
 
 def _buckets(params, cap_bytes):
