@@ -1,0 +1,151 @@
+"""What a value read by a trace holds, walked for the guards: the rule, by kind of value.
+
+- a tensor, a module or optimizer, a Python module, a class, a library object: by identity;
+- a number, string, None, dtype, or a tuple of them: by value (floats bit for bit: -0.0 is not
+  0.0, NaN is NaN);
+- a list, dict or tuple: its length and each item (by this rule);
+- a module or optimizer: what it registered with pytree (submodules, parameters, every attribute
+  of each module by this rule: functions, lists, dicts, config objects, modules in plain lists);
+- a function of the user's code: its code, its default values and its closure cells' contents;
+  a bound method: its function and its object;
+- an object of a class from the user's code (a plain class, a dataclass) or a SimpleNamespace: each
+  attribute in its __dict__;
+- a NumPy array: its dtype, shape and bytes (the trace may have read it as Python numbers).
+Each object is walked once (a second path to it compares identity only); at most MAX_ITEMS items and
+MAX_DEPTH levels are walked, past which `truncated` names what was not.
+"""
+import types
+
+import numpy as np
+
+from ..pytree import object_state
+from ..tensor import Tensor
+from .free_vars import cell_value, defaults, is_plain, is_user_code
+from .signature import STATIC
+
+MAX_ITEMS = 4096     # items of containers and objects walked per compiled entry
+MAX_DEPTH = 12
+CONTAINERS = (dict, list, tuple)
+
+
+def is_static(v):
+    return isinstance(v, STATIC) or isinstance(v, tuple) and all(is_static(x) for x in v)
+
+
+def walk_state(objects, lifted_dynamic=None):
+    """(entries, holders, arrays, truncated) for what the (name, object) pairs hold: entries
+    [(path, value, by_identity)] in a stable order (state_change compares two readings), the holders
+    whose contents make them up (dicts, lists, attribute dicts, registered watch lists, functions'
+    reads; None in the list: an object without a watch list), the NumPy arrays read by content, and
+    the paths not walked. An optimizer's dynamic numbers (its lr) are compared by kind where the
+    object's id is in `lifted_dynamic` (read at each call), else by value."""
+    w = _Walk(lifted_dynamic or ())
+    for name, obj in objects:
+        w.inside(name, obj, 0)
+    return w.entries, w.holders, w.arrays, w.truncated
+
+
+class _Walk:
+    def __init__(self, lifted_dynamic):
+        self.entries, self.holders, self.arrays, self.truncated = [], [], [], []
+        self.seen, self.budget, self.lifted_dynamic = set(), MAX_ITEMS, lifted_dynamic
+
+    def inside(self, path, v, depth):
+        if id(v) in self.seen:
+            return
+        self.seen.add(id(v))
+        if depth > MAX_DEPTH:
+            self.truncated.append(path)
+            return
+        reg = object_state(v)
+        if reg is not None:
+            self._registered(path, v, reg, depth)
+        elif isinstance(v, CONTAINERS):
+            self.entries.append((f"{path} length", len(v), False))
+            if not isinstance(v, tuple):
+                self.holders.append(v)
+            self._items(path, v.items() if isinstance(v, dict) else enumerate(v), depth, "[{!r}]")
+        elif isinstance(v, np.ndarray):
+            self.entries.append((f"{path} values", array_key(v), False))
+            self.arrays.append(v)
+        elif isinstance(v, types.FunctionType):
+            self.holders.append(FunctionReads(v))
+            self.entries.append((f"{path} code", v.__code__, True))
+            items = [(f" default {n}", x) for n, x in defaults(v).items()]
+            items += [(f" closure {n}", cell_value(c)) for n, c in zip(v.__code__.co_freevars, v.__closure__ or ())]
+            self._items(path, items, depth, "{}")
+        elif isinstance(v, types.MethodType):
+            self._items(path, [(".__func__", v.__func__), (".__self__", v.__self__)], depth, "{}")
+        elif is_plain(v):
+            self.holders.append(v.__dict__)
+            self.entries.append((f"{path} class", type(v), True))
+            self._items(path, vars(v).items(), depth, ".{}")
+
+    def _registered(self, path, v, reg, depth):
+        state, _, watch = reg
+        items = list(state(v))
+        self.seen.update(id(x) for _, x in items if object_state(x) is not None)   # its own walk covers them
+        self._items(path, items, depth, ".{}")
+        for label, holder, key in dynamic_slots(v):
+            x = slot_value(holder, key)
+            if isinstance(x, Tensor):
+                self.entries.append((f"{path}.{label}", x, True))
+            elif id(v) in self.lifted_dynamic:    # a number read per call: only its kind is guarded
+                self.entries.append((f"{path}.{label}", "a number" if is_number(x) else type(x).__name__, False))
+            else:
+                self.entries.append((f"{path}.{label}", x, False))
+        self.holders.extend(watch(v) if watch is not None else [None])
+
+    def _items(self, path, items, depth, form):
+        for k, x in items:
+            self.budget -= 1
+            if self.budget < 0:
+                self.truncated.append(path)
+                return
+            p = path + form.format(k)
+            static = is_static(x)
+            self.entries.append((p, x, not static))
+            if not static and not isinstance(x, Tensor) and has_inside(x):
+                self.inside(p, x, depth + 1)
+
+
+def has_inside(v):
+    """Whether walk_state walks into v (else v is compared by identity or value alone)."""
+    return object_state(v) is not None or isinstance(v, (*CONTAINERS, np.ndarray, types.MethodType)) \
+        or isinstance(v, types.FunctionType) and is_user_code(v.__code__.co_filename) or is_plain(v)
+
+
+def array_key(a):
+    """A NumPy array's dtype, shape and bytes: equal keys, equal values bit for bit."""
+    return ("array", a.dtype.str, a.shape, a.tobytes())
+
+
+def dynamic_slots(obj):
+    """[(label, holder, key)] for the numbers a registered object holds that a call reads afresh:
+    an attribute (holder: the object) or a dict item (holder: the dict, an optimizer's group)."""
+    dynamic = object_state(obj)[1]
+    return dynamic(obj) if callable(dynamic) else [(attr, obj, attr) for attr in dynamic]
+
+
+def slot_value(holder, key):
+    return holder.get(key) if isinstance(holder, dict) else getattr(holder, key, None)
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class FunctionReads:
+    """A function's code, default values and closure cells' contents, iterated (a watched holder)."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __iter__(self):
+        fn = self.fn
+        yield fn.__code__
+        yield fn.__defaults__
+        yield fn.__kwdefaults__
+        for c in fn.__closure__ or ():
+            yield cell_value(c)
