@@ -218,10 +218,10 @@ def _fast_failure(g):
              "        return full(leaves)"]
     env["MISSING"], env["cell_value"] = _MISSING, cell_value
     for q, b in enumerate(g.bindings):      # each binding's value by identity (the full check compares values)
-        env[f"H{q}"], env[f"B{q}"] = b[2], b
-        now = f"H{q}.get({b[1]!r}, MISSING)" if b[0] == "global" else f"cell_value(H{q})" \
-            if b[0] == "closure variable" else f"G.default_value(H{q}, {b[1]!r})"
-        lines += [f"    if {now} is not B{q}[3]:", "        return full(leaves)"]
+        env[f"BH{q}"], env[f"BV{q}"] = b[2], b
+        now = f"BH{q}.get({b[1]!r}, MISSING)" if b[0] == "global" else f"cell_value(BH{q})" \
+            if b[0] == "closure variable" else f"G.default_value(BH{q}, {b[1]!r})"
+        lines += [f"    if {now} is not BV{q}[3]:", "        return full(leaves)"]
     at = {id(real): p for p, (_, real) in enumerate(g.fixed)}
     rg = {id(t): r for t, _, _, r, _ in g.tensors}
     for p, (_, real) in enumerate(g.fixed):
