@@ -137,6 +137,19 @@ def case(kind):
         scaled, cell = make_scaled(2.0)
         fn = lambda t: scaled(t)                # noqa: E731
         return fn, [lambda: cell.__setitem__(0, 6.0)]
+    if kind == "class attribute":
+        Holder.GAIN = 1.0
+        m = Holder()
+        fn = lambda t: m(t) * Holder.GAIN         # noqa: E731
+        return fn, [lambda: setattr(Holder, "GAIN", -2.0), lambda: setattr(Holder, "GAIN", 4.0)]
+    if kind == "tensor read as a number":
+        w = tg.tensor([2.0])
+        fn = lambda t: t * w.item() + w.tolist()[0]    # noqa: E731
+
+        def bump():
+            with tg.no_grad():
+                w.add_(1.0)
+        return fn, [bump, lambda: setattr(w, "data", tg.tensor([-1.0]))]
     m = Holder()
     if kind == "module attribute":
         return m, [lambda: setattr(m, "act", tg.relu), lambda: m.scale.__setitem__(0, 10.0),
@@ -148,7 +161,8 @@ def case(kind):
 
 
 KINDS = ["helper global", "helper of helper", "global function", "global list", "global tuple of tensors",
-         "namespace config", "dataclass config", "numpy global", "closure of a helper", "module attribute"]
+         "namespace config", "dataclass config", "numpy global", "closure of a helper", "module attribute",
+         "class attribute", "tensor read as a number"]
 
 
 def _bits(a):
@@ -273,3 +287,25 @@ def test_a_global_read_while_a_python_profiler_runs_is_still_guarded():
     K = 3.0
     np.testing.assert_array_equal(f(x).numpy(), (x * 3.0).numpy())
     assert math.isclose(float(f(x).numpy()[0]), 1.5)
+
+
+def test_an_attribute_of_a_users_module_and_of_a_class_read_through_self(tmp_path, monkeypatch):
+    (tmp_path / "tg_guard_cfg.py").write_text("LR = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tg_guard_cfg
+
+    class Scaled(nn.Module):
+        SCALE = 2.0
+
+        def forward(self, t):
+            return t * self.SCALE * tg_guard_cfg.LR
+    m = Scaled()
+    f = tg.compile(m)
+    x = tg.tensor(X)
+    _same(f(x).numpy(), m(x).numpy())
+    Scaled.SCALE = 5.0
+    _same(f(x).numpy(), m(x).numpy())
+    tg_guard_cfg.LR = -1.0
+    _same(f(x).numpy(), m(x).numpy())
+    assert any("tg_guard_cfg.LR: 2.0 -> -1.0" in r for r in f.stats()["retrace_reasons"]), f.stats()
+    assert f.stats()["traces"] == 3

@@ -211,8 +211,15 @@ class Tracer:
         self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
         self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
         self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
+        self.values = {}           # id(real tensor) -> (tensor, its values) for those read as Python values
 
     # ------------------------------------------------------------------ values
+    def values_read(self, t):
+        """Real tensor t's values were read as Python values (t.item(), t.numpy()): they are baked
+        into the graph, so a compiled call compares them (the snapshot taken here) before it runs."""
+        if type(t) is not Traced and id(t) not in self.values:
+            self.values[id(t)] = (t, values_key(t))
+
     def lift(self, t, source=("captured",), name=None):
         """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
         if type(t) is Traced:
@@ -432,6 +439,12 @@ class Tracer:
             if after is not before:
                 out.append((t, before, after))
         return out
+
+
+def values_key(t):
+    """A real tensor's dtype, shape and values, bit for bit (equal keys: the same values)."""
+    a = np.ascontiguousarray(t._host("a guard"))
+    return t._dtype.name, a.shape, a.tobytes()
 
 
 def tracing():

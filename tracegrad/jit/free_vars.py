@@ -49,6 +49,31 @@ def global_names(code):
     return got
 
 
+MISSING = object()      # a global or module attribute not (or no longer) defined
+
+
+_NAMES = weakref.WeakKeyDictionary()     # code object -> the global names it loads
+
+
+def global_names(code):
+    """The names `code` (not its nested code) loads as globals, and each chain of attributes it
+    reads from one at once, dotted (`cfg.lr`)."""
+    got = _NAMES.get(code)
+    if got is None:
+        names, chain = set(), None
+        for i in dis.get_instructions(code):
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                chain = i.argval
+            elif i.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain is not None:
+                chain += "." + i.argval
+            else:
+                chain = None
+                continue
+            names.add(chain)
+        got = _NAMES[code] = tuple(sorted(names))
+    return got
+
+
 _LIBRARY = tuple(os.path.abspath(p) + os.sep for p in
                  {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
 
@@ -56,7 +81,9 @@ _LIBRARY = tuple(os.path.abspath(p) + os.sep for p in
 def is_user_code(filename):
     """Whether code from `filename` is the user's: not tracegrad's own, nor the standard library's or
     an installed package's (their globals are assumed fixed), nor frozen."""
-    if filename.startswith("<frozen") or in_package(filename):
+    if filename.startswith("<"):                 # made by exec (<string>, <stdin>), or frozen
+        return not filename.startswith("<frozen")
+    if in_package(filename):
         return False
     return not os.path.abspath(filename).startswith(_LIBRARY) if os.path.isabs(filename) else True
 
@@ -66,13 +93,17 @@ def is_plain(v):
     dataclass), or a SimpleNamespace: its attributes are walked."""
     if isinstance(v, types.SimpleNamespace):
         return True
-    cls = type(v)
     if not hasattr(v, "__dict__") or isinstance(v, (type, types.ModuleType, Tensor)) or object_state(v) is not None:
         return False
+    return user_class(type(v))
+
+
+def user_class(cls):
+    """Whether class `cls` was defined by the user's code (its module's file is the user's, or it
+    has none: a class made by exec)."""
     user = _USER_CLASS.get(cls)
     if user is None:
-        mod = sys.modules.get(cls.__module__)
-        where = getattr(mod, "__file__", None)
+        where = getattr(sys.modules.get(cls.__module__), "__file__", None)
         user = _USER_CLASS[cls] = is_user_code(where) if where else cls.__module__ not in sys.builtin_module_names
     return user
 

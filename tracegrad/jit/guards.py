@@ -32,10 +32,10 @@ items) this is 25 us of CPU time per call where the loops over generic lists too
 import numpy as np
 
 from ..tensor import Tensor
-from ..trace import Traced
+from ..trace import Traced, values_key
 from ..strides import of_array
 from .device import shares_memory
-from .free_vars import cell_value, defaults
+from .free_vars import MISSING, cell_value, defaults
 from .signature import same_value
 from .state import state_change, watched
 from .walk import is_static, walk_state
@@ -57,6 +57,7 @@ class Guards:
         self.grads = [(t, before, id(before) in same) for t, before in tracer.grads.values()
                       if not isinstance(t, Traced)]
         self.bindings = [list(b) for b in bindings if _guarded_binding(b[3], tracer)]
+        self.values = list(tracer.values.values())      # real tensors read as Python values: by their values
         self.objects, self.lifted_dynamic = objects, lifted_dynamic
         self._read(objects)
         self.arg_links = [(s[1], self.held.get(id(real))) for s, real in inputs if s[0] == "arg"] \
@@ -87,13 +88,21 @@ class Guards:
         """None when every global, closure variable and default argument the code reads is as traced."""
         for b in self.bindings:
             kind, name, holder, obj = b
-            now = holder.get(name, _MISSING) if kind == "global" else cell_value(holder) \
+            now = holder.get(name, MISSING) if kind == "global" else cell_value(holder) \
                 if kind == "closure variable" else defaults(holder).get(name)
             if now is not obj:
                 if not is_static(obj) or not same_value(now, obj):
-                    return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if is_static(obj) and now is not _MISSING
-                                                 else "deleted" if now is _MISSING else "rebound to another object")
+                    return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if is_static(obj) and is_static(now) else
+                                                 "deleted" if now is MISSING else "defined" if obj is MISSING else
+                                                 "rebound to another object")
                 b[3] = now          # an equal value in a new object: the fast check compares identity
+        return None
+
+    def values_failure(self):
+        """None when each real tensor the trace read as Python values (item(), numpy()) holds them still."""
+        for t, key in self.values:
+            if values_key(t) != key:
+                return f"{self.names.get(id(t), 'a tensor')}: its values, read as Python values while traced, changed"
         return None
 
     @staticmethod
@@ -101,7 +110,7 @@ class Guards:
         return defaults(fn).get(name)
 
     def __bool__(self):
-        return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts) or \
+        return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts or self.values) or \
             self.storage is not None
 
     def _read(self, objects):
@@ -121,7 +130,7 @@ class Guards:
     def full_failure(self, leaves):
         """None when every guard holds (then the fixed inputs' arrays become the snapshot), else the
         reason of the first that fails."""
-        reason = self.binding_failure()
+        reason = self.binding_failure() or self.values_failure()
         if reason is not None:
             return reason
         for t, shape, dtype, rg, dev in self.tensors:
@@ -216,12 +225,14 @@ def _fast_failure(g):
              "    S = snap[0]",
              "    if S is None:",
              "        return full(leaves)"]
-    env["MISSING"], env["cell_value"] = _MISSING, cell_value
+    env["MISSING"], env["cell_value"] = MISSING, cell_value
     for q, b in enumerate(g.bindings):      # each binding's value by identity (the full check compares values)
         env[f"BH{q}"], env[f"BV{q}"] = b[2], b
         now = f"BH{q}.get({b[1]!r}, MISSING)" if b[0] == "global" else f"cell_value(BH{q})" \
             if b[0] == "closure variable" else f"G.default_value(BH{q}, {b[1]!r})"
         lines += [f"    if {now} is not BV{q}[3]:", "        return full(leaves)"]
+    if g.values:
+        lines += ["    if G.values_failure() is not None:", "        return full(leaves)"]
     at = {id(real): p for p, (_, real) in enumerate(g.fixed)}
     rg = {id(t): r for t, _, _, r, _ in g.tensors}
     for p, (_, real) in enumerate(g.fixed):
@@ -278,8 +289,6 @@ def _guarded_binding(obj, tracer):
     Python module too: rebinding `np` retraces; its attributes are not walked)."""
     return id(obj) in tracer.lifted if isinstance(obj, Tensor) else True
 
-
-_MISSING = object()      # a global deleted since the trace
 
 
 def _storage(a):

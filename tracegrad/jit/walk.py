@@ -20,7 +20,7 @@ import numpy as np
 
 from ..pytree import object_state
 from ..tensor import Tensor
-from .free_vars import cell_value, defaults, is_plain, is_user_code
+from .free_vars import cell_value, defaults, is_plain, is_user_code, user_class
 from .signature import STATIC
 
 MAX_ITEMS = 4096     # items of containers and objects walked per compiled entry
@@ -78,14 +78,27 @@ class _Walk:
             self._items(path, [(".__func__", v.__func__), (".__self__", v.__self__)], depth, "{}")
         elif is_plain(v):
             self.holders.append(v.__dict__)
-            self.entries.append((f"{path} class", type(v), True))
+            self._items(path, [(" class", type(v))], depth, "{}")
             self._items(path, vars(v).items(), depth, ".{}")
+        elif isinstance(v, types.ModuleType):   # a module of the user's: its attributes (not inside functions
+            self.holders.append(vars(v))            # and classes: only those a trace read are walked)
+            self._items(path, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, ".{}",
+                        shallow=True)
+        elif isinstance(v, type):             # a class of the user's: its attributes and its bases'
+            for c in v.__mro__:
+                if user_class(c):
+                    self.holders.append(ClassReads(c))
+                    self._items(f"{c.__qualname__}", [(k, x) for k, x in vars(c).items()
+                                                      if not (k.startswith("__") and k.endswith("__"))], depth, ".{}")
 
     def _registered(self, path, v, reg, depth):
         state, _, watch = reg
         items = list(state(v))
-        self.seen.update(id(x) for _, x in items if object_state(x) is not None)   # its own walk covers them
+        held = [x for _, x in items if object_state(x) is not None]
+        self.seen.update(map(id, held))        # its own walk covers them
         self._items(path, items, depth, ".{}")
+        classes = {type(x): None for x in [v, *held] if user_class(type(x))}
+        self._items(path, [(f" class {c.__qualname__}", c) for c in classes], depth, "{}")
         for label, holder, key in dynamic_slots(v):
             x = slot_value(holder, key)
             if isinstance(x, Tensor):
@@ -96,7 +109,7 @@ class _Walk:
                 self.entries.append((f"{path}.{label}", x, False))
         self.holders.extend(watch(v) if watch is not None else [None])
 
-    def _items(self, path, items, depth, form):
+    def _items(self, path, items, depth, form, shallow=False):
         for k, x in items:
             self.budget -= 1
             if self.budget < 0:
@@ -105,14 +118,17 @@ class _Walk:
             p = path + form.format(k)
             static = is_static(x)
             self.entries.append((p, x, not static))
-            if not static and not isinstance(x, Tensor) and has_inside(x):
+            if not static and not isinstance(x, Tensor) and has_inside(x) and \
+                    not (shallow and isinstance(x, (type, types.FunctionType, types.ModuleType))):
                 self.inside(p, x, depth + 1)
 
 
 def has_inside(v):
     """Whether walk_state walks into v (else v is compared by identity or value alone)."""
     return object_state(v) is not None or isinstance(v, (*CONTAINERS, np.ndarray, types.MethodType)) \
-        or isinstance(v, types.FunctionType) and is_user_code(v.__code__.co_filename) or is_plain(v)
+        or isinstance(v, types.FunctionType) and is_user_code(v.__code__.co_filename) or is_plain(v) \
+        or isinstance(v, type) and user_class(v) or \
+        isinstance(v, types.ModuleType) and is_user_code(getattr(v, "__file__", None) or "<module>")
 
 
 def array_key(a):
@@ -149,3 +165,14 @@ class FunctionReads:
         yield fn.__kwdefaults__
         for c in fn.__closure__ or ():
             yield cell_value(c)
+
+
+class ClassReads:
+    """A class's own attributes, iterated (a watched holder: its __dict__ is read-only to a dict check)."""
+    __slots__ = ("cls",)
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __iter__(self):
+        return iter(list(vars(self.cls).values()))
