@@ -61,13 +61,19 @@ def state_change(before, now):
         if ident:
             if a is not b:
                 return f"{n}: replaced by another " + ("tensor" if isinstance(a, Tensor) else
-                                                       f"object ({type(a).__name__} -> {type(b).__name__})")
+                                                       f"object ({_label(a)} -> {_label(b)})")
         elif a is not b and not same_value(a, b):
             return f"{n}: {a!r} -> {b!r}"
     if len(before) != len(now):
         longer = before if len(before) > len(now) else now
         return f"{longer[min(len(before), len(now))][0]}: {'removed' if longer is before else 'added'}"
     return None
+
+
+def _label(v):
+    """A function or class by its name, another object by its type's."""
+    name = getattr(v, "__qualname__", None) if isinstance(v, (type, types.FunctionType)) else None
+    return name or type(v).__name__
 
 
 def watched(holders, arrays):
