@@ -204,7 +204,7 @@ def _with_called(bindings, draws, name):
 def _name_tensors(objects, names):
     """Readable graph-input names for the tensors (and their .grad) that the roots hold."""
     held = [(p, t) for p, t in objects if isinstance(t, Tensor)]
-    held += [(p, t) for p, t, _ in walk_state([(p, o) for p, o in objects if not isinstance(o, Tensor)])[0]
+    held += [(p, t) for p, t, _ in walk_state([(p, o) for p, o in objects if not isinstance(o, Tensor)]).entries
              if isinstance(t, Tensor)]
     for n, t in held:
         names.setdefault(id(t), n)
@@ -223,7 +223,7 @@ def _lift_dynamic(tracer, objects):
             v = slot_value(holder, key)
             if not is_number(v):
                 continue
-            like = next((t for _, t, _ in walk_state([(name, obj)])[0] if isinstance(t, Tensor)
+            like = next((t for _, t, _ in walk_state([(name, obj)]).entries if isinstance(t, Tensor)
                          and t._dtype.is_floating_point), None)
             dtype, dev = (like._dtype, like._device) if like is not None else (D.float32, CPU)
             holder_t = Tensor._wrap(np.array(v, dtype.np), dtype, dev)

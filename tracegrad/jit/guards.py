@@ -115,9 +115,9 @@ class Guards:
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
-        self.state, holders, arrays, self.truncated = walk_state(objects, self.lifted_dynamic) if objects else \
-            (None, (), (), [])
-        self.watch = watched(holders, arrays) if objects else None
+        walk = walk_state(objects, self.lifted_dynamic)
+        self.state, self.truncated = (walk.entries if objects else None), walk.truncated
+        self.watch = watched(walk) if objects else None
         held = {}
         for name, v, ident in self.state or ():
             if ident and isinstance(v, Tensor):
@@ -203,7 +203,7 @@ class Guards:
     def _state_failure(self):
         if self.watch is not None and self.watch.unchanged():
             return None
-        reason = state_change(self.state, walk_state(self.objects, self.lifted_dynamic)[0])
+        reason = state_change(self.state, walk_state(self.objects, self.lifted_dynamic).entries)
         if reason is None:           # equal values in new objects (a float set again): re-read once
             self._read(self.objects)
         return reason

@@ -32,7 +32,7 @@ def reachable(fn, leaves, paths):
         found.append(("self", fn))
     found += [(n, obj) for _, n, _, obj in free_objects(fn)]
     out = roots(found)
-    inner = [(p, v) for p, v, ident in walk_state(out)[0] if ident and object_state(v) is not None]
+    inner = [(p, v) for p, v, ident in walk_state(out).entries if ident and object_state(v) is not None]
     return out + roots(inner, out)
 
 
@@ -76,31 +76,40 @@ def _label(v):
     return name or type(v).__name__
 
 
-def watched(holders, arrays):
-    """A Watch of the holders walk_state found and of the NumPy arrays it read; None when a
-    registered object has no watch list (its state is read at each call)."""
-    if any(h is None for h in holders):
+def watched(walk):
+    """A Watch of what walk_state found (holders, attributes, arrays); None when a registered
+    object has no watch list (its state is read at each call)."""
+    if any(h is None for h in walk.holders):
         return None
-    return Watch([h for h in holders if not isinstance(h, tuple)], arrays)
+    return Watch([h for h in walk.holders if not isinstance(h, tuple)], walk.attrs, walk.arrays)
 
 
 class Watch:
-    """Whether watched holders still hold what they held, and the arrays their bytes: dicts by their
-    version tags where the interpreter's can be trusted (codegen/native_call.versions_check: 263 dicts
-    of a 64-layer model and its Adam in 0.3 us), lists, the other dicts and functions' reads item by
-    item, by identity (1438 items: 50 us)."""
+    """Whether watched holders still hold what they held, attributes the same objects, and arrays
+    their bytes: dicts by their version tags where the interpreter's can be trusted
+    (codegen/native_call.versions_check: 263 dicts of a 64-layer model and its Adam in 0.3 us),
+    lists, classes' and the other dicts item by item, by identity (1438 items: 50 us)."""
 
-    def __init__(self, containers, arrays=()):
+    def __init__(self, containers, attrs=(), arrays=()):
         dicts = [c for c in containers if type(c) is dict]
         self.same = versions_check(dicts) if dicts else None
         rest = [c for c in containers if type(c) is not dict] if self.same is not None else containers
-        self.views = [c.values() if isinstance(c, dict) else c for c in rest]
+        self.views = [c.values() if isinstance(c, (dict, types.MappingProxyType)) else c for c in rest]
         self.items = tuple(chain.from_iterable(self.views))
+        self.owners, self.names = [o for o, _ in attrs], [n for _, n in attrs]
+        self.values = list(map(getattr, self.owners, self.names))
         self.arrays = [(a, array_key(a)) for a in arrays]
 
     def unchanged(self):
         if self.same is not None and not self.same():
             return False
-        now = tuple(chain.from_iterable(self.views))
-        return len(now) == len(self.items) and all(map(operator.is_, now, self.items)) and \
-            all(array_key(a) == k for a, k in self.arrays)
+        if self.views:
+            now = tuple(chain.from_iterable(self.views))
+            if len(now) != len(self.items) or not all(map(operator.is_, now, self.items)):
+                return False
+        if self.owners and not all(map(operator.is_, map(getattr, self.owners, self.names), self.values)):
+            return False
+        for a, key in self.arrays:
+            if array_key(a) != key:
+                return False
+        return True

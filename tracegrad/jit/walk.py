@@ -33,21 +33,22 @@ def is_static(v):
 
 
 def walk_state(objects, lifted_dynamic=None):
-    """(entries, holders, arrays, truncated) for what the (name, object) pairs hold: entries
-    [(path, value, by_identity)] in a stable order (state_change compares two readings), the holders
-    whose contents make them up (dicts, lists, attribute dicts, registered watch lists, functions'
-    reads; None in the list: an object without a watch list), the NumPy arrays read by content, and
-    the paths not walked. An optimizer's dynamic numbers (its lr) are compared by kind where the
-    object's id is in `lifted_dynamic` (read at each call), else by value."""
+    """What the (name, object) pairs hold: `entries` [(path, value, by_identity)] in a stable order
+    (state_change compares two readings); the `holders` whose contents make them up (dicts, lists,
+    attribute dicts, classes' dicts, registered watch lists; None in the list: an object without a
+    watch list), the attributes read (`attrs`: (object, name), a function's code and defaults, a
+    closure cell's contents), the NumPy `arrays` read by content, and the paths not walked
+    (`truncated`). An optimizer's dynamic numbers (its lr) are compared by kind where the object's
+    id is in `lifted_dynamic` (read at each call), else by value."""
     w = _Walk(lifted_dynamic or ())
     for name, obj in objects:
         w.inside(name, obj, 0)
-    return w.entries, w.holders, w.arrays, w.truncated
+    return w
 
 
 class _Walk:
     def __init__(self, lifted_dynamic):
-        self.entries, self.holders, self.arrays, self.truncated = [], [], [], []
+        self.entries, self.holders, self.arrays, self.attrs, self.truncated = [], [], [], [], []
         self.seen, self.budget, self.lifted_dynamic = set(), MAX_ITEMS, lifted_dynamic
 
     def inside(self, path, v, depth):
@@ -69,7 +70,8 @@ class _Walk:
             self.entries.append((f"{path} values", array_key(v), False))
             self.arrays.append(v)
         elif isinstance(v, types.FunctionType):
-            self.holders.append(FunctionReads(v))
+            self.attrs += [(v, "__code__"), (v, "__defaults__"), (v, "__kwdefaults__")]
+            self.attrs += [(c, "cell_contents") for c in v.__closure__ or () if _filled(c)]
             self.entries.append((f"{path} code", v.__code__, True))
             items = [(f" default {n}", x) for n, x in defaults(v).items()]
             items += [(f" closure {n}", cell_value(c)) for n, c in zip(v.__code__.co_freevars, v.__closure__ or ())]
@@ -87,7 +89,7 @@ class _Walk:
         elif isinstance(v, type):             # a class of the user's: its attributes and its bases'
             for c in v.__mro__:
                 if user_class(c):
-                    self.holders.append(ClassReads(c))
+                    self.holders.append(vars(c))
                     self._items(f"{c.__qualname__}", [(k, x) for k, x in vars(c).items()
                                                       if not (k.startswith("__") and k.endswith("__"))], depth, ".{}")
 
@@ -151,28 +153,9 @@ def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-class FunctionReads:
-    """A function's code, default values and closure cells' contents, iterated (a watched holder)."""
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __iter__(self):
-        fn = self.fn
-        yield fn.__code__
-        yield fn.__defaults__
-        yield fn.__kwdefaults__
-        for c in fn.__closure__ or ():
-            yield cell_value(c)
-
-
-class ClassReads:
-    """A class's own attributes, iterated (a watched holder: its __dict__ is read-only to a dict check)."""
-    __slots__ = ("cls",)
-
-    def __init__(self, cls):
-        self.cls = cls
-
-    def __iter__(self):
-        return iter(list(vars(self.cls).values()))
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
