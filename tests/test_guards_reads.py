@@ -309,3 +309,20 @@ def test_an_attribute_of_a_users_module_and_of_a_class_read_through_self(tmp_pat
     _same(f(x).numpy(), m(x).numpy())
     assert any("tg_guard_cfg.LR: 2.0 -> -1.0" in r for r in f.stats()["retrace_reasons"]), f.stats()
     assert f.stats()["traces"] == 3
+
+
+def test_what_the_guards_cannot_see_is_said():
+    """A C-level profiler holds the hook: a warning says helpers' globals are not guarded. A value
+    too large to walk: a warning names it."""
+    import cProfile
+    x = tg.tensor(X)
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        with pytest.warns(RuntimeWarning, match="C-level profiler"):
+            tg.compile(lambda t: k_helper(t))(x)
+    finally:
+        prof.disable()
+    big = list(range(5000))
+    with pytest.warns(RuntimeWarning, match="big"):
+        tg.compile(lambda t: t * big[1])(x)
