@@ -326,3 +326,22 @@ def test_what_the_guards_cannot_see_is_said():
     big = list(range(5000))
     with pytest.warns(RuntimeWarning, match="big"):
         tg.compile(lambda t: t * big[1])(x)
+
+
+def test_of_a_users_module_only_the_attributes_code_loads_are_guarded(tmp_path, monkeypatch):
+    """A module of the user's held in a closure: a change to an attribute the code reads retraces;
+    a counter the module also holds, which no code that ran reads, does not."""
+    (tmp_path / "tg_guard_lib.py").write_text("SCALE = 2.0\nCALLS = 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tg_guard_lib as lib
+
+    f = tg.compile(lambda t: t * lib.SCALE)
+    x = tg.tensor(X)
+    f(x)
+    for _ in range(3):
+        lib.CALLS += 1
+        _same(f(x).numpy(), X * 2.0)
+    assert f.stats()["traces"] == 1
+    lib.SCALE = -3.0
+    _same(f(x).numpy(), X * -3.0)
+    assert f.stats()["traces"] == 2 and "lib.SCALE: 2.0 -> -3.0" in f.stats()["retrace_reasons"][-1]

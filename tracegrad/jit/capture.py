@@ -19,7 +19,7 @@ from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
 from .aliases import plan_aliases
 from .device import overlapping
-from .free_vars import free_objects, global_bindings, global_names, is_user_code
+from .free_vars import code_reads, free_objects, global_bindings, is_user_code
 from .guards import Guards
 from .signature import STATIC
 from .state import reachable, roots, set_slot
@@ -71,9 +71,10 @@ class Capture:
                                              if kind == "tensor"], grad_changes)
         inputs = [(e.source, e.real) for e in tracer.order]
         lifted = {id(obj) for _, obj in objects if object_state(obj) is not None}   # their lr: read per call
-        bindings = _with_called(bindings, draws, name)
+        bindings, module_attrs = _with_called(bindings, draws, name)
         objects += roots([(n, obj) for _, n, _, obj in bindings], objects)
-        self.guards = Guards(tracer, bindings, objects, lifted, inputs, bool(self.mutations or self.grad_writes))
+        self.guards = Guards(tracer, bindings, objects, lifted, module_attrs, inputs,
+                             bool(self.mutations or self.grad_writes))
         if self.guards.truncated:
             warnings.warn(f"compiled function {name} reads {', '.join(self.guards.truncated[:3])}, which hold more "
                           f"than {MAX_ITEMS} items or {MAX_DEPTH} levels: a change past those is not seen by its "
@@ -184,21 +185,25 @@ def _overlaps(tracer, name, results):
 
 
 def _with_called(bindings, draws, name):
-    """The bindings of the compiled function's own code, then the globals read by the code of every
-    user function that ran while it was traced (free_vars.is_user_code), each once."""
+    """(the bindings of the compiled function's own code, then the globals read by the code of every
+    user function that ran while it was traced (free_vars.is_user_code), each once; the attribute
+    names that code loads, or None where the code that ran is not known)."""
     if not draws.hooked:
         warnings.warn(f"compiled function {name} was traced while a C-level profiler (cProfile) held the "
                       f"profile hook: the globals read by the functions it calls are not guarded, only its "
                       f"own; trace it outside the profiler", RuntimeWarning, stacklevel=5)
-        return bindings
+        return bindings, None
     out, seen = list(bindings), {(id(b[2]), b[1]) for b in bindings if b[0] == "global"}
+    attrs = set()
     for code, globals_ in draws.code.items():
         if not is_user_code(code.co_filename):
             continue
-        names = [n for n in global_names(code) if (id(globals_), n) not in seen]
+        names, loaded = code_reads(code)
+        attrs |= loaded
+        names = [n for n in names if (id(globals_), n) not in seen]
         seen.update((id(globals_), n) for n in names)
         out += global_bindings(names, globals_)
-    return out
+    return out, attrs
 
 
 def _name_tensors(objects, names):

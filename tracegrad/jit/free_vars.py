@@ -37,41 +37,24 @@ def global_bindings(names, globals_):
     return [("global", n, globals_, globals_[n]) for n in names if n in globals_]
 
 
-_NAMES = weakref.WeakKeyDictionary()     # code object -> the global names it loads
+_READS = weakref.WeakKeyDictionary()     # code object -> (global names, attribute names) it loads
 
 
-def global_names(code):
-    """The names `code` (not its nested code) loads as globals."""
-    got = _NAMES.get(code)
+def code_reads(code):
+    """(the names `code` (not its nested code) loads as globals, the attribute names it loads)."""
+    got = _READS.get(code)
     if got is None:
-        got = _NAMES[code] = tuple(sorted({i.argval for i in dis.get_instructions(code)
-                                           if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}))
+        ins = list(dis.get_instructions(code))
+        got = _READS[code] = (tuple(sorted({i.argval for i in ins if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")})),
+                              frozenset(i.argval for i in ins if i.opname in ("LOAD_ATTR", "LOAD_METHOD")))
     return got
 
 
-MISSING = object()      # a global or module attribute not (or no longer) defined
-
-
-_NAMES = weakref.WeakKeyDictionary()     # code object -> the global names it loads
-
-
 def global_names(code):
-    """The names `code` (not its nested code) loads as globals, and each chain of attributes it
-    reads from one at once, dotted (`cfg.lr`)."""
-    got = _NAMES.get(code)
-    if got is None:
-        names, chain = set(), None
-        for i in dis.get_instructions(code):
-            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                chain = i.argval
-            elif i.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain is not None:
-                chain += "." + i.argval
-            else:
-                chain = None
-                continue
-            names.add(chain)
-        got = _NAMES[code] = tuple(sorted(names))
-    return got
+    return code_reads(code)[0]
+
+
+MISSING = object()      # a global deleted since the trace
 
 
 _LIBRARY = tuple(os.path.abspath(p) + os.sep for p in

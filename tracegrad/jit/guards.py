@@ -43,7 +43,7 @@ from .writeback import CALLERS, resolve
 
 
 class Guards:
-    def __init__(self, tracer, bindings, objects, lifted_dynamic, inputs, writes):
+    def __init__(self, tracer, bindings, objects, lifted_dynamic, module_attrs, inputs, writes):
         self.names = {id(e.real): e.value.name for e in tracer.order}
         self.input_names = [e.value.name for e in tracer.order]
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
@@ -58,7 +58,7 @@ class Guards:
                       if not isinstance(t, Traced)]
         self.bindings = [list(b) for b in bindings if _guarded_binding(b[3], tracer)]
         self.values = list(tracer.values.values())      # real tensors read as Python values: by their values
-        self.objects, self.lifted_dynamic = objects, lifted_dynamic
+        self.objects, self.lifted_dynamic, self.module_attrs = objects, lifted_dynamic, module_attrs
         self._read(objects)
         self.arg_links = [(s[1], self.held.get(id(real))) for s, real in inputs if s[0] == "arg"] \
             if self.held else []
@@ -115,7 +115,7 @@ class Guards:
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
-        walk = walk_state(objects, self.lifted_dynamic)
+        walk = walk_state(objects, self.lifted_dynamic, self.module_attrs)
         self.state, self.truncated = (walk.entries if objects else None), walk.truncated
         self.watch = watched(walk) if objects else None
         held = {}
@@ -203,7 +203,7 @@ class Guards:
     def _state_failure(self):
         if self.watch is not None and self.watch.unchanged():
             return None
-        reason = state_change(self.state, walk_state(self.objects, self.lifted_dynamic).entries)
+        reason = state_change(self.state, walk_state(self.objects, self.lifted_dynamic, self.module_attrs).entries)
         if reason is None:           # equal values in new objects (a float set again): re-read once
             self._read(self.objects)
         return reason

@@ -32,24 +32,26 @@ def is_static(v):
     return isinstance(v, STATIC) or isinstance(v, tuple) and all(is_static(x) for x in v)
 
 
-def walk_state(objects, lifted_dynamic=None):
+def walk_state(objects, lifted_dynamic=None, module_attrs=None):
     """What the (name, object) pairs hold: `entries` [(path, value, by_identity)] in a stable order
     (state_change compares two readings); the `holders` whose contents make them up (dicts, lists,
     attribute dicts, classes' dicts, registered watch lists; None in the list: an object without a
     watch list), the attributes read (`attrs`: (object, name), a function's code and defaults, a
     closure cell's contents), the NumPy `arrays` read by content, and the paths not walked
     (`truncated`). An optimizer's dynamic numbers (its lr) are compared by kind where the object's
-    id is in `lifted_dynamic` (read at each call), else by value."""
-    w = _Walk(lifted_dynamic or ())
+    id is in `lifted_dynamic` (read at each call), else by value. Of a module of the user's, only the
+    attributes named in `module_attrs` (those the code that ran loads; None: all) are walked."""
+    w = _Walk(lifted_dynamic or (), module_attrs)
     for name, obj in objects:
         w.inside(name, obj, 0)
     return w
 
 
 class _Walk:
-    def __init__(self, lifted_dynamic):
+    def __init__(self, lifted_dynamic, module_attrs):
         self.entries, self.holders, self.arrays, self.attrs, self.truncated = [], [], [], [], []
         self.seen, self.budget, self.lifted_dynamic = set(), MAX_ITEMS, lifted_dynamic
+        self.module_attrs = module_attrs
 
     def inside(self, path, v, depth):
         if id(v) in self.seen:
@@ -82,10 +84,11 @@ class _Walk:
             self.holders.append(v.__dict__)
             self._items(path, [(" class", type(v))], depth, "{}")
             self._items(path, vars(v).items(), depth, ".{}")
-        elif isinstance(v, types.ModuleType):   # a module of the user's: its attributes (not inside functions
-            self.holders.append(vars(v))            # and classes: only those a trace read are walked)
-            self._items(path, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, ".{}",
-                        shallow=True)
+        elif isinstance(v, types.ModuleType):   # a module of the user's: the attributes the code loads (not
+            self.holders.append(vars(v))            # inside functions and classes: those a trace read are walked)
+            names = self.module_attrs
+            self._items(path, [(k, x) for k, x in vars(v).items() if not k.startswith("__") and
+                               (names is None or k in names)], depth, ".{}", shallow=True)
         elif isinstance(v, type):             # a class of the user's: its attributes and its bases'
             for c in v.__mro__:
                 if user_class(c):
