@@ -211,8 +211,15 @@ class Tracer:
         self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
         self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
         self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
+        self.values = {}           # id(real tensor) -> (tensor, its values) for those read as Python values
 
     # ------------------------------------------------------------------ values
+    def values_read(self, t):
+        """Real tensor t's values were read as Python values (t.item(), t.numpy()): they are baked
+        into the graph, so a compiled call compares them (the snapshot taken here) before it runs."""
+        if type(t) is not Traced and id(t) not in self.values:
+            self.values[id(t)] = (t, values_key(t))
+
     def lift(self, t, source=("captured",), name=None):
         """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
         if type(t) is Traced:
@@ -434,6 +441,12 @@ class Tracer:
         return out
 
 
+def values_key(t):
+    """A real tensor's dtype, shape and values, bit for bit (equal keys: the same values)."""
+    a = np.ascontiguousarray(t._host("a guard"))
+    return t._dtype.name, a.shape, a.tobytes()
+
+
 def tracing():
     """Whether this thread is tracing a function (for a compiled function called inside another)."""
     return any(isinstance(i, Tracer) for i in interpreters())
@@ -452,21 +465,26 @@ class watch_draws:
     every call repeats it.
 
     The generators' states are compared before and after. A profile hook of this thread names the
-    line of each draw from a `random.Random` (C calls are visible to it) and records the user code
-    that ran, whose lines reading NumPy's global generator are named when its state changed (NumPy's
-    methods are invisible to the hook)."""
+    line of each draw from a `random.Random` (C calls are visible to it) and records the code that
+    ran, with its globals (`code`: what the compiled function's guards read), whose lines reading
+    NumPy's global generator are named when its state changed (NumPy's methods are invisible to the
+    hook). A Python-level profile function already set is called from the hook; a C-level one
+    (cProfile) keeps its place, and then no code is recorded (`hooked` is False)."""
 
     def __init__(self, name):
         self.name, self.draws, self.code = name, {}, {}
 
     def __enter__(self):
         self.states = _global_states()
-        self.hooked = sys.getprofile() is None      # another profiler keeps its hook: states only
+        self.previous = sys.getprofile()
+        self.hooked = self.previous is None or callable(self.previous)
         if self.hooked:
             sys.setprofile(self._hook)
         return self
 
     def _hook(self, frame, event, arg):
+        if self.previous is not None:
+            self.previous(frame, event, arg)
         if event == "call":
             self.code[frame.f_code] = frame.f_globals
         elif event == "c_call" and isinstance(getattr(arg, "__self__", None), random.Random):
@@ -478,7 +496,7 @@ class watch_draws:
 
     def __exit__(self, *exc):
         if self.hooked:
-            sys.setprofile(None)
+            sys.setprofile(self.previous)
         python_now, numpy_now = _global_states()
         if python_now != self.states[0] and not self.hooked:
             self.draws[(None, None)] = "Python's random module"

@@ -10,6 +10,9 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
            passed and also captured as a global; called with changing aliasing patterns.
 - state:   the function reads globals (a Python float, a flag it branches on, a tensor) that change
            between calls: guards or runtime inputs, never baked in.
+- reads:   the function reads Python values through every kind of holder (helpers' globals, module
+           attributes of every kind, config objects, closure cells, NumPy arrays, -0.0 and NaN
+           arguments) that change between calls (reads.py).
 - train:   a model and an optimizer (SGD with momentum/weight decay, Adam), a compiled training
            step called several times with state changes between calls (learning rate set to 0 or
            changed, eval()/train(), a parameter or a submodule replaced, parameters edited under
@@ -19,11 +22,12 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
 import numpy as np
 
 from .expressions import Builder, bshape
+from .reads import reads_program
 from .source import Program
 from .training import _train
 
-KINDS = ("graph", "inplace", "mutate", "alias", "train", "state")
-WEIGHTS = (0.3, 0.15, 0.15, 0.15, 0.15, 0.1)
+KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "reads")
+WEIGHTS = (0.25, 0.15, 0.15, 0.1, 0.15, 0.1, 0.1)
 
 
 def generate(index, seed, dtype=None, kind=None):
@@ -200,3 +204,7 @@ def _state(rng, index, seed, dtype):
                       calls=calls)
     program.notes = notes
     return program
+
+
+def _reads(rng, index, seed, dtype):
+    return reads_program(_graph_builder(rng, 1), rng, index, seed, dtype)

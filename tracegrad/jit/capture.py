@@ -6,6 +6,7 @@ static values), the in-place updates of real tensors and the .grad assignments t
 after each call, and the guards on the state read.
 """
 import os
+import warnings
 
 import numpy as np
 
@@ -18,10 +19,11 @@ from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
 from .aliases import plan_aliases
 from .device import overlapping
-from .free_vars import free_objects
+from .free_vars import code_reads, free_objects, global_bindings, is_user_code
 from .guards import Guards
 from .signature import STATIC
-from .state import dynamic_slots, is_number, read_state, reachable, set_slot, slot_value
+from .state import reachable, roots, set_slot
+from .walk import MAX_DEPTH, MAX_ITEMS, dynamic_slots, is_number, slot_value, walk_state
 from .writeback import CALLERS, views_of
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,16 +45,14 @@ class Capture:
                 st = tracer.lift(x, ("arg", k), name=p)
                 new_leaves[k] = st
                 tracer.arg_grads[id(st)] = (k, x, p)
-        self.objects = reachable(fn, leaves, paths)
-        for n, obj in self.objects:
-            _name_tensors_of(obj, n, names)
-        for _, n, _, obj in free_objects(fn):       # captured tensors
-            _name_tensors_of(obj, n, names)
+        objects = reachable(fn, leaves, paths)
+        bindings = free_objects(fn)
+        _name_tensors(objects + [(n, obj) for _, n, _, obj in bindings if isinstance(obj, Tensor)], names)
         _, _, struct = flatten(tuple(list(args) + list(kwargs.values())), "")
         call_args, call_kwargs = _rebuild_call(args, kwargs, new_leaves, struct)
-        dynamic = _lift_dynamic(tracer, self.objects)
+        dynamic = _lift_dynamic(tracer, objects)
         try:
-            with interpreting(tracer), watch_draws(name):
+            with interpreting(tracer), watch_draws(name) as draws:
                 out = fn(*call_args, **call_kwargs)
         except Exception as e:
             _explain_leaf(e, tracer)
@@ -70,7 +70,15 @@ class Capture:
         self.aliases = plan_aliases(tracer, [(k, st) for k, (kind, _, st) in enumerate(self.out_plan)
                                              if kind == "tensor"], grad_changes)
         inputs = [(e.source, e.real) for e in tracer.order]
-        self.guards = Guards(fn, tracer, self.objects, inputs, bool(self.mutations or self.grad_writes))
+        lifted = {id(obj) for _, obj in objects if object_state(obj) is not None}   # their lr: read per call
+        bindings, module_attrs = _with_called(bindings, draws, name)
+        objects += roots([(n, obj) for _, n, _, obj in bindings], objects)
+        self.guards = Guards(tracer, bindings, objects, lifted, module_attrs, inputs,
+                             bool(self.mutations or self.grad_writes))
+        if self.guards.truncated:
+            warnings.warn(f"compiled function {name} reads {', '.join(self.guards.truncated[:3])}, which hold more "
+                          f"than {MAX_ITEMS} items or {MAX_DEPTH} levels: a change past those is not seen by its "
+                          f"guards; pass such data as tensors", RuntimeWarning, stacklevel=4)
         # where each graph input comes from at a call; an argument (or its .grad) is read from the
         # call's arguments, so the entry keeps no reference to the first call's tensors
         self.inputs = [(s, None if s[0] in CALLERS else real) for s, real in inputs]
@@ -176,15 +184,33 @@ def _overlaps(tracer, name, results):
     return out
 
 
-def _name_tensors_of(obj, prefix, names):
-    """Readable graph-input names for the tensors (and their .grad) a module, optimizer or tensor
-    holds."""
-    if isinstance(obj, Tensor):
-        held = [(prefix, obj)]
-    elif object_state(obj) is not None:
-        held = [(f"{prefix}.{n}", v) for n, v in object_state(obj)[0](obj) if isinstance(v, Tensor)]
-    else:
-        return
+def _with_called(bindings, draws, name):
+    """(the bindings of the compiled function's own code, then the globals read by the code of every
+    user function that ran while it was traced (free_vars.is_user_code), each once; the attribute
+    names that code loads, or None where the code that ran is not known)."""
+    if not draws.hooked:
+        warnings.warn(f"compiled function {name} was traced while a C-level profiler (cProfile) held the "
+                      f"profile hook: the globals read by the functions it calls are not guarded, only its "
+                      f"own; trace it outside the profiler", RuntimeWarning, stacklevel=5)
+        return bindings, None
+    out, seen = list(bindings), {(id(b[2]), b[1]) for b in bindings if b[0] == "global"}
+    attrs = set()
+    for code, globals_ in draws.code.items():
+        if not is_user_code(code.co_filename):
+            continue
+        names, loaded = code_reads(code)
+        attrs |= loaded
+        names = [n for n in names if (id(globals_), n) not in seen]
+        seen.update((id(globals_), n) for n in names)
+        out += global_bindings(names, globals_)
+    return out, attrs
+
+
+def _name_tensors(objects, names):
+    """Readable graph-input names for the tensors (and their .grad) that the roots hold."""
+    held = [(p, t) for p, t in objects if isinstance(t, Tensor)]
+    held += [(p, t) for p, t, _ in walk_state([(p, o) for p, o in objects if not isinstance(o, Tensor)]).entries
+             if isinstance(t, Tensor)]
     for n, t in held:
         names.setdefault(id(t), n)
         if t._grad is not None:
@@ -202,7 +228,7 @@ def _lift_dynamic(tracer, objects):
             v = slot_value(holder, key)
             if not is_number(v):
                 continue
-            like = next((t for _, t, _ in read_state([(name, obj)]) if isinstance(t, Tensor)
+            like = next((t for _, t, _ in walk_state([(name, obj)]).entries if isinstance(t, Tensor)
                          and t._dtype.is_floating_point), None)
             dtype, dev = (like._dtype, like._device) if like is not None else (D.float32, CPU)
             holder_t = Tensor._wrap(np.array(v, dtype.np), dtype, dev)

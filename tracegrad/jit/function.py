@@ -5,7 +5,7 @@ import threading
 import time
 import types
 import warnings
-from collections import Counter
+from collections import Counter, deque
 
 from ..modes import _thread
 from ..trace import tracing
@@ -18,6 +18,7 @@ ALL_BACKENDS = BACKENDS + ("cuda",)
 
 
 CACHE_SIZE = 64     # compiled signatures kept in memory per function (least recently used go first)
+RETRACE_REASONS = 100     # the latest retrace reasons kept per function (stats()["retrace_reasons"])
 
 
 def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_SIZE):
@@ -46,12 +47,15 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     - retraced when it changes (the signature and guards; `stats()["retrace_reasons"]` says which):
       each tensor argument's shape, dtype, device, requires_grad, whether its .grad is None, and
       which arguments are the same tensor; the values of number, string and None arguments; the
-      identity of module and optimizer arguments; grad mode; the globals, closure variables and
-      default argument values the code reads (a tensor, module or optimizer by identity, a number
-      or string by value, a list or dict by its items); for
-      every reachable module and optimizer, each submodule, parameter and held tensor by identity
-      and each plain attribute by value (`training`, so `model.eval()` retraces; momentum, betas,
-      eps, weight_decay); the shape, dtype and requires_grad of tensors read through closures and
+      identity of module, optimizer and plain-object arguments (a method's `self`); grad mode; the
+      globals read by the function's code and by the code of every user function it called while
+      traced (helpers, a module's forward), its closure variables and default argument values; and
+      what each value read holds, by one rule (jit/walk.py): tensors, modules, optimizers and
+      functions by identity, numbers, strings and tuples of them by value (floats bit for bit:
+      -0.0 is not 0.0, NaN stays NaN), lists, dicts, closure cells and the attributes of modules,
+      dataclasses, SimpleNamespaces and plain objects item by item, NumPy arrays by their bytes
+      (`training`, so `model.eval()` retraces; momentum, betas, eps, weight_decay; `m.act = tg.relu`;
+      `cfg.alpha = 2`); the shape, dtype and requires_grad of tensors read through closures and
       objects; for a function that writes to its inputs, which inputs share memory (and which are
       one array: a and a.detach() are one storage inside the trace, as eagerly); and the memory
       layout (strides) of tensor arguments and captured tensors when the trace depends on it (it
@@ -74,6 +78,7 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
 
     The `cache_size` most recently used signatures stay in memory per function; an evicted one is
     traced again on its next call and its machine code reloads from the disk cache.
+    `stats()["retrace_reasons"]` keeps the latest RETRACE_REASONS (100) reasons.
     """
     if fn is None:
         return lambda f: CompiledFunction(f, backend, fuse, check, cache_size)
@@ -93,7 +98,7 @@ class CompiledFunction:
         self._fast = {}      # hot-path signature (all-tensor/number arguments) -> entry
         self._last = None    # (LastCall, entry) of the latest hot-path call: checked first
         self._stats = {"traces": 0, "cache_hits": 0, "disk_hits": 0, "compile_seconds": 0.0, "kernels": 0,
-                       "retrace_reasons": []}
+                       "retrace_reasons": deque(maxlen=RETRACE_REASONS)}
         self._last_desc = None
         self._changes = Counter()
         self._warned = False

@@ -1,7 +1,10 @@
 """Guards: what a compiled entry assumed about the world outside its signature, checked per call.
 
-- globals and closure variables the code reads, and the function's default argument values: a
-  tensor, module or optimizer is still the same object, a number, string or tuple the same value;
+- the globals that the function's code and the code of every user function it called while traced
+  read (free_vars.py: code outside tracegrad, the standard library and installed packages), its
+  closure variables and default argument values: a tensor, module, optimizer, function or other
+  object is still the same object, a number, string or tuple of them the same value (floats bit for
+  bit); what those values hold is walked by one rule (walk.py) and guarded as state;
 - tensors read through closures, globals, modules and optimizers keep shape, dtype, requires_grad;
 - for an entry whose trace depended on memory layouts (it asked contiguous(), is_contiguous(),
   stride() or view(), or took a reshape, a view or a copy as the layout decides, and updated a
@@ -9,7 +12,8 @@
 - each .grad of a captured tensor the trace read or wrote is still None, or still a tensor of the
   same dtype and device (read per call: after zero_grad() and backward() it is a new tensor, as
   eagerly), the same object where the trace also read it by another path;
-- the state of reachable modules and optimizers (state.py) is unchanged, and each tensor argument is
+- the state of reachable modules, optimizers, containers, functions and plain objects (state.py,
+  walk.py) is unchanged, and each tensor argument is
   still the same object as the same held tensors (a parameter passed as an argument and also held
   by the optimizer is one graph input);
 - for an entry that writes to its inputs: which inputs share memory, and which are over one array
@@ -27,19 +31,19 @@ items) this is 25 us of CPU time per call where the loops over generic lists too
 
 import numpy as np
 
-from ..pytree import object_state
 from ..tensor import Tensor
-from ..trace import Traced
+from ..trace import Traced, values_key
 from ..strides import of_array
 from .device import shares_memory
-from .free_vars import cell_value, defaults, free_objects
-from .signature import STATIC
-from .state import is_static, read_state, state_change, watched
+from .free_vars import MISSING, cell_value, defaults
+from .signature import same_value
+from .state import state_change, watched
+from .walk import is_static, walk_state
 from .writeback import CALLERS, resolve
 
 
 class Guards:
-    def __init__(self, fn, tracer, objects, inputs, writes):
+    def __init__(self, tracer, bindings, objects, lifted_dynamic, module_attrs, inputs, writes):
         self.names = {id(e.real): e.value.name for e in tracer.order}
         self.input_names = [e.value.name for e in tracer.order]
         self.arg_names = {e.source[1]: e.value.name for e in tracer.order if e.source[0] == "arg"}
@@ -52,8 +56,9 @@ class Guards:
         same = {id(e.real) for e in tracer.order if e.source[0] != "grad_of"}
         self.grads = [(t, before, id(before) in same) for t, before in tracer.grads.values()
                       if not isinstance(t, Traced)]
-        self.bindings = [b for b in free_objects(fn) if _guarded_binding(b[3], tracer)]
-        self.objects = objects
+        self.bindings = [list(b) for b in bindings if _guarded_binding(b[3], tracer)]
+        self.values = list(tracer.values.values())      # real tensors read as Python values: by their values
+        self.objects, self.lifted_dynamic, self.module_attrs = objects, lifted_dynamic, module_attrs
         self._read(objects)
         self.arg_links = [(s[1], self.held.get(id(real))) for s, real in inputs if s[0] == "arg"] \
             if self.held else []
@@ -81,22 +86,38 @@ class Guards:
 
     def binding_failure(self):
         """None when every global, closure variable and default argument the code reads is as traced."""
-        for kind, name, holder, obj in self.bindings:
-            now = holder.get(name) if kind == "global" else cell_value(holder) if kind == "closure variable" \
-                else defaults(holder).get(name)
-            if now is not obj and (not isinstance(obj, STATIC) or type(now) is not type(obj) or now != obj):
-                return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if isinstance(obj, STATIC) else
-                                             "rebound to another object")
+        for b in self.bindings:
+            kind, name, holder, obj = b
+            now = holder.get(name, MISSING) if kind == "global" else cell_value(holder) \
+                if kind == "closure variable" else defaults(holder).get(name)
+            if now is not obj:
+                if not is_static(obj) or not same_value(now, obj):
+                    return f"{kind} {name}: " + (f"{obj!r} -> {now!r}" if is_static(obj) and is_static(now) else
+                                                 "deleted" if now is MISSING else "defined" if obj is MISSING else
+                                                 "rebound to another object")
+                b[3] = now          # an equal value in a new object: the fast check compares identity
         return None
 
+    def values_failure(self):
+        """None when each real tensor the trace read as Python values (item(), numpy()) holds them still."""
+        for t, key in self.values:
+            if values_key(t) != key:
+                return f"{self.names.get(id(t), 'a tensor')}: its values, read as Python values while traced, changed"
+        return None
+
+    @staticmethod
+    def default_value(fn, name):
+        return defaults(fn).get(name)
+
     def __bool__(self):
-        return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts) or \
+        return bool(self.tensors or self.grads or self.bindings or self.objects or self.layouts or self.values) or \
             self.storage is not None
 
     def _read(self, objects):
         """Read the reachable state: its values, the watch lists, which held tensors are where."""
-        self.state = read_state(objects) if objects else None
-        self.watch = watched(objects) if objects else None
+        walk = walk_state(objects, self.lifted_dynamic, self.module_attrs)
+        self.state, self.truncated = (walk.entries if objects else None), walk.truncated
+        self.watch = watched(walk) if objects else None
         held = {}
         for name, v, ident in self.state or ():
             if ident and isinstance(v, Tensor):
@@ -109,7 +130,7 @@ class Guards:
     def full_failure(self, leaves):
         """None when every guard holds (then the fixed inputs' arrays become the snapshot), else the
         reason of the first that fails."""
-        reason = self.binding_failure()
+        reason = self.binding_failure() or self.values_failure()
         if reason is not None:
             return reason
         for t, shape, dtype, rg, dev in self.tensors:
@@ -182,7 +203,7 @@ class Guards:
     def _state_failure(self):
         if self.watch is not None and self.watch.unchanged():
             return None
-        reason = state_change(self.state, read_state(self.objects))
+        reason = state_change(self.state, walk_state(self.objects, self.lifted_dynamic, self.module_attrs).entries)
         if reason is None:           # equal values in new objects (a float set again): re-read once
             self._read(self.objects)
         return reason
@@ -204,9 +225,14 @@ def _fast_failure(g):
              "    S = snap[0]",
              "    if S is None:",
              "        return full(leaves)"]
-    if g.bindings:
-        lines += ["    if G.binding_failure() is not None:",
-                  "        return full(leaves)"]
+    env["MISSING"], env["cell_value"] = MISSING, cell_value
+    for q, b in enumerate(g.bindings):      # each binding's value by identity (the full check compares values)
+        env[f"BH{q}"], env[f"BV{q}"] = b[2], b
+        now = f"BH{q}.get({b[1]!r}, MISSING)" if b[0] == "global" else f"cell_value(BH{q})" \
+            if b[0] == "closure variable" else f"G.default_value(BH{q}, {b[1]!r})"
+        lines += [f"    if {now} is not BV{q}[3]:", "        return full(leaves)"]
+    if g.values:
+        lines += ["    if G.values_failure() is not None:", "        return full(leaves)"]
     at = {id(real): p for p, (_, real) in enumerate(g.fixed)}
     rg = {id(t): r for t, _, _, r, _ in g.tensors}
     for p, (_, real) in enumerate(g.fixed):
@@ -259,12 +285,10 @@ def layout_of(x):
 
 
 def _guarded_binding(obj, tracer):
-    """Globals and closure variables worth a guard: a tensor the trace lifted, a module or optimizer,
-    a number, string, None or tuple of them (a Python value the code may read), a list or dict (by
-    identity: rebound to another one retraces; its items are guarded as state)."""
-    if isinstance(obj, Tensor):
-        return id(obj) in tracer.lifted
-    return object_state(obj) is not None or is_static(obj) or isinstance(obj, (list, dict))
+    """Globals and closure variables worth a guard: any value but a tensor the trace did not lift (a
+    Python module too: rebinding `np` retraces; its attributes are not walked)."""
+    return id(obj) in tracer.lifted if isinstance(obj, Tensor) else True
+
 
 
 def _storage(a):

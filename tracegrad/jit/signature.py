@@ -15,8 +15,28 @@ from ..device import get_default_device
 from ..pytree import flatten, object_state
 from ..tensor import Tensor, TraceError
 from ..trace import Traced
+from .free_vars import is_plain
 
 STATIC = (int, float, bool, str, type(None), D.DType)
+
+
+def value_key(x):
+    """A number's part of a signature: the number, except a float that is zero or NaN, which is its
+    text: -0.0 and 0.0 compare equal but are not the same value (1 / x tells), and NaN equals
+    nothing, not even itself."""
+    return x.hex() if type(x) is float and not (x and x == x) else x
+
+
+def same_value(a, b):
+    """Whether two Python values read by a trace are the same: of one type and equal, floats bit for
+    bit (-0.0 is not 0.0, NaN is NaN), tuples item by item."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return value_key(a) == value_key(b)
+    if type(a) is tuple:
+        return len(a) == len(b) and all(map(same_value, a, b))
+    return a == b
 
 
 def leaf_key(x, path):
@@ -27,12 +47,14 @@ def leaf_key(x, path):
         return ("T", x._shape, x._dtype.name, str(x._device), x.requires_grad, x._grad is None), \
             {"shape": x._shape, "dtype": x._dtype.name, "device": str(x._device),
              "requires_grad": x.requires_grad, "grad is None": x._grad is None}
-    if object_state(x) is not None:
+    if object_state(x) is not None or is_plain(x):
         return (type(x).__name__, id(x)), {"object": f"{type(x).__name__} at {id(x):#x}"}
     if isinstance(x, STATIC):
-        return ("S", type(x).__name__, x), {"value": repr(x)}
+        return ("S", type(x).__name__, value_key(x)), {"value": repr(x)}
     raise TypeError(f"compiled functions take tensors, Python numbers, strings, None, tg.nn.Module, tg.optim "
-                    f"optimizers and tuples/lists/dicts of them; argument {path} is a {type(x).__name__}")
+                    f"optimizers, objects of the user's classes (a method's self) and tuples/lists/dicts of them; "
+                    f"argument {path} is a {type(x).__name__}")
+
 
 
 def call_signature(fn, args, kwargs):
@@ -75,8 +97,8 @@ def fast_key(args, kwargs):
             key += (x._shape, x._dtype, dev.type, dev.index, x._requires_grad, x._grad is None,
                     first.setdefault(id(x), i), first.setdefault(("array", id(x._data)), i))
         elif type(x) in (int, float, bool):
-            key += (type(x), x)
-        elif object_state(x) is not None:     # by identity, as in the full signature
+            key += (type(x), value_key(x))
+        elif object_state(x) is not None or is_plain(x):     # by identity, as in the full signature
             key += (object_state, id(x))
         else:
             return None
@@ -115,7 +137,7 @@ class LastCall:
                 return False
         for i, kind, v in self.numbers:
             x = args[i]
-            if type(x) is not kind or x != v:
+            if type(x) is not kind or x != v or not x and kind is float and value_key(x) != value_key(v):
                 return False
         for i, obj in self.objects:
             if args[i] is not obj:

@@ -275,7 +275,18 @@ class TensorBase:
         if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         self._on_host("numpy()")
-        return self._concrete("numpy()")
+        arr = self._concrete("numpy()")
+        if _thread.interpreters:
+            self._values_read()
+        return arr
+
+    def _values_read(self):
+        """Values of a real tensor read as Python values (numpy(), item(), tolist(), float()...) while
+        a function is traced: the tracer records the read (the compiled call's guards compare them)."""
+        for i in _thread.interpreters:
+            read = getattr(i, "values_read", None)
+            if read is not None:
+                read(self)
 
     def _on_host(self, what):
         if self._device.type == "cuda":
@@ -295,13 +306,18 @@ class TensorBase:
     def __array__(self, dtype=None, copy=None):
         self._on_host("conversion to a NumPy array")
         arr = self._concrete("conversion to a NumPy array")
+        if _thread.interpreters:
+            self._values_read()
         return arr if dtype is None else arr.astype(dtype)
 
     def item(self):
         return self._scalar_value("item()")
 
     def tolist(self):
-        return self._host("tolist()").tolist()
+        arr = self._host("tolist()")
+        if _thread.interpreters:
+            self._values_read()
+        return arr.tolist()
 
     def __float__(self):
         return float(self._scalar_value("float()"))
@@ -320,6 +336,8 @@ class TensorBase:
     def _scalar_value(self, what):
         """The one element, as a Python number (a cuda tensor's one element is copied to the host)."""
         arr = self._concrete(what)
+        if _thread.interpreters:
+            self._values_read()
         if arr.size != 1:
             raise RuntimeError(f"a Tensor with {arr.size} elements cannot be converted to Scalar"
                                if what != "bool()" else
