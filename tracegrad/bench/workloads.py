@@ -1,4 +1,5 @@
-"""The eight reference workloads of shared/bench/WORKLOADS.md, one small function per column.
+"""The eight reference workloads of shared/bench/WORKLOADS.md, one small function per column, and the
+two CNN training steps of cnn_workloads.py (W9, W10).
 
 Every workload has
   - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
@@ -541,6 +542,11 @@ WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
 # reads x twice, for the means and then for the centered values, and writes dx).
 for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
     _w.floor_bytes = _bytes
+
+
+from .cnn_workloads import CNN_WORKLOADS  # noqa: E402  (it builds on this module's helpers)
+
+WORKLOADS += CNN_WORKLOADS
 
 
 def find(name):
