@@ -246,3 +246,26 @@ def test_conv_errors_name_the_shapes():
         F.conv2d(tg.randn(4, 8), w)
     with pytest.raises(ValueError, match=r"in_channels \(3\) must be divisible by groups \(2\)"):
         tg.nn.Conv2d(3, 4, 3, groups=2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3))
+def test_sliding_windows_views_equal_numpy_windows(h, w, kh, kw, sh, sw):
+    """The windows view (any step) and its tiling shortcut (step == size: reshape and permute) both
+    hold NumPy's sliding windows; the gradient of their sum counts each element's windows."""
+    from tracegrad.convolution import sliding
+    if kh > h or kw > w:
+        return
+    x = np.arange(2.0 * h * w).reshape(1, 2, h, w)
+    want = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+    for step in ((sh, sw), (kh, kw)):
+        xt = t64(x)
+        got = sliding(xt, (2, 3), (kh, kw), step, (1, 1))
+        ref = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::step[0], ::step[1]]
+        np.testing.assert_array_equal(got.detach().numpy(), ref)
+        got.sum().backward()
+        count = np.zeros_like(x)
+        for i, j in np.ndindex(*ref.shape[2:4]):
+            count[:, :, i * step[0]:i * step[0] + kh, j * step[1]:j * step[1] + kw] += 1
+        np.testing.assert_array_equal(xt.grad.numpy(), count)
+    assert want.shape[2:] == sliding(t64(x), (2, 3), (kh, kw), (sh, sw), (1, 1)).shape[2:]

@@ -206,3 +206,14 @@ def test_interpolate_matches_torch_literals_compiles_and_refuses_what_it_lacks()
     with pytest.raises(NotImplementedError, match="mode 'bicubic' is not implemented"):
         F.interpolate(x, size=4, mode="bicubic")
     assert math.isclose(F.interpolate(t64([[[0.0, 1.0]]]), size=3, mode="linear", align_corners=True)[0, 0, 1].item(), 0.5)
+
+
+def test_max_pool_nan_is_the_maximum_and_compiles_to_no_host_kernel():
+    x = np.arange(16.0).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 1] = np.nan
+    got = F.max_pool2d(t64(x), 2)
+    assert np.isnan(got[0, 0, 0, 0].item()) and got[0, 0, 1, 1].item() == 15.0
+    f = tg.compile(lambda t: F.max_pool2d(t, 2).sum())
+    xt = t64(np.random.default_rng(0).standard_normal((2, 3, 8, 8)))
+    f(xt).backward()
+    assert not any(k["kind"] == "host" for k in f.profile(xt))

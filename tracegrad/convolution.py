@@ -159,8 +159,26 @@ def _conv_windows(x, kernel, stride, dilation, pads, name):
         raise RuntimeError(f"{name}: Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
                            f"Kernel size: ({' x '.join(str(dl * (k - 1) + 1) for k, dl in zip(kernel, dilation))}). "
                            f"Kernel size can't be greater than actual input size")
-    return bind("windows", x, axes=tuple(range(2, 2 + d)), size=tuple(kernel), step=tuple(stride),
-                dilation=tuple(dilation))
+    return sliding(x, tuple(range(2, 2 + d)), tuple(kernel), tuple(stride), tuple(dilation))
+
+
+def sliding(x, axes, size, step, dilation):
+    """The `windows` view of x; windows that tile their axes (step == size, no dilation: 2x2 pooling,
+    patches) as a slice, a reshape and a permute instead, views whose gradient compiles to a fused
+    copy where the windows' scatter-add would be a host kernel."""
+    k = dict(zip(axes, size))
+    counts = {a: x.shape[a] // k[a] for a in axes}
+    if any(s != n or d != 1 for n, s, d in zip(size, step, dilation)) or 0 in counts.values():
+        return bind("windows", x, axes=axes, size=size, step=step, dilation=dilation)
+    if any(counts[a] * k[a] != x.shape[a] for a in axes):
+        x = bind("slice", x, index=tuple((0, counts[a] * k[a] if a in k else n, 1) for a, n in enumerate(x.shape)))
+    split, order, inner = [], [], []
+    for a, n in enumerate(x.shape):
+        order.append(len(split))
+        if a in k:
+            inner.append(len(split) + 1)
+        split += [counts[a], k[a]] if a in k else [n]
+    return x.reshape(*split).permute(*order, *inner)
 
 
 def conv(input, weight, bias, stride, padding, dilation, groups, d, name):

@@ -12,12 +12,11 @@ import math
 import numpy as np
 
 from . import dtypes as D
-from .composites import extreme_along
-from .convolution import ntuple, pad
-from .ops import bind
+from .composites import take_along_dim
+from .convolution import ntuple, pad, sliding
 from .tensor.base import _ArgError
 from .tensor.dispatch import _named
-from .tensor.factories import tensor
+from .tensor.factories import arange, tensor
 from .tensor.functions import where
 
 
@@ -61,18 +60,28 @@ def _windows(x, kernel, stride, padding, dilation, out, value):
     amounts = [v for p, r in zip(reversed(padding), reversed(right)) for v in (p, r)]
     if any(amounts):
         x = pad(x, amounts, value=value)
-    return bind("windows", x, axes=tuple(range(2, 2 + d)), size=kernel, step=stride, dilation=dilation)
+    return sliding(x, tuple(range(2, 2 + d)), kernel, stride, dilation)
 
 
 def _lowest(dtype):
     return -math.inf if dtype.is_floating_point else int(np.iinfo(dtype.np).min)
 
 
+def _first_max(rows):
+    """(the maximum of each row of the last axis, the position of its first occurrence), as argmax
+    (NaN counts as the maximum) but from reductions that compile to fused loops; the gradient of
+    the values goes to that one element."""
+    k = rows.shape[-1]
+    hit = (rows == rows.amax(-1, keepdims=True)) | (rows != rows)
+    pick = where(hit, arange(k, device=rows.device), k).amin(-1, keepdims=True)
+    return take_along_dim(rows, pick, -1).squeeze(-1), pick.squeeze(-1)
+
+
 def max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, d, name):
     x, unbatched, kernel, stride, padding, dilation, out = _geometry(
         input, d, kernel_size, stride, padding, dilation, ceil_mode, name)
     win = _windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype))
-    values, pick = extreme_along(win.reshape(*win.shape[:2 + d], math.prod(kernel)), -1, False, "max")
+    values, pick = _first_max(win.reshape(*win.shape[:2 + d], math.prod(kernel)))
     values = _named(values, f"MaxPool{d}DWithIndicesBackward")
     if not return_indices:
         return values.squeeze(0) if unbatched else values
@@ -140,7 +149,7 @@ def adaptive_avg_pool(input, output_size, d, name):
     first = input.ndim - d
     if all(n % o == 0 for n, o in zip(sizes, out)):       # equal windows: a plain average pool
         k = tuple(n // o for n, o in zip(sizes, out))
-        win = bind("windows", input, axes=tuple(range(first, input.ndim)), size=k, step=k, dilation=(1,) * d)
+        win = sliding(input, tuple(range(first, input.ndim)), k, k, (1,) * d)
         y = win.mean(tuple(range(input.ndim, input.ndim + d)))
     else:
         y, count = input, 1
