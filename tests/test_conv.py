@@ -269,3 +269,23 @@ def test_sliding_windows_views_equal_numpy_windows(h, w, kh, kw, sh, sw):
             count[:, :, i * step[0]:i * step[0] + kh, j * step[1]:j * step[1] + kw] += 1
         np.testing.assert_array_equal(xt.grad.numpy(), count)
     assert want.shape[2:] == sliding(t64(x), (2, 3), (kh, kw), (sh, sw), (1, 1)).shape[2:]
+
+
+@pytest.mark.parametrize("kernel, host", [(3, False), (28, True)])
+def test_compiled_input_gradient_is_a_fused_window_sum(kernel, host):
+    """The scatter-add of the windows (the input gradient) compiles to a fused sum of gathers, up to
+    window_sums.MAX_OFFSETS offsets; beyond, a host kernel. Both equal eager."""
+    rng = np.random.default_rng(3)
+    x = tg.tensor(rng.standard_normal((2, 3, 40)), requires_grad=True)
+    w = tg.tensor(rng.standard_normal((4, 3, kernel)))
+
+    def step(x, w):
+        loss = (F.conv1d(x, w, stride=2, padding=2) ** 2).sum()
+        loss.backward()
+        return loss
+    f = tg.compile(step)
+    f(x, w)
+    got, x.grad = x.grad.numpy().copy(), None
+    step(x, w)
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-10)
+    assert any(k["kind"] == "host" and "unwindows" in k["ops"] for k in f.profile(x, w)) == host

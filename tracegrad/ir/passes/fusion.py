@@ -44,6 +44,8 @@ Rules
   reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
   checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
   scatter-add of a pick's gradient is where(column == y[row], g[row], 0), fused into its consumer.
+- The scatter-add of sliding windows (unwindows, a convolution's input gradient) is a sum of
+  gathers (window_sums.py).
 - unslice and cat (up to copies.MAX_PIECES pieces) are expressions too (copies.py): each piece
   read where its box holds it (a constant piece shifted, any other gathered at clamped
   coordinates), else 0.
@@ -61,6 +63,7 @@ from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_s
 from .columns import order_walks
 from .copies import copy_tree
 from .gathers import index_tree
+from .window_sums import window_sum_tree
 from .schedule import columns_first, online_columns, rows_first
 
 RECOMPUTE_LIMIT = 8
@@ -127,8 +130,9 @@ def fuse(graph, enabled=True, half=False):
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
         elif n.op == "iota":
             expr[id(v)] = Iota((n.attrs["step"],), n.attrs["start"], v.dtype)
-        elif p.kind == "index" and enabled and not half and \
-                (fused := index_tree(n, [expr[id(i)] for i in n.inputs])) is not None:
+        elif p.kind == "index" and enabled and not half and (fused := (
+                window_sum_tree(n, expr[id(n.inputs[0])], buffer_load) if n.op == "unwindows"
+                else index_tree(n, [expr[id(i)] for i in n.inputs]))) is not None:
             expr[id(v)] = fused
             bound[id(v)] = size(fused)
             if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
