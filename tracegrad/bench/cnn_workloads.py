@@ -166,20 +166,12 @@ def _logits(F, x, params, arch):
 
 def cnn_torch(wid, inp, compiled):
     import torch
-    F = torch.nn.functional
-    params = [torch.from_numpy(inp[k].copy()).requires_grad_() for k in _names(wid)]
-    x, y = torch.from_numpy(inp["x"]), torch.from_numpy(inp["y"])
-    wrap = torch.compile if compiled else (lambda f: f)
-    loss_fn = wrap(lambda x, y, *ps: F.cross_entropy(_logits(F, x, ps, ARCH[wid]), y))
-    opt = torch.optim.SGD(params, lr=LR)
 
-    def run():
-        opt.zero_grad()
-        loss = loss_fn(x, y, *params)
-        loss.backward()
-        opt.step()
-        return [loss] + params
-    return run
+    from .peers import torch_step
+    F = torch.nn.functional
+    params = [torch.from_numpy(inp[k].copy()) for k in _names(wid)]
+    return torch_step(lambda x, y, *ps: F.cross_entropy(_logits(F, x, ps, ARCH[wid]), y), params,
+                      torch.from_numpy(inp["x"]), torch.from_numpy(inp["y"]), "SGD", compiled)
 
 
 def cnn_workload(wid, name, what, seed):

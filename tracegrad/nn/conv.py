@@ -9,6 +9,11 @@ from .modules import Module, _uniform
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
+def _by_dims(base, name, dims):
+    """The classes `{name}{d}d` of `base` for each number of spatial dimensions d (Conv1d, Conv2d, ...)."""
+    return [type(f"{name}{d}d", (base,), {"_d": d, "__module__": __name__}) for d in dims]
+
+
 class _ConvNd(Module):
     """Weight and bias with PyTorch's default init: kaiming_uniform_(a=sqrt(5)) on the weight, which is
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = weight.shape[1] * prod(kernel_size), and the bias
@@ -73,16 +78,10 @@ class _ConvNd(Module):
         return s
 
 
-class Conv1d(_ConvNd):
-    _d = 1
 
 
-class Conv2d(_ConvNd):
-    _d = 2
 
-
-class Conv3d(_ConvNd):
-    _d = 3
+Conv1d, Conv2d, Conv3d = _by_dims(_ConvNd, "Conv", (1, 2, 3))
 
 
 class _ConvTransposeNd(_ConvNd):
@@ -94,12 +93,9 @@ class _ConvTransposeNd(_ConvNd):
                          padding_mode, device, dtype, output_padding)
 
 
-class ConvTranspose1d(_ConvTransposeNd):
-    _d = 1
 
 
-class ConvTranspose2d(_ConvTransposeNd):
-    _d = 2
+ConvTranspose1d, ConvTranspose2d = _by_dims(_ConvTransposeNd, "ConvTranspose", (1, 2))
 
 
 class _MaxPoolNd(Module):
@@ -118,16 +114,10 @@ class _MaxPoolNd(Module):
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-class MaxPool1d(_MaxPoolNd):
-    _d = 1
 
 
-class MaxPool2d(_MaxPoolNd):
-    _d = 2
 
-
-class MaxPool3d(_MaxPoolNd):
-    _d = 3
+MaxPool1d, MaxPool2d, MaxPool3d = _by_dims(_MaxPoolNd, "MaxPool", (1, 2, 3))
 
 
 class _AvgPoolNd(Module):
@@ -154,12 +144,7 @@ class AvgPool1d(_AvgPoolNd):
         super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-class AvgPool2d(_AvgPoolNd):
-    _d = 2
-
-
-class AvgPool3d(_AvgPoolNd):
-    _d = 3
+AvgPool2d, AvgPool3d = _by_dims(_AvgPoolNd, "AvgPool", (2, 3))
 
 
 class _AdaptiveAvgPoolNd(Module):
@@ -174,16 +159,10 @@ class _AdaptiveAvgPoolNd(Module):
         return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
-    _d = 1
 
 
-class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
-    _d = 2
 
-
-class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
-    _d = 3
+AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d = _by_dims(_AdaptiveAvgPoolNd, "AdaptiveAvgPool", (1, 2, 3))
 
 
 class Upsample(Module):
