@@ -289,3 +289,21 @@ def test_compiled_input_gradient_is_a_fused_window_sum(kernel, host):
     step(x, w)
     np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-10)
     assert any(k["kind"] == "host" and "unwindows" in k["ops"] for k in f.profile(x, w)) == host
+
+
+def test_conv3d_and_forward_mode():
+    """conv3d against the loops (the same N-d code path), and tg.jvp of a conv2d (the windows view's
+    and its scatter's JVP rules) against central differences."""
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((1, 2, 4, 5, 3)), rng.standard_normal((4, 1, 2, 3, 2))
+    got = F.conv3d(t64(x), t64(w), stride=(1, 2, 1), padding=1, groups=2)
+    np.testing.assert_allclose(got.detach().numpy(), ref_conv(x, w, None, (1, 2, 1), [(1, 1)] * 3, (1, 1, 1), 2),
+                               atol=1e-12)
+    assert tg.gradcheck(lambda x, w: F.conv3d(x, w, stride=(1, 2, 1), padding=1, groups=2), (t64(x), t64(w)))
+    x2, v = rng.standard_normal((1, 2, 6, 5)), rng.standard_normal((1, 2, 6, 5))
+    w2 = t64(rng.standard_normal((3, 2, 3, 3)), False)
+    f = lambda t: F.conv_transpose2d(F.conv2d(t, w2, stride=2, padding=1) ** 2, w2)  # noqa: E731
+    _, tangent = tg.jvp(f, (t64(x2, False),), (t64(v, False),))
+    eps = 1e-6
+    fd = (f(t64(x2 + eps * v, False)).numpy() - f(t64(x2 - eps * v, False)).numpy()) / (2 * eps)
+    np.testing.assert_allclose(tangent.numpy(), fd, rtol=1e-6, atol=1e-8)

@@ -224,3 +224,13 @@ def test_max_pool_nan_is_the_maximum_and_compiles_to_no_host_kernel():
     step(xt)
     np.testing.assert_array_equal(got, xt.grad.numpy())
     assert not any(k["kind"] == "host" for k in f.profile(xt))
+
+
+def test_three_dimensional_pools_match_reshaped_reductions():
+    x = np.random.default_rng(5).standard_normal((2, 3, 4, 6, 8))
+    tiles = x.reshape(2, 3, 2, 2, 3, 2, 4, 2)
+    np.testing.assert_array_equal(F.max_pool3d(t64(x), (2, 2, 2)).detach().numpy(), tiles.max((3, 5, 7)))
+    np.testing.assert_allclose(F.avg_pool3d(t64(x), 2).detach().numpy(), tiles.mean((3, 5, 7)), rtol=1e-12)
+    np.testing.assert_allclose(F.adaptive_avg_pool3d(t64(x), (2, 3, 4)).detach().numpy(), tiles.mean((3, 5, 7)),
+                               rtol=1e-12)
+    assert tg.gradcheck(lambda t: F.max_pool3d(t, 2, 1, 1), (t64(x[:1, :1, :3, :3, :3]),))
