@@ -7,7 +7,10 @@ Rules
   at affine indices.
 - Views (reshape, permute, expand, slice: each primitive's `remap`) and broadcasting never copy:
   they rewrite the strides and offset of the leaves below them. A reshape that no strides can
-  express (e.g. of a transposed value) materializes its input first.
+  express (e.g. of a transposed value) materializes its input first, and so do sliding windows
+  (ops/windows.py) of an expression, which would compute each element once per window holding it:
+  a padded input of a 3x3 convolution is written once, then its windows copied by plain strided
+  loads ((32, 32, 16, 16) float32 im2col: 11.2 -> 0.24 ms, one thread, the loaded bench machine).
 - A value is *materialized* (written to a buffer by a kernel) when it is a graph output, when a
   non-fusible op reads it (matmul, indexing, ...), or when it has several consumers and its
   expression is larger than RECOMPUTE_LIMIT ops; smaller shared values are recomputed.
@@ -153,6 +156,8 @@ def fuse(graph, enabled=True, half=False):
                 materialize(v)
         elif p.kind == "view":
             src = n.inputs[0]
+            if n.op == "windows" and not isinstance(expr[id(src)], Load):
+                materialize(src)        # each element is read by up to prod(size) windows: compute it once
             try:
                 expr[id(v)] = _move(n, expr[id(src)])
             except NotAffine:
