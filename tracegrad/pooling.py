@@ -2,11 +2,11 @@
 rules: max_pool1d/2d/3d (indices, ceil_mode, dilation), avg_pool1d/2d/3d (count_include_pad,
 ceil_mode, divisor_override), adaptive_avg_pool1d/2d/3d.
 
-A max pool is the largest element of each window of the input padded with -inf, picked by argmax
-(`max(dim)`), so its gradient goes to that one element, the first of ties, as PyTorch's; an average
-pool is each window's sum, divided by PyTorch's count of it. Under tg.compile the sums and the
-padding fuse into one kernel reading the input in place; the gradient's scatter back over the
-windows (`unwindows`) is a host kernel."""
+A max pool is the largest element of each window of the input padded with -inf, picked at its
+first occurrence (NaN counts as the largest), so its gradient goes to that one element, as
+PyTorch's; an average pool is each window's sum, divided by PyTorch's count of it. Under tg.compile
+all of it fuses into loops: windows that tile their axes are plain views, others the `windows` view,
+whose gradient (`unwindows`) is a fused sum of gathers (ir/passes/window_sums.py)."""
 import math
 
 import numpy as np
