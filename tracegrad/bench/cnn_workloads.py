@@ -181,7 +181,7 @@ def cnn_workload(wid, name, what, seed):
                  "torch eager": lambda inp: cnn_torch(wid, inp, False),
                  "torch built-in": lambda inp: None, "torch.compile": lambda inp: cnn_torch(wid, inp, True),
                  "jax.jit": lambda inp: None}
-    w.implied = cnn_implied(wid)
+    w.implied, w.stateful = cnn_implied(wid), True
     return w
 
 
