@@ -307,3 +307,14 @@ def test_conv3d_and_forward_mode():
     eps = 1e-6
     fd = (f(t64(x2 + eps * v, False)).numpy() - f(t64(x2 - eps * v, False)).numpy()) / (2 * eps)
     np.testing.assert_allclose(tangent.numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_padded_convolution_modules_compile_as_eager(mode):
+    rng = np.random.default_rng(6)
+    tg.manual_seed(1)
+    m = tg.nn.Conv2d(2, 3, 3, padding=(2, 1), padding_mode=mode).double()
+    x = t64(rng.standard_normal((2, 2, 5, 4)))
+    f = tg.compile(lambda x: m(x).tanh())
+    np.testing.assert_allclose(f(x).detach().numpy(), m(x).tanh().detach().numpy(), rtol=1e-12)
+    assert tg.gradcheck(f, (x,))
