@@ -55,8 +55,8 @@ def pad(input, pad, mode="constant", value=None):
     (negative amounts crop), "reflect", "replicate" and "circular"."""
     x, pairs = input, _pad_pairs(input, pad)
     if mode == "constant":
-        crop = tuple((max(-lo, 0), x.shape[a] - max(-hi, 0), 1) if a in pairs else (0, x.shape[a], 1)
-                     for a, (lo, hi) in ((a, pairs.get(a, (0, 0))) for a in range(x.ndim)))
+        crop = tuple((max(-lo, 0), n - max(-hi, 0), 1)
+                     for n, (lo, hi) in zip(x.shape, (pairs.get(a, (0, 0)) for a in range(x.ndim))))
         if any(start >= stop for start, stop, _ in crop):
             raise _ArgError(f"The input size {list(x.shape)}, plus negative padding {list(pad)} resulted in a "
                             f"negative output size")
