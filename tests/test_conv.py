@@ -318,3 +318,29 @@ def test_padded_convolution_modules_compile_as_eager(mode):
     f = tg.compile(lambda x: m(x).tanh())
     np.testing.assert_allclose(f(x).detach().numpy(), m(x).tanh().detach().numpy(), rtol=1e-12)
     assert tg.gradcheck(f, (x,))
+
+
+def test_unfold_fold_and_tensor_unfold():
+    """F.unfold against NumPy's sliding windows, F.fold against adding windows back by loops,
+    Tensor.unfold as torch's (a view), compiled == eager, gradcheck."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 7, 6))
+    kw = dict(kernel_size=(2, 3), dilation=(2, 1), padding=1, stride=(2, 1))
+    cols = F.unfold(t64(x), **kw)
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, [(0, 0)] * 2 + [(1, 1)] * 2), (3, 3), axis=(2, 3))
+    win = win[:, :, ::2, :, ::2, :]                        # dilation 2 along h: every other row of a 3-window
+    want = win.transpose(0, 1, 4, 5, 2, 3).reshape(2, 18, -1)
+    np.testing.assert_array_equal(cols.detach().numpy(), want)
+    back = np.zeros((2, 3, 9, 8))
+    c = want.reshape(2, 3, 2, 3, 4, 6)
+    for i, j, a, b in np.ndindex(4, 6, 2, 3):
+        back[:, :, 2 * i + 2 * a, j + b] += c[:, :, a, b, i, j]
+    np.testing.assert_allclose(F.fold(cols, (7, 6), **kw).detach().numpy(), back[:, :, 1:-1, 1:-1], atol=1e-14)
+    f = lambda t: F.fold(F.unfold(t, **kw) ** 2, (7, 6), **kw)   # noqa: E731
+    np.testing.assert_allclose(tg.compile(f)(t64(x)).detach().numpy(), f(t64(x)).detach().numpy(), rtol=1e-12)
+    assert tg.gradcheck(f, (t64(x),)) and tg.gradcheck(tg.compile(f), (t64(x),))
+    t = tg.tensor(np.arange(10.0))
+    np.testing.assert_array_equal(t.unfold(0, 3, 2).numpy(), [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8]])
+    assert np.shares_memory(t.unfold(0, 3, 2).numpy(), t.numpy())
+    assert repr(tg.nn.Fold((4, 5), 2)) == "Fold(output_size=(4, 5), kernel_size=2, dilation=1, padding=0, stride=1)"
+    assert tg.nn.Unfold(2)(tg.randn(1, 2, 4, 5)).shape == (1, 8, 12)

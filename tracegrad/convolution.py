@@ -251,3 +251,43 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+
+
+def _unfold_args(x, kernel_size, dilation, padding, stride, name):
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"{name}: Expected 3D (unbatched) or 4D (batched) input, but got input of size: "
+                           f"{list(x.shape)}")
+    return (ntuple(kernel_size, 2, f"{name}: kernel_size"), ntuple(dilation, 2, f"{name}: dilation"),
+            ntuple(padding, 2, f"{name}: padding"), ntuple(stride, 2, f"{name}: stride"))
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """PyTorch's F.unfold (im2col): (N, C, H, W) -> (N, C * prod(kernel_size), L), L the windows."""
+    kernel, dilation, padding, stride = _unfold_args(input, kernel_size, dilation, padding, stride, "unfold")
+    x, unbatched = _batched(input, 2)
+    win = _conv_windows(x, kernel, stride, dilation, [(p, p) for p in padding], "unfold")
+    n, c, oh, ow = win.shape[:4]
+    y = win.permute(0, 1, 4, 5, 2, 3).reshape(n, c * math.prod(kernel), oh * ow)
+    return _named(y.squeeze(0) if unbatched else y, "Im2ColBackward")
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """PyTorch's F.fold (col2im), unfold's transpose: (N, C * prod(kernel_size), L) -> (N, C, *output_size),
+    overlapping windows added."""
+    kernel, dilation, padding, stride = _unfold_args(input.unsqueeze(-1), kernel_size, dilation, padding, stride,
+                                                     "fold")
+    out = ntuple(output_size, 2, "fold: output_size")
+    x, unbatched = (input, False) if input.ndim == 3 else (input.unsqueeze(0), True)
+    full = tuple(o + 2 * p for o, p in zip(out, padding))
+    counts = [(f - dl * (k - 1) - 1) // s + 1 for f, dl, k, s in zip(full, dilation, kernel, stride)]
+    k = math.prod(kernel)
+    if x.shape[1] % k or min(counts) < 1 or x.shape[2] != math.prod(counts):
+        raise RuntimeError(f"fold: expected input of size (N, C * {k}, {math.prod(counts)}) for output_size {out}, "
+                           f"kernel_size {kernel}, dilation {dilation}, padding {padding}, stride {stride}, but got "
+                           f"input of size {list(input.shape)}")
+    n, c = x.shape[0], x.shape[1] // k
+    win = x.reshape(n, c, *kernel, *counts).permute(0, 1, 4, 5, 2, 3)
+    y = bind("unwindows", win, shape=(n, c) + full, axes=(2, 3), size=kernel, step=stride, dilation=dilation)
+    if any(padding):
+        y = pad(y, [-padding[1], -padding[1], -padding[0], -padding[0]])
+    return _named(y.squeeze(0) if unbatched else y, "Col2ImBackward")

@@ -1,7 +1,8 @@
 """tg.nn: modules with parameters, as in torch.nn."""
 from . import functional, parallel
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, Conv1d,
-                   Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, MaxPool1d, MaxPool2d, MaxPool3d, Upsample)
+                   Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, Fold, MaxPool1d, MaxPool2d, MaxPool3d, Unfold,
+                   Upsample)
 from .layers import Dropout, Embedding, Flatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from .modules import (ELU, GELU, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, Module, Parameter, ReLU,
@@ -12,4 +13,4 @@ __all__ = ["functional", "parallel", "Module", "Parameter", "Linear", "Sequentia
            "L1Loss", "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
            "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
-           "Upsample"]
+           "Upsample", "Unfold", "Fold"]

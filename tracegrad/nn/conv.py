@@ -1,5 +1,5 @@
 """Convolution, pooling and resampling layers: Conv1d/2d/3d, ConvTranspose1d/2d, MaxPool1d/2d/3d,
-AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, Upsample, as torch.nn's (arguments, init, repr)."""
+AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d, Upsample, Unfold, Fold, as torch.nn's (arguments, init, repr)."""
 import math
 
 from ..convolution import _padding, conv, conv_transpose, ntuple
@@ -180,3 +180,27 @@ class Upsample(Module):
             not isinstance(self.scale_factor, (tuple, list)) else \
             f"scale_factor={self.scale_factor}" if self.scale_factor is not None else f"size={self.size}"
         return f"{what}, mode='{self.mode}'"
+
+
+class Unfold(Module):
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, x):
+        return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
+
+
+class Fold(Unfold):
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__(kernel_size, dilation, padding, stride)
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}, " + super().extra_repr()

@@ -17,19 +17,19 @@ _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)
 
 
 def window_counts(shape, axes, size, step, dilation):
-    """The number of windows along each axis of `axes`; ValueError naming the shapes when a window
+    """The number of windows along each axis of `axes`; RuntimeError naming the shapes when a window
     is larger than its axis or the parameters do not fit."""
     if not (len(axes) == len(size) == len(step) == len(dilation)) or list(axes) != sorted(set(axes)) \
             or any(a < 0 or a >= len(shape) for a in axes):
-        raise ValueError(f"windows: axes {axes} (distinct, ascending, in range of shape {shape}) need one "
+        raise RuntimeError(f"windows: axes {axes} (distinct, ascending, in range of shape {shape}) need one "
                          f"size, step and dilation each; got size {size}, step {step}, dilation {dilation}")
     if min((*size, *step, *dilation), default=1) < 1:
-        raise ValueError(f"windows: size {size}, step {step} and dilation {dilation} must be positive")
+        raise RuntimeError(f"windows: size {size}, step {step} and dilation {dilation} must be positive")
     counts = []
     for a, k, s, d in zip(axes, size, step, dilation):
         span = d * (k - 1) + 1
         if span > shape[a]:
-            raise ValueError(f"windows: a window spanning {span} elements (size {k}, dilation {d}) is larger "
+            raise RuntimeError(f"windows: a window spanning {span} elements (size {k}, dilation {d}) is larger "
                              f"than dimension {a} of size {shape[a]} (input shape {tuple(shape)})")
         counts.append((shape[a] - span) // s + 1)
     return counts
@@ -71,7 +71,7 @@ def _unwindows_impl(g, shape, axes, size, step, dilation):
 def _unwindows_rule(shapes, dtypes, shape, axes, size, step, dilation):
     want = _windows_rule([shape], dtypes, axes, size, step, dilation)[0]
     if tuple(shapes[0]) != want:
-        raise ValueError(f"unwindows: windows of shape {tuple(shapes[0])} do not fit shape {tuple(shape)} "
+        raise RuntimeError(f"unwindows: windows of shape {tuple(shapes[0])} do not fit shape {tuple(shape)} "
                          f"(expected {want})")
     return tuple(shape), dtypes[0]
 
