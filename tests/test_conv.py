@@ -344,3 +344,16 @@ def test_unfold_fold_and_tensor_unfold():
     assert np.shares_memory(t.unfold(0, 3, 2).numpy(), t.numpy())
     assert repr(tg.nn.Fold((4, 5), 2)) == "Fold(output_size=(4, 5), kernel_size=2, dilation=1, padding=0, stride=1)"
     assert tg.nn.Unfold(2)(tg.randn(1, 2, 4, 5)).shape == (1, 8, 12)
+
+
+def test_empty_batches_pass_through_eager_and_compiled():
+    """A batch of 0 (a zero-size dimension everywhere along the way): shapes as PyTorch's, zero gradients."""
+    x, w = tg.randn(0, 3, 8, 8, requires_grad=True), tg.randn(4, 3, 3, 3, requires_grad=True)
+
+    def step(x, w):
+        loss = F.avg_pool2d(F.max_pool2d(F.conv2d(x, w, padding=1), 2), 3, 1, 1).sum()
+        loss.backward()
+        return loss
+    assert F.conv2d(x, w, padding=1).shape == (0, 4, 8, 8) and F.pad(tg.ones(3), (-3, 0)).shape == (0,)
+    assert tg.compile(step)(x, w).item() == 0.0 and w.grad.shape == (4, 3, 3, 3)
+    assert not w.grad.numpy().any()

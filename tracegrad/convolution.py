@@ -57,7 +57,8 @@ def pad(input, pad, mode="constant", value=None):
     if mode == "constant":
         crop = tuple((max(-lo, 0), n - max(-hi, 0), 1)
                      for n, (lo, hi) in zip(x.shape, (pairs.get(a, (0, 0)) for a in range(x.ndim))))
-        if any(start >= stop for start, stop, _ in crop):
+        if any(start > stop for start, stop, _ in crop) or any(n + lo + hi < 0 for n, (lo, hi) in
+                                                                zip(x.shape, (pairs.get(a, (0, 0)) for a in range(x.ndim)))):
             raise _ArgError(f"The input size {list(x.shape)}, plus negative padding {list(pad)} resulted in a "
                             f"negative output size")
         if any(lo < 0 or hi < 0 for lo, hi in pairs.values()):
