@@ -15,8 +15,10 @@ def _errors(w, col):
     return check(outs, refs, w.tolerances)
 
 
-def test_ten_workloads_with_ids_and_names():
-    assert [w.id for w in WORKLOADS] == [f"W{i}" for i in range(1, 11)]
+def test_the_workloads_with_ids_and_names():
+    assert [w.id for w in WORKLOADS] == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W12", "W13"]
+    assert find("lenet").id == "W9" and find("w10").name == "cifar_cnn_train_step"
+    assert find("gpt").id == "W12" and find("w13").name == "adam_multi_tensor"
     assert find("column_center").id == "W7" and find("w8").name == "mlp_deep_narrow_adam"
     assert [w.id for w in WORKLOADS if w.floor_bytes] == ["W1", "W2", "W3", "W7"]
 
@@ -41,6 +43,19 @@ def test_w8_adam_step_matches_reference_and_advances():
     # Adam's first steps move each weight by about lr (m/sqrt(v) ~ sign(g)): the step count advances
     moved = np.abs(second[1] - first[1])
     assert 0 < np.median(moved) <= 2.1e-3, np.median(moved)
+
+
+def test_cnn_steps_match_the_float64_reference_and_update():
+    """W9 (LeNet) and W10 (CIFAR-style CNN): the NumPy-by-hand step, tg eager and (W9) tg compiled
+    against the float64 reference, checked through the gradients their SGD updates imply."""
+    for wid, cols in (("W9", ("numpy", "tg eager", "tg compiled")), ("W10", ("tg eager",))):
+        w = find(wid)
+        inp = w.inputs()
+        refs = w.implied(inp, w.reference(inp))
+        assert len(refs) == 1 + 2 * (5 if wid == "W9" else 4) and np.abs(refs[1]).max() > 0
+        for col in cols:
+            err, failure = check(w.implied(inp, [_np(o) for o in w.columns[col](inp)()]), refs, w.tolerances)
+            assert failure is None, (wid, col, failure)
 
 
 def test_check_names_each_output_over_its_tolerance():

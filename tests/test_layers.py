@@ -12,6 +12,9 @@ ABOVE = {
     # device arrays and eager device kernels: below the tensors that hold them (tensor/ calls cuda/)
     "cuda": ["autograd", "tensor", "composites", "forward", "trace", "functional", "jit", "nn", "optim"],
     "composites": ["forward", "trace", "functional", "ir", "jit", "nn", "optim"],
+    "convolution": ["forward", "trace", "functional", "ir", "jit", "nn", "optim", "pooling", "resample"],
+    "pooling": ["forward", "trace", "functional", "ir", "jit", "nn", "optim", "resample"],
+    "resample": ["forward", "trace", "functional", "ir", "jit", "nn", "optim", "convolution", "pooling"],
     "forward": ["trace", "functional", "ir", "jit", "nn", "optim"],
     "trace": ["functional", "ir", "jit", "nn", "optim"],
 }

@@ -10,6 +10,7 @@ what they need from these fields and keep no list of op names of their own.
   "extern" (a library call: matmul), "creation", "random" (never merged or folded), "collective"
   (communication with the other processes of a distributed run: never merged, folded or removed).
   `Prim.effect`: random and collective primitives, whose every call counts, not only its value.
+  "index" also holds unwindows, the scatter-add of sliding windows (ops/windows.py).
 - `rule(shapes, dtypes, **attrs) -> (shape, dtype)`: the type rule (eager dispatch, shape inference).
 - `impl(*arrays, **attrs)`: the NumPy implementation (eager tensors, the `interpret` backend,
   host kernels of compiled code).

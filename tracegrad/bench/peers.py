@@ -58,9 +58,16 @@ def torch_train_setup(params, x, y, opt, compiled):
     Adam(**ADAM); torch.compile (compiled) wraps the loss, the backward and the update run as torch
     runs them. Returns [loss] + params."""
     import torch
+    return torch_step(lambda x, y, *ps: torch.nn.functional.cross_entropy(_mlp_logits(x, ps, torch.relu), y),
+                      params, x, y, opt, compiled)
+
+
+def torch_step(loss_fn, params, x, y, opt, compiled):
+    """run() of one training step: loss_fn(x, y, *params) (wrapped in torch.compile when compiled),
+    backward, then SGD(LR) or Adam(**ADAM). Returns [loss] + params."""
+    import torch
     params = [p.requires_grad_() for p in params]
-    wrap = torch.compile if compiled else (lambda f: f)
-    f = wrap(lambda x, y, *ps: torch.nn.functional.cross_entropy(_mlp_logits(x, ps, torch.relu), y))
+    f = torch.compile(loss_fn) if compiled else loss_fn
     opt = torch.optim.SGD(params, lr=LR) if opt == "SGD" else torch.optim.Adam(params, **ADAM)
 
     def run():

@@ -1,6 +1,6 @@
 """The reference workloads: the eight of the bench's definition (W1-W8), one small function per column, and
-models defined in modules of their own: W12 a transformer's training step (transformer.py), W13 a
-multi-tensor Adam update (adam_update.py).
+models defined in modules of their own: W9 and W10 two CNN training steps (cnn_workloads.py), W12 a
+transformer's training step (transformer.py), W13 a multi-tensor Adam update (adam_update.py).
 
 Every workload has
   - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
@@ -549,12 +549,6 @@ WORKLOADS = [
               "squares; grads x, w"),
     _workload("W8", "mlp_deep_narrow_adam", "12 Linear 64-32x11-10, batch 128, relu, cross-entropy, fwd+bwd+Adam, "
               "one compiled step"),
-    _model_workload("W12", "gpt_train_step", "GPT-style decoder, 2 pre-LN blocks, causal attention, erf GELU, "
-                    "tied head, cross-entropy, Adam; batch 8 x 64 tokens, width 128, vocabulary 512",
-                    GPT.inputs, GPT.numpy_step, GPT.tg_step, GPT.torch_step, stateful=False),
-    _model_workload("W13", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
-                    ADAM_UPDATE.inputs, ADAM_UPDATE.numpy_update, ADAM_UPDATE.tg_update, ADAM_UPDATE.torch_update,
-                    stateful=True),
 ]
 WORKLOADS[3].implied = w4_implied
 WORKLOADS[0].compute_floor = w1_compute_floor
@@ -562,8 +556,22 @@ WORKLOADS[3].stateful = WORKLOADS[7].stateful = True
 WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
 # Memory-bound workloads: bytes that must move per call (read the inputs, write the outputs; W7
 # reads x twice, for the means and then for the centered values, and writes dx).
-for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None, None, None)):
+for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
     _w.floor_bytes = _bytes
+
+
+from .cnn_workloads import CNN_WORKLOADS  # noqa: E402  (it builds on this module's helpers)
+
+WORKLOADS += CNN_WORKLOADS
+WORKLOADS += [
+    _model_workload("W12", "gpt_train_step", "GPT-style decoder, 2 pre-LN blocks, causal attention, erf GELU, "
+                    "tied head, cross-entropy, Adam; batch 8 x 64 tokens, width 128, vocabulary 512",
+                    GPT.inputs, GPT.numpy_step, GPT.tg_step, GPT.torch_step, stateful=False),
+    _model_workload("W13", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
+                    ADAM_UPDATE.inputs, ADAM_UPDATE.numpy_update, ADAM_UPDATE.tg_update, ADAM_UPDATE.torch_update,
+                    stateful=True),
+]
+WORKLOADS.sort(key=lambda w: int(w.id[1:]))
 
 
 def find(name):

@@ -5,6 +5,7 @@ reductions.py   sum, max, min, prod, argmax, argmin
 layout.py       views (reshape, permute, expand, slice) and rearranging copies (unslice, cat)
 indexing.py     integer-tensor indexing and its scatter-add
 matmul.py       the matrix product (extern: BLAS)
+windows.py      sliding windows (the view under convolution and pooling) and their scatter-add
 creation.py     zeros_like, rand, randn
 collective.py   all_reduce, broadcast, all_gather, reduce_scatter across the processes of a distributed run
 rules.py        the type rules and axis helpers they share
@@ -18,7 +19,8 @@ through a Tensor method (tensor/) or `bind(name, ...)`. A new view is likewise o
 (layout.py) whose `remap` says where its elements sit.
 """
 from ..core import PRIMS, RNG, Prim, bind
-from . import collective, creation, elementwise, indexing, layout, matmul, reductions  # noqa: F401  (each registers its prims)
+from . import (collective, creation, elementwise, indexing, layout, matmul, reductions,  # noqa: F401  (each registers its prims)
+               windows)
 from .rules import _norm_axis, _reduce_shape, normalize_axes
 
 __all__ = ["PRIMS", "RNG", "Prim", "bind", "normalize_axes", "_norm_axis", "_reduce_shape"]

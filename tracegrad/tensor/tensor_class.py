@@ -463,6 +463,12 @@ class Tensor(TensorBase):
     def narrow(self, dim, start, length):
         return C.narrow(self, dim, start, length)
 
+    def unfold(self, dimension, size, step):
+        """A view of every slice of `size` elements `step` apart along `dimension` (a new last axis)."""
+        d = normalize_axes(dimension, self.ndim)[0]
+        return _named(ops.bind("windows", self, axes=(d,), size=(int(size),), step=(int(step),), dilation=(1,)),
+                      "UnfoldBackward")
+
     def outer(self, vec2):
         return C.outer(self, vec2)
 

@@ -7,7 +7,10 @@ Rules
   at affine indices.
 - Views (reshape, permute, expand, slice: each primitive's `remap`) and broadcasting never copy:
   they rewrite the strides and offset of the leaves below them. A reshape that no strides can
-  express (e.g. of a transposed value) materializes its input first.
+  express (e.g. of a transposed value) materializes its input first, and so do sliding windows
+  (ops/windows.py) of an expression, which would compute each element once per window holding it:
+  a padded input of a 3x3 convolution is written once, then its windows copied by plain strided
+  loads ((32, 32, 16, 16) float32 im2col: 11.2 -> 0.24 ms, one thread, the loaded bench machine).
 - A value is *materialized* (written to a buffer by a kernel) when it is a graph output, when a
   non-fusible op reads it (matmul, indexing, ...), or when it has several consumers and its
   expression is larger than RECOMPUTE_LIMIT ops; smaller shared values are recomputed.
@@ -44,6 +47,8 @@ Rules
   reads x's expression at the picked elements only (a Gather of a Checked index: wrapped, bounds
   checked, out of range raises as eagerly), an arange (an `iota` node) being an affine index; the
   scatter-add of a pick's gradient is where(column == y[row], g[row], 0), fused into its consumer.
+- The scatter-add of sliding windows (unwindows, a convolution's input gradient) is a sum of
+  gathers (window_sums.py).
 - unslice and cat (up to copies.MAX_PIECES pieces) are expressions too (copies.py): each piece
   read where its box holds it (a constant piece shifted, any other gathered at clamped
   coordinates), else 0.
@@ -61,6 +66,7 @@ from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_s
 from .columns import order_walks
 from .copies import copy_tree
 from .gathers import index_tree
+from .window_sums import window_sum_tree
 from .schedule import columns_first, online_columns, rows_first
 
 RECOMPUTE_LIMIT = 8
@@ -127,8 +133,9 @@ def fuse(graph, enabled=True, half=False):
             expr[id(v)] = Const(n.attrs["value"], v.dtype)
         elif n.op == "iota":
             expr[id(v)] = Iota((n.attrs["step"],), n.attrs["start"], v.dtype)
-        elif p.kind == "index" and enabled and not half and \
-                (fused := index_tree(n, [expr[id(i)] for i in n.inputs])) is not None:
+        elif p.kind == "index" and enabled and not half and (fused := (
+                window_sum_tree(n, expr[id(n.inputs[0])], buffer_load) if n.op == "unwindows"
+                else index_tree(n, [expr[id(i)] for i in n.inputs]))) is not None:
             expr[id(v)] = fused
             bound[id(v)] = size(fused)
             if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
@@ -149,6 +156,8 @@ def fuse(graph, enabled=True, half=False):
                 materialize(v)
         elif p.kind == "view":
             src = n.inputs[0]
+            if n.op == "windows" and not isinstance(expr[id(src)], Load):
+                materialize(src)        # each element is read by up to prod(size) windows: compute it once
             try:
                 expr[id(v)] = _move(n, expr[id(src)])
             except NotAffine:
