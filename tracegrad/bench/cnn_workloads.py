@@ -149,7 +149,7 @@ def cnn_tg(wid, inp, compiled):
     import tracegrad as tg
     model, opt, x, y = _tg_model(tg, wid, inp)
     step = tg.compile(_tg_train_step) if compiled else _tg_train_step
-    return lambda: [step(model, opt, x, y)] + model.parameters()
+    return lambda: [step(model, opt, x, y)] + list(model.parameters())
 
 
 # ------------------------------------------------------------------ torch
