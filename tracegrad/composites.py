@@ -698,7 +698,7 @@ def einsum(equation, *operands):
         x, s = _einsum_pair(x, s, operands[k], terms[k], keep)
     gone = tuple(i for i, c in enumerate(s) if c not in out)
     if gone:
-        x, s = x.sum(gone), "".join(c for c in s if c not in out)
+        x, s = x.sum(gone), "".join(c for c in s if c in out)
     return _named(x.permute(*[s.index(c) for c in out]) if len(out) > 1 else x * 1, "EinsumBackward")
 
 

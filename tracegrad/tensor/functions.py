@@ -2,7 +2,7 @@
 from .. import dtypes as D
 from .. import ops
 from .base import TensorBase, _ArgError
-from .dispatch import _P, _axis_kw, _named, _operands, _promote, dispatch
+from .dispatch import _P, _axis_kw, _check_fits, _named, _operands, _promote, dispatch
 
 
 def matmul(a, b):
@@ -62,11 +62,31 @@ def dot(input, other):
     return matmul(input, other)
 
 
+def div_rounded(a, b, rounding_mode):
+    """a / b rounded "floor" (down) or "trunc" (towards zero), as torch.div(rounding_mode=...).
+    Integers divide exactly (never through a float) and a zero divisor raises as `//` does."""
+    if rounding_mode not in ("floor", "trunc"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"{rounding_mode!r}")
+    a, b = _promote(a, b)
+    if rounding_mode == "trunc" and a._dtype.is_floating_point:
+        q = a / b
+        return where(q < 0, -(-q).floor(), q.floor())
+    q = a // b
+    if rounding_mode == "floor":
+        return q
+    inexact = (q * b != a) & ((a < 0) != (b < 0))       # floor went one below the truncated quotient
+    return q + inexact.to(q._dtype)
+
+
 def where(cond, a, b):
     if not isinstance(cond, TensorBase):
         raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
     if cond._dtype is not D.bool_:
         cond = cond != 0
+    for v, t in ((a, b), (b, a)):
+        if isinstance(t, TensorBase):
+            _check_fits(v, t._dtype)
     a, b = _promote(a, b, device=cond._device)
     return dispatch(_P["where"], (cond, a, b), {})
 

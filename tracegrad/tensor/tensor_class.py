@@ -20,7 +20,7 @@ from .base import TensorBase, _row_major_copy, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
                        _shape_arg, _to_device, dispatch)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
-from .functions import bmm, dot, matmul, mm, mv, where
+from .functions import bmm, div_rounded, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
 from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB, SUB_SCALED,
                      scaled)
@@ -178,7 +178,9 @@ class Tensor(TensorBase):
         return self - (o * alpha if alpha != 1 else o)
 
     def mul(self, o): return self * o
-    def div(self, o): return self / o
+    def div(self, o, *, rounding_mode=None):
+        return self / o if rounding_mode is None else div_rounded(self, o, rounding_mode)
+
     def pow(self, o): return self ** o
     def matmul(self, o): return matmul(self, o)
     def mm(self, mat2): return mm(self, mat2)
