@@ -16,6 +16,7 @@ from .tensor.base import TensorBase, _ArgError
 from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named
 from .tensor.factories import arange, ones, zeros
 from .tensor.functions import cat, where
+from .tensor.indexing import _getitem
 
 
 # ---------------------------------------------------------------- reductions
@@ -384,7 +385,7 @@ def embedding(input, weight, padding_idx=None):
                         f"{getattr(input, 'dtype', type(input).__name__)}")
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
-    out = weight[input]
+    out = _getitem(weight, input, wrap=False)      # a negative index raises, as PyTorch's
     if padding_idx is not None:
         pad = (input == padding_idx % weight.shape[0]).unsqueeze(-1)
         out = where(pad, out.detach(), out)
@@ -422,9 +423,9 @@ def gather(input, dim, index):
         raise RuntimeError(f"gather(): index {tuple(index.shape)} must have as many axes as input "
                            f"{tuple(input.shape)} and no larger sizes than it except along dim {dim}")
     if not input.ndim:
-        return _along(input.reshape(1), index, 0)
+        return _along(input.reshape(1), index, 0, wrap=False)
     part = input[tuple(slice(0, index.shape[d]) if d != dim else slice(None) for d in range(input.ndim))]
-    return _along(part, index, dim)
+    return _along(part, index, dim, wrap=False)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -443,11 +444,12 @@ def take_along_dim(input, indices, dim=None):
     return _along(x, i, dim)
 
 
-def _along(x, idx, axis):
-    """x[..., idx, ...] along `axis` for idx of x's shape but along `axis` (aranges on the other axes)."""
+def _along(x, idx, axis, wrap=True):
+    """x[..., idx, ...] along `axis` for idx of x's shape but along `axis` (aranges on the other axes);
+    a negative idx counts from the end unless `wrap` is False (gather: it raises)."""
     index = [idx if d == axis else arange(x.shape[d], device=x.device).reshape(
         tuple(x.shape[d] if e == d else 1 for e in range(x.ndim))) for d in range(x.ndim)]
-    return _named(x[tuple(index)], "GatherBackward")
+    return _named(_getitem(x, tuple(index), wrap), "GatherBackward")
 
 
 
@@ -575,7 +577,7 @@ def index_select(x, dim, index):
         raise _ArgError("index_select(): index must be a 1-D int64 or int32 tensor, got "
                         f"{getattr(index, 'dtype', type(index).__name__)} of shape {list(getattr(index, 'shape', ()))}")
     d = _norm_axis(dim, x.ndim)
-    return _named(x[(slice(None),) * d + (index.reshape(-1),)], "IndexSelectBackward")
+    return _named(_getitem(x, (slice(None),) * d + (index.reshape(-1),), wrap=False), "IndexSelectBackward")
 
 
 def _triangle(x, diagonal, upper):

@@ -147,8 +147,8 @@ def einsum(equation, *operands):
     return _einsum(equation, *operands)
 
 
-def split(tensor, split_size_or_sections, dim=0):
-    return _tensor_arg("split", tensor).split(split_size_or_sections, dim)
+def split(tensor, split_size_or_sections, dim=None, *, axis=None):
+    return _tensor_arg("split", tensor).split(split_size_or_sections, dim, axis=axis)
 
 
 def numel(input):

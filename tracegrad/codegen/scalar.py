@@ -171,11 +171,12 @@ class Emitter:
         return f.assign(f"icmp ne i8 {v}, 0") if t.dtype.name == "bool" else v
 
     def checked(self, t):
-        """A Checked index: wrapped when negative; out of [0, size) it records the error (INDEX_ERROR:
+        """A Checked index: wrapped when negative (t.wrap); out of [0, size) it records the error (INDEX_ERROR:
         flag, the index, its axis, the size; the runtime raises after the call) and reads 0."""
         f, (a,) = self.f, t.args
         i = _cast(f, self.memo[id(a)], a.dtype, D.int64)
-        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, i64 {i}")
+        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, "
+                     f"i64 {i}") if t.wrap else i
         ok = f.assign(f"icmp ult i64 {w}, {t.size}")
         bad, good = f.label(), f.label()
         f.emit(f"br i1 {ok}, label %{good}, label %{bad}")
@@ -310,7 +311,7 @@ class Emitter:
             one, mone, zero = fconst(1, d), fconst(-1, d), fconst(0, d)
             gt = f.assign(f"fcmp ogt {ty} {a}, {zero}")
             lt = f.assign(f"fcmp olt {ty} {a}, {zero}")
-            s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {a}")
+            s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {zero}")     # +0 for +-0 and NaN, as PyTorch
             return f.assign(f"select i1 {gt}, {ty} {one}, {ty} {s1}"), d
         gt = f.assign(f"icmp sgt {ty} {a}, 0")
         lt = f.assign(f"icmp slt {ty} {a}, 0")

@@ -33,14 +33,14 @@ class Writer:
 
 
 def _clamp(d, lo, hi):
-    """clamp's where(d < lo, lo, d) then where(d > hi, hi, d): a nan stays, as there; an upper bound
-    over d's own memory is read before the lower bound's step writes d."""
+    """clamp's where((d < lo) | isnan(lo), lo, d) then the same for hi: a nan in d stays, a nan bound
+    wins, as there; an upper bound over d's own memory is read before the lower bound's step writes d."""
     if lo is not None and hi is not None and np.may_share_memory(hi, d):
         hi = hi.copy()
     if lo is not None:
-        np.copyto(d, lo, where=np.less(d, lo))
+        np.copyto(d, lo, where=np.less(d, lo) | np.not_equal(lo, lo))
     if hi is not None:
-        np.copyto(d, hi, where=np.greater(d, hi))
+        np.copyto(d, hi, where=np.greater(d, hi) | np.not_equal(hi, hi))
 
 
 def _by_impl(name):

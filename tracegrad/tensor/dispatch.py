@@ -293,12 +293,13 @@ def _float_operand(x):
     return x if x._dtype.is_floating_point else x.to(D.default_float)
 
 
-def _axis_kw(axis, dim, name="axis"):
+def _axis_kw(axis, dim, name="axis", default=None):
+    """dim, or its alias axis= (docs/api.md: every dim= also takes axis=); `default` when neither."""
     if dim is not None:
         if axis is not None:
             raise TypeError("give either axis= or dim=, not both")
         return dim
-    return axis
+    return default if axis is None else axis
 
 
 def _keep_kw(keepdims, keepdim):

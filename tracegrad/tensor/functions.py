@@ -5,13 +5,19 @@ from .base import TensorBase, _ArgError
 from .dispatch import _P, _axis_kw, _check_fits, _named, _operands, _promote, dispatch
 
 
+_C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+            "int64": "long int", "float16": "c10::Half", "float32": "float", "float64": "double"}  # PyTorch's words
+
+
 def matmul(a, b):
     """NumPy's matmul semantics: 1-D operands are promoted and the added axis removed."""
     if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
         raise TypeError(f"matmul expects tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
-    a, b = _operands(a, b)
+    if a._dtype is not b._dtype:            # PyTorch does not promote the operands of a product
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_C_NAMES[a._dtype.name]} != "
+                           f"{_C_NAMES[b._dtype.name]}")
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
     out = dispatch(_P["matmul"], (a2, b2), {})
@@ -93,6 +99,8 @@ def where(cond, a, b):
 
 def _tensor_list(tensors, name, empty_message):
     """The tensors of cat/stack as a list: non-empty, every item a tensor."""
+    if isinstance(tensors, TensorBase):         # cat(x, x): the list was forgotten
+        raise TypeError(f"{name}(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
     tensors = list(tensors)
     if not tensors:
         raise _ArgError(empty_message)

@@ -27,6 +27,19 @@ from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB,
 from .inplace import copy_from, fill_with, inplace
 
 
+def _dim_arg(name, axis, dim):
+    """A required dim, given as dim or as its alias axis=."""
+    dim = _axis_kw(axis, dim)
+    if dim is None:
+        raise TypeError(f"{name}() missing required argument 'dim'")
+    return dim
+
+
+def _or_nan(cond, bound):
+    """cond, and True where a clamp bound is NaN: a NaN bound gives NaN, as PyTorch's clamp."""
+    return cond | (bound != bound) if isinstance(bound, TensorBase) or bound != bound else cond
+
+
 @register
 class Tensor(TensorBase):
     """An n-dimensional array with autograd, like torch.Tensor."""
@@ -198,9 +211,9 @@ class Tensor(TensorBase):
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         out = self
         if min is not None:
-            out = where(out < min, min, out)
+            out = where(_or_nan(out < min, min), min, out)
         if max is not None:
-            out = where(out > max, max, out)
+            out = where(_or_nan(out > max, max), max, out)
         return _named(out, "ClampBackward", self)
 
     clip = clamp
@@ -300,8 +313,8 @@ class Tensor(TensorBase):
         return C.std(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
                      keepdim=keepdim)
 
-    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
-        return C.norm(self, p, dim, keepdim, dtype)
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None, *, axis=None):
+        return C.norm(self, p, _axis_kw(axis, dim), keepdim, dtype)
 
     def cumsum(self, dim=None, *, dtype=None, axis=None):
         """Running sums along `dim` (required, as PyTorch's); differentiable and compiled."""
@@ -313,8 +326,8 @@ class Tensor(TensorBase):
     def softmax(self, axis=None, *, dim=None):
         return C.softmax(self, axis, dim=dim)
 
-    def gather(self, dim, index):
-        return C.gather(self, dim, index)
+    def gather(self, dim=None, index=None, *, axis=None):
+        return C.gather(self, _dim_arg("gather", axis, dim), index)
 
     def take_along_dim(self, indices, dim=None):
         return C.take_along_dim(self, indices, dim)
@@ -333,11 +346,15 @@ class Tensor(TensorBase):
     def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return self._arg("argmin", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
-    def all(self):
-        return (self != 0).to(D.int64).sum() == self.numel()
+    def all(self, dim=None, keepdim=False, *, axis=None):
+        """Whether every element (along `dim`: an int or a tuple; all when None) is nonzero."""
+        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
+        n = math.prod(self._shape[a] for a in axis)
+        return (self != 0).to(D.int64).sum(axis, keepdim) == n
 
-    def any(self):
-        return (self != 0).to(D.int64).sum() > 0
+    def any(self, dim=None, keepdim=False, *, axis=None):
+        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
+        return (self != 0).to(D.int64).sum(axis, keepdim) > 0
 
     # ------------------------------------------------------------ shapes and views
     def reshape(self, *shape):
@@ -419,7 +436,8 @@ class Tensor(TensorBase):
     def broadcast_to(self, shape):
         return self.expand(*_shape_arg((shape,)))
 
-    def squeeze(self, dim=None):
+    def squeeze(self, dim=None, *, axis=None):
+        dim = _axis_kw(axis, dim)
         if dim is None:
             shape = tuple(s for s in self._shape if s != 1)
         else:
@@ -427,27 +445,34 @@ class Tensor(TensorBase):
             shape = tuple(s for i, s in enumerate(self._shape) if not (i in dims and s == 1))
         return _named(self.reshape(shape), "SqueezeBackward", self)
 
-    def unsqueeze(self, dim):
-        d = ops._norm_axis(dim, self.ndim + 1)
+    def unsqueeze(self, dim=None, *, axis=None):
+        d = ops._norm_axis(_dim_arg("unsqueeze", axis, dim), self.ndim + 1)
         return _named(self.reshape(self._shape[:d] + (1,) + self._shape[d:]), "UnsqueezeBackward")
 
-    def split(self, split_size, dim=0):
-        return C.split(self, split_size, dim)
+    def split(self, split_size, dim=None, *, axis=None):
+        return C.split(self, split_size, _axis_kw(axis, dim, default=0))
 
-    def chunk(self, chunks, dim=0):
-        return C.chunk(self, chunks, dim)
+    def chunk(self, chunks, dim=None, *, axis=None):
+        return C.chunk(self, chunks, _axis_kw(axis, dim, default=0))
 
-    def flip(self, *dims):
-        return C.flip(self, dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims)
+    def flip(self, *dims, axis=None, **kw):
+        """x.flip(0, 1), x.flip((0, 1)), x.flip(dims=...) (or axis=)."""
+        if kw.keys() - {"dims"} or (dims and (kw or axis is not None)):
+            raise TypeError(f"flip() takes the dims once, positionally or as dims= (or axis=), got {dims} and {kw}")
+        dims = _axis_kw(axis, kw.get("dims")) if not dims else dims
+        if dims is None:
+            raise TypeError("flip() missing required argument 'dims'")
+        return C.flip(self, dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else
+                      (dims,) if isinstance(dims, int) else dims)
 
-    def roll(self, shifts, dims=None):
-        return C.roll(self, shifts, dims)
+    def roll(self, shifts, dims=None, *, axis=None):
+        return C.roll(self, shifts, _axis_kw(axis, dims))
 
     def repeat(self, *sizes):
         return C.repeat(self, sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes)
 
-    def index_select(self, dim, index):
-        return C.index_select(self, dim, index)
+    def index_select(self, dim=None, index=None, *, axis=None):
+        return C.index_select(self, _dim_arg("index_select", axis, dim), index)
 
     def tril(self, diagonal=0):
         return C.tril(self, diagonal)
@@ -458,11 +483,11 @@ class Tensor(TensorBase):
     def masked_fill_(self, mask, value):
         return self.copy_(C.masked_fill(self, mask, value))
 
-    def unbind(self, dim=0):
-        return C.unbind(self, dim)
+    def unbind(self, dim=None, *, axis=None):
+        return C.unbind(self, _axis_kw(axis, dim, default=0))
 
-    def narrow(self, dim, start, length):
-        return C.narrow(self, dim, start, length)
+    def narrow(self, dim=None, start=None, length=None, *, axis=None):
+        return C.narrow(self, _dim_arg("narrow", axis, dim), start, length)
 
     def outer(self, vec2):
         return C.outer(self, vec2)
@@ -473,8 +498,8 @@ class Tensor(TensorBase):
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
         return C.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
 
-    def repeat_interleave(self, repeats, dim=None):
-        return C.repeat_interleave(self, repeats, dim)
+    def repeat_interleave(self, repeats, dim=None, *, axis=None):
+        return C.repeat_interleave(self, repeats, _axis_kw(axis, dim))
 
     def triu(self, diagonal=0):
         return C.triu(self, diagonal)
