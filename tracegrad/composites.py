@@ -6,6 +6,7 @@ index_select, tril, triu; einsum; log1p and expm1 (accurate for small arguments)
 
 Tensor methods (`x.softmax(1)`) and tg.nn.functional call these. Each labels its result with the
 name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackward>`)."""
+import functools
 import math
 
 from . import dtypes as D
@@ -13,7 +14,7 @@ from . import return_types
 from .broadcast import broadcast_shapes
 from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
 from .tensor.base import TensorBase, _ArgError
-from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named
+from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named, in_float32
 from .tensor.factories import arange, ones, zeros
 from .tensor.functions import cat, where
 from .tensor.indexing import _getitem
@@ -21,6 +22,15 @@ from .tensor.indexing import _getitem
 
 # ---------------------------------------------------------------- reductions
 
+def _float32_for_half(f):
+    """f computed by PyTorch's rule for float16: in float32, the result stored in float16."""
+    @functools.wraps(f)
+    def wrapped(x, *args, **kwargs):
+        return in_float32(f, x, *args, **kwargs) if isinstance(x, TensorBase) else f(x, *args, **kwargs)
+    return wrapped
+
+
+@_float32_for_half
 def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
     """PyTorch's variance: divides by N - correction; correction is 1 unless `unbiased=False` or
     `correction=` says otherwise (N - correction <= 0 gives inf or nan, as PyTorch). The mean is
@@ -70,6 +80,10 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     """Vector p-norm over `dim` (all elements when None): "fro" and 2, 1, inf, -inf, 0, any p > 0.
     The gradient at a zero norm is 0, as PyTorch's (not 0/0)."""
     x = x if dtype is None else x.to(dtype)
+    return in_float32(_norm, x, p, dim, keepdim)
+
+
+def _norm(x, p, dim, keepdim):
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point tensor as input. Got {x.dtype}")
     axis = normalize_axes(dim, x.ndim)
@@ -108,7 +122,7 @@ def cumsum(x, axis, dtype=None):
     if axis is None:
         raise TypeError("cumsum() missing required argument 'dim'")
     x = x if dtype is None else x.to(dtype)
-    return bind("cumsum", x, axis=_norm_axis(axis, x.ndim), reverse=False)
+    return in_float32(lambda t: bind("cumsum", t, axis=_norm_axis(axis, x.ndim), reverse=False), x)
 
 
 def isnan(x):
@@ -123,6 +137,7 @@ def isfinite(x):
     return x.abs() < math.inf if x.dtype.is_floating_point else ones(x.shape, dtype=D.bool_, device=x.device)
 
 
+@_float32_for_half
 def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     x = _float_operand(x)
     axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
@@ -135,6 +150,7 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     return _named(out, "LogsumexpBackward")
 
 
+@_float32_for_half
 def softmax(x, axis=None, *, dim=None):
     axis = _axis_kw(axis, dim)
     axis = -1 if axis is None else axis
@@ -145,6 +161,7 @@ def softmax(x, axis=None, *, dim=None):
     return _named(e / e.sum(axis, keepdims=True), "SoftmaxBackward")
 
 
+@_float32_for_half
 def log_softmax(x, axis=None, *, dim=None):
     axis = _axis_kw(axis, dim)
     axis = -1 if axis is None else axis
@@ -214,6 +231,7 @@ def erf(x):
     return bind("erf", x if x.dtype.is_floating_point else x.float())
 
 
+@_float32_for_half
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)

@@ -246,7 +246,8 @@ def _cast_vjp(n, g):
     return g.to(n.dtypes[0]) if n.dtypes[0].is_floating_point else None
 
 
-prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype), lambda x, dtype: x.astype(dtype.np),
+prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype),
+     quiet(lambda x, dtype: x.astype(dtype.np)),   # overflow to inf (float32 to float16) is quiet, as PyTorch
      vjp=(_cast_vjp,), jvp=lambda n, ts: ts[0].to(n.attrs["dtype"]), save=(),
      lower="cast(a)", dtypes=ALL, cost=CHEAP, zero="first")
 prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), lambda x: np.array(x, order="C"),

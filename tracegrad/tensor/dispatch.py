@@ -288,6 +288,18 @@ def _named(out, name, *inputs):
     return out
 
 
+def in_float32(f, x, *args, **kwargs):
+    """f(x, ...) by PyTorch's rule for float16 reductions: a float16 x is reduced in float32 and the
+    result stored in float16 (a float16 sum of 70,000 ones is inf, a mean of values near 1000 over
+    100,000 elements too); other dtypes as they are. Differentiable: the casts carry the gradient."""
+    if x._dtype is not D.float16:
+        return f(x, *args, **kwargs)
+    wide = f(x.to(D.float32), *args, **kwargs)
+    label = getattr(wide.grad_fn, "label", None)
+    out = wide.to(D.float16)
+    return _named(out, label) if label else out
+
+
 def _float_operand(x):
     """Ops such as exp promote integer tensors to the default float dtype, as PyTorch does."""
     return x if x._dtype.is_floating_point else x.to(D.default_float)

@@ -18,7 +18,7 @@ from ..device import device as Device
 from ..ops import normalize_axes
 from .base import TensorBase, _row_major_copy, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
-                       _shape_arg, _to_device, dispatch)
+                       _shape_arg, _to_device, dispatch, in_float32)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
 from .functions import bmm, div_rounded, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
@@ -267,8 +267,8 @@ class Tensor(TensorBase):
                                f"or complex dtype. Got: {x._dtype}")
         axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
         n = math.prod(x._shape[a] for a in axis)
-        return _named(x._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / (n if n else float("nan")),
-                      "MeanBackward")
+        return in_float32(lambda t: _named(t._reduce("sum", axis, _keep_kw(keepdims, keepdim)) /
+                                           (n if n else float("nan")), "MeanBackward"), x)
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         """x.max(): the largest element; x.max(dim): the named tuple (values, indices); x.max(other)."""
