@@ -10,6 +10,8 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
            passed and also captured as a global; called with changing aliasing patterns.
 - state:   the function reads globals (a Python float, a flag it branches on, a tensor) that change
            between calls: guards or runtime inputs, never baked in.
+- numeric: float16 reductions over values that overflow float16 sums, integer division and
+           out-of-range Python ints (numeric.py; these pick their own dtype).
 - train:   a model and an optimizer (SGD with momentum/weight decay, Adam), a compiled training
            step called several times with state changes between calls (learning rate set to 0 or
            changed, eval()/train(), a parameter or a submodule replaced, parameters edited under
@@ -19,11 +21,12 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
 import numpy as np
 
 from .expressions import Builder, bshape
+from .numeric import numeric as _numeric
 from .source import Program
 from .training import _train
 
-KINDS = ("graph", "inplace", "mutate", "alias", "train", "state")
-WEIGHTS = (0.3, 0.15, 0.15, 0.15, 0.15, 0.1)
+KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "numeric")
+WEIGHTS = (0.27, 0.14, 0.14, 0.14, 0.14, 0.09, 0.08)
 
 
 def generate(index, seed, dtype=None, kind=None):
