@@ -104,6 +104,11 @@ WRAP = {    # torch 2.13, a = uint8 [44, 200, 0], b = int8 [1, -100, 127]
     "a > -1": (lambda a, b: a > -1, [False, False, False]),
     "b + 2**40": (lambda a, b: b + 2 ** 40, [1, -100, 127]),
     "b.add(1000)": (lambda a, b: b.add(1000), [-23, -124, 103]),
+    "a.add_(300)": (lambda a, b: a.clone().add_(300), [88, 244, 44]),
+    "a.sub_(1000)": (lambda a, b: a.clone().sub_(1000), [68, 224, 24]),
+    "a.mul_(1000)": (lambda a, b: a.clone().mul_(1000), [224, 64, 0]),
+    "a += 300": (lambda a, b: a.clone().__iadd__(300), [88, 244, 44]),
+    "a.div_(300, floor)": (lambda a, b: a.clone().div_(300, rounding_mode="floor"), [1, 4, 0]),
 }
 
 
@@ -126,10 +131,12 @@ def test_python_int_operand_wraps_to_the_tensor_width(dtype, v, op):
     assert both(fn, tg.tensor(x)) == [want.tolist(), want.tolist()]
 
 
-def test_where_with_an_out_of_range_int_raises_as_pytorch():
+def test_where_and_fill_with_an_out_of_range_int_raise_as_pytorch():
     a = tg.tensor([44, 200, 0], dtype=tg.uint8)
     with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
         tg.where(a > 0, a, 300)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        tg.tensor([1], dtype=tg.int8).fill_(1000)
 
 
 # ------------------------------------------------------------------ item 16: PyTorch-parity slips

@@ -82,3 +82,19 @@ def test_a_value_read_by_two_kernels_is_one_value(row, chain, last, n, extra, dt
     assert not np.any(expect[np.isfinite(expect)]), "eager: the oracle itself"
     assert np.array_equal(np.isfinite(got), np.isfinite(expect))
     assert not np.any(got[np.isfinite(got)]), (row, chain, last, got[got != 0][:4])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row=st.sampled_from(sorted(ROWS)), chain=st.lists(st.integers(0, len(CHAIN) - 1), max_size=2),
+       last=st.sampled_from(sorted(OVER_ONE)), n=st.sampled_from([3, 64, 3000]), seed=st.integers(0, 2 ** 16))
+def test_the_backward_recomputes_the_forward_value_too(row, chain, last, n, seed):
+    """Each reduction over the size-1 axis has a gradient of exactly 0 when the backward reads the
+    forward's value bit for bit (remat recomputes it in the backward kernels)."""
+    f = _program(row, chain, last)
+    a = np.random.default_rng(seed).standard_normal((1, n))
+    xe, xc = tg.tensor(a, requires_grad=True), tg.tensor(a, requires_grad=True)
+    f(xe).sum().backward()
+    tg.compile(lambda x: f(x).sum())(xc).backward()
+    want, got = xe.grad.numpy(), xc.grad.numpy()
+    assert not want[np.isfinite(want)].any(), "eager: the oracle itself"
+    assert np.array_equal(np.isfinite(got), np.isfinite(want)) and not got[np.isfinite(got)].any()

@@ -15,7 +15,7 @@ import numpy as np
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import _thread
 from .base import TensorBase
-from .dispatch import _P, refresh_view
+from .dispatch import _P, refresh_view, wrapped_int
 
 BLOCK = 1 << 16          # elements per block of an update that needs scratch arrays
 _KIND = {bool: 0, int: 1, float: 2}   # a Python number's dtype kind (DType.kind)
@@ -94,7 +94,7 @@ def write(self, writer, operands):
             arrays.append(o._data)
             tensors.append(o)
         elif _KIND.get(type(o), 3) <= dt.kind:
-            arrays.append(np.array(o, dt.np))      # as dispatch makes a number an operand of this dtype
+            arrays.append(np.array(wrapped_int(o, dt), dt.np))      # as dispatch makes a number an operand
         else:
             return False
     for t in (self, *tensors) if writer.reads else (t for t in tensors if t._shape != shape):

@@ -217,11 +217,16 @@ def _scalar_tensor(v, dtype, dev):
     """A Python scalar operand as a 0-d tensor; with cuda tensors a 0-d cpu one: kernels take it as an
     argument (no copy), as PyTorch passes scalars. A Python int wraps to an integer dtype's width, as
     PyTorch's does (uint8 - 300 is uint8 - 44; int8 == 1000 compares with -24), eager and compiled."""
+    return modes.interpreter().constant(wrapped_int(v, dtype), dtype, CPU if dev.type == "cuda" else dev)
+
+
+def wrapped_int(v, dtype):
+    """A Python int operand of an integer dtype, wrapped to its width (other values as they are)."""
     if dtype.kind == 1 and type(v) is int and not _fits(v, dtype):
         bits = 8 * dtype.itemsize
         v &= (1 << bits) - 1
         v -= (1 << bits) if dtype.np.kind == "i" and v >> (bits - 1) else 0
-    return modes.interpreter().constant(v, dtype, CPU if dev.type == "cuda" else dev)
+    return v
 
 
 def _fits(v, dtype):
@@ -229,8 +234,9 @@ def _fits(v, dtype):
     return info.min <= v <= info.max
 
 
-def _check_fits(v, dtype):
-    """PyTorch refuses (does not wrap) an out-of-range int where it fills a tensor with it (where)."""
+def check_fits(v, dtype):
+    """PyTorch refuses (does not wrap) an out-of-range int where it fills a tensor with it (where,
+    fill_)."""
     if dtype.kind == 1 and type(v) is int and not _fits(v, dtype):
         raise RuntimeError(f"value cannot be converted to type {dtype.name}_t without overflow")
 

@@ -2,7 +2,7 @@
 from .. import dtypes as D
 from .. import ops
 from .base import TensorBase, _ArgError
-from .dispatch import _P, _axis_kw, _check_fits, _named, _operands, _promote, dispatch
+from .dispatch import _P, _axis_kw, check_fits, _named, _operands, _promote, dispatch
 
 
 _C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
@@ -92,7 +92,7 @@ def where(cond, a, b):
         cond = cond != 0
     for v, t in ((a, b), (b, a)):
         if isinstance(t, TensorBase):
-            _check_fits(v, t._dtype)
+            check_fits(v, t._dtype)
     a, b = _promote(a, b, device=cond._device)
     return dispatch(_P["where"], (cond, a, b), {})
 

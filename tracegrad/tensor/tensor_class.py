@@ -540,7 +540,11 @@ class Tensor(TensorBase):
         return self._inplace(lambda s, o: s.sub(o, alpha), o, direct=scaled(SUB, SUB_SCALED, o, alpha))
 
     def mul_(self, o): return self._inplace(lambda s, o: s * o, o, direct=(MUL, (o,)))
-    def div_(self, o): return self._inplace(lambda s, o: s / o, o, direct=(DIV, (o,)))
+    def div_(self, o, *, rounding_mode=None):
+        if rounding_mode is not None:
+            return self._inplace(lambda s, o: div_rounded(s, o, rounding_mode), o)
+        return self._inplace(lambda s, o: s / o, o, direct=(DIV, (o,)))
+
     def pow_(self, o): return self._inplace(lambda s, o: s ** o, o, direct=(POW, (o,)))
     def relu_(self): return self._inplace(lambda s: s.relu(), direct=(RELU, ()))
     def neg_(self): return self._inplace(lambda s: -s, direct=(NEG, ()))
