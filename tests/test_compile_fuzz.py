@@ -334,6 +334,17 @@ def test_fuzz_slice_alias_programs_agree(tmp_path):
     assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
 
 
+def test_fuzz_slice_numeric_programs_agree(tmp_path):
+    """float16 reductions over values whose float16 sums overflow, integer division and out-of-range
+    Python ints: both halves of the kind are drawn, and eager and compiled agree (or both raise)."""
+    from tracegrad.fuzz import fuzz, generate
+    from tracegrad.fuzz.runner import format_summary
+    dtypes = {generate(i, 0, kind="numeric").dtype for i in range(12)}
+    assert dtypes == {"float16", "float64"}            # float64: the integer programs' nominal dtype
+    s = fuzz(12, 0, kinds=["numeric"], out=str(tmp_path), do_shrink=False, log=lambda *a: None)
+    assert s["mismatch_programs"] == s["error_programs"] == s["accepted_programs"] == 0, format_summary(s)
+
+
 def test_fuzz_generates_every_kind_and_the_same_program_for_a_seed():
     from tracegrad.fuzz import KINDS, generate
     a = [generate(i, 5).source() for i in range(60)]

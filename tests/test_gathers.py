@@ -217,14 +217,19 @@ def test_large_cross_entropy_saves_per_row_values_and_its_joined_call_reads_x_on
 @SETTINGS
 @given(_picks(), st.booleans())
 def test_gather_and_take_along_dim_equal_numpy_and_eager(case, through_method):
+    """gather takes indices in [0, size) (a negative one raises, as PyTorch's); take_along_dim also
+    counts negative ones from the end."""
     x, idx, axis = case
+    pos = np.where(idx < 0, idx + x.shape[axis], idx)
     g = (lambda x, i: x.gather(axis, i)) if through_method else (lambda x, i: tg.gather(x, axis, i))
-    np.testing.assert_array_equal(g(tg.tensor(x), tg.tensor(idx)).numpy(),
-                                  np.take_along_axis(x, np.where(idx < 0, idx + x.shape[axis], idx), axis))
-    fn = lambda x, i: (g(x.sin(), i) * g(x, i)).sum() + tg.take_along_dim(x, i[..., :1], axis).sum()
-    _compare(fn, [x, idx], [0], x.dtype)
+    np.testing.assert_array_equal(g(tg.tensor(x), tg.tensor(pos)).numpy(), np.take_along_axis(x, pos, axis))
+    if (idx < 0).any():
+        with pytest.raises(IndexError, match=f"index {idx.min()} is out of bounds for dimension {axis} with size"):
+            g(tg.tensor(x), tg.tensor(idx))
+    fn = lambda x, i, j: (g(x.sin(), i) * g(x, i)).sum() + tg.take_along_dim(x, j[..., :1], axis).sum()
+    _compare(fn, [x, pos, idx], [0], x.dtype)
     if x.dtype == np.float64:
-        assert tg.gradcheck(tg.compile(fn), (tg.tensor(x, requires_grad=True), tg.tensor(idx)))
+        assert tg.gradcheck(tg.compile(fn), (tg.tensor(x, requires_grad=True), tg.tensor(pos), tg.tensor(idx)))
 
 
 def test_gather_fused_reads_only_the_picks_and_checks_its_indices():

@@ -472,13 +472,15 @@ def test_matmul(sa, sb, dtype):
     check(T(a).matmul(T(b)), exp, rtol=rtol, atol=1e-6)
 
 
-def test_matmul_errors_and_promotion():
+def test_matmul_errors_and_dtypes():
     with pytest.raises(RuntimeError):
         T(rnd((2, 3))) @ T(rnd((4, 2)))
     with pytest.raises(RuntimeError):
         T(rnd((3,))) @ T(rnd((4,)))
     a, b = rnd((2, 3), 1, np.float32), rnd((3, 2), 2, np.float64)
-    check(T(a) @ T(b), a.astype(np.float64) @ b, dtype=tg.float64, rtol=1e-12)
+    with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype, but got: float != double"):
+        T(a) @ T(b)                         # not promoted, as PyTorch
+    check(T(a.astype(np.float64)) @ T(b), a.astype(np.float64) @ b, dtype=tg.float64, rtol=1e-12)
     ai = np.arange(6).reshape(2, 3)
     check(T(ai) @ T(ai.T), ai @ ai.T, dtype=tg.int64)
 

@@ -370,7 +370,7 @@ def test_mm_bmm_mv_dot():
     assert tg.bmm(bb, tg.ones(2, 4, 5)).shape == (2, 3, 5)
     with pytest.raises(RuntimeError, match="same batch size"):
         bb.bmm(tg.ones(1, 4, 5))
-    assert tg.mv(tg.tensor(X), tg.tensor([1.0, 0.0, 1.0])).numpy().tolist() == [4.0, 10.0]
+    assert tg.mv(tg.tensor(X), tg.tensor([1.0, 0.0, 1.0], dtype=tg.tensor(X).dtype)).numpy().tolist() == [4.0, 10.0]
     assert tg.dot(tg.tensor([1.0, 2.0]), tg.tensor([3.0, 4.0])).item() == 11.0
     with pytest.raises(RuntimeError, match="inconsistent tensor size"):
         tg.dot(tg.ones(2), tg.ones(3))

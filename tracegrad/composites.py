@@ -6,6 +6,7 @@ index_select, tril, triu; einsum; log1p and expm1 (accurate for small arguments)
 
 Tensor methods (`x.softmax(1)`) and tg.nn.functional call these. Each labels its result with the
 name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackward>`)."""
+import functools
 import math
 
 from . import dtypes as D
@@ -13,13 +14,23 @@ from . import return_types
 from .broadcast import broadcast_shapes
 from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
 from .tensor.base import TensorBase, _ArgError
-from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named
+from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named, in_float32
 from .tensor.factories import arange, ones, zeros
 from .tensor.functions import cat, where
+from .tensor.indexing import _getitem
 
 
 # ---------------------------------------------------------------- reductions
 
+def _float32_for_half(f):
+    """f computed by PyTorch's rule for float16: in float32, the result stored in float16."""
+    @functools.wraps(f)
+    def wrapped(x, *args, **kwargs):
+        return in_float32(f, x, *args, **kwargs) if isinstance(x, TensorBase) else f(x, *args, **kwargs)
+    return wrapped
+
+
+@_float32_for_half
 def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
     """PyTorch's variance: divides by N - correction; correction is 1 unless `unbiased=False` or
     `correction=` says otherwise (N - correction <= 0 gives inf or nan, as PyTorch). The mean is
@@ -69,6 +80,10 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     """Vector p-norm over `dim` (all elements when None): "fro" and 2, 1, inf, -inf, 0, any p > 0.
     The gradient at a zero norm is 0, as PyTorch's (not 0/0)."""
     x = x if dtype is None else x.to(dtype)
+    return in_float32(_norm, x, p, dim, keepdim)
+
+
+def _norm(x, p, dim, keepdim):
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point tensor as input. Got {x.dtype}")
     axis = normalize_axes(dim, x.ndim)
@@ -107,7 +122,7 @@ def cumsum(x, axis, dtype=None):
     if axis is None:
         raise TypeError("cumsum() missing required argument 'dim'")
     x = x if dtype is None else x.to(dtype)
-    return bind("cumsum", x, axis=_norm_axis(axis, x.ndim), reverse=False)
+    return in_float32(lambda t: bind("cumsum", t, axis=_norm_axis(axis, x.ndim), reverse=False), x)
 
 
 def isnan(x):
@@ -122,6 +137,7 @@ def isfinite(x):
     return x.abs() < math.inf if x.dtype.is_floating_point else ones(x.shape, dtype=D.bool_, device=x.device)
 
 
+@_float32_for_half
 def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     x = _float_operand(x)
     axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
@@ -134,6 +150,7 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     return _named(out, "LogsumexpBackward")
 
 
+@_float32_for_half
 def softmax(x, axis=None, *, dim=None):
     axis = _axis_kw(axis, dim)
     axis = -1 if axis is None else axis
@@ -144,6 +161,7 @@ def softmax(x, axis=None, *, dim=None):
     return _named(e / e.sum(axis, keepdims=True), "SoftmaxBackward")
 
 
+@_float32_for_half
 def log_softmax(x, axis=None, *, dim=None):
     axis = _axis_kw(axis, dim)
     axis = -1 if axis is None else axis
@@ -213,6 +231,7 @@ def erf(x):
     return bind("erf", x if x.dtype.is_floating_point else x.float())
 
 
+@_float32_for_half
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -384,7 +403,7 @@ def embedding(input, weight, padding_idx=None):
                         f"{getattr(input, 'dtype', type(input).__name__)}")
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
-    out = weight[input]
+    out = _getitem(weight, input, wrap=False)      # a negative index raises, as PyTorch's
     if padding_idx is not None:
         pad = (input == padding_idx % weight.shape[0]).unsqueeze(-1)
         out = where(pad, out.detach(), out)
@@ -422,9 +441,9 @@ def gather(input, dim, index):
         raise RuntimeError(f"gather(): index {tuple(index.shape)} must have as many axes as input "
                            f"{tuple(input.shape)} and no larger sizes than it except along dim {dim}")
     if not input.ndim:
-        return _along(input.reshape(1), index, 0)
+        return _along(input.reshape(1), index, 0, wrap=False)
     part = input[tuple(slice(0, index.shape[d]) if d != dim else slice(None) for d in range(input.ndim))]
-    return _along(part, index, dim)
+    return _along(part, index, dim, wrap=False)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -443,11 +462,12 @@ def take_along_dim(input, indices, dim=None):
     return _along(x, i, dim)
 
 
-def _along(x, idx, axis):
-    """x[..., idx, ...] along `axis` for idx of x's shape but along `axis` (aranges on the other axes)."""
+def _along(x, idx, axis, wrap=True):
+    """x[..., idx, ...] along `axis` for idx of x's shape but along `axis` (aranges on the other axes);
+    a negative idx counts from the end unless `wrap` is False (gather: it raises)."""
     index = [idx if d == axis else arange(x.shape[d], device=x.device).reshape(
         tuple(x.shape[d] if e == d else 1 for e in range(x.ndim))) for d in range(x.ndim)]
-    return _named(x[tuple(index)], "GatherBackward")
+    return _named(_getitem(x, tuple(index), wrap), "GatherBackward")
 
 
 
@@ -575,7 +595,7 @@ def index_select(x, dim, index):
         raise _ArgError("index_select(): index must be a 1-D int64 or int32 tensor, got "
                         f"{getattr(index, 'dtype', type(index).__name__)} of shape {list(getattr(index, 'shape', ()))}")
     d = _norm_axis(dim, x.ndim)
-    return _named(x[(slice(None),) * d + (index.reshape(-1),)], "IndexSelectBackward")
+    return _named(_getitem(x, (slice(None),) * d + (index.reshape(-1),), wrap=False), "IndexSelectBackward")
 
 
 def _triangle(x, diagonal, upper):
@@ -698,7 +718,7 @@ def einsum(equation, *operands):
         x, s = _einsum_pair(x, s, operands[k], terms[k], keep)
     gone = tuple(i for i, c in enumerate(s) if c not in out)
     if gone:
-        x, s = x.sum(gone), "".join(c for c in s if c not in out)
+        x, s = x.sum(gone), "".join(c for c in s if c in out)
     return _named(x.permute(*[s.index(c) for c in out]) if len(out) > 1 else x * 1, "EinsumBackward")
 
 

@@ -5,8 +5,7 @@ import warnings
 
 from .modes import is_grad_enabled, no_grad
 from .tensor import Tensor, where as _where, zeros
-from .tensor.dispatch import _promote
-from .tensor.functions import bmm as _bmm, dot as _dot, matmul as _matmul, mm as _mm, mv as _mv
+from .tensor.functions import bmm as _bmm, div_rounded as _div_rounded, dot as _dot, matmul as _matmul, mm as _mm, mv as _mv
 
 
 def _write_out(name, result, out):
@@ -102,15 +101,7 @@ def div(input, other, *, rounding_mode=None, out=None):
     """True division; rounding_mode="floor" rounds the quotient down, "trunc" towards zero."""
     if rounding_mode is None:
         return _write_out("div", input / other, out)
-    a, b = _promote(input, other)
-    if rounding_mode == "floor":
-        return _write_out("div", a // b, out)
-    if rounding_mode != "trunc":
-        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-                         f"{rounding_mode!r}")
-    q = a / b
-    q = _where(q < 0, -(-q).floor(), q.floor())
-    return _write_out("div", q if a.dtype.is_floating_point else q.to(a.dtype), out)
+    return _write_out("div", _div_rounded(input, other, rounding_mode), out)
 
 
 divide, true_divide = div, _binary("true_divide", lambda a, b: a / b)
@@ -156,8 +147,8 @@ def einsum(equation, *operands):
     return _einsum(equation, *operands)
 
 
-def split(tensor, split_size_or_sections, dim=0):
-    return _tensor_arg("split", tensor).split(split_size_or_sections, dim)
+def split(tensor, split_size_or_sections, dim=None, *, axis=None):
+    return _tensor_arg("split", tensor).split(split_size_or_sections, dim, axis=axis)
 
 
 def numel(input):

@@ -135,7 +135,23 @@ def test_float16_functions_and_gradients_match_interpret_in_the_float32_kernels(
     half_kernels = structure(fc, *xs)
     assert "[host]" not in fc.ir(*xs, stage="kernels")
     if fn is not _mixed:                # in float32 its casts are no ops: fewer kernels to compare
-        assert half_kernels == structure(f32, *wide)
+        half, single = _without_casts(half_kernels), _without_casts(structure(f32, *wide))
+        assert [k.split(" ops=")[0] for k in half] == [k.split(" ops=")[0] for k in single]
+        if fn is not _layernorm:        # in float32 its backward recomputes a few more ops
+            assert half == single
+
+
+def _without_casts(kernels):
+    """The kernels less their casts: float16 normalizations (layer norm, softmax, mean) compute in
+    float32 and store float16, as PyTorch's; a float32 gradient of a float16 weight summed over rows
+    is rounded in a kernel of its own (a column sum's epilogue is not fused)."""
+    out = []
+    for k in kernels:
+        head, ops = k.split(" ops=")
+        kept = [op for op in ops.split("+") if op != "cast"]
+        if kept:
+            out.append(head + " ops=" + "+".join(kept))
+    return out
 
 
 def test_a_float16_chain_is_one_kernel_and_reads_each_input_once():

@@ -163,7 +163,7 @@ def _loop_kernel(mb, f, kernel, ptrs):
 
             def body(f, iidx, phases=phases, accs=accs, w=w):
                 idx = list(oidx) + list(iidx)
-                em = Emitter(mb, f, ptrs, idx, inner=range(k, len(shape)))
+                em = Emitter(mb, f, ptrs, idx)
                 cache.seed(em, iidx)
                 vals = [(ph, v, em.value(t)) for ph in phases for v, t in ph.outputs]
                 cache.keep(em, w, iidx)

@@ -7,8 +7,10 @@ next loop), the running maximum and the float64 total are updated, and a second 
 exp(a - g(M)) in runs of BLOCK elements in the values' type, each run's partial joined into the
 float64 total (the blocked sums of reductions.py). When a later phase of the
 kernel reads exp(a - g(m)) and the row fits its scratch buffer, the block's values are kept there
-with the block's shift and rescaled once the row's maximum is known (recomputed from a where the
-factor is 0, inf or nan: the block's values may be exp(-inf - -inf), and g need not be monotone).
+with the block's shift; once the row's maximum is known, a block whose shift was not the row's is
+recomputed from a as exp(a - g(m)), never rescaled by exp(g(shift) - g(m)): that rounds twice, and
+another kernel that recomputes exp(a - g(m)) must read the same value bit for bit (a softmax
+recomputed where its maximum over another axis is taken and where it is subtracted).
 """
 import math
 
@@ -129,22 +131,8 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
 
         def rescale(f, ridx, bi, start, stop):
             g_b = f.assign(f"load {ty}, ptr {f.assign(f'getelementptr inbounds {ty}, ptr {shifts}, i64 {bi}')}")
-            fac = exp(f, f.assign(f"fsub {ty} {g_b}, {g_final}"))
-            normal = f.assign(f"and i1 {f.assign(f'fcmp ogt {ty} {fac}, {fconst(0, dt)}')}, "
-                              f"{f.assign(f'fcmp olt {ty} {fac}, {fconst(math.inf, dt)}')}")
-            scale, redo, done = f.label(), f.label(), f.label()
-            check = f.label()
-            f.emit(f"br i1 {f.assign(f'fcmp oeq {ty} {g_b}, {g_final}')}, label %{done}, label %{check}")
-            f.block(check)
-            f.emit(f"br i1 {normal}, label %{scale}, label %{redo}")
-            f.block(scale)
-
-            def times(f, iidx):
-                p = at_slot(f, keep_e, iidx)
-                x = f.assign(f"load {ty}, ptr {p}")
-                f.emit(f"store {ty} {f.assign(f'fmul {ty} {x}, {fac}')}, ptr {p}")
-            each(f, ridx, start, stop, times)
-            f.emit(f"br label %{done}")
+            redo, done = f.label(), f.label()
+            f.emit(f"br i1 {f.assign(f'fcmp oeq {ty} {g_b}, {g_final}')}, label %{done}, label %{redo}")
             f.block(redo)
 
             def again(f, iidx):

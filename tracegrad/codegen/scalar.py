@@ -7,7 +7,7 @@ import struct
 import numpy as np
 
 from .. import dtypes as D
-from ..ir.kernels import Checked, Const, Gather, Iota, Load, loads
+from ..ir.kernels import Checked, Const, Gather, Iota, Load
 from . import mathlib
 
 # float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
@@ -123,21 +123,14 @@ def parsed(expr):
 
 
 class Emitter:
-    """Emit a tree's value for one loop-body index (each distinct node once). `inner`: the axes the
-    innermost loop walks; a float division by a value constant along them (a row's sum or norm,
-    read from a buffer) multiplies by its reciprocal, which LLVM hoists (_by_reciprocal)."""
+    """Emit a tree's value for one loop-body index (each distinct node once). Every kernel lowers an
+    expression to the same arithmetic, whatever its loops: a value recomputed in two kernels (a
+    softmax where its maximum is taken and where it is subtracted) is the same value bit for bit.
+    So a division is always `fdiv`, never a hoisted reciprocal multiply where the divisor is
+    constant along the inner loop (that rounds twice, and only in some kernels)."""
 
-    def __init__(self, mb, f, ptrs, idx, inner=()):
+    def __init__(self, mb, f, ptrs, idx):
         self.mb, self.f, self.ptrs, self.idx, self.memo = mb, f, ptrs, idx, {}
-        self.inner, self.fixed = tuple(inner), {}
-
-    def invariant(self, t):
-        """Whether tree t reads only buffers constant along the inner axes (and is not a literal)."""
-        if id(t) not in self.fixed:
-            lds = loads(t)
-            self.fixed[id(t)] = bool(self.inner) and bool(lds) and all(
-                not ld.strides[d] for ld in lds for d in self.inner)
-        return self.fixed[id(t)]
 
     def read(self, ld):
         """The value Load ld reads at this index (a subclass may read it elsewhere)."""
@@ -178,11 +171,12 @@ class Emitter:
         return f.assign(f"icmp ne i8 {v}, 0") if t.dtype.name == "bool" else v
 
     def checked(self, t):
-        """A Checked index: wrapped when negative; out of [0, size) it records the error (INDEX_ERROR:
+        """A Checked index: wrapped when negative (t.wrap); out of [0, size) it records the error (INDEX_ERROR:
         flag, the index, its axis, the size; the runtime raises after the call) and reads 0."""
         f, (a,) = self.f, t.args
         i = _cast(f, self.memo[id(a)], a.dtype, D.int64)
-        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, i64 {i}")
+        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, "
+                     f"i64 {i}") if t.wrap else i
         ok = f.assign(f"icmp ult i64 {w}, {t.size}")
         bad, good = f.label(), f.label()
         f.emit(f"br i1 {ok}, label %{good}, label %{bad}")
@@ -225,9 +219,6 @@ class Emitter:
                 node = ast.BinOp(node.left, ast.BitOr(), node.right)
             op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
                   ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
-            if isinstance(node.op, ast.Div) and isinstance(node.right, ast.Name) and \
-                    self.invariant(names[node.right.id]):
-                return _by_reciprocal(f, a, b, d), d
             return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
         if isinstance(node, ast.Compare):
             a, d = self._val(node.left, names, t)
@@ -320,26 +311,12 @@ class Emitter:
             one, mone, zero = fconst(1, d), fconst(-1, d), fconst(0, d)
             gt = f.assign(f"fcmp ogt {ty} {a}, {zero}")
             lt = f.assign(f"fcmp olt {ty} {a}, {zero}")
-            s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {a}")
+            s1 = f.assign(f"select i1 {lt}, {ty} {mone}, {ty} {zero}")     # +0 for +-0 and NaN, as PyTorch
             return f.assign(f"select i1 {gt}, {ty} {one}, {ty} {s1}"), d
         gt = f.assign(f"icmp sgt {ty} {a}, 0")
         lt = f.assign(f"icmp slt {ty} {a}, 0")
         s1 = f.assign(f"select i1 {lt}, {ty} -1, {ty} 0")
         return f.assign(f"select i1 {gt}, {ty} 1, {ty} {s1}"), d
-
-
-def _by_reciprocal(f, a, b, d):
-    """a / b for b constant along the innermost loop, as a * (1 / (b * s)) * s: the reciprocal and
-    the power of two s are loop-invariant (LLVM hoists them), so each element costs two multiplies
-    and two roundings (as PyTorch's softmax and layer norm compute it). s scales
-    a subnormal b into the normal range, where 1 / b is finite: a plain reciprocal (`arcp`) would be
-    inf there and turn a / b into inf or NaN (0 * inf). b = 0, +-inf, NaN give what a / b gives."""
-    ty, info = regtype(d), np.finfo(d.name)
-    tiny = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} @llvm.fabs.{SHORT[d.name]}({ty} {b})')}, "
-                    f"{fconst(float(info.tiny), d)}")
-    s = f.assign(f"select i1 {tiny}, {ty} {fconst(2.0 ** info.nmant, d)}, {ty} {fconst(1, d)}")
-    r = f.assign(f"fdiv {ty} {fconst(1, d)}, {f.assign(f'fmul {ty} {b}, {s}')}")
-    return f.assign(f"fmul {ty} {f.assign(f'fmul {ty} {a}, {r}')}, {s}")
 
 
 def _extreme(f, fn, vals):

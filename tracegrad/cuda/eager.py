@@ -18,6 +18,7 @@ A primitive without a device path raises NotImplementedError naming it; nothing 
 import numpy as np
 
 from .. import core
+from ..ops.indexing import check_nonnegative
 from . import memory
 
 
@@ -75,6 +76,8 @@ def _index(p, arrays, attrs, shape, dtype):
     x, *idx = map(_on_device, arrays)
     axes = tuple(attrs["axes"])
     if p.name == "index":
+        if not attrs.get("wrap", True):
+            check_nonnegative([memory.copy(i, "host") for i in idx], axes, x.shape)
         return gather(x, idx, axes, shape)
     if p.name == "index_add":
         return scatter_add(x, idx, axes, tuple(attrs["shape"]))

@@ -7,10 +7,15 @@ import tracegrad as tg
 SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1e4, -1e-30)
 
 
-def data(rng, shape, dtype="float32", grad=False, special=False, low=None, layout="C"):
+def data(rng, shape, dtype="float32", grad=False, special=False, low=None, layout="C", ints=None):
     """A tensor of standard normal values (|x| + `low` when `low` is given: a positive domain);
     `special` sprinkles NaN, ±inf, ±0 and extreme values in; layout "F" lays it out column-major
-    (not contiguous: contiguous(), view() and reshape() then copy or refuse as eagerly)."""
+    (not contiguous: contiguous(), view() and reshape() then copy or refuse as eagerly).
+    ints=(int dtype, lo, hi, nonzero): integers in [lo, hi] of that dtype instead (zeros made 1)."""
+    if ints is not None:
+        kind, lo, hi, nonzero = ints
+        a = rng.integers(lo, hi, shape, endpoint=True)
+        return tg.tensor(np.where(a == 0, 1, a) if nonzero else a, dtype=getattr(tg, kind))
     a = rng.standard_normal(shape)
     if low is not None:
         a = np.abs(a) + low

@@ -13,6 +13,8 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
 - reads:   the function reads Python values through every kind of holder (helpers' globals, module
            attributes of every kind, config objects, closure cells, NumPy arrays, -0.0 and NaN
            arguments) that change between calls (reads.py).
+- numeric: float16 reductions over values that overflow float16 sums, integer division and
+           out-of-range Python ints (numeric.py; these pick their own dtype).
 - train:   a model and an optimizer (SGD with momentum/weight decay, Adam), a compiled training
            step called several times with state changes between calls (learning rate set to 0 or
            changed, eval()/train(), a parameter or a submodule replaced, parameters edited under
@@ -22,12 +24,13 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
 import numpy as np
 
 from .expressions import Builder, bshape
+from .numeric import numeric as _numeric
 from .reads import reads_program
 from .source import Program
 from .training import _train
 
-KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "reads")
-WEIGHTS = (0.25, 0.15, 0.15, 0.1, 0.15, 0.1, 0.1)
+KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "reads", "numeric")
+WEIGHTS = (0.24, 0.13, 0.13, 0.1, 0.14, 0.09, 0.09, 0.08)
 
 
 def generate(index, seed, dtype=None, kind=None):

@@ -63,16 +63,16 @@ class Op:
 
 class Checked(Op):
     """An integer index into axis `dim` of size `size` of a gathered buffer: its value, plus `size`
-    when negative; a value outside [-size, size) reads element 0 instead and makes the call raise
+    when negative (unless `wrap` is False: then negative is out of range); a value outside [-size, size) reads element 0 instead and makes the call raise
     IndexError as eager indexing does (the target records it, codegen/scalar.py)."""
-    __slots__ = ("size", "dim")
+    __slots__ = ("size", "dim", "wrap")
 
-    def __init__(self, index, size, dim, dtype):
+    def __init__(self, index, size, dim, dtype, wrap=True):
         super().__init__("index_check", [index], dtype, None, "cheap")
-        self.size, self.dim = size, dim
+        self.size, self.dim, self.wrap = size, dim, wrap
 
     def with_args(self, args):
-        return Checked(args[0], self.size, self.dim, self.dtype)
+        return Checked(args[0], self.size, self.dim, self.dtype, self.wrap)
 
 
 class Gather(Op):

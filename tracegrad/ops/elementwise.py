@@ -51,8 +51,17 @@ _unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
 _unary("sin", np.sin, lambda n, g: g * n.x(0).cos(), lower="sin(a)", cost=TRANSCENDENTAL)
 _unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()), lower="cos(a)", cost=TRANSCENDENTAL)
 _unary("abs", np.abs, lambda n, g: g * n.x(0).sign(), float_only=False, lower="abs(a)", cost=CHEAP, dtypes=ALL)
+def _sign(x):
+    """(x > 0) - (x < 0), as PyTorch's sign: +0 for -0 and 0 for NaN (np.sign gives -0 and NaN)."""
+    if x.dtype.kind != "f":
+        return np.sign(x)
+    out = (x > 0).astype(x.dtype)
+    out -= x < 0
+    return out
+
+
 # piecewise constant: zero gradient, as PyTorch
-_unary("sign", np.sign, lambda n, g: g * 0.0, save=(), float_only=False, lower="sign(a)", cost=CHEAP,
+_unary("sign", _sign, lambda n, g: g * 0.0, save=(), float_only=False, lower="sign(a)", cost=CHEAP,
        dtypes=NUMERIC)
 
 
@@ -237,7 +246,8 @@ def _cast_vjp(n, g):
     return g.to(n.dtypes[0]) if n.dtypes[0].is_floating_point else None
 
 
-prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype), lambda x, dtype: x.astype(dtype.np),
+prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype),
+     quiet(lambda x, dtype: x.astype(dtype.np)),   # overflow to inf (float32 to float16) is quiet, as PyTorch
      vjp=(_cast_vjp,), jvp=lambda n, ts: ts[0].to(n.attrs["dtype"]), save=(),
      lower="cast(a)", dtypes=ALL, cost=CHEAP, zero="first")
 prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), lambda x: np.array(x, order="C"),

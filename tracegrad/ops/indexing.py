@@ -8,7 +8,7 @@ from ..broadcast import broadcast_shapes
 from ..core import bind, prim
 
 
-def _index_rule(shapes, dtypes, axes):
+def _index_rule(shapes, dtypes, axes, wrap=True):
     x, idx = shapes[0], shapes[1:]
     for d in dtypes[1:]:
         if d not in (D.int32, D.int64):
@@ -30,11 +30,22 @@ def _index_tuple(ndim, axes, idx):
     return tuple(t)
 
 
-def _index_impl(x, *idx, axes):
+def _index_impl(x, *idx, axes, wrap=True):
+    """x[idx at `axes`]; -1 is the last element, unless `wrap` is False (embedding, index_select and
+    gather refuse negative indices, as PyTorch's)."""
+    if not wrap:
+        check_nonnegative(idx, axes, x.shape)
     try:
         return x[_index_tuple(x.ndim, axes, idx)]
     except IndexError as e:          # NumPy checks the bounds; say it in PyTorch's words
         raise IndexError(str(e).replace("for axis", "for dimension")) from None
+
+
+def check_nonnegative(idx, axes, shape):
+    """IndexError, naming the index and the size, for the first negative index (NumPy arrays)."""
+    for i, a in zip(idx, axes):
+        if i.size and i.min() < 0:
+            raise IndexError(f"index {i.min()} is out of bounds for dimension {a} with size {shape[a]}")
 
 
 def _index_add_impl(g, *idx, shape, axes):
@@ -84,7 +95,7 @@ def _indices_only(n_inputs):
 prim("index", "index", _index_rule, _index_impl,
      vjp=lambda n, g: (bind("index_add", g, *[n.x(i) for i in range(1, len(n.shapes))],
                             shape=n.shapes[0], axes=n.attrs["axes"]),) + (None,) * (len(n.shapes) - 1),
-     jvp=lambda n, ts: bind("index", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),
+     jvp=lambda n, ts: bind("index", ts[0], *[n.x(i) for i in range(1, len(n.shapes))], **n.attrs),
      save=_indices_only, lower=None, dtypes=(), cost=None, zero="first")
 prim("index_add", "index", lambda shapes, dtypes, shape, axes: (tuple(shape), dtypes[0]), _index_add_impl,
      vjp=lambda n, g: (bind("index", g, *[n.x(i) for i in range(1, len(n.shapes))], axes=n.attrs["axes"]),)

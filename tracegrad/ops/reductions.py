@@ -11,6 +11,12 @@ from .rules import _reduce_shape, g_keep, reduce_rule
 
 
 def _sum_impl(x, axis, keepdims):
+    """float16 accumulates in float32, the sum rounded to float16 once (PyTorch's rule, and what the
+    cuda kernels do); bools count in int64."""
+    if x.dtype == np.float16:
+        wide = np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32)
+        with np.errstate(over="ignore"):       # a sum past 65504 is inf, quietly, as PyTorch's
+            return wide.astype(np.float16)
     return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype if x.dtype != np.bool_ else np.int64)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import _thread
 from .base import TensorBase
-from .dispatch import _P, refresh_view
+from .dispatch import _P, refresh_view, wrapped_int
 
 BLOCK = 1 << 16          # elements per block of an update that needs scratch arrays
 _KIND = {bool: 0, int: 1, float: 2}   # a Python number's dtype kind (DType.kind)
@@ -33,14 +33,14 @@ class Writer:
 
 
 def _clamp(d, lo, hi):
-    """clamp's where(d < lo, lo, d) then where(d > hi, hi, d): a nan stays, as there; an upper bound
-    over d's own memory is read before the lower bound's step writes d."""
+    """clamp's where((d < lo) | isnan(lo), lo, d) then the same for hi: a nan in d stays, a nan bound
+    wins, as there; an upper bound over d's own memory is read before the lower bound's step writes d."""
     if lo is not None and hi is not None and np.may_share_memory(hi, d):
         hi = hi.copy()
     if lo is not None:
-        np.copyto(d, lo, where=np.less(d, lo))
+        np.copyto(d, lo, where=np.less(d, lo) | np.not_equal(lo, lo))
     if hi is not None:
-        np.copyto(d, hi, where=np.greater(d, hi))
+        np.copyto(d, hi, where=np.greater(d, hi) | np.not_equal(hi, hi))
 
 
 def _by_impl(name):
@@ -94,7 +94,7 @@ def write(self, writer, operands):
             arrays.append(o._data)
             tensors.append(o)
         elif _KIND.get(type(o), 3) <= dt.kind:
-            arrays.append(np.array(o, dt.np))      # as dispatch makes a number an operand of this dtype
+            arrays.append(np.array(wrapped_int(o, dt), dt.np))      # as dispatch makes a number an operand
         else:
             return False
     for t in (self, *tensors) if writer.reads else (t for t in tensors if t._shape != shape):

@@ -215,8 +215,30 @@ def _common_device(inputs):
 
 def _scalar_tensor(v, dtype, dev):
     """A Python scalar operand as a 0-d tensor; with cuda tensors a 0-d cpu one: kernels take it as an
-    argument (no copy), as PyTorch passes scalars."""
-    return modes.interpreter().constant(v, dtype, CPU if dev.type == "cuda" else dev)
+    argument (no copy), as PyTorch passes scalars. A Python int wraps to an integer dtype's width, as
+    PyTorch's does (uint8 - 300 is uint8 - 44; int8 == 1000 compares with -24), eager and compiled."""
+    return modes.interpreter().constant(wrapped_int(v, dtype), dtype, CPU if dev.type == "cuda" else dev)
+
+
+def wrapped_int(v, dtype):
+    """A Python int operand of an integer dtype, wrapped to its width (other values as they are)."""
+    if dtype.kind == 1 and type(v) is int and not _fits(v, dtype):
+        bits = 8 * dtype.itemsize
+        v &= (1 << bits) - 1
+        v -= (1 << bits) if dtype.np.kind == "i" and v >> (bits - 1) else 0
+    return v
+
+
+def _fits(v, dtype):
+    info = np.iinfo(dtype.np)
+    return info.min <= v <= info.max
+
+
+def check_fits(v, dtype):
+    """PyTorch refuses (does not wrap) an out-of-range int where it fills a tensor with it (where,
+    fill_)."""
+    if dtype.kind == 1 and type(v) is int and not _fits(v, dtype):
+        raise RuntimeError(f"value cannot be converted to type {dtype.name}_t without overflow")
 
 
 def _operands(*xs, device=None):
@@ -272,17 +294,30 @@ def _named(out, name, *inputs):
     return out
 
 
+def in_float32(f, x, *args, **kwargs):
+    """f(x, ...) by PyTorch's rule for float16 reductions: a float16 x is reduced in float32 and the
+    result stored in float16 (a float16 sum of 70,000 ones is inf, a mean of values near 1000 over
+    100,000 elements too); other dtypes as they are. Differentiable: the casts carry the gradient."""
+    if x._dtype is not D.float16:
+        return f(x, *args, **kwargs)
+    wide = f(x.to(D.float32), *args, **kwargs)
+    label = getattr(wide.grad_fn, "label", None)
+    out = wide.to(D.float16)
+    return _named(out, label) if label else out
+
+
 def _float_operand(x):
     """Ops such as exp promote integer tensors to the default float dtype, as PyTorch does."""
     return x if x._dtype.is_floating_point else x.to(D.default_float)
 
 
-def _axis_kw(axis, dim, name="axis"):
+def _axis_kw(axis, dim, name="axis", default=None):
+    """dim, or its alias axis= (docs/api.md: every dim= also takes axis=); `default` when neither."""
     if dim is not None:
         if axis is not None:
             raise TypeError("give either axis= or dim=, not both")
         return dim
-    return axis
+    return default if axis is None else axis
 
 
 def _keep_kw(keepdims, keepdim):

@@ -2,7 +2,11 @@
 from .. import dtypes as D
 from .. import ops
 from .base import TensorBase, _ArgError
-from .dispatch import _P, _axis_kw, _named, _operands, _promote, dispatch
+from .dispatch import _P, _axis_kw, check_fits, _named, _operands, _promote, dispatch
+
+
+_C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+            "int64": "long int", "float16": "c10::Half", "float32": "float", "float64": "double"}  # PyTorch's words
 
 
 def matmul(a, b):
@@ -11,7 +15,9 @@ def matmul(a, b):
         raise TypeError(f"matmul expects tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
-    a, b = _operands(a, b)
+    if a._dtype is not b._dtype:            # PyTorch does not promote the operands of a product
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_C_NAMES[a._dtype.name]} != "
+                           f"{_C_NAMES[b._dtype.name]}")
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
     out = dispatch(_P["matmul"], (a2, b2), {})
@@ -62,17 +68,39 @@ def dot(input, other):
     return matmul(input, other)
 
 
+def div_rounded(a, b, rounding_mode):
+    """a / b rounded "floor" (down) or "trunc" (towards zero), as torch.div(rounding_mode=...).
+    Integers divide exactly (never through a float) and a zero divisor raises as `//` does."""
+    if rounding_mode not in ("floor", "trunc"):
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"{rounding_mode!r}")
+    a, b = _promote(a, b)
+    if rounding_mode == "trunc" and a._dtype.is_floating_point:
+        q = a / b
+        return where(q < 0, -(-q).floor(), q.floor())
+    q = a // b
+    if rounding_mode == "floor":
+        return q
+    inexact = (q * b != a) & ((a < 0) != (b < 0))       # floor went one below the truncated quotient
+    return q + inexact.to(q._dtype)
+
+
 def where(cond, a, b):
     if not isinstance(cond, TensorBase):
         raise TypeError(f"where: the condition must be a bool tensor, got {type(cond).__name__}")
     if cond._dtype is not D.bool_:
         cond = cond != 0
+    for v, t in ((a, b), (b, a)):
+        if isinstance(t, TensorBase):
+            check_fits(v, t._dtype)
     a, b = _promote(a, b, device=cond._device)
     return dispatch(_P["where"], (cond, a, b), {})
 
 
 def _tensor_list(tensors, name, empty_message):
     """The tensors of cat/stack as a list: non-empty, every item a tensor."""
+    if isinstance(tensors, TensorBase):         # cat(x, x): the list was forgotten
+        raise TypeError(f"{name}(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
     tensors = list(tensors)
     if not tensors:
         raise _ArgError(empty_message)

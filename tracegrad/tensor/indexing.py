@@ -66,13 +66,15 @@ def _parse_index(x, index):
     return items
 
 
-def _getitem(x, index):
+def _getitem(x, index, wrap=True):
+    """x[index]; a negative tensor index counts from the end unless `wrap` is False (then it raises,
+    as PyTorch's embedding, index_select and gather do)."""
     items = _parse_index(x, index)
     bounds, shape, adv_axes, adv = [], [], [], []
     dim, label = 0, None
     if _EMPTY_AXIS in items:   # index as for True, then take nothing along that new axis
         k = items.index(_EMPTY_AXIS)
-        out = _getitem(x, tuple(None if i is _EMPTY_AXIS else i for i in items))
+        out = _getitem(x, tuple(None if i is _EMPTY_AXIS else i for i in items), wrap)
         if any(isinstance(i, TensorBase) for i in items):
             raise IndexError("indexing with False together with tensor indices is not supported")
         axis = sum(1 for i in items[:k] if i is None or isinstance(i, slice))
@@ -111,7 +113,8 @@ def _getitem(x, index):
     if adv:
         adv = [_index_on(out, a) for a in adv]
         adv = [a if a._dtype is D.int64 or a._dtype is D.int32 else a.to(D.int64) for a in adv]
-        return dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)})
+        return dispatch(_P["index"], (out, *adv), {"axes": tuple(adv_axes)} if wrap else
+                        {"axes": tuple(adv_axes), "wrap": False})
     return _named(out, label, x) if label else out
 
 

@@ -19,7 +19,7 @@ from ..modes import interpreter, is_grad_enabled, no_grad
 from .base import TensorBase, _ArgError
 from .direct import COPY
 from .direct import write as write_direct
-from .dispatch import _P, _named, dispatch, refresh_view
+from .dispatch import _P, _named, check_fits, dispatch, refresh_view
 from .factories import full, tensor
 
 
@@ -145,6 +145,7 @@ def fill_with(self, value):
     """self.fill_(value): a number, or a tensor broadcast to self's shape."""
     if isinstance(value, TensorBase):
         return inplace(self, lambda s, v: v.to(s.dtype).expand(*s.shape), value, direct=(COPY, (value,)))
+    check_fits(value, self._dtype)
     return inplace(self, lambda s: full(s.shape, value, dtype=s.dtype, device=s.device), direct=(COPY, (value,)))
 
 

@@ -18,13 +18,26 @@ from ..device import device as Device
 from ..ops import normalize_axes
 from .base import TensorBase, _row_major_copy, register
 from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
-                       _shape_arg, _to_device, dispatch)
+                       _shape_arg, _to_device, dispatch, in_float32)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
-from .functions import bmm, dot, matmul, mm, mv, where
+from .functions import bmm, div_rounded, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
 from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB, SUB_SCALED,
                      scaled)
 from .inplace import copy_from, fill_with, inplace
+
+
+def _dim_arg(name, axis, dim):
+    """A required dim, given as dim or as its alias axis=."""
+    dim = _axis_kw(axis, dim)
+    if dim is None:
+        raise TypeError(f"{name}() missing required argument 'dim'")
+    return dim
+
+
+def _or_nan(cond, bound):
+    """cond, and True where a clamp bound is NaN: a NaN bound gives NaN, as PyTorch's clamp."""
+    return cond | (bound != bound) if isinstance(bound, TensorBase) or bound != bound else cond
 
 
 @register
@@ -179,7 +192,9 @@ class Tensor(TensorBase):
         return self - (o * alpha if alpha != 1 else o)
 
     def mul(self, o): return self * o
-    def div(self, o): return self / o
+    def div(self, o, *, rounding_mode=None):
+        return self / o if rounding_mode is None else div_rounded(self, o, rounding_mode)
+
     def pow(self, o): return self ** o
     def matmul(self, o): return matmul(self, o)
     def mm(self, mat2): return mm(self, mat2)
@@ -197,9 +212,9 @@ class Tensor(TensorBase):
             raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
         out = self
         if min is not None:
-            out = where(out < min, min, out)
+            out = where(_or_nan(out < min, min), min, out)
         if max is not None:
-            out = where(out > max, max, out)
+            out = where(_or_nan(out > max, max), max, out)
         return _named(out, "ClampBackward", self)
 
     clip = clamp
@@ -253,8 +268,8 @@ class Tensor(TensorBase):
                                f"or complex dtype. Got: {x._dtype}")
         axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
         n = math.prod(x._shape[a] for a in axis)
-        return _named(x._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / (n if n else float("nan")),
-                      "MeanBackward")
+        return in_float32(lambda t: _named(t._reduce("sum", axis, _keep_kw(keepdims, keepdim)) /
+                                           (n if n else float("nan")), "MeanBackward"), x)
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         """x.max(): the largest element; x.max(dim): the named tuple (values, indices); x.max(other)."""
@@ -299,8 +314,8 @@ class Tensor(TensorBase):
         return C.std(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
                      keepdim=keepdim)
 
-    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
-        return C.norm(self, p, dim, keepdim, dtype)
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None, *, axis=None):
+        return C.norm(self, p, _axis_kw(axis, dim), keepdim, dtype)
 
     def cumsum(self, dim=None, *, dtype=None, axis=None):
         """Running sums along `dim` (required, as PyTorch's); differentiable and compiled."""
@@ -312,8 +327,8 @@ class Tensor(TensorBase):
     def softmax(self, axis=None, *, dim=None):
         return C.softmax(self, axis, dim=dim)
 
-    def gather(self, dim, index):
-        return C.gather(self, dim, index)
+    def gather(self, dim=None, index=None, *, axis=None):
+        return C.gather(self, _dim_arg("gather", axis, dim), index)
 
     def take_along_dim(self, indices, dim=None):
         return C.take_along_dim(self, indices, dim)
@@ -332,11 +347,15 @@ class Tensor(TensorBase):
     def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return self._arg("argmin", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
 
-    def all(self):
-        return (self != 0).to(D.int64).sum() == self.numel()
+    def all(self, dim=None, keepdim=False, *, axis=None):
+        """Whether every element (along `dim`: an int or a tuple; all when None) is nonzero."""
+        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
+        n = math.prod(self._shape[a] for a in axis)
+        return (self != 0).to(D.int64).sum(axis, keepdim) == n
 
-    def any(self):
-        return (self != 0).to(D.int64).sum() > 0
+    def any(self, dim=None, keepdim=False, *, axis=None):
+        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
+        return (self != 0).to(D.int64).sum(axis, keepdim) > 0
 
     # ------------------------------------------------------------ shapes and views
     def reshape(self, *shape):
@@ -418,7 +437,8 @@ class Tensor(TensorBase):
     def broadcast_to(self, shape):
         return self.expand(*_shape_arg((shape,)))
 
-    def squeeze(self, dim=None):
+    def squeeze(self, dim=None, *, axis=None):
+        dim = _axis_kw(axis, dim)
         if dim is None:
             shape = tuple(s for s in self._shape if s != 1)
         else:
@@ -426,27 +446,34 @@ class Tensor(TensorBase):
             shape = tuple(s for i, s in enumerate(self._shape) if not (i in dims and s == 1))
         return _named(self.reshape(shape), "SqueezeBackward", self)
 
-    def unsqueeze(self, dim):
-        d = ops._norm_axis(dim, self.ndim + 1)
+    def unsqueeze(self, dim=None, *, axis=None):
+        d = ops._norm_axis(_dim_arg("unsqueeze", axis, dim), self.ndim + 1)
         return _named(self.reshape(self._shape[:d] + (1,) + self._shape[d:]), "UnsqueezeBackward")
 
-    def split(self, split_size, dim=0):
-        return C.split(self, split_size, dim)
+    def split(self, split_size, dim=None, *, axis=None):
+        return C.split(self, split_size, _axis_kw(axis, dim, default=0))
 
-    def chunk(self, chunks, dim=0):
-        return C.chunk(self, chunks, dim)
+    def chunk(self, chunks, dim=None, *, axis=None):
+        return C.chunk(self, chunks, _axis_kw(axis, dim, default=0))
 
-    def flip(self, *dims):
-        return C.flip(self, dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims)
+    def flip(self, *dims, axis=None, **kw):
+        """x.flip(0, 1), x.flip((0, 1)), x.flip(dims=...) (or axis=)."""
+        if kw.keys() - {"dims"} or (dims and (kw or axis is not None)):
+            raise TypeError(f"flip() takes the dims once, positionally or as dims= (or axis=), got {dims} and {kw}")
+        dims = _axis_kw(axis, kw.get("dims")) if not dims else dims
+        if dims is None:
+            raise TypeError("flip() missing required argument 'dims'")
+        return C.flip(self, dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else
+                      (dims,) if isinstance(dims, int) else dims)
 
-    def roll(self, shifts, dims=None):
-        return C.roll(self, shifts, dims)
+    def roll(self, shifts, dims=None, *, axis=None):
+        return C.roll(self, shifts, _axis_kw(axis, dims))
 
     def repeat(self, *sizes):
         return C.repeat(self, sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)) else sizes)
 
-    def index_select(self, dim, index):
-        return C.index_select(self, dim, index)
+    def index_select(self, dim=None, index=None, *, axis=None):
+        return C.index_select(self, _dim_arg("index_select", axis, dim), index)
 
     def tril(self, diagonal=0):
         return C.tril(self, diagonal)
@@ -457,11 +484,11 @@ class Tensor(TensorBase):
     def masked_fill_(self, mask, value):
         return self.copy_(C.masked_fill(self, mask, value))
 
-    def unbind(self, dim=0):
-        return C.unbind(self, dim)
+    def unbind(self, dim=None, *, axis=None):
+        return C.unbind(self, _axis_kw(axis, dim, default=0))
 
-    def narrow(self, dim, start, length):
-        return C.narrow(self, dim, start, length)
+    def narrow(self, dim=None, start=None, length=None, *, axis=None):
+        return C.narrow(self, _dim_arg("narrow", axis, dim), start, length)
 
     def unfold(self, dimension, size, step):
         """A view of every slice of `size` elements `step` apart along `dimension` (a new last axis)."""
@@ -478,8 +505,8 @@ class Tensor(TensorBase):
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
         return C.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
 
-    def repeat_interleave(self, repeats, dim=None):
-        return C.repeat_interleave(self, repeats, dim)
+    def repeat_interleave(self, repeats, dim=None, *, axis=None):
+        return C.repeat_interleave(self, repeats, _axis_kw(axis, dim))
 
     def triu(self, diagonal=0):
         return C.triu(self, diagonal)
@@ -520,7 +547,11 @@ class Tensor(TensorBase):
         return self._inplace(lambda s, o: s.sub(o, alpha), o, direct=scaled(SUB, SUB_SCALED, o, alpha))
 
     def mul_(self, o): return self._inplace(lambda s, o: s * o, o, direct=(MUL, (o,)))
-    def div_(self, o): return self._inplace(lambda s, o: s / o, o, direct=(DIV, (o,)))
+    def div_(self, o, *, rounding_mode=None):
+        if rounding_mode is not None:
+            return self._inplace(lambda s, o: div_rounded(s, o, rounding_mode), o)
+        return self._inplace(lambda s, o: s / o, o, direct=(DIV, (o,)))
+
     def pow_(self, o): return self._inplace(lambda s, o: s ** o, o, direct=(POW, (o,)))
     def relu_(self): return self._inplace(lambda s: s.relu(), direct=(RELU, ()))
     def neg_(self): return self._inplace(lambda s: -s, direct=(NEG, ()))

@@ -265,8 +265,7 @@ class _Translate:
     def _fn_sign(self, vals):
         (a, d), = vals
         one, mone, zero = literal(1, d), literal(-1, d), literal(0, d)
-        keep = f"({a} if {a} != {a} else {zero})" if d in FLOATS else zero   # sign(+-0) = +0, sign(nan) = nan
-        return self.hold(f"{one} if {a} > {zero} else ({mone} if {a} < {zero} else {keep})", d), d
+        return self.hold(f"{one} if {a} > {zero} else ({mone} if {a} < {zero} else {zero})", d), d  # +0 at +-0, NaN
 
     def _fn_sigmoid(self, vals):
         """1/(1+e^-x), as e^x/(1+e^x) below 0 (tiny values kept, no overflow)."""

@@ -87,7 +87,7 @@ def _gather(n, trees):
         if isinstance(e, Iota) and _inside(e, out, x.shape[a]):
             coords[a] = (e.strides, e.offset, None)
         else:
-            coords[a] = (None, 0, Checked(_int64(e), x.shape[a], a, D.int64))
+            coords[a] = (None, 0, Checked(_int64(e), x.shape[a], a, D.int64, n.attrs.get("wrap", True)))
     for d, k in xpos.items():
         coords[d] = (_unit(len(out), k), 0, None)
     return through(trees[0], coords, len(out))
