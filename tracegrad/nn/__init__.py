@@ -1,5 +1,6 @@
 """tg.nn: modules with parameters, as in torch.nn."""
 from . import functional, parallel
+from .attention import MultiheadAttention
 from .layers import Dropout, Embedding, Flatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from .modules import (ELU, GELU, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, Module, Parameter, ReLU,
@@ -7,4 +8,4 @@ from .modules import (ELU, GELU, Identity, LayerNorm, LeakyReLU, Linear, LogSoft
 
 __all__ = ["functional", "parallel", "Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "LeakyReLU", "ELU", "Softplus",
            "LayerNorm", "Softmax", "LogSoftmax", "Identity", "Flatten", "Dropout", "Embedding", "MSELoss",
-           "L1Loss", "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss"]
+           "L1Loss", "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss", "MultiheadAttention"]

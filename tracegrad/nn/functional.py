@@ -3,6 +3,7 @@ from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits
                           cross_entropy, elu, embedding, erf, gelu, huber_loss, kl_div, l1_loss, layer_norm,
                           leaky_relu, legacy_reduction, log_softmax, mse_loss, nll_loss, normalize, silu,
                           smooth_l1_loss, softmax, softplus)
+from ..composites_nn import one_hot, scaled_dot_product_attention  # noqa: F401
 from ..tensor import _named, rand
 from ..tensor import where as _where
 
@@ -35,3 +36,4 @@ def dropout(x, p=0.5, training=True):
         return x * 0.0
     keep = rand(x.shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
     return _named(_where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
+
