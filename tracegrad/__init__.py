@@ -26,3 +26,4 @@ from .viz import explain_broadcast  # noqa: E402
 half, float, double, long, int, short = float16, float32, float64, int64, int32, int16
 
 from ._version import __version__  # noqa: E402
+from .function_forms import trace  # noqa: E402,F811  (torch.trace; importing the tracer bound the module's name)

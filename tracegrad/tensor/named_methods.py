@@ -7,7 +7,8 @@ from .. import composites_linalg as L
 from .. import composites_random as R
 from .. import composites_sort as S
 from .. import dtypes as D
-from ..modes import is_grad_enabled
+from ..modes import interpreter, is_grad_enabled
+from .base import TraceError
 from .dispatch import _P, _binary, _float_operand, _promote, dispatch
 
 class NamedMethods:
@@ -96,6 +97,10 @@ def _reshape_in_place(x, view, name):
     in-place shape changes; the result of an op that records takes the view's history."""
     if x.requires_grad and is_grad_enabled() and x.grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if not interpreter().concrete:
+        raise TraceError(f"{name}() inside a compiled function is not supported: the shape of a traced tensor is "
+                         f"fixed (an argument's would not change for the caller); use the out-of-place form, "
+                         f"x = x.{name[:-1]}(...)")
     if x._base is not None:
         raise RuntimeError(f"{name}() on a view is not supported by tracegrad; use the out-of-place form "
                            f"(x = x.{name[:-1]}(...)) instead")
