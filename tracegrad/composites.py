@@ -585,7 +585,7 @@ def _triangle(x, diagonal, upper):
     i = arange(rows, device=x.device).reshape(rows, 1)
     j = arange(cols, device=x.device).reshape(1, cols)
     keep = j - i >= diagonal if upper else j - i <= diagonal
-    return where(keep, x, 0)
+    return where(keep, x, False if x.dtype is D.bool_ else 0)     # a bool tensor stays bool, as PyTorch's
 
 
 def tril(x, diagonal=0):

@@ -30,7 +30,8 @@ def one_hot(x, num_classes=-1):
             num_classes = int(arr.max()) + 1 if arr.size else 0
         elif arr.size and arr.max() >= num_classes:
             raise RuntimeError("Class values must be smaller than num_classes.")
-    return (x.to(D.int64).unsqueeze(-1) == arange(num_classes, device=x.device)).to(D.int64)
+    classes = arange(num_classes, device=x.device).reshape((1,) * x.ndim + (num_classes,))   # equal ranks
+    return (x.to(D.int64).unsqueeze(-1) == classes).to(D.int64)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -66,7 +67,9 @@ def attention(query, key, value, mask, dropout_p, scale):
     # rows masked everywhere: softmax over zeros instead of -inf (finite gradients), then zeroed
     empty = scores.amax(-1, keepdims=True) == float("-inf")
     weights = where(empty, 0.0, softmax(where(empty, 0.0, scores), -1))
-    if dropout_p > 0.0:
+    if dropout_p >= 1.0:
+        weights = weights * 0.0
+    elif dropout_p > 0.0:
         keep = rand(weights.shape, dtype=weights.dtype, device=weights.device) >= dropout_p
         weights = where(keep, weights * (1.0 / (1.0 - dropout_p)), 0.0)
     return weights @ value, weights
