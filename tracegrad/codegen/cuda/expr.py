@@ -211,9 +211,10 @@ class _Translate:
         a, d = self.typed(node.left)
         b, db = self.typed(node.right, d)
         op = type(node.op)
-        if op in (ast.BitAnd, ast.BitOr):                   # logical, not bitwise
-            a, b = cast(a, d, "bool"), cast(b, db, "bool")
-            return f"({a} {'&' if op is ast.BitAnd else '|'} {b})", "bool"
+        if op in (ast.BitAnd, ast.BitOr):      # logical to a bool result, bitwise to an integer one (as LLVM's)
+            out = "bool" if self.out in FLOATS else self.out
+            text = f"({cast(a, d, out)} {'&' if op is ast.BitAnd else '|'} {cast(b, db, out)})"
+            return (text, "bool") if out == "bool" else (self.hold(text, out), out)
         if d == "bool":                                    # NumPy: bool + bool is or, bool * bool is and
             if op in (ast.Add, ast.Mult):
                 return f"({a} {'|' if op is ast.Add else '&'} {b})", "bool"
