@@ -184,3 +184,14 @@ def test_one_hot():
         F.one_hot(tg.tensor([3]), 3)
     with pytest.raises(RuntimeError, match="LongTensor"):
         F.one_hot(tg.tensor([1.0]))
+
+
+def test_multihead_attention_rows_masked_everywhere():
+    """torch 2.13: every key padded gives NaN with need_weights=True (its math path), the fused path's
+    zeros (then out_proj's zero bias) with need_weights=False."""
+    m = tg.nn.MultiheadAttention(4, 2)
+    x, kpm = tg.randn(2, 1, 4), tg.tensor([[True, True]])
+    out, w = m(x, x, x, key_padding_mask=kpm)
+    assert np.isnan(out.detach().numpy()).all() and np.isnan(w.detach().numpy()).all()
+    out, w = m(x, x, x, key_padding_mask=kpm, need_weights=False)
+    assert w is None and (out.detach().numpy() == 0).all()

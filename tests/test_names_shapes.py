@@ -134,3 +134,12 @@ def test_next_functions_have_pytorchs_shape():
     assert [n.name() for n, _ in e.grad_fn.next_functions] == ["MulBackward", "MulBackward"]
     f = tg.compile(lambda x: (x * 2).sin())(a)
     assert f.grad_fn.next_functions[0][0].variable is a
+
+
+def test_type_names_and_converts():
+    x = tg.zeros(2)
+    assert x.type() == "tracegrad.FloatTensor" and tg.tensor([True]).type() == "tracegrad.BoolTensor"
+    assert x.type(tg.LongTensor).dtype is tg.int64 and x.type("torch.IntTensor").dtype is tg.int32
+    assert x.type(tg.float64).dtype is tg.float64
+    with pytest.raises(ValueError, match="invalid type"):
+        x.type("torch.ComplexTensor")

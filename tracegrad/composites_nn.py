@@ -58,15 +58,18 @@ def masked_scores(masked):
     return where(masked, float("-inf"), 0.0)
 
 
-def attention(query, key, value, mask, dropout_p, scale):
-    """(softmax(query @ key^T * scale + mask) @ value, the weights); mask a float tensor or None."""
+def attention(query, key, value, mask, dropout_p, scale, safe=True):
+    """(softmax(query @ key^T * scale + mask) @ value, the weights); mask a float tensor or None.
+    safe: a row with every key masked gives zeros (else NaN, as PyTorch's need_weights=True path)."""
     s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     scores = (query @ key.transpose(-2, -1)) * s
     if mask is not None:
         scores = scores + mask.to(scores.dtype)
-    # rows masked everywhere: softmax over zeros instead of -inf (finite gradients), then zeroed
-    empty = scores.amax(-1, keepdims=True) == float("-inf")
-    weights = where(empty, 0.0, softmax(where(empty, 0.0, scores), -1))
+    if safe:     # rows masked everywhere: softmax over zeros instead of -inf (finite gradients), then zeroed
+        empty = scores.amax(-1, keepdims=True) == float("-inf")
+        weights = where(empty, 0.0, softmax(where(empty, 0.0, scores), -1))
+    else:
+        weights = softmax(scores, -1)
     if dropout_p >= 1.0:
         weights = weights * 0.0
     elif dropout_p > 0.0:

@@ -52,7 +52,8 @@ class MultiheadAttention(Module):
                 average_attn_weights=True, is_causal=False):
         """(output, weights): output like query; weights (N, L, S) averaged over the heads, (N, H, L, S)
         with average_attn_weights=False, None with need_weights=False. Masks: True (bool) leaves a key
-        out, floats are added to the scores; attn_mask (L, S) or (N * H, L, S), key_padding_mask (N, S)."""
+        out, floats are added to the scores; attn_mask (L, S) or (N * H, L, S), key_padding_mask (N, S).
+        A query with every key masked gives NaN with need_weights=True, zeros without, as PyTorch's."""
         if is_causal and attn_mask is None:
             raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
                                "method `generate_square_subsequent_mask` to create this mask.")
@@ -74,7 +75,8 @@ class MultiheadAttention(Module):
         if key_padding_mask is not None:
             pad = _float_mask(key_padding_mask, query).reshape(N, 1, 1, S)
             mask = pad if mask is None else mask + pad
-        out, weights = attention(q, k, v, mask, self.dropout if self.training else 0.0, None)
+        # need_weights: PyTorch's path without the fused kernel, whose rows masked everywhere give NaN
+        out, weights = attention(q, k, v, mask, self.dropout if self.training else 0.0, None, safe=not need_weights)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
         if batched and self.batch_first:
             out = out.transpose(0, 1)

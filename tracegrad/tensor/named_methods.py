@@ -10,10 +10,14 @@ from .. import dtypes as D
 from ..modes import interpreter, is_grad_enabled
 from .base import TraceError
 from .dispatch import _P, _binary, _float_operand, _promote, dispatch
+from .typed import type_of
 
 class NamedMethods:
     """The methods; see the module docstring."""
     __slots__ = ()
+
+    def type(self, dtype=None, non_blocking=False):
+        return type_of(self, dtype)
 
     # ------------------------------------------------------------ rounding and math
     def ceil(self): return dispatch(_P["ceil"], (self,), {})
