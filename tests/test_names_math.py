@@ -142,3 +142,18 @@ def test_inplace_binary_forms_and_autograd():
     assert i.tolist() == [8, 2]
     with pytest.raises(RuntimeError, match="leaf Variable"):
         tg.tensor([1.0], requires_grad=True).sin_()
+
+
+@pytest.mark.parametrize("fn", [lambda t: t.asin(), lambda t: t.acos(), lambda t: t.atan(), lambda t: t.sinh(),
+                                lambda t: t.cosh(), lambda t: tg.atan2(t, t * t + 1.0), lambda t: t.frac(),
+                                lambda t: t.reshape(4, 5).diagonal(1)],
+                         ids=["asin", "acos", "atan", "sinh", "cosh", "atan2", "frac", "diagonal"])
+def test_forward_mode_and_second_derivatives(fn):
+    """tg.jvp against central differences, and a second derivative through create_graph."""
+    u, t = tg.tensor(U.reshape(-1) * 0.9), tg.tensor(R.standard_normal(20))
+    out, tangent = tg.jvp(fn, (u,), (t,))
+    eps = 1e-6
+    fd = (fn(u + eps * t).numpy() - fn(u - eps * t).numpy()) / (2 * eps)
+    np.testing.assert_allclose(tangent.numpy(), fd, rtol=1e-6, atol=1e-8)
+    x = tg.tensor(U.reshape(-1) * 0.9, requires_grad=True)
+    assert tg.gradcheck(lambda v: tg.grad(fn(v).sum(), v, create_graph=True)[0], (x,))
