@@ -22,47 +22,47 @@ def _axis(x, dim):
 
 def argsort(x, dim=-1, descending=False, stable=False):
     """The indices that sort x along `dim` (int64; stable whatever `stable` says)."""
-    if not x.ndim:
-        return bind("argsort", x, axis=0, descending=bool(descending))
     return bind("argsort", x, axis=_axis(x, dim), descending=bool(descending))
+
+
+def _gathered(x, idx, axis, name):
+    """x's elements at idx along axis (a 0-d x: itself), labelled with PyTorch's node name."""
+    return _named(_along(x, idx, axis) if x.ndim else x.clone(), name)
 
 
 def sort(x, dim=-1, descending=False, stable=False):
     """The named tuple (values, indices) of x sorted along `dim`; the gradient of values goes back
     to the element each came from."""
     idx = argsort(x, dim, descending)
-    if not x.ndim:
-        return return_types.sort(_named(x.clone(), "SortBackward"), idx)
-    return return_types.sort(_named(_along(x, idx, _axis(x, dim)), "SortBackward"), idx)
+    return return_types.sort(_gathered(x, idx, _axis(x, dim), "SortBackward"), idx)
+
+
+def _check_k(x, a, k, low, what):
+    n = x.shape[a] if x.ndim else 1
+    if not low <= k <= n:
+        raise RuntimeError(f"{what} out of range (k={k}, dim {a} of size {n} in shape {tuple(x.shape)})")
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (or smallest) elements along `dim` and their indices, in sorted order (also
     with sorted=False, which allows any order)."""
     a = _axis(x, dim)
-    n = x.shape[a] if x.ndim else 1
-    if not 0 <= k <= n:
-        raise RuntimeError(f"selected index k out of range (k={k}, dim {a} of size {n} in shape {tuple(x.shape)})")
-    if not x.ndim:
-        return return_types.topk(_named(x.clone(), "TopkBackward"), argsort(x))
-    idx = argsort(x, a, descending=largest).narrow(a, 0, k)
-    return return_types.topk(_named(_along(x, idx, a), "TopkBackward"), idx)
+    _check_k(x, a, k, 0, "topk(): selected index k")
+    idx = argsort(x, a, descending=largest)
+    idx = idx.narrow(a, 0, k) if x.ndim else idx
+    return return_types.topk(_gathered(x, idx, a, "TopkBackward"), idx)
 
 
 def kthvalue(x, k, dim=-1, keepdim=False):
     """The k-th smallest element along `dim` (k from 1) and its index."""
     a = _axis(x, dim)
-    n = x.shape[a] if x.ndim else 1
-    if not 1 <= k <= n:
-        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {a} of size {n} "
-                           f"(k={k}, shape {tuple(x.shape)})")
-    if not x.ndim:
-        return return_types.kthvalue(_named(x.clone(), "KthvalueBackward"), argsort(x))
-    idx = argsort(x, a).narrow(a, k - 1, 1)
-    values = _along(x, idx, a)
-    if not keepdim:
-        values, idx = values.squeeze(a), idx.squeeze(a)
-    return return_types.kthvalue(_named(values, "KthvalueBackward"), idx)
+    _check_k(x, a, k, 1, "kthvalue(): selected number k")
+    idx = argsort(x, a)
+    idx = idx.narrow(a, k - 1, 1) if x.ndim else idx
+    values = _gathered(x, idx, a, "KthvalueBackward")
+    if not keepdim and x.ndim:
+        values, idx = _named(values.squeeze(a), "KthvalueBackward"), idx.squeeze(a)
+    return return_types.kthvalue(values, idx)
 
 
 def msort(x):
