@@ -1,7 +1,8 @@
 """Tensor methods of the everyday names scripts use: rounding (ceil, trunc, frac), inverse
 trigonometric and hyperbolic functions, bitwise and logical operations, sorting and selecting,
 cross/diagonal/trace, random fills, in-place `*_` forms of the unary and binary operations, and the
-in-place shape changes unsqueeze_/squeeze_/t_/transpose_. Tensor inherits them (tensor_class.py).
+in-place shape changes unsqueeze_/squeeze_/t_/transpose_, and type(). Tensor inherits them
+(tensor_class.py).
 """
 from .. import composites_linalg as L
 from .. import composites_random as R
@@ -11,6 +12,7 @@ from ..modes import interpreter, is_grad_enabled
 from .base import TraceError
 from .dispatch import _P, _binary, _float_operand, _promote, dispatch
 from .typed import type_of
+
 
 class NamedMethods:
     """The methods; see the module docstring."""
