@@ -157,3 +157,16 @@ def test_forward_mode_and_second_derivatives(fn):
     np.testing.assert_allclose(tangent.numpy(), fd, rtol=1e-6, atol=1e-8)
     x = tg.tensor(U.reshape(-1) * 0.9, requires_grad=True)
     assert tg.gradcheck(lambda v: tg.grad(fn(v).sum(), v, create_graph=True)[0], (x,))
+
+
+def test_rounding_fuses_in_compiled_code():
+    """floor, ceil and trunc lower to one instruction each (LLVM's intrinsics), fused with their
+    neighbours; signed zeros, infinities, NaN and values past 2**23 as NumPy's."""
+    v = np.array([-np.inf, -2.5, -0.5, -0.0, 0.0, 0.3, 2.5, np.inf, np.nan, 1e30, -8388609.5, 4503599627370497.0])
+    for dtype in (np.float32, np.float64):
+        x = tg.from_numpy(v.astype(dtype))
+        f = tg.compile(lambda t: (t.floor(), t.ceil(), t.trunc() * 2, tg.fix(t)))
+        assert "[host]" not in f.ir(x, stage="kernels") and f.stats()["kernels"] == 1
+        for got, want in zip(f(x), (np.floor, np.ceil, lambda a: np.trunc(a) * 2, np.trunc)):
+            np.testing.assert_array_equal(got.numpy(), want(v.astype(dtype)))
+            np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(want(v.astype(dtype))))

@@ -7,7 +7,7 @@ indexing.py     integer-tensor indexing and its scatter-add
 matmul.py       the matrix product (extern: BLAS)
 creation.py     zeros_like, rand, randn
 collective.py   all_reduce, broadcast, all_gather, reduce_scatter across the processes of a distributed run
-rounding_trig.py ceil, trunc, asin, acos, atan, atan2, sinh, cosh (host kernels)
+rounding_trig.py ceil, trunc; asin, acos, atan, atan2, sinh, cosh (host kernels)
 bitwise.py      bitwise and, or, xor, not
 sorting.py      argsort (sort, topk, kthvalue gather by it)
 diagonal.py     the diagonal view

@@ -1,10 +1,11 @@
-"""Elementwise primitives run as NumPy host kernels in compiled code (the math library has no
-routines for them): ceil and trunc (piecewise constant, zero gradient, as floor and round), and the
-inverse trigonometric and hyperbolic functions asin, acos, atan, atan2, sinh, cosh."""
+"""ceil and trunc (piecewise constant, zero gradient, as floor and round; lowered for floats, an
+integer tensor is whole already), and the inverse trigonometric and hyperbolic functions asin, acos,
+atan, atan2, sinh, cosh: NumPy host kernels in compiled code (the math library has no routines
+for them)."""
 import numpy as np
 
 from ..broadcast import unbroadcast
-from ..core import bind, prim
+from ..core import FLOAT, bind, prim
 from .rules import ew_rule, quiet, sum_tangents
 
 _HOST = dict(lower=None, dtypes=(), cost=None)
@@ -17,7 +18,7 @@ def _rounding(fn):
 
 for _name, _fn in (("ceil", np.ceil), ("trunc", np.trunc)):
     prim(_name, "elementwise", ew_rule(_name), _rounding(_fn), vjp=(lambda n, g: g * 0.0,),
-         jvp=lambda n, ts: ts[0] * 0.0, save=(), **_HOST)
+         jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=f"{_name}(a)", dtypes=FLOAT, cost="cheap")
 
 
 def _unary(name, impl, vjp, save=(0,), save_out=False):

@@ -263,6 +263,22 @@ class _Translate:
         (a, d), = vals
         return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
 
+    def _fn_floor(self, vals):
+        return self._rounded("floor", vals)
+
+    def _fn_ceil(self, vals):
+        return self._rounded("ceil", vals)
+
+    def _fn_trunc(self, vals):
+        return self._rounded("trunc", vals)
+
+    def _rounded(self, fn, vals):
+        """math.<fn> (an integer in numba) back in the float's dtype with the float's sign (-0.0 as
+        NumPy's); values of 2**52 and beyond, infinities and NaN are whole already."""
+        (a, d), = vals
+        whole = f"math.copysign({d}(math.{fn}({a})), {a})"
+        return self.hold(f"{whole} if abs({a}) < {literal(2.0 ** 52, d)} else {a}", d), d
+
     def _fn_sign(self, vals):
         (a, d), = vals
         one, mone, zero = literal(1, d), literal(-1, d), literal(0, d)
