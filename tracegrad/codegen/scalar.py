@@ -218,7 +218,7 @@ class Emitter:
         if isinstance(node, ast.BinOp):
             a, d = self._val(node.left, names, t)
             b, db = self._val(node.right, names, t, d)
-            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # logical, not bitwise
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # to the result: logical or bitwise
                 a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
             fl = d.is_floating_point
             if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
