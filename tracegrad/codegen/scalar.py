@@ -313,17 +313,9 @@ class Emitter:
         c = f.assign(f"icmp slt {ty} {a}, 0")
         return f.assign(f"select i1 {c}, {ty} {neg}, {ty} {a}"), d
 
-    @staticmethod
-    def _fn_floor(f, vals, t):
-        return _rounded(f, "floor", vals)
-
-    @staticmethod
-    def _fn_ceil(f, vals, t):
-        return _rounded(f, "ceil", vals)
-
-    @staticmethod
-    def _fn_trunc(f, vals, t):
-        return _rounded(f, "trunc", vals)
+    _fn_floor = staticmethod(lambda f, vals, t: _rounded(f, "floor", vals))
+    _fn_ceil = staticmethod(lambda f, vals, t: _rounded(f, "ceil", vals))
+    _fn_trunc = staticmethod(lambda f, vals, t: _rounded(f, "trunc", vals))
 
     @staticmethod
     def _fn_sign(f, vals, t):

@@ -263,14 +263,9 @@ class _Translate:
         (a, d), = vals
         return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
 
-    def _fn_floor(self, vals):
-        return self._rounded("floor", vals)
-
-    def _fn_ceil(self, vals):
-        return self._rounded("ceil", vals)
-
-    def _fn_trunc(self, vals):
-        return self._rounded("trunc", vals)
+    _fn_floor = lambda self, vals: self._rounded("floor", vals)     # noqa: E731
+    _fn_ceil = lambda self, vals: self._rounded("ceil", vals)       # noqa: E731
+    _fn_trunc = lambda self, vals: self._rounded("trunc", vals)     # noqa: E731
 
     def _rounded(self, fn, vals):
         """math.<fn> (an integer in numba) back in the float's dtype with the float's sign (-0.0 as
