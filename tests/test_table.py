@@ -175,7 +175,8 @@ SHAPE_OPS = {"reshape": lambda x: bind("reshape", x, shape=(4, 3)),      # a cal
              "slice": lambda x: bind("slice", x, index=((0, 2, 1),)),
              "unslice": lambda x: bind("unslice", x, shape=(5, 4), index=((1, 4, 1),)),
              "cat": lambda x: bind("cat", x, x, axis=0),
-             "windows": lambda x: bind("windows", x, axes=(1,), size=(2,), step=(2,), dilation=(1,))}
+             "windows": lambda x: bind("windows", x, axes=(1,), size=(2,), step=(2,), dilation=(1,)),
+             "diagonal": lambda x: bind("diagonal", x, k=1, dim1=0, dim2=1)}
 
 
 def test_every_view_and_copy_has_a_sample():
@@ -214,7 +215,8 @@ def test_only_views_alias_and_in_place_on_them_compiles_as_eager(name):
 
 VIEW_CALLS = [("reshape", {"shape": (8, 2, 4)}), ("reshape", {"shape": (64,)}), ("permute", {"perm": (1, 0)}),
               ("expand", {"shape": (3, 8, 8)}), ("slice", {"index": ((1, 7, 2), (0, 8, 3))}),
-              ("windows", {"axes": (0, 1), "size": (3, 2), "step": (2, 1), "dilation": (1, 3)})]
+              ("windows", {"axes": (0, 1), "size": (3, 2), "step": (2, 1), "dilation": (1, 3)}),
+              ("diagonal", {"k": 2, "dim1": 1, "dim2": 0}), ("diagonal", {"k": -3, "dim1": 0, "dim2": 1})]
 
 
 def test_every_view_has_a_remap_sample():

@@ -12,6 +12,9 @@ from .tensor import (Tensor, TraceError, arange, as_tensor, cat, empty, empty_li
                      full_like, linspace, manual_seed, ones, ones_like, rand, rand_like, randint, randn, randn_like,
                      randperm, stack, tensor, zeros, zeros_like)
 from .function_forms import *  # noqa: F401,F403  (tg.add, tg.exp, tg.sum, ... with out=)
+from .size import Size  # noqa: E402
+from .tensor.typed import (BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor,  # noqa: E402
+                           IntTensor, LongTensor, ShortTensor)
 from . import return_types  # noqa: E402
 from . import nn, optim  # noqa: E402  (they build on the names above)
 from . import ir  # noqa: E402
@@ -26,3 +29,4 @@ from . import utils  # noqa: E402  (tg.utils.data)
 half, float, double, long, int, short = float16, float32, float64, int64, int32, int16
 
 from ._version import __version__  # noqa: E402
+from .function_forms import trace  # noqa: E402,F811  (torch.trace; importing the tracer bound the module's name)

@@ -26,7 +26,35 @@ class GraphNode:
 
     @property
     def next_functions(self):
-        return tuple(e if isinstance(e, tuple) or e is None else (e, 0) for e in self.edges)
+        """One pair per input, as PyTorch's: (producer's node, output index), (AccumulateGrad, 0) for a
+        leaf that requires grad, (None, 0) for an input that needs no gradient."""
+        return tuple(e if isinstance(e, tuple) else (None, 0) if e is None else (AccumulateGrad.of(e), 0)
+                     for e in self.edges)
+
+
+class AccumulateGrad:
+    """The node that stores a leaf's gradient into its .grad, as PyTorch's: `variable` is the leaf,
+    and it has no next functions. One per leaf while it is referenced (`is` holds between walks)."""
+    __slots__ = ("variable", "__weakref__")
+    _of = weakref.WeakValueDictionary()
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @classmethod
+    def of(cls, leaf):
+        node = cls._of.get(id(leaf))
+        if node is None or node.variable is not leaf:
+            node = cls._of[id(leaf)] = cls(leaf)
+        return node
+
+    next_functions = ()
+
+    def name(self):
+        return "AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
 
 
 class Node(GraphNode):

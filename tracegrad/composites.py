@@ -4,6 +4,10 @@ cross_entropy, binary cross-entropy from probabilities and from logits, smooth L
 embedding; silu, leaky_relu, elu, softplus, normalize, cosine_similarity; flip, roll, repeat,
 index_select, tril, triu; einsum; log1p and expm1 (accurate for small arguments).
 
+More composites live beside this module: composites_sort.py (sort, topk, kthvalue, nonzero, unique),
+composites_linalg.py (cross, diagonal, trace, frac), composites_random.py (uniform_, normal_,
+bernoulli, multinomial), composites_nn.py (one_hot, scaled_dot_product_attention).
+
 Tensor methods (`x.softmax(1)`) and tg.nn.functional call these. Each labels its result with the
 name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackward>`)."""
 import functools
@@ -605,7 +609,7 @@ def _triangle(x, diagonal, upper):
     i = arange(rows, device=x.device).reshape(rows, 1)
     j = arange(cols, device=x.device).reshape(1, cols)
     keep = j - i >= diagonal if upper else j - i <= diagonal
-    return where(keep, x, 0)
+    return where(keep, x, False if x.dtype is D.bool_ else 0)     # a bool tensor stays bool, as PyTorch's
 
 
 def tril(x, diagonal=0):

@@ -10,3 +10,6 @@ def _values_indices(name):
 
 max = _values_indices("max")   # noqa: A001  (PyTorch's names)
 min = _values_indices("min")   # noqa: A001
+sort = _values_indices("sort")
+topk = _values_indices("topk")
+kthvalue = _values_indices("kthvalue")

@@ -53,6 +53,8 @@ class ModuleBuilder:
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
+                 *(f"declare {t} @llvm.{fn}.{s}({t})" for fn in "floor ceil trunc".split()
+                   for t, s in (("float", "f32"), ("double", "f64"))),
                  "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]

@@ -212,7 +212,7 @@ class Emitter:
         if isinstance(node, ast.BinOp):
             a, d = self._val(node.left, names, t)
             b, db = self._val(node.right, names, t, d)
-            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # logical, not bitwise
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # to the result: logical or bitwise
                 a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
             fl = d.is_floating_point
             if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
@@ -274,7 +274,8 @@ class Emitter:
         args = ", ".join(f"{ty} {v}" for v, _ in vals[:1 if key[0] == "sqrt" else 2])
         return f.assign(f"call {ty} {mathlib.symbol(*key)}({args})"), vals[0][1]
 
-    # the vocabulary's functions that are a few instructions each: where, cast, maximum, minimum, abs, sign
+    # the vocabulary's functions that are a few instructions each: where, cast, maximum, minimum, abs, sign,
+    # floor, ceil, trunc
     @staticmethod
     def _fn_where(f, vals, t):
         (a, _), (b, db), (c, _) = vals
@@ -303,6 +304,10 @@ class Emitter:
         c = f.assign(f"icmp slt {ty} {a}, 0")
         return f.assign(f"select i1 {c}, {ty} {neg}, {ty} {a}"), d
 
+    _fn_floor = staticmethod(lambda f, vals, t: _rounded(f, "floor", vals))
+    _fn_ceil = staticmethod(lambda f, vals, t: _rounded(f, "ceil", vals))
+    _fn_trunc = staticmethod(lambda f, vals, t: _rounded(f, "trunc", vals))
+
     @staticmethod
     def _fn_sign(f, vals, t):
         (a, d), = vals
@@ -317,6 +322,13 @@ class Emitter:
         lt = f.assign(f"icmp slt {ty} {a}, 0")
         s1 = f.assign(f"select i1 {lt}, {ty} -1, {ty} 0")
         return f.assign(f"select i1 {gt}, {ty} 1, {ty} {s1}"), d
+
+
+def _rounded(f, fn, vals):
+    """floor, ceil or trunc of a float (LLVM's intrinsic: one instruction with SSE4.1, vectorized)."""
+    (a, d), = vals
+    ty = regtype(d)
+    return f.assign(f"call {ty} @llvm.{fn}.{SHORT[d.name]}({ty} {a})"), d
 
 
 def _extreme(f, fn, vals):

@@ -1,7 +1,7 @@
 """The autograd node of a compiled call: its backward runs the compiled backward graph."""
 from operator import attrgetter
 
-from ..autograd import _Mode
+from ..autograd import GraphNode, _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
@@ -15,7 +15,7 @@ _wrap = Tensor._wrap            # bound once (a classmethod binds at every attri
 REGENERATE = object()   # a node's saved values, not kept: recomputed from its `regen` when read
 
 
-class CompiledNode:
+class CompiledNode(GraphNode):
     """What the engine needs of a compiled call, and nothing more: its edges, the saved values, the
     forward inputs' versions (the backward may read any of them), and apply()."""
     __slots__ = ("entry", "_saved", "freed", "out_meta", "n_out", "reals", "watched", "versions", "edges",

@@ -4,6 +4,7 @@ from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, Conv1d,
                    Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, Fold, MaxPool1d, MaxPool2d, MaxPool3d, Unfold,
                    Upsample)
+from .attention import MultiheadAttention
 from .layers import Dropout, Embedding, Flatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from .modules import (ELU, GELU, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, Module, Parameter, ReLU,
@@ -15,4 +16,4 @@ __all__ = ["functional", "parallel", "Module", "Parameter", "Linear", "Sequentia
            "init", "utils", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
            "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
-           "Upsample", "Unfold", "Fold"]
+           "Upsample", "Unfold", "Fold", "MultiheadAttention"]

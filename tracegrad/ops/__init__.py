@@ -8,6 +8,10 @@ matmul.py       the matrix product (extern: BLAS)
 windows.py      sliding windows (the view under convolution and pooling) and their scatter-add
 creation.py     zeros_like, rand, randn
 collective.py   all_reduce, broadcast, all_gather, reduce_scatter across the processes of a distributed run
+rounding_trig.py ceil, trunc; asin, acos, atan, atan2, sinh, cosh (host kernels)
+bitwise.py      bitwise and, or, xor, not
+sorting.py      argsort (sort, topk, kthvalue gather by it)
+diagonal.py     the diagonal view
 rules.py        the type rules and axis helpers they share
 
 A new elementwise primitive is one `prim(...)` (or `_unary`/`_binary`) call in elementwise.py with
@@ -21,6 +25,7 @@ through a Tensor method (tensor/) or `bind(name, ...)`. A new view is likewise o
 from ..core import PRIMS, RNG, Prim, bind
 from . import (collective, creation, elementwise, indexing, layout, matmul, reductions,  # noqa: F401  (each registers its prims)
                windows)
+from . import bitwise, diagonal, rounding_trig, sorting  # noqa: F401
 from .rules import _norm_axis, _reduce_shape, normalize_axes
 
 __all__ = ["PRIMS", "RNG", "Prim", "bind", "normalize_axes", "_norm_axis", "_reduce_shape"]

@@ -150,7 +150,7 @@ prim("remainder", "elementwise", ew_rule("remainder"), quiet(_remainder_impl),
           lambda n, g: unbroadcast(-(g * bind("floordiv", n.x(0), n.x(1))), n.shapes[1])),
      jvp=None, save={1: (0, 1)}, lower=None, dtypes=(), cost=None)
 prim("floor", "elementwise", ew_rule("floor"), np.floor, vjp=(lambda n, g: g * 0.0,),
-     jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=None, dtypes=(), cost=None)
+     jvp=lambda n, ts: ts[0] * 0.0, save=(), lower="floor(a)", dtypes=FLOAT, cost=CHEAP)
 # half to even, as PyTorch's round; piecewise constant: zero gradient
 prim("round", "elementwise", ew_rule("round"), np.round, vjp=(lambda n, g: g * 0.0,),
      jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=None, dtypes=(), cost=None)

@@ -3,6 +3,8 @@
 base.py          what a tensor holds (storage, shape, dtype, autograd state); conversions to Python
 dispatch.py      how an op reaches the primitive table: dispatch, dtype promotion, argument conventions
 tensor_class.py  the Tensor class: every method a thin call (add new methods there)
+named_methods.py the everyday names Tensor inherits: ceil, sort, topk, cross, uniform_, in-place *_ forms, ...
+typed.py         tg.LongTensor, tg.FloatTensor, ... and x.type()
 functions.py     ops over several tensors: matmul, where, cat, stack
 indexing.py      x[index] and x[index] = value
 inplace.py       in-place writes (add_, mul_, fill_, copy_, ...) and version counters

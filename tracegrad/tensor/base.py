@@ -15,6 +15,7 @@ from ..device import CPU, get_default_device
 from ..autograd import add_hook, retain
 from ..modes import _thread, interpreter
 from ..printing import format_tensor
+from ..size import Size
 
 
 class TraceError(RuntimeError):
@@ -111,7 +112,8 @@ class TensorBase:
         return math.prod(self._shape)
 
     def size(self, dim=None):
-        return self._shape if dim is None else self._shape[ops._norm_axis(dim, self.ndim)]
+        """The shape as a tg.Size (torch.Size), or the size of axis `dim`."""
+        return Size(self._shape) if dim is None else self._shape[ops._norm_axis(dim, self.ndim)]
 
     def __len__(self):
         if not self._shape:

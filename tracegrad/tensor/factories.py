@@ -162,14 +162,16 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
     return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
 
 
-def legacy_tensor(args, device=None):
-    """torch.Tensor(...): Tensor(data) copies data as the default float dtype, Tensor(2, 3) makes a
-    tensor of that size (zero-filled here; PyTorch leaves it uninitialised), Tensor() an empty one."""
+def legacy_tensor(args, device=None, dtype=None):
+    """torch.Tensor(...): Tensor(data) copies data as the default float dtype (or `dtype`: the typed
+    constructors, tg.LongTensor), Tensor(2, 3) makes a tensor of that size (zero-filled here; PyTorch
+    leaves it uninitialised), Tensor() an empty one."""
+    dtype = dtype or D.default_float
     if not args:
-        return empty(0, device=device)
+        return empty(0, dtype=dtype, device=device)
     if len(args) == 1 and not _is_int(args[0]):
-        return tensor(args[0], dtype=D.default_float, device=device)
-    return zeros(*args, device=device)
+        return tensor(args[0], dtype=dtype, device=device)
+    return zeros(*args, dtype=dtype, device=device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):

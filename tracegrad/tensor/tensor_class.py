@@ -25,6 +25,7 @@ from .indexing import _getitem, _setitem
 from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB, SUB_SCALED,
                      scaled)
 from .inplace import copy_from, fill_with, inplace
+from .named_methods import NamedMethods
 
 
 def _dim_arg(name, axis, dim):
@@ -41,7 +42,7 @@ def _or_nan(cond, bound):
 
 
 @register
-class Tensor(TensorBase):
+class Tensor(NamedMethods, TensorBase):
     """An n-dimensional array with autograd, like torch.Tensor."""
 
     __slots__ = ()
@@ -120,10 +121,10 @@ class Tensor(TensorBase):
 
     # ------------------------------------------------------------ arithmetic
     def __add__(self, o): return _binary("add", self, o)
-    def __radd__(self, o): return _binary("add", o, self)
+    def __radd__(self, o): return _binary("add", self, o)     # self first, as PyTorch's next_functions
     def __sub__(self, o): return _binary("sub", self, o)
     def __mul__(self, o): return _binary("mul", self, o)
-    def __rmul__(self, o): return _binary("mul", o, self)
+    def __rmul__(self, o): return _binary("mul", self, o)
 
     def __truediv__(self, o):
         a, b = _promote(self, o)
@@ -175,13 +176,9 @@ class Tensor(TensorBase):
     __hash__ = TensorBase.__hash__      # by identity, as PyTorch's (optimizer.state[p])
     def __ne__(self, o): return _binary("ne", self, o) if isinstance(o, (Tensor,) + _SCALARS) else NotImplemented
 
-    def __and__(self, o): return _binary("logical_and", self, o)
-    def __or__(self, o): return _binary("logical_or", self, o)
-
-    def __invert__(self):
-        if self._dtype is not D.bool_:
-            raise TypeError(f"~ is defined for bool tensors only, got {self._dtype}")
-        return dispatch(_P["logical_not"], (self,), {})
+    def __and__(self, o): return self.bitwise_and(o)
+    def __or__(self, o): return self.bitwise_or(o)
+    def __invert__(self): return self.bitwise_not()
 
     def __rsub__(self, o): return _named(_binary("sub", o, self), "RsubBackward")
 

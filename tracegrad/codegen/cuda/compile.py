@@ -127,4 +127,5 @@ class _SimMath:
     inf, nan = math.inf, math.nan
     exp, log, sqrt, tanh = _quiet(np.exp), _quiet(np.log), _quiet(np.sqrt), _quiet(np.tanh)
     sin, cos, pow = _quiet(np.sin), _quiet(np.cos), _quiet(np.power)
+    floor, ceil, trunc, copysign = _quiet(np.floor), _quiet(np.ceil), _quiet(np.trunc), _quiet(np.copysign)
     erf = staticmethod(math.erf)

@@ -211,9 +211,10 @@ class _Translate:
         a, d = self.typed(node.left)
         b, db = self.typed(node.right, d)
         op = type(node.op)
-        if op in (ast.BitAnd, ast.BitOr):                   # logical, not bitwise
-            a, b = cast(a, d, "bool"), cast(b, db, "bool")
-            return f"({a} {'&' if op is ast.BitAnd else '|'} {b})", "bool"
+        if op in (ast.BitAnd, ast.BitOr):      # logical to a bool result, bitwise to an integer one (as LLVM's)
+            out = "bool" if self.out in FLOATS else self.out
+            text = f"({cast(a, d, out)} {'&' if op is ast.BitAnd else '|'} {cast(b, db, out)})"
+            return (text, "bool") if out == "bool" else (self.hold(text, out), out)
         if d == "bool":                                    # NumPy: bool + bool is or, bool * bool is and
             if op in (ast.Add, ast.Mult):
                 return f"({a} {'|' if op is ast.Add else '&'} {b})", "bool"
@@ -261,6 +262,17 @@ class _Translate:
     def _fn_abs(self, vals):
         (a, d), = vals
         return (a, d) if d == "bool" else (self.hold(f"abs({a})", d), d)
+
+    _fn_floor = lambda self, vals: self._rounded("floor", vals)     # noqa: E731
+    _fn_ceil = lambda self, vals: self._rounded("ceil", vals)       # noqa: E731
+    _fn_trunc = lambda self, vals: self._rounded("trunc", vals)     # noqa: E731
+
+    def _rounded(self, fn, vals):
+        """math.<fn> (an integer in numba) back in the float's dtype with the float's sign (-0.0 as
+        NumPy's); values of 2**52 and beyond, infinities and NaN are whole already."""
+        (a, d), = vals
+        whole = f"math.copysign({d}(math.{fn}({a})), {a})"
+        return self.hold(f"{whole} if abs({a}) < {literal(2.0 ** 52, d)} else {a}", d), d
 
     def _fn_sign(self, vals):
         (a, d), = vals
