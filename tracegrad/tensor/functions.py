@@ -71,7 +71,7 @@ def dot(input, other):
 def div_rounded(a, b, rounding_mode):
     """a / b rounded "floor" (down) or "trunc" (towards zero), as torch.div(rounding_mode=...).
     Integers divide exactly (never through a float) and a zero divisor raises as `//` does."""
-    if rounding_mode not in ("floor", "trunc"):
+    if rounding_mode != "floor" and rounding_mode != "trunc":     # modes, not the primitives of those names
         raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"{rounding_mode!r}")
     a, b = _promote(a, b)
