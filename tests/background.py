@@ -15,7 +15,6 @@ children, and what they start, are killed when the session ends (done, interrupt
 on SIGTERM and, on Linux, when this process dies.
 """
 import atexit
-import ctypes
 import os
 import signal
 import subprocess
@@ -26,8 +25,7 @@ from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POSIX = os.name == "posix"
-# looked up here: after fork, with other threads about, the child may only call what is resolved already
-_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+LINUX = sys.platform.startswith("linux")      # where a child can ask to die with its parent (prctl)
 _started = []
 
 
@@ -98,9 +96,9 @@ class Job:
             if self._stopped:
                 return None
             # a session of its own, so that stop() also kills what the step starts
-            self._proc = proc = subprocess.Popen(step.argv, cwd=ROOT, env=step.env, stdin=subprocess.DEVNULL,
-                                                 stdout=out, stderr=err, start_new_session=POSIX,
-                                                 preexec_fn=_die_with_parent if _PRCTL else None)
+            argv = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *step.argv] if LINUX else step.argv
+            self._proc = proc = subprocess.Popen(argv, cwd=ROOT, env=step.env, stdin=subprocess.DEVNULL,
+                                                 stdout=out, stderr=err, start_new_session=POSIX)
         try:
             rc = proc.wait(timeout=step.timeout)
         except subprocess.TimeoutExpired:
@@ -138,10 +136,12 @@ def _text(fh):
     return fh.read().decode(errors="replace")
 
 
-def _die_with_parent():
-    """In the child before exec: SIGKILL when the thread that started it ends, which it outlives only
-    if this process dies (PR_SET_PDEATHSIG)."""
-    _PRCTL(1, signal.SIGKILL)
+# The child's first act: SIGKILL when the thread that started it ends, which it outlives only if this
+# process dies (PR_SET_PDEATHSIG, kept across exec), then exec the step. Done in the child rather than by
+# a preexec_fn, so that CPython starts it with vfork, which runs no fork handlers: with fork, OpenBLAS's
+# handler, run here while the main thread was inside a BLAS call, deadlocked both (a run hung for good).
+_DIE_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+                    "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execv(sys.argv[2], sys.argv[2:])")
 
 
 def _stop_on_sigterm():
