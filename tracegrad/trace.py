@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes as D
 from . import strides as L
 from .broadcast import in_package, user_frame
-from .modes import interpreters
+from .modes import interpreter, interpreters
 from .ops.layout import reshape_strides
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
@@ -102,6 +102,12 @@ class Traced(Tensor):
             t._base = self._base
             tracer.views[id(t)] = (t,) + view[1:]
         return t
+
+    @classmethod
+    def _zeros(cls, shape, dtype, dev):
+        """The zero cotangent the backward engine gives an unused output (of a custom Function with
+        several outputs): a constant of the graph being traced, not an array."""
+        return interpreter().constant(0, dtype, dev, shape)
 
     def _implicit_gradient(self, create_graph):
         return ones_like(self)

@@ -5,7 +5,7 @@ from ..autograd import _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
-from .device import DeviceFresh
+from .device import DeviceFresh, to_host
 from .writeback import Fresh
 
 _data_of = attrgetter("_data")
@@ -132,6 +132,8 @@ class CompiledNode:
             outs = checked_run(programs, 1, graph, arrays)
         else:
             outs = run(arrays)
+        if entry.host_grads:
+            outs = to_host(outs, entry.host_grads)
         fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
         if fresh is None:
             wrapped = []
