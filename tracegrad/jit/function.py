@@ -7,6 +7,7 @@ import types
 import warnings
 from collections import Counter
 
+from ..locks import after_fork_in_child, lock, rlock
 from ..modes import _thread
 from ..trace import tracing
 from . import introspect
@@ -98,7 +99,7 @@ class CompiledFunction:
         self._changes = Counter()
         self._warned = False
         self._clock = 0
-        self._lock = threading.RLock()     # one trace at a time: racing first calls compile once
+        self._lock = rlock()               # one trace at a time: racing first calls compile once
         if isinstance(fn, (types.FunctionType, types.MethodType)):
             functools.update_wrapper(self, fn)
             self._signature_of = fn
@@ -251,21 +252,41 @@ class _gc_paused:
     """Python's cyclic garbage collector paused while a signature compiles (any thread): compiling
     makes hundreds of thousands of IR objects that all stay alive, and each collection of the oldest
     generation walks them all, so its cost grew with the square of the function's size. Cycles
-    made meanwhile are collected once it is resumed."""
-    _lock, _depth, _was = threading.Lock(), [0], [False]
+    made meanwhile are collected once it is resumed. The pauses are counted per thread: a forked
+    child, which has only the forking thread, drops the others' (and resumes it when none is left)."""
+    _lock, _depth, _was = lock(), {}, [False]     # _depth: thread id -> its nested pauses
 
     def __enter__(self):
         with self._lock:
-            if self._depth[0] == 0:
+            if not self._depth:
                 self._was[0] = gc.isenabled()
                 gc.disable()
-            self._depth[0] += 1
+            me = threading.get_ident()
+            self._depth[me] = self._depth.get(me, 0) + 1
 
     def __exit__(self, *exc):
         with self._lock:
-            self._depth[0] -= 1
-            if self._depth[0] == 0 and self._was[0]:
-                gc.enable()
+            me = threading.get_ident()
+            self._depth[me] -= 1
+            if not self._depth[me]:
+                del self._depth[me]
+            self._resume()
+
+    @classmethod
+    def _resume(cls):
+        if not cls._depth and cls._was[0]:
+            gc.enable()
+
+    @classmethod
+    def after_fork(cls):
+        mine = cls._depth.pop(threading.get_ident(), None)
+        cls._depth.clear()
+        if mine:
+            cls._depth[threading.get_ident()] = mine
+        cls._resume()
+
+
+after_fork_in_child(_gc_paused.after_fork)
 
 
 def make_ir(f):
