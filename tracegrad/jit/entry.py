@@ -28,7 +28,7 @@ class Entry:
         self.cf, self.check = cf, cf.check
         self.name = re.sub(r"[^\w.]", "", cf.__name__) or "f"   # <lambda> -> lambda
         self.n_leaves = len(leaves)
-        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths)
+        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths, cf.runs)
         cap = s.capture
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit

@@ -12,6 +12,7 @@ from ..modes import _thread
 from ..trace import tracing
 from . import introspect
 from .entry import Entry
+from .forward_call import TangentsOf, call_with_tangents
 from .signature import call_signature, changes, fast_key, last_call
 
 BACKENDS = ("llvm", "interpret")          # the cpu backends
@@ -84,7 +85,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE):
+    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE, runs=None):
+        """runs: what a trace calls instead of fn (the forward-mode twin's TangentsOf), fn still
+        being what the guards read."""
         if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -100,6 +103,7 @@ class CompiledFunction:
         self._warned = False
         self._clock = 0
         self._lock = rlock()               # one trace at a time: racing first calls compile once
+        self.runs, self._twin = runs, None  # _twin: the compiled function of calls under tg.jvp
         if isinstance(fn, (types.FunctionType, types.MethodType)):
             functools.update_wrapper(self, fn)
             self._signature_of = fn
@@ -107,6 +111,8 @@ class CompiledFunction:
             self.__name__ = getattr(fn, "__name__", type(fn).__name__)
             self.__doc__ = getattr(fn, "__doc__", None)
             self._signature_of = getattr(fn, "forward", fn)
+        if runs is not None:
+            self._signature_of = runs
 
     def __getattr__(self, name):
         """tg.compile(model) stands in for the model: its other attributes are the model's."""
@@ -120,8 +126,10 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if _thread.interpreters and tracing():    # called while tracing another function: inline it
-            return self.fn(*args, **kwargs)
+        if _thread.interpreters:
+            if tracing():                  # called while tracing another function: inline it
+                return self.fn(*args, **kwargs)
+            return call_with_tangents(self._forward_mode(), args, kwargs)     # under tg.jvp
         last = self._last                  # (LastCall, entry) of the latest hot-path call
         if last is not None and not kwargs and last[0].matches(args):
             entry = last[1]
@@ -151,6 +159,18 @@ class CompiledFunction:
         if fast is not None:
             self._fast[fast] = entry
         return entry.call(leaves)
+
+    def _forward_mode(self):
+        """The compiled function of calls under forward mode: fn traced with its arguments' tangents
+        (forward_call.py), its entries cached apart."""
+        if self._twin is None:
+            with self._lock:
+                if self._twin is None:
+                    twin = CompiledFunction(self.fn, self.backend, self.fuse, self.check, self.cache_size,
+                                            runs=TangentsOf(self.fn, self.__name__))
+                    twin.__name__ = f"{self.__name__}_jvp"
+                    self._twin = twin
+        return self._twin
 
     def _hit(self, entry, args):
         self._stats["cache_hits"] += 1

@@ -21,9 +21,10 @@ class Stages:
     """What the pipeline produced: the capture, each stage's graphs, the executables."""
 
 
-def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
+def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None):
+    """The stages of fn's signature; the trace calls `runs` in fn's place where given."""
     s = Stages()
-    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths)            # trace
+    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths, runs)      # trace
     s.backend, s.device = choose_backend(backend, name, cap.tracer.order)     # where it runs
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
     s.backward = s.refused = None
