@@ -137,6 +137,27 @@ def test_jvp_refuses_a_tangent_read_through_a_closure():
         tg.jvp(outer, (t64([0.3, -0.2]),), (t64([1.0, 0.5]),))
 
 
+def test_every_differentiable_primitive_has_forward_mode():
+    from tracegrad.ops import PRIMS
+    assert [n for n, p in PRIMS.items() if p.differentiable and p.jvp is None] == []
+
+
+@pytest.mark.parametrize("f", [lambda x, y: x % y, lambda x, y: (x * y).prod(1),
+                               lambda x, y: tg.autograd.grad(x.prod(1).sum(), x, create_graph=True)[0] * y],
+                         ids=["remainder", "prod", "prod_others"])
+def test_remainder_and_exclusive_products_in_forward_mode(f):
+    def g(x, y):                           # (a gradient taken inside needs x to require grad)
+        with tg.enable_grad():
+            return f(x.requires_grad_(), y)
+    a, b = rnd((3, 4), 1), np.abs(rnd(4, 2)) + 0.5
+    ta, tb = rnd((3, 4), 3), rnd(4, 4)
+    for fn in (g, tg.compile(g)):
+        _, t = tg.jvp(fn, (t64(a), t64(b)), (t64(ta), t64(tb)))
+        eps = 1e-6
+        num = (g(t64(a + eps * ta), t64(b + eps * tb)) - g(t64(a - eps * ta), t64(b - eps * tb))) / (2 * eps)
+        np.testing.assert_allclose(t.numpy(), num.detach().numpy(), rtol=1e-6, atol=1e-8)
+
+
 # ---------------------------------------------------------------------- create_graph inside a compiled loss
 
 def _penalized(w, x):

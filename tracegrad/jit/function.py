@@ -70,6 +70,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     before the exception would remain); the next call traces again. An in-place update of an input
     that autograd records (x.add_(w) with w requiring grad, outside tg.no_grad()) is refused at the
     call: the caller's tensor could not take that history.
+    Under tg.jvp a call runs the function traced in forward mode (its arguments' tangents as inputs;
+    jit/forward_call.py), compiled and cached apart. A gradient taken inside with create_graph=True
+    (a gradient penalty) is part of the traced graph, so the call's backward differentiates it.
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
     Random tensors (tg.rand, tg.randn, tg.randint, tg.randperm, dropout) draw at every call, in eager's order, unused ones
     included: the generator ends where eager leaves it under the same tg.manual_seed.
