@@ -176,6 +176,23 @@ def _gradient_penalty(w, x):
 W0, X0 = [0.5, -0.3, 0.8], [[1.0, 2.0, -1.0], [0.5, -1.5, 2.0]]
 
 
+def _penalty_only(w, x):
+    y = (x @ w).tanh().sum()
+    (g,) = tg.autograd.grad(y, w, create_graph=True)
+    return (g * g).sum()
+
+
+def test_a_compiled_penalty_added_to_an_eager_loss_is_not_detached():
+    """The issue's shape: the compiled term was returned without an autograd node, so w.grad was the
+    eager term's alone ([0.6, -0.4, 1.0])."""
+    cf = tg.compile(_penalty_only)
+    w = t64(W0, True)
+    loss = (w * t64([0.6, -0.4, 1.0])).sum() + cf(w, t64(X0))
+    loss.backward()
+    assert loss.item() == pytest.approx(2.479917764354521, rel=1e-12)        # PyTorch 2.13
+    np.testing.assert_allclose(w.grad.numpy(), [4.5778830138, 6.8083575878, -2.2304745740], rtol=1e-9)
+
+
 @pytest.mark.parametrize("backend", tg.jit.BACKENDS)
 def test_gradient_penalty_reaches_the_outer_backward_as_in_pytorch(backend):
     # PyTorch 2.13, float64: the same losses and their gradients
