@@ -137,6 +137,24 @@ def test_jvp_refuses_a_tangent_read_through_a_closure():
         tg.jvp(outer, (t64([0.3, -0.2]),), (t64([1.0, 0.5]),))
 
 
+def _hvp(f):
+    """x -> the gradient of f(x).sum(): under tg.jvp, a Hessian-vector product."""
+    def g(a):
+        with tg.enable_grad():
+            a = a.requires_grad_()
+            return tg.grad(f(a).sum(), a)[0]
+    return g
+
+
+def test_forward_over_the_backward_of_a_compiled_call():
+    x, tx = t64([0.3, -0.2]), t64([1.0, 0.5])
+    cube = lambda a: a * a * a                      # noqa: E731
+    _, t = tg.jvp(tg.compile(_hvp(cube)), (x,), (tx,))       # the gradient taken inside: compiled
+    np.testing.assert_allclose(t.numpy(), 6 * x.numpy() * tx.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="forward mode .* over the backward of compiled function"):
+        tg.jvp(_hvp(tg.compile(cube)), (x,), (tx,))     # its gradients would carry no tangent
+
+
 def test_every_differentiable_primitive_has_forward_mode():
     from tracegrad.ops import PRIMS
     assert [n for n, p in PRIMS.items() if p.differentiable and p.jvp is None] == []
