@@ -256,9 +256,7 @@ def run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs=None,
 def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused):
     interp = interpreter()
     hooked = interp is not modes.eager     # an interpreter that follows the backward (a tracer)
-    if hooked:
-        interp.backward_started()
-    elif inputs is None and len(outputs) == 1:
+    if not hooked and inputs is None and len(outputs) == 1:
         node = outputs[0].grad_fn
         if node is not None and outputs[0]._requires_grad and node.n_out == 1 and grad_outputs[0] is not None \
                 and not getattr(node, "retained", None) and _leaf_edges(node):

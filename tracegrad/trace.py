@@ -206,7 +206,6 @@ class Tracer:
         self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
         self.saved = []            # backward graphs: the forward Values they read
         self._saved = {}
-        self.ran_backward = False
         self.loc = None            # while the engine runs a VJP: the forward op's file:line
         # storage, as eagerly: a tensor, its detach()/.data aliases and its views share one version
         # counter (the list _ver); an update through any of them is seen by all (see _current)
@@ -421,9 +420,6 @@ class Tracer:
             if e.standin is standin:
                 return e.real if e.source[0] == "captured" else standin
         return standin
-
-    def backward_started(self):
-        self.ran_backward = True
 
     def at(self, loc):
         self.loc = loc

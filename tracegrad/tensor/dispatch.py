@@ -147,9 +147,6 @@ class Eager:
     def grad_owner(self, leaf):
         return leaf
 
-    def backward_started(self):
-        pass
-
     def at(self, loc):
         pass
 
