@@ -137,6 +137,18 @@ def test_jvp_refuses_a_tangent_read_through_a_closure():
         tg.jvp(outer, (t64([0.3, -0.2]),), (t64([1.0, 0.5]),))
 
 
+def test_jvp_of_a_log_softmax_over_gathered_rows():
+    """Fuzz seed 99, program 266: the tangent's column statistic over (3, 257) rows has no kernel
+    streaming its space, and the walk ordering of fusion raised ValueError (max of nothing)."""
+    def f(x0):
+        v3 = x0.clamp(min=0.1)[tg.tensor([-1, -1, 0])]
+        return F.log_softmax(v3, -1).reshape(771)
+    x, t = t64(rnd((1, 257), 5)), t64(rnd((1, 257), 6))
+    (e_out, e_t), (c_out, c_t) = tg.jvp(f, (x,), (t,)), tg.jvp(tg.compile(f), (x,), (t,))
+    np.testing.assert_allclose(c_out.numpy(), e_out.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(c_t.numpy(), e_t.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def _hvp(f):
     """x -> the gradient of f(x).sum(): under tg.jvp, a Hessian-vector product."""
     def g(a):
