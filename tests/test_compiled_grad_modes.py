@@ -360,3 +360,20 @@ def test_unmaterialized_grads_are_none():
     Two.apply(x)[0].sum().backward()
     assert seen == [(False, True)]
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+class PowersWithJvp(Powers):
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return t, 2 * x * t, 3 * x * x * t
+
+
+@pytest.mark.parametrize("backend", tg.jit.BACKENDS)
+def test_a_function_with_several_outputs_under_jvp(backend):
+    x, t = t64([1.0, -3.0]), t64([0.5, 2.0])
+    eager = tg.jvp(PowersWithJvp.apply, (x,), (t,))
+    compiled = tg.jvp(tg.compile(lambda a: PowersWithJvp.apply(a), backend=backend), (x,), (t,))
+    for e, c in zip(eager[0] + eager[1], compiled[0] + compiled[1]):
+        np.testing.assert_array_equal(c.numpy(), e.numpy())
+    np.testing.assert_allclose(compiled[1][2].numpy(), 3 * x.numpy() ** 2 * t.numpy())
