@@ -107,7 +107,7 @@ def main(argv=None):
     fz.add_argument("--backend", action="append", metavar="NAME",
                     help="backend(s) compared with eager: interpret, llvm, cuda (repeat or comma-separate; default "
                          "interpret,llvm; cuda needs a GPU or NUMBA_ENABLE_CUDASIM=1)")
-    fz.add_argument("--kind", help="only these kinds: graph,inplace,mutate,alias,train,state,reads,numeric")
+    fz.add_argument("--kind", help="only these kinds: graph,inplace,mutate,alias,train,state,reads,numeric,jvp,penalty")
     fz.add_argument("--dtype", choices=["float32", "float64"], help="only this dtype (default: both)")
     fz.add_argument("--out", default="fuzz-failures", help="folder for the failing programs' .py files")
     fz.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")

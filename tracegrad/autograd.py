@@ -307,7 +307,6 @@ def _run(outputs, grad_outputs, retain_graph, create_graph, inputs, allow_unused
                                "(Tensor.register_hook) is not supported: call backward() outside the compiled "
                                "function (hooks then run eagerly on the gradients it returns), or remove the hooks "
                                "(handle.remove())")
-        interp.backward_started()
     elif inputs is None and len(outputs) == 1 and sites is None:
         node = outputs[0].grad_fn
         if node is not None and outputs[0]._requires_grad and node.n_out == 1 and grad_outputs[0] is not None \

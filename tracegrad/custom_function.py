@@ -150,6 +150,11 @@ class FunctionNode(GraphNode):
         ctx._node = self
         ctx._versions = tuple(t._ver[0] if t is not None else None for t in ctx._saved)
 
+    @property
+    def takes_absent(self):
+        """After ctx.set_materialize_grads(False) backward gets None, not zeros, for an unused output."""
+        return not self.ctx.materialize_grads
+
     def name(self):
         return f"{self.cls.__name__}Backward"
 

@@ -40,9 +40,6 @@ class Forward:
     def grad_owner(self, leaf):
         return self.below.grad_owner(leaf)
 
-    def backward_started(self):
-        self.below.backward_started()
-
     def at(self, loc):
         self.below.at(loc)
 

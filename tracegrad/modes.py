@@ -14,7 +14,7 @@ NumPy implementation. An interpreter answers:
     constant_array(array, dtype, device, requires_grad) -> tensor  a tensor made from data (a factory)
     mutate(tensor, new) -> tensor                                an in-place write
     grad_access(tensor) -> the tensor whose .grad holds its gradient; grad_owner(leaf),
-    backward_started(), at(loc): the backward engine's hooks
+    at(loc): the backward engine's hooks
     concrete: bool                                               whether values are NumPy arrays
 """
 import functools

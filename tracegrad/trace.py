@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes as D
 from . import strides as L
 from .broadcast import in_package, user_frame
-from .modes import interpreters
+from .modes import interpreter, interpreters
 from .ops.layout import reshape_strides
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
@@ -102,6 +102,12 @@ class Traced(Tensor):
             t._base = self._base
             tracer.views[id(t)] = (t,) + view[1:]
         return t
+
+    @classmethod
+    def _zeros(cls, shape, dtype, dev):
+        """The zero cotangent the backward engine gives an unused output (of a custom Function with
+        several outputs): a constant of the graph being traced, not an array."""
+        return interpreter().constant(0, dtype, dev, shape)
 
     def _implicit_gradient(self, create_graph):
         return ones_like(self)
@@ -200,7 +206,6 @@ class Tracer:
         self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
         self.saved = []            # backward graphs: the forward Values they read
         self._saved = {}
-        self.ran_backward = False
         self.loc = None            # while the engine runs a VJP: the forward op's file:line
         # storage, as eagerly: a tensor, its detach()/.data aliases and its views share one version
         # counter (the list _ver); an update through any of them is seen by all (see _current)
@@ -422,9 +427,6 @@ class Tracer:
             if e.standin is standin:
                 return e.real if e.source[0] == "captured" else standin
         return standin
-
-    def backward_started(self):
-        self.ran_backward = True
 
     def at(self, loc):
         self.loc = loc

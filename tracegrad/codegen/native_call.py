@@ -23,9 +23,10 @@ kind of change (item set, delete, clear, update, pop, an attribute stored by spe
 move the tag and a read leave it; else None (the caller compares items).
 """
 import ctypes
-import threading
 
 import llvmlite.binding as llvm
+
+from ..locks import lock
 
 _API = ("PyLong_AsVoidPtr", "PyEval_SaveThread", "PyEval_RestoreThread", "Py_IncRef")
 METH_NOARGS = 0x0004
@@ -146,7 +147,7 @@ class _MethodDef(ctypes.Structure):
 
 
 _STATE = []          # [(method def, PyCFunction_NewEx)] once built, or [None] where not possible
-_LOCK = threading.Lock()
+_LOCK = lock()
 
 
 def _trampoline():
@@ -248,7 +249,7 @@ def _struct_offsets(np):
 _WRITEABLE = []
 
 
-_WRITEABLE_LOCK = threading.Lock()
+_WRITEABLE_LOCK = lock()
 
 
 def writeable_check():
@@ -261,7 +262,7 @@ def writeable_check():
 
 
 _VERSIONS = []
-_VERSIONS_LOCK = threading.Lock()
+_VERSIONS_LOCK = lock()
 
 
 def versions_check(dicts):

@@ -16,12 +16,12 @@ in use ("allocated") and held, in use or cached ("reserved"), as torch.cuda.memo
 import inspect
 import itertools
 import math
-import threading
 import weakref
 
 import numpy as np
 
 from ..ir.kernels import contiguous_strides
+from ..locks import rlock
 from . import simulated
 
 MIN_BLOCK = 512
@@ -39,7 +39,7 @@ class Pool:
     """One device's blocks: cached ones by size class, and the counts of stats()."""
 
     def __init__(self):
-        self.lock = threading.RLock()      # a lease's finalizer may run in the middle of an allocation
+        self.lock = rlock()      # a lease's finalizer may run in the middle of an allocation
         self.cached = {}                   # size class -> [blocks]
         self.leases = {}                   # token -> the GPU lease of a block in use (numba counts its views)
         self.tokens = itertools.count()

@@ -20,6 +20,7 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
            changed, eval()/train(), a parameter or a submodule replaced, parameters edited under
            no_grad, the dropout rate changed), parameters passed as arguments *and* held by the
            optimizer, and an eval call under no_grad; losses and parameters after every call.
+- jvp, penalty: forward mode through a compiled call, and create_graph inside one (modes.py).
 """
 import numpy as np
 
@@ -29,8 +30,8 @@ from .reads import reads_program
 from .source import Program
 from .training import _train
 
-KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "reads", "numeric")
-WEIGHTS = (0.24, 0.13, 0.13, 0.1, 0.14, 0.09, 0.09, 0.08)
+KINDS = ("graph", "inplace", "mutate", "alias", "train", "state", "reads", "numeric", "jvp", "penalty")
+WEIGHTS = (0.22, 0.11, 0.11, 0.09, 0.12, 0.07, 0.08, 0.08, 0.06, 0.06)
 
 
 def generate(index, seed, dtype=None, kind=None):
@@ -211,3 +212,6 @@ def _state(rng, index, seed, dtype):
 
 def _reads(rng, index, seed, dtype):
     return reads_program(_graph_builder(rng, 1), rng, index, seed, dtype)
+
+
+from .modes import _jvp, _penalty  # noqa: E402,F401  (they build on the graph builders above)

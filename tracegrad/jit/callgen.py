@@ -231,7 +231,7 @@ def straight_apply(entry):
            "raise_double_backward": raise_double_backward}
     n = entry.n_diff
     lines = ["def apply(node, grads):",
-             "    if Mode.grad:",
+             "    if Mode.grad or Mode.interpreters:",
              "        raise_double_backward(entry.name)",
              f"    ({''.join(f'g{i}, ' for i in range(n))}) = grads",
              f"    arrays = [{''.join(f'g{i}._data, ' for i in range(n))}]",

@@ -35,7 +35,7 @@ class Capture:
     graph.outputs: the user's tensor outputs, then the new values of updated inputs, then the new
     .grad values (the reverse-mode pass appends the values saved for backward)."""
 
-    def __init__(self, fn, name, args, kwargs, leaves, paths):
+    def __init__(self, fn, name, args, kwargs, leaves, paths, runs=None):
         self.graph = graph = Graph(name)
         names = {}
         self.tracer = tracer = CaptureTracer(graph, names)
@@ -53,7 +53,7 @@ class Capture:
         dynamic = _lift_dynamic(tracer, objects)
         try:
             with interpreting(tracer), watch_draws(name) as draws:
-                out = fn(*call_args, **call_kwargs)
+                out = (runs or fn)(*call_args, **call_kwargs)
         except Exception as e:
             _explain_leaf(e, tracer)
             _annotate(e, name)
@@ -135,10 +135,17 @@ class Capture:
                 how = None
             elif held is not None and held.source[0] in ("arg", "captured"):
                 how = (held.source, held.real)          # a tensor the caller holds: that object
+            elif after.grad_fn is not None:             # backward(create_graph=True): history to keep
+                raise TraceError(f"compiled function {name} sets the .grad of {_grad_name(tracer, t)} to a tensor "
+                                 f"with autograd history (backward(create_graph=True), or .grad assigned a result "
+                                 f"of tensors requiring grad); a compiled call writes .grad back as a plain "
+                                 f"tensor, which would drop that history. Take the gradient with "
+                                 f"tg.autograd.grad(..., create_graph=True) and return it, or call the function "
+                                 f"without tg.compile")
             else:                                       # a new tensor, as eagerly (never the old .grad)
                 how = made.get(id(after))
-                if how is None:
-                    how = made[id(after)] = (len(values), after._dtype, after._device, after._ver[0])
+                if how is None:     # on its tensor's device (a cpu scalar's gradient computed on cuda)
+                    how = made[id(after)] = (len(values), after._dtype, t._device, after._ver[0])
                     values.append(tracer.lift(after)._ir)
             self.grad_writes.append((target, how))
 
@@ -182,6 +189,12 @@ def _overlaps(tracer, name, results):
                                  f"{o.value.name}, which shares its memory (a view of it or its base), after the "
                                  f"update; compute the view inside the function from the updated tensor instead")
     return out
+
+
+def _grad_name(tracer, t):
+    """The readable name of the tensor whose .grad is `t`'s field (an argument's stand-in, a captured tensor)."""
+    e = next((e for e in tracer.order if e.standin is t or e.real is t), None)
+    return e.value.name if e is not None else "a tensor"
 
 
 def _with_called(bindings, draws, name):

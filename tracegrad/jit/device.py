@@ -97,7 +97,7 @@ def is_device_array(a):
 class DeviceInputs:
     """A cuda entry's input arrays: tensors' device arrays as they are; host arrays (constants made
     while tracing, an optimizer's lr read per call, a 0-d cpu tensor) copied to the device once, and
-    again only when a number's value changes, so a steady training step copies nothing."""
+    again only when a 0-d one holds other bits, so a steady training step copies nothing."""
 
     def __init__(self):
         self.kept = {}               # per input position: (host array, its value if 0-d, device array)
@@ -105,9 +105,9 @@ class DeviceInputs:
     def __call__(self, arrays):
         out = list(arrays)
         for i, a in enumerate(arrays):
-            if isinstance(a, np.ndarray):
-                kept, v = self.kept.get(i), a.item() if a.ndim == 0 else None
-                if kept is None or not (kept[0] is a or v is not None and type(kept[1]) is type(v) and kept[1] == v):
+            if isinstance(a, np.ndarray):    # a 0-d array by its bytes: updated in place, or -0.0 after 0.0
+                kept, v = self.kept.get(i), (a.dtype, a.tobytes()) if a.ndim == 0 else None
+                if kept is None or not (kept[1] == v if v is not None else kept[0] is a):
                     kept = self.kept[i] = (a, v, to_device(a))
                 out[i] = kept[2]
         return out
@@ -166,9 +166,26 @@ def expanded(a):
 
 
 def copy_into(dst, src):
-    """dst[...] = src on the device (dst may be strided)."""
+    """dst[...] = src on the device (dst may be strided); a host dst (a 0-d cpu tensor a cuda call
+    updated) gets a host copy."""
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst, to_host([src], [0])[0])
+        return
     from ..cuda.kernels import copy_strided
     copy_strided(src, dst)
+
+
+def to_host(arrays, positions):
+    """`arrays` with those at `positions` copied to the host: what a cuda call returns for cpu tensors
+    (0-d cpu inputs, their gradients and .grad), which PyTorch keeps on the cpu."""
+    from ..cuda import memory
+    out = list(arrays)
+    for j in positions:
+        a = out[j]
+        if not isinstance(a, np.ndarray):
+            h = memory.copy(a, "host")
+            out[j] = h if h.shape == a.shape else h.reshape(a.shape)
+    return out
 
 
 def device_copy(a):
@@ -184,6 +201,8 @@ class DeviceFresh:
 
     def __call__(self, arr):
         from ..cuda import memory
+        if isinstance(arr, np.ndarray):     # a host copy (to_host) is fresh
+            return arr
         for a in self.inputs:
             if arr is a or memory.may_share_memory(arr, a):
                 return device_copy(arr)

@@ -11,7 +11,7 @@ from ..tensor import Tensor
 from .aliases import rebuild_aliases
 from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
 from .check import checked_run
-from .device import DeviceFresh, DeviceInputs, expanded
+from .device import DeviceFresh, DeviceInputs, expanded, to_host
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, partial_backward
@@ -28,7 +28,7 @@ class Entry:
         self.cf, self.check = cf, cf.check
         self.name = re.sub(r"[^\w.]", "", cf.__name__) or "f"   # <lambda> -> lambda
         self.n_leaves = len(leaves)
-        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths)
+        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths, cf.runs)
         cap = s.capture
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
@@ -53,6 +53,10 @@ class Entry:
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self.updated_at = [ii for ii, _ in self.updated]
         self.writes = bool(self.mutations or self.grad_writes)
+        # a cuda call's results and .grad values that are cpu tensors (of 0-d cpu inputs): host copies
+        self.host_outs = [x for kind, x, st in self.out_plan if kind == "tensor" and st._device.type == "cpu"] + \
+            [how[0] for _, how in self.grad_writes if how and len(how) == 4 and how[2].type == "cpu"] \
+            if self.on_device else []
         self._kernels = None
         self._partial = {}          # the backward for some cotangents only, by which (partial_backward)
         # no backward graph, yet outputs that require grad: they get a node passing nothing on, or
@@ -104,6 +108,8 @@ class Entry:
         self.watch = inputs, [k for k, (kind, x, _) in enumerate(self.out_plan) if kind == "tensor" and x in outputs]
         self.bwd_targets = [e.source if e.source[0] == "arg" else ("captured", e.real) for e in backward.targets]
         self.bwd_inputs = backward.reads       # tensors the backward reads directly (constants)
+        self.host_grads = [j for j, e in enumerate(backward.targets) if e.real._device.type == "cpu"] \
+            if self.on_device else []           # gradients of 0-d cpu inputs of a cuda call: to the host
         tensor_pos = [k for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
         self.diff_pos = [tensor_pos[i] for i in self.diff_outputs]
         self.diff_meta = [(st._shape, st._dtype, st._device) for st in
@@ -137,6 +143,8 @@ class Entry:
             outs = checked_run(self.programs, 0, self.fwd, arrays)
         else:
             outs = self.run_fwd(arrays)
+        if self.host_outs:
+            outs = to_host(outs, self.host_outs)
         if self.plain_outs is not None:
             results = []
             for x, dtype, dev in self.plain_outs:

@@ -7,10 +7,12 @@ import types
 import warnings
 from collections import Counter, deque
 
+from ..locks import after_fork_in_child, lock, rlock
 from ..modes import _thread
 from ..trace import tracing
 from . import introspect
 from .entry import Entry
+from .forward_call import TangentsOf, call_with_tangents
 from .signature import call_signature, changes, fast_key, last_call
 
 BACKENDS = ("llvm", "interpret")          # the cpu backends
@@ -72,6 +74,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     before the exception would remain); the next call traces again. An in-place update of an input
     that autograd records (x.add_(w) with w requiring grad, outside tg.no_grad()) is refused at the
     call: the caller's tensor could not take that history.
+    Under tg.jvp a call runs the function traced in forward mode (its arguments' tangents as inputs;
+    jit/forward_call.py), compiled and cached apart. A gradient taken inside with create_graph=True
+    (a gradient penalty) is part of the traced graph, so the call's backward differentiates it.
     Python code around tensor ops (prints, appends, random draws) runs only while tracing.
     Random tensors (tg.rand, tg.randn, tg.randint, tg.randperm, dropout) draw at every call, in eager's order, unused ones
     included: the generator ends where eager leaves it under the same tg.manual_seed.
@@ -88,7 +93,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE):
+    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE, runs=None):
+        """runs: what a trace calls instead of fn (the forward-mode twin's TangentsOf), fn still
+        being what the guards read."""
         if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -103,7 +110,8 @@ class CompiledFunction:
         self._changes = Counter()
         self._warned = False
         self._clock = 0
-        self._lock = threading.RLock()     # one trace at a time: racing first calls compile once
+        self._lock = rlock()               # one trace at a time: racing first calls compile once
+        self.runs, self._twin = runs, None  # _twin: the compiled function of calls under tg.jvp
         if isinstance(fn, (types.FunctionType, types.MethodType)):
             functools.update_wrapper(self, fn)
             self._signature_of = fn
@@ -111,6 +119,8 @@ class CompiledFunction:
             self.__name__ = getattr(fn, "__name__", type(fn).__name__)
             self.__doc__ = getattr(fn, "__doc__", None)
             self._signature_of = getattr(fn, "forward", fn)
+        if runs is not None:
+            self._signature_of = runs
 
     def __getattr__(self, name):
         """tg.compile(model) stands in for the model: its other attributes are the model's."""
@@ -124,8 +134,10 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if _thread.interpreters and tracing():    # called while tracing another function: inline it
-            return self.fn(*args, **kwargs)
+        if _thread.interpreters:
+            if tracing():                  # called while tracing another function: inline it
+                return self.fn(*args, **kwargs)
+            return call_with_tangents(self._forward_mode(), args, kwargs)     # under tg.jvp
         last = self._last                  # (LastCall, entry) of the latest hot-path call
         if last is not None and not kwargs and last[0].matches(args):
             entry = last[1]
@@ -155,6 +167,18 @@ class CompiledFunction:
         if fast is not None:
             self._fast[fast] = entry
         return entry.call(leaves)
+
+    def _forward_mode(self):
+        """The compiled function of calls under forward mode: fn traced with its arguments' tangents
+        (forward_call.py), its entries cached apart."""
+        if self._twin is None:
+            with self._lock:
+                if self._twin is None:
+                    twin = CompiledFunction(self.fn, self.backend, self.fuse, self.check, self.cache_size,
+                                            runs=TangentsOf(self.fn, self.__name__))
+                    twin.__name__ = f"{self.__name__}_jvp"
+                    self._twin = twin
+        return self._twin
 
     def _hit(self, entry, args):
         self._stats["cache_hits"] += 1
@@ -256,21 +280,41 @@ class _gc_paused:
     """Python's cyclic garbage collector paused while a signature compiles (any thread): compiling
     makes hundreds of thousands of IR objects that all stay alive, and each collection of the oldest
     generation walks them all, so its cost grew with the square of the function's size. Cycles
-    made meanwhile are collected once it is resumed."""
-    _lock, _depth, _was = threading.Lock(), [0], [False]
+    made meanwhile are collected once it is resumed. The pauses are counted per thread: a forked
+    child, which has only the forking thread, drops the others' (and resumes it when none is left)."""
+    _lock, _depth, _was = lock(), {}, [False]     # _depth: thread id -> its nested pauses
 
     def __enter__(self):
         with self._lock:
-            if self._depth[0] == 0:
+            if not self._depth:
                 self._was[0] = gc.isenabled()
                 gc.disable()
-            self._depth[0] += 1
+            me = threading.get_ident()
+            self._depth[me] = self._depth.get(me, 0) + 1
 
     def __exit__(self, *exc):
         with self._lock:
-            self._depth[0] -= 1
-            if self._depth[0] == 0 and self._was[0]:
-                gc.enable()
+            me = threading.get_ident()
+            self._depth[me] -= 1
+            if not self._depth[me]:
+                del self._depth[me]
+            self._resume()
+
+    @classmethod
+    def _resume(cls):
+        if not cls._depth and cls._was[0]:
+            gc.enable()
+
+    @classmethod
+    def after_fork(cls):
+        mine = cls._depth.pop(threading.get_ident(), None)
+        cls._depth.clear()
+        if mine:
+            cls._depth[threading.get_ident()] = mine
+        cls._resume()
+
+
+after_fork_in_child(_gc_paused.after_fork)
 
 
 def make_ir(f):

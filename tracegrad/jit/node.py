@@ -5,7 +5,7 @@ from ..autograd import GraphNode, _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
-from .device import DeviceFresh
+from .device import DeviceFresh, to_host
 from .writeback import Fresh
 
 _data_of = attrgetter("_data")
@@ -120,7 +120,7 @@ class CompiledNode(GraphNode):
         """The gradients of self.reals: backward graph `graph` run (`run`; in check mode its
         `programs` against the interpreter) on the cotangents, the saved values and the constants;
         an output not among `known` fresh ones may be an input passed through, and is copied."""
-        if _Mode.grad:
+        if _Mode.grad or _Mode.interpreters:
             raise_double_backward(self.entry.name)
         entry = self.entry
         arrays = list(map(_data_of, grads))
@@ -132,6 +132,8 @@ class CompiledNode(GraphNode):
             outs = checked_run(programs, 1, graph, arrays)
         else:
             outs = run(arrays)
+        if entry.host_grads:
+            outs = to_host(outs, entry.host_grads)
         fresh = (DeviceFresh if entry.on_device else Fresh)(arrays) if len(known) < len(outs) else None
         if fresh is None:
             wrapped = []
@@ -146,8 +148,14 @@ class CompiledNode(GraphNode):
 
 
 def raise_double_backward(name):
-    raise RuntimeError(f"create_graph=True (double backward) through compiled function {name} "
-                       f"is not supported; call the function without tg.compile for higher-order grads")
+    """The backward of a compiled call runs compiled code on arrays: nothing it computes is recorded
+    for a second backward (create_graph=True) or carries a tangent (under tg.jvp)."""
+    if _Mode.grad:
+        raise RuntimeError(f"create_graph=True (double backward) through compiled function {name} "
+                           f"is not supported; call the function without tg.compile for higher-order grads")
+    raise RuntimeError(f"forward mode (tg.jvp) over the backward of compiled function {name} (a Hessian-vector "
+                       f"product) is not supported: its gradients would carry no tangents. Call the function "
+                       f"without tg.compile there, or take the gradient inside the compiled function")
 
 
 class RefusedBackward:

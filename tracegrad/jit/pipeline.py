@@ -5,7 +5,7 @@ from ..ir.interpret import run as interpret_run
 from ..ir.passes import optimize
 from ..ir.passes.autodiff import reverse_mode
 from ..ir.passes.remat import rematerialize
-from ..autograd import is_grad_enabled
+from ..autograd import FREED_MESSAGE, is_grad_enabled
 from ..ops import PRIMS
 from ..tensor import TraceError
 from .capture import Capture
@@ -13,22 +13,27 @@ from .device import choose_backend
 from .writeback import protect_reads
 
 
+# the errors of a backward through the traced graph that eager raises only at backward()
+REFUSED = ("one of the variables needed for gradient computation has been modified by an inplace", FREED_MESSAGE)
+
+
 class Stages:
     """What the pipeline produced: the capture, each stage's graphs, the executables."""
 
 
-def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
+def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None):
+    """The stages of fn's signature; the trace calls `runs` in fn's place where given."""
     s = Stages()
-    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths)            # trace
+    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths, runs)      # trace
     s.backend, s.device = choose_backend(backend, name, cap.tracer.order)     # where it runs
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
     s.backward = s.refused = None
-    if not cap.tracer.ran_backward and is_grad_enabled():                      # reverse mode
-        tensor_outs = [(i, st) for kind, i, st in cap.out_plan if kind == "tensor"]
+    if is_grad_enabled():           # reverse mode (also after a backward inside: a gradient penalty's
+        tensor_outs = [(i, st) for kind, i, st in cap.out_plan if kind == "tensor"]    # create_graph)
         try:
             s.backward = reverse_mode(cap.tracer, tensor_outs, name)
-        except RuntimeError as e:   # a saved value was updated in place: eager raises at backward()
-            if "modified by an inplace operation" not in str(e):
+        except RuntimeError as e:   # a saved value was updated in place, or a backward inside freed the
+            if not str(e).startswith(REFUSED):      # graph: eager raises at backward()
                 raise
             s.refused = str(e)
         if s.backward is None and s.refused is None:    # outputs need grad, but no input gets any:

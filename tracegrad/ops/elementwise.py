@@ -148,7 +148,8 @@ prim("floordiv", "elementwise", ew_rule("floordiv"), quiet(_floordiv_impl), vjp=
 prim("remainder", "elementwise", ew_rule("remainder"), quiet(_remainder_impl),
      vjp=(lambda n, g: unbroadcast(g, n.shapes[0]),
           lambda n, g: unbroadcast(-(g * bind("floordiv", n.x(0), n.x(1))), n.shapes[1])),
-     jvp=None, save={1: (0, 1)}, lower=None, dtypes=(), cost=None)
+     jvp=lambda n, ts: sum_tangents([ts[0], None if ts[1] is None else -(ts[1] * bind("floordiv", n.x(0), n.x(1)))]),
+     save={1: (0, 1)}, lower=None, dtypes=(), cost=None)
 prim("floor", "elementwise", ew_rule("floor"), np.floor, vjp=(lambda n, g: g * 0.0,),
      jvp=lambda n, ts: ts[0] * 0.0, save=(), lower="floor(a)", dtypes=FLOAT, cost=CHEAP)
 # half to even, as PyTorch's round; piecewise constant: zero gradient

@@ -86,11 +86,17 @@ def _prod_others_grad(n, g):
     return bind("where", x == 0, 0.0, (weighted.sum(axis=axis, keepdims=True) - weighted) / safe)
 
 
+def _prod_others_grad_of_tangent(n, ts):
+    """Forward mode: the Jacobian of the exclusive product is symmetric (d others_k / d x_j is the
+    product of the elements other than j and k), so J t is the reverse rule applied to t."""
+    return _prod_others_grad(n, ts[0])
+
+
 prim("prod", "reduction", reduce_rule("prod"), lambda x, axis, keepdims: np.prod(x, axis, keepdims=keepdims),
      vjp=(_prod_vjp,), jvp=lambda n, ts: (bind("prod_others", n.x(0), axis=n.attrs["axis"]) * ts[0]).sum(
          axis=n.attrs["axis"], keepdims=n.attrs["keepdims"]), save=(0,), lower=None, dtypes=(), cost=None)
 prim("prod_others", "reduction", lambda shapes, dtypes, axis: (shapes[0], dtypes[0]), _prod_others_impl,
-     vjp=(_prod_others_grad,), jvp=None, save=(0,), lower=None, dtypes=(), cost=None)
+     vjp=(_prod_others_grad,), jvp=_prod_others_grad_of_tangent, save=(0,), lower=None, dtypes=(), cost=None)
 
 
 def _cumsum_rule(shapes, dtypes, axis, reverse):

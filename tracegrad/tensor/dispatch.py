@@ -30,9 +30,11 @@ def dispatch(p, inputs, attrs, device=None):
     autograd records a node when grad mode is on and an input requires grad. `device`: where a
     primitive without inputs (rand) puts its result (default: the cpu)."""
     dev = inputs[0]._device if inputs else device or CPU
+    node_class = Node
     for t in inputs:
         if t._device is not dev and t._device != dev:
             dev = _common_device(inputs)
+            node_class = CrossDeviceNode
             break
     shape, dtype = p.rule([t._shape for t in inputs], [t._dtype for t in inputs], **attrs)
     for t in inputs:
@@ -49,7 +51,7 @@ def dispatch(p, inputs, attrs, device=None):
         for t in inputs:
             if t._requires_grad:
                 out._requires_grad = True
-                out.grad_fn = node = Node(p, inputs, attrs, out)
+                out.grad_fn = node = node_class(p, inputs, attrs, out)
                 node.loc = out._loc
                 break
     return out
@@ -144,9 +146,6 @@ class Eager:
 
     def grad_owner(self, leaf):
         return leaf
-
-    def backward_started(self):
-        pass
 
     def at(self, loc):
         pass
@@ -364,6 +363,11 @@ def _to_device(t, dev):
     if _thread.interpreters:
         raise TraceError(f"moving a tensor to {dev} inside tg.compile or tg.jvp is not supported; move the "
                          f"tensors before the call")
+    return _moved(t, dev)
+
+
+def _moved(t, dev):
+    """_to_device without its checks (concrete `t`, `dev` available)."""
     arr = t._concrete("to(device)")
     arr = memory.copy(arr, "device") if dev.type == "cuda" else memory.copy(arr, "host")
     out = new(arr, t._dtype, dev)
@@ -376,3 +380,18 @@ def _to_device(t, dev):
 _TO_DEVICE = core.Prim("to_device", "copy", None, None, save=(), save_out=False, lower=None, dtypes=(), cost=None,
                        vjp=(lambda n, g: _to_device(g, n.attrs["device"]),), jvp=None)
 _TO_DEVICE.backward_name = "ToCopyBackward"   # not registered in the table: eager only, never traced
+
+
+class CrossDeviceNode(Node):
+    """The node of an operation joining a 0-d cpu tensor with tensors on another device: each input's
+    gradient goes back to that input's device, as PyTorch's engine moves it (a cpu scalar's .grad
+    stays on the cpu). Traced gradients keep their label: a compiled call's boundary moves them."""
+    __slots__ = ("devices",)
+
+    def __init__(self, prim, inputs, attrs, out):
+        super().__init__(prim, inputs, attrs, out)
+        self.devices = [t._device for t in inputs]
+
+    def apply(self, grads):
+        return [g if g is None or g._device == d or g._data is None else _moved(g, d)
+                for g, d in zip(super().apply(grads), self.devices)]

@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from .. import cache
+from ...locks import lock
 
 HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
           "import math\n"
@@ -32,7 +33,7 @@ WARP = 32
 REGISTERS = 65536      # 32-bit registers of a block (every GPU numba.cuda supports)
 REGISTER_NOTE = "# at most {} registers a thread"      # the generated file's last line, where capped
 _KERNELS = {}
-_LOCK = threading.Lock()
+_LOCK = lock()
 
 
 def simulated():

@@ -68,6 +68,8 @@ def _ordered(run):
     if space is None:
         return run
     walk = [k.shape == space and _streams(k) for k in run]
+    if not any(walk):            # the statistic's readers move no memory of its space's size: no walk
+        return run
     maker = {id(v): i for i, k in enumerate(run) for v in k.outputs}
     reads = [sorted({maker[id(ld.buf)] for ld in k.reads if id(ld.buf) in maker and maker[id(ld.buf)] < i})
              for i, k in enumerate(run)]
