@@ -227,3 +227,14 @@ def test_cuda_kernels_count_toward_the_cap(cache_dir):
     survivors = {name for name, paths in files.items() if all(p.exists() for p in paths)}
     assert survivors == {"k1", "o1"} and kept <= 3500
     assert all(not p.exists() for name in files.keys() - survivors for p in files[name])   # whole or nothing
+
+
+def test_an_entry_of_an_older_format_is_a_quiet_miss(cache_dir, compiles):
+    _run(2.0)
+    (name,) = _entries(cache_dir)
+    payload = (cache_dir / name).read_bytes()[len(cache.MAGIC) + 64:]
+    (cache_dir / name).write_bytes(b"TGOBJ1\n" + hashlib.sha256(payload).hexdigest().encode() + payload)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _run(2.0).stats()["disk_hits"] == 0 and len(compiles) == 2
+        assert _run(2.0).stats()["disk_hits"] == 1                  # rewritten in this format
