@@ -3,7 +3,7 @@ PTX check) start them as soon as collection has selected the test (tests/conftes
 run beside the other tests instead of after them; the test, run last, waits for them and checks
 their output:
 
-    JOB = background.Job([background.Step(argv, env, timeout), ...])
+    JOB = background.Job([background.Step(argv, env), ...])
 
     @background.runs(JOB)
     def test_x():
@@ -33,7 +33,8 @@ _started = []
 class Step:
     argv: list
     env: dict
-    timeout: float             # seconds; past it the step is killed (Result.returncode None)
+    timeout: float = None      # seconds (hangs.limit) past which the step is killed (Result.returncode None);
+                               # None: it takes as long as it takes (a hang is not what it tests)
     quiet: bool = False        # the next step runs only if this one printed nothing on stdout
 
 
@@ -100,7 +101,7 @@ class Job:
             self._proc = proc = subprocess.Popen(argv, cwd=ROOT, env=step.env, stdin=subprocess.DEVNULL,
                                                  stdout=out, stderr=err, start_new_session=POSIX)
         try:
-            rc = proc.wait(timeout=step.timeout)
+            rc = proc.wait(timeout=step.timeout)        # None: no limit
         except subprocess.TimeoutExpired:
             self.stop()
             proc.wait()

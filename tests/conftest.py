@@ -6,9 +6,14 @@ TRACEGRAD_CUDA_TESTS=1, on a GPU); otherwise tests/test_cuda_sim.py runs them in
 import os
 import tempfile
 
+from hypothesis import HealthCheck, settings
+
 import background
 
 os.environ.setdefault("TRACEGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="tracegrad-test-cache-"))
+# no example fails for its time on a busy machine (tests/test_wall_clock.py): a test's own settings() keep these
+settings.register_profile("tracegrad", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tracegrad")
 
 collect_ignore = [] if "1" in (os.environ.get("NUMBA_ENABLE_CUDASIM"), os.environ.get("TRACEGRAD_CUDA_TESTS")) \
     else ["cuda"]

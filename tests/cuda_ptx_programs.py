@@ -13,6 +13,7 @@ sizes. They launch every kind of kernel tracegrad has:
   cache, tiled and split reductions, gradients).
 """
 import ast
+import math
 import os
 import sys
 import time
@@ -112,7 +113,7 @@ def eager_library():
 def gpu_check_functions():
     """examples/gpu_check.py's correctness checks and workloads at its --quick sizes."""
     import gpu_check as g
-    failed = [c for c in g.correctness(g.QUICK["check"], time.perf_counter() + 600) if not isinstance(c[1], float)]
+    failed = [c for c in g.correctness(g.QUICK["check"], math.inf) if not isinstance(c[1], float)]
     assert not failed, failed
     for wid in ("G1", "G2", "G3", "G4", "G5"):        # compiled (eager_primitives covers eager kernels)
         g.tg_column(wid, g.inputs(wid, g.QUICK[wid], int(wid[1])), True)()

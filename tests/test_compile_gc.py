@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+import hangs
 import tracegrad as tg
 from threads import run_threads
 
@@ -45,7 +46,7 @@ def test_overlapping_compiles_in_threads_restore_the_collector(restore_gc):
     def work(i):
         @tg.compile
         def f(x):
-            inside.wait(timeout=30)             # all four traces are in flight at once
+            inside.wait(timeout=hangs.limit(0.3))   # all four traces in flight at once (serialized: a hang)
             return x * float(i)
         try:
             f(tg.randn(2))

@@ -25,18 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
 NVVM_PROBE = "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"
 RECORDED = Path(tempfile.mkdtemp(prefix="tracegrad-ptx-")) / "kernels.jsonl"
-STEP_TIMEOUT = 300
 PTX = background.Job([      # is there NVVM; the programs under the simulator, recording; their kernels compiled
-    background.Step(background.python("-c", NVVM_PROBE), HOST_ENV, STEP_TIMEOUT, quiet=True),
+    background.Step(background.python("-c", NVVM_PROBE), HOST_ENV, quiet=True),
     background.Step(background.python("tests/cuda_ptx_programs.py"),
-                    dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(RECORDED)}), STEP_TIMEOUT),
-    background.Step(background.python("-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(RECORDED)), HOST_ENV,
-                    STEP_TIMEOUT)])
+                    dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(RECORDED)})),
+    background.Step(background.python("-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(RECORDED)), HOST_ENV)])
 
 
-def _python(args, env, timeout=300):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def _python(args, env):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 def _no_nvvm(probe):
@@ -66,18 +63,16 @@ def _families(path):
 @background.runs(PTX)
 def test_every_kernel_kind_compiles_to_ptx_for_sm90():
     probe, r, check = PTX.results()
-    assert probe.returncode is not None, f"the NVVM probe ran past {STEP_TIMEOUT} s"
     if _no_nvvm(probe):
         pytest.skip(f"no PTX check here: {_no_nvvm(probe)}")
-    assert r.returncode == 0, (f"the programs failed under the simulator (status {r.returncode}; None: killed "
-                               f"past {STEP_TIMEOUT} s):\n{r.stdout}\n{r.stderr[-6000:]}")
+    assert r.returncode == 0, f"the programs failed under the simulator (status {r.returncode}):\n{r.stdout}\n{r.stderr[-6000:]}"
     want = {"generated eager", "generated compiled", "kernels._copy", "kernels._fill", "kernels._gather",
             "kernels._scatter_add", "kernels._put", "kernels._rand", "kernels._randn", "kernels._arange",
             "argreduce.scan", "argreduce.join", "rounding.kernel", "matmul.kernel", "scan._totals", "scan._running",
             "scan._finish", "blockscan.totals", "blockscan.carries", "blockscan.finish"}
     assert want <= _families(RECORDED), f"not recorded: {sorted(want - _families(RECORDED))}"
-    assert check.returncode == 0, (f"kernels that do not compile for a real GPU (status {check.returncode}; None: "
-                                   f"killed past {STEP_TIMEOUT} s):\n{check.stdout[-20000:]}\n{check.stderr[-3000:]}")
+    assert check.returncode == 0, (f"kernels that do not compile for a real GPU (status {check.returncode}):\n"
+                                   f"{check.stdout[-20000:]}\n{check.stderr[-3000:]}")
     assert "failed" not in check.stdout.splitlines()[-1]
 
 
@@ -92,7 +87,7 @@ def test_the_check_reports_a_kernel_numba_cuda_cannot_compile(nvvm, tmp_path):
     rec.write_text("".join(json.dumps({"fn": {"module": f"tracegrad_cuda_{name}", "qualname": "k", "line": 2,
                                               "cells": [], "source": src}, "args": args, "block": 1024}) + "\n"
                            for name, src in (("bad", bad), ("good", good))))
-    r = _python(["-m", "tracegrad.cuda.ptxcheck", str(rec)], HOST_ENV, timeout=120)
+    r = _python(["-m", "tracegrad.cuda.ptxcheck", str(rec)], HOST_ENV)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAILED tracegrad_cuda_bad.k(int64[1dC],int64)" in r.stdout and "good" not in r.stdout
     last = r.stdout.splitlines()[-1]

@@ -9,15 +9,13 @@ import background
 
 SUITE = background.Job([background.Step(
     background.python("-m", "pytest", "tests/cuda", "-q", "-p", "no:cacheprovider"),
-    dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), timeout=600)])
+    dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))])
 
 
 @background.runs(SUITE)
 def test_cuda_suite_under_the_simulator():
     (r,) = SUITE.results()
     out = r.stdout + r.stderr
-    assert r.returncode is not None, (f"the CUDA tests under the simulator ran past {SUITE.steps[0].timeout:.0f} s "
-                                      f"and were killed; their output so far:\n{out[-20000:]}")
     assert r.returncode == 0, f"the CUDA tests under the simulator failed (rc {r.returncode}):\n{out[-20000:]}"
     assert " passed" in out, out[-5000:]
 

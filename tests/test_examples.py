@@ -11,11 +11,11 @@ import tracegrad as tg
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-MLP_TRAIN = background.Job([background.Step(background.python("examples/mlp_train.py", "--quick"), ENV, 120)])
+MLP_TRAIN = background.Job([background.Step(background.python("examples/mlp_train.py", "--quick"), ENV)])
 
 
-def run(*args, timeout=120):
-    p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
+def run(*args):
+    p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=ENV)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -23,7 +23,7 @@ def run(*args, timeout=120):
 def test_mlp_train_quick_reaches_target():
     (r,) = MLP_TRAIN.results()
     rc, out, err = r.returncode, r.stdout, r.stderr
-    assert rc == 0, f"exit {rc} (None: killed past 120 s)\nstdout:\n{out}\nstderr:\n{err}"
+    assert rc == 0, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
     accs = re.search(r"final accuracy: ([\d.]+)%(?: eager, ([\d.]+)% compiled)?", out)
     assert accs, out
     assert float(accs.group(1)) >= 95.0, out

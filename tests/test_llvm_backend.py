@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+import hangs
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad.ops import PRIMS
@@ -466,7 +467,7 @@ def test_a_forked_child_runs_threaded_kernels():
     want = f(x).numpy().copy()                     # the parent's pool exists (and may be spinning)
     pid = os.fork()
     if pid == 0:                                   # child: exit 0 only if the threaded kernel ran right
-        signal.alarm(30)                           # a hang (waiting on the parent's workers) kills it
+        signal.alarm(hangs.limit(1))               # a hang (waiting on the parent's workers) kills it
         ok = np.array_equal(f(x).numpy(), want)
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)

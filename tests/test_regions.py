@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hangs
 import tracegrad as tg
 from tracegrad.codegen import regions, threads
 
@@ -100,7 +101,7 @@ def test_backward_of_a_mixed_step(split_small):
     _close(gw, w.grad.numpy(), 1e-10)
 
 
-def _python(script, timeout, env=None, args=()):
+def _python(script, timeout=None, env=None, args=()):
     env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
@@ -140,7 +141,7 @@ def test_training_step_bits_do_not_depend_on_the_thread_count(tmp_path):
     got = []
     for n in ("1", "2", "3"):
         path = tmp_path / f"t{n}.npz"
-        res = _python(TRAIN, timeout=300, env={"TRACEGRAD_THREADS": n}, args=[str(path)])
+        res = _python(TRAIN, env={"TRACEGRAD_THREADS": n}, args=[str(path)])
         assert res.returncode == 0, res.stderr[-3000:]
         with np.load(path) as z:
             got.append([z[k] for k in sorted(z.files, key=lambda k: int(k.split("_")[1]))])
@@ -151,7 +152,7 @@ def test_training_step_bits_do_not_depend_on_the_thread_count(tmp_path):
 
 
 FORK = """
-    import os, signal
+    import os, signal, sys
     import numpy as np
     import tracegrad as tg
     from tracegrad.codegen import regions, threads
@@ -163,7 +164,7 @@ FORK = """
     parent = threads._POOL[0]
     pid = os.fork()
     if pid == 0:
-        signal.alarm(60)                              # a hang is killed (exit status != 0)
+        signal.alarm(int(sys.argv[1]))                # a hang is killed (exit status != 0)
         ok = all(np.array_equal(o.numpy(), w) for _ in range(3) for o, w in zip(f(x), want))
         mine = threads._POOL[0]
         ok &= mine is not parent and mine.n == 3
@@ -180,16 +181,16 @@ FORK = """
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_runs_regions_on_its_own_pool():
-    res = _python(FORK, timeout=240, env={"TRACEGRAD_THREADS": "3"})
+    res = _python(FORK, timeout=hangs.limit(6), env={"TRACEGRAD_THREADS": "3"}, args=[str(hangs.limit(6))])
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
-def _in_thread(fn, timeout=60):
+def _in_thread(fn):
     """fn() in a daemon thread; its result, or a failure when it does not return (a hung pool)."""
     out = []
     t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
     t.start()
-    t.join(timeout)
+    t.join(hangs.limit(1))
     assert out, "a compiled call did not return"
     return out[0]
 
@@ -229,7 +230,7 @@ def test_two_threads_calling_programs_with_regions_at_once(split_small):
     for t in threads_:
         t.start()
     for t in threads_:
-        t.join(120)
+        t.join(hangs.limit(1.2))
     assert not any(t.is_alive() for t in threads_), "a call hung"
     assert not errors, errors[0]
 

@@ -10,13 +10,14 @@ import threading
 import numpy as np
 import pytest
 
+import hangs
 import tracegrad as tg
 from tracegrad.codegen import regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _python(script, timeout, env=None, args=()):
+def _python(script, timeout=None, env=None, args=()):
     """Run `script` in a fresh interpreter; a hang fails (TimeoutExpired) instead of hanging the suite."""
     env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env, cwd=ROOT,
@@ -51,7 +52,7 @@ FORK_WHILE_BUSY = """
         time.sleep(0.02)
         pid = os.fork()
         if pid == 0:            # the child: old and new compiled functions, then exit 0
-            signal.alarm(60)    # a deadlock is killed by SIGALRM (exit status != 0)
+            signal.alarm(int(sys.argv[2]))    # a deadlock is killed by SIGALRM (exit status != 0)
             ok = abs(big(x).item() - want_big) <= 1e-6 * abs(want_big)
             ok &= np.array_equal(small(x).numpy(), want_small)
             new = tg.compile(lambda x: x[:5] * (100.0 + i))(x).numpy()
@@ -69,7 +70,7 @@ FORK_WHILE_BUSY = """
 def test_fork_while_other_threads_run_and_compile():
     """The child of a fork taken while another thread holds a program's lock, the pool or llvmlite's
     lock runs compiled functions (old and new) and exits: the locks are released in the child."""
-    res = _python(FORK_WHILE_BUSY, timeout=240, args=["6"])
+    res = _python(FORK_WHILE_BUSY, timeout=hangs.limit(9), args=["6", str(hangs.limit(9))])
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
@@ -94,7 +95,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
     got = []
     for n in ("1", "2", "3"):
         path = tmp_path / f"t{n}.npz"
-        res = _python(THREAD_COUNT, timeout=120, env={"TRACEGRAD_THREADS": n}, args=[str(path)])
+        res = _python(THREAD_COUNT, env={"TRACEGRAD_THREADS": n}, args=[str(path)])
         assert res.returncode == 0, res.stderr[-3000:]
         with np.load(path) as z:
             got.append([z[k] for k in sorted(z.files, key=lambda k: int(k.split("_")[1]))])
@@ -140,7 +141,7 @@ def test_a_worker_that_never_runs_costs_nothing_but_its_chunks(split_everything)
         done = []
         t = threading.Thread(target=lambda: done.append(_outputs(f, x)), daemon=True)
         t.start()
-        t.join(60)
+        t.join(hangs.limit(1))
         assert done, "a compiled call waited for workers that never ran"
     finally:
         threads._POOL.remove(pool)

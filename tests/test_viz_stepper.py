@@ -126,7 +126,7 @@ def _browser(args, tmp_path):
     cmd = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}", "--enable-logging=stderr",
            "--v=0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless browser installed (Debian: apt-get install chromium); "

@@ -5,7 +5,7 @@ import numpy as np
 import tracegrad as tg
 import tracegrad.distributed as dist
 
-dist.init_process_group("mpi", timeout=60)
+dist.init_process_group("mpi")
 rank, world = dist.get_rank(), dist.get_world_size()
 base = np.arange(6.0).reshape(2, 3)
 mine = [base * (r + 1) - r for r in range(world)]          # what each rank contributes

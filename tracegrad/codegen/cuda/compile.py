@@ -4,7 +4,10 @@ The source is written to `<TRACEGRAD_CACHE_DIR>/cuda/<sha256>.py` (content-addre
 rewritten) and imported from there, so that `cuda.jit(cache=True)` can work: numba.cuda's file
 cache needs a function defined in a source file, and keys its entries by that file's path and
 timestamp. On a GPU the compiled code is then saved under the file's `__pycache__` and a new
-process loads it instead of compiling. numba's simulator ignores `cache=` (it runs Python).
+process loads it instead of compiling. numba's simulator ignores `cache=` (it runs Python). Those
+folders are private as the rest of the cache (codegen/cache.py): where one is not, or a file of the
+kernel there is another user's, the file goes to a temporary folder of this process, uncached (a
+warning names what was refused); every new file is followed by a prune, so they count toward the cap.
 
 Under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) two names of the module are bound to
 stand-ins before the first launch, so that the same source runs there: `shfl_xor_sync` (the
@@ -33,6 +36,7 @@ WARP = 32
 REGISTERS = 65536      # 32-bit registers of a block (every GPU numba.cuda supports)
 REGISTER_NOTE = "# at most {} registers a thread"      # the generated file's last line, where capped
 _KERNELS = {}
+_UNCACHED = []      # the TemporaryDirectory of uncached kernels' files, once made
 _LOCK = lock()
 
 
@@ -71,7 +75,7 @@ def kernel(body, fn_name, threads=None):
 def _build(text, key, fn_name, cap):
     from numba import cuda
     sim = simulated()
-    path = _write(text, key)
+    path, cached = _write(text, key)
     # the header's `cuda.shfl_xor_sync` does not exist in the simulator: run the rest there
     code = text.replace("shfl_xor_sync = cuda.shfl_xor_sync\n", "") if sim else text
     name = f"tracegrad_cuda_{key[:16]}"
@@ -82,20 +86,36 @@ def _build(text, key, fn_name, cap):
         module.shfl_xor_sync, module.math = _sim_shfl_xor, _SimMath
     sys.modules.setdefault(name, module)
     limits = {"max_registers": cap} if cap and not sim else {}
-    return cuda.jit(getattr(module, fn_name), cache=not sim, **limits)
+    dispatcher = cuda.jit(getattr(module, fn_name), cache=cached and not sim, **limits)
+    if cached:
+        cache.prune()           # the new file counts toward the cap (after cuda.jit, which needs it)
+    return dispatcher
 
 
 def _write(text, key):
-    folder = os.path.join(cache.directory(), "cuda")
-    path = os.path.join(folder, key + ".py")
-    if os.path.exists(path):
-        return path
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)                       # atomic: a reader never sees a partial file
-    return path
+    """The path of the generated file (written once, touched when reused: recently used), and
+    whether numba.cuda may cache its compiled code beside it: the cache keeps something
+    (TRACEGRAD_CACHE_SIZE > 0), its folders are private and no file of this kernel there is another
+    user's (else the file goes to _uncached_folder())."""
+    pycache = cache.private(cache.CUDA, "__pycache__") if cache.max_size() > 0 else None
+    folder = os.path.dirname(pycache) if pycache else None
+    if folder is not None:
+        own = [os.path.join(pycache, n) for n in os.listdir(pycache) if n.startswith(key + ".")]
+        folder = folder if cache.trusted([os.path.join(folder, key + ".py")] + own) else None
+    path = os.path.join(folder or _uncached_folder(), key + ".py")
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        cache.write_new(os.path.dirname(path), path, text.encode(), "py")   # atomic: never a partial file
+    return path, folder is not None
+
+
+def _uncached_folder():
+    """A private temporary folder of this process (removed at exit) for the files of uncached kernels
+    (called under _LOCK)."""
+    if not _UNCACHED:
+        _UNCACHED.append(tempfile.TemporaryDirectory(prefix="tracegrad-cuda-"))
+    return _UNCACHED[0].name
 
 
 def _sim_shfl_xor(mask, value, lane_mask):
