@@ -5,6 +5,7 @@ generous alarm (SIGALRM kills it: a failure, never a hung suite)."""
 import ast
 import pathlib
 
+import hangs
 import pytest
 from test_runtime_safety import _python
 
@@ -13,7 +14,7 @@ import tracegrad
 FORK_WHILE_COMPILING = """
     import gc, os, signal, sys, threading
     import tracegrad as tg
-    n_threads, child_call = int(sys.argv[1]), sys.argv[2]
+    n_threads, child_call, alarm = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     started, release = threading.Semaphore(0), threading.Event()
 
     def slow(x):                # its trace waits: the thread holds the function's lock and a gc pause
@@ -28,7 +29,7 @@ FORK_WHILE_COMPILING = """
     assert not gc.isenabled()
     pid = os.fork()
     if pid == 0:
-        signal.alarm(120)       # a hang is killed here: the exit status says so
+        signal.alarm(alarm)     # a hang is killed here: the exit status says so
         try:
             ok = gc.isenabled()
             release.set()       # the child's own copy: its trace of slow goes straight through
@@ -49,7 +50,8 @@ FORK_WHILE_COMPILING = """
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("child_call", ["same function", "same signature", "another function"])
 def test_fork_while_another_thread_compiles(n_threads, child_call):
-    res = _python(FORK_WHILE_COMPILING, timeout=300, args=[str(n_threads), child_call])
+    res = _python(FORK_WHILE_COMPILING, timeout=hangs.limit(30),    # quiet: 2-3 s (a compile in the child)
+                  args=[str(n_threads), child_call, str(int(hangs.limit(12)))])
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["0", "True"], (res.stdout, res.stderr[-3000:])
 
