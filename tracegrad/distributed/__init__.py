@@ -133,15 +133,14 @@ class Work:
         return self._finish is None
 
 
-def _reduced(tensor, op, name):
-    """bind `name` with op; ReduceOp.AVG is the sum over the world size (floating-point tensors)."""
+def _reduced(tensor, op, name, **attrs):
+    """bind `name` with op (and attrs); ReduceOp.AVG is the sum over the world size (floating-point tensors)."""
     if op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PRODUCT):
         raise ValueError(f"{name}: op {op!r} is not a ReduceOp (SUM, AVG, MAX, MIN, PRODUCT)")
     if op == ReduceOp.AVG and not tensor.dtype.is_floating_point:
         raise RuntimeError(f"{name}: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}")
-    world = get_world_size()
-    out = bind(name, tensor, op=ReduceOp.SUM if op == ReduceOp.AVG else op, **({"world": world} if name != "all_reduce" else {}))
-    return out / world if op == ReduceOp.AVG else out
+    out = bind(name, tensor, op=ReduceOp.SUM if op == ReduceOp.AVG else op, **attrs)
+    return out / get_world_size() if op == ReduceOp.AVG else out
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
@@ -177,7 +176,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     if len(input_list) != world:
         raise ValueError(f"reduce_scatter: input_list has {len(input_list)} tensors, the world size is {world}")
     with no_grad():
-        output.copy_(_reduced(stack([t.detach() for t in input_list]), op, "reduce_scatter"))
+        output.copy_(_reduced(stack([t.detach() for t in input_list]), op, "reduce_scatter", world=world))
     return Work() if async_op else None
 
 
