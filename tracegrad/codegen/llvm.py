@@ -18,6 +18,7 @@ from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
+from .host import vector_bytes
 from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
@@ -60,7 +61,7 @@ class ModuleBuilder:
             decls.append(f"@{INDEX_ERROR} = global [4 x i64] zeroinitializer")
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
-                + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
+                + f"\n\nattributes #1 = {{ nounwind \"prefer-vector-width\"=\"{8 * vector_bytes()}\" }}\n")
         return text + (SCALAR_METADATA if SCALAR in text else "") + \
             (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text or DISJOINT in text else "") + \
             (ROLLED_METADATA if ROLLED in text else "") + (DISJOINT_METADATA if DISJOINT in text else "")
