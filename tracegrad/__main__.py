@@ -3,6 +3,7 @@
     python -m tracegrad bench                    # W1-W8: numpy, tracegrad eager/compiled, peers if installed
     python -m tracegrad bench --quick --workload W5
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
+    python -m tracegrad bench --cpu x86-64-v3    # compiled code built for an AVX2 CPU (TRACEGRAD_CPU)
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
@@ -16,6 +17,14 @@ DUMP_STAGES = "traced,forward,backward,kernels"
 
 
 def _bench(args):
+    if args.cpu:
+        os.environ["TRACEGRAD_CPU"] = args.cpu
+        from .codegen import host
+        try:
+            host.current()
+        except ValueError as e:
+            print(f"tracegrad bench --cpu: {e}", file=sys.stderr)
+            return 2
     if args.eager:
         from .bench import eager_overhead
         return eager_overhead.main(quick=args.quick, repeats=args.repeats)
@@ -87,6 +96,8 @@ def main(argv=None):
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
     b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")
     b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")
+    b.add_argument("--cpu", metavar="NAME", help="build compiled code for this CPU (TRACEGRAD_CPU): native (default), "
+                   "an LLVM CPU name such as x86-64-v3 (AVX2, no AVX-512), or features such as +avx2,+fma,-avx512f")
     b.set_defaults(func=_bench)
 
     d = sub.add_parser("dump", help="run a script with every compiled function's IR stages printed to stderr")
