@@ -54,6 +54,8 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths):
         logs.lap("remat")
     fwd = protect_reads(fwd, cap.n_user, s.saved_at, cap.written)             # before write-back
     logs.lap("protect reads")
+    if bwd is not None:             # its return line names the input each gradient belongs to
+        bwd.grads_of = [e.value.name for e in s.backward.targets]
     s.fwd, s.bwd = fwd, bwd
     for g in (s.traced, fwd):       # printed apart: `return results; saved values`
         g.n_saved = len(g.outputs) - s.saved_at
@@ -100,6 +102,7 @@ def partial_backward(bwd, present, backend, device, fuse):
     with logs.compiling(bwd.name, f"backward for gradients {[i for i, p in enumerate(present) if p]} only"):
         graph, absent = drop_cotangents(bwd, present)
         graph = optimize(graph)
+        graph.grads_of = bwd.grads_of
         logs.lap("optimize")
         programs, _, _, runs = lower([None, graph], backend, device, fuse, [(), ()])
     return programs, graph, runs[1], absent
