@@ -172,3 +172,15 @@ def test_native_is_the_host(monkeypatch):
     assert default.features == engine.llvm.get_host_cpu_features().flatten()
     monkeypatch.setenv("TRACEGRAD_CPU", "native")
     assert host.current()[1:3] == default[1:3]
+
+
+def test_a_feature_the_host_lacks_is_refused_before_any_code_runs(monkeypatch):
+    import llvmlite.binding as llvm
+    have = llvm.get_host_cpu_features()
+    lacking = next((f for f in ("amx-tile", "avx512fp16", "xop", "fma4", "avx512vp2intersect") if not have.get(f, True)),
+                   None)
+    if lacking is None:
+        pytest.skip("this CPU has every feature the test would ask for")
+    monkeypatch.setenv("TRACEGRAD_CPU", f"x86-64-v3,+{lacking}")
+    with pytest.raises(ValueError, match=f"features this CPU lacks \\({lacking}\\)"):
+        tg.compile(lambda x: x * 2.0)(tg.tensor(np.ones(4, np.float32)))

@@ -8,7 +8,8 @@
 so that code for an AVX2 machine can be built, checked and timed on an AVX-512 one. The target's
 CPU and features are part of every disk cache key (engine.target_id), and code generation reads
 the vector width from the target (`vector_bytes`), never from the host. Code already compiled in a
-process stays as it was built; a new compile uses the target named then."""
+process stays as it was built; a new compile uses the target named then. The code runs here, so a
+target with features the host lacks is refused (_check_runs_here)."""
 import os
 import sys
 import tempfile
@@ -81,7 +82,32 @@ def _resolve(spec):
                              f"{', '.join(sorted(features))}")
     features = ",".join(filter(None, [base, *changes]))
     machine = _machine(cpu, features)
-    return Target(spec, cpu, features, machine, _widest_vector(machine))
+    target = Target(spec, cpu, features, machine, _widest_vector(machine))
+    if name != NATIVE or changes:
+        _check_runs_here(target, changes)
+    return target
+
+
+def _check_runs_here(target, changes):
+    """Compiled code runs in this process: a target with features the host lacks (one it names, or
+    vectors wider than the host's) would stop it with an illegal instruction, so it is refused."""
+    host = llvm.get_host_cpu_features()
+    lacking = [c[1:] for c in changes if c[0] == "+" and not host.get(c[1:], False)]
+    native = current_native().vector_bytes
+    if lacking or target.vector_bytes > native:
+        what = (f"features this CPU lacks ({', '.join(lacking)})" if lacking else
+                f"{target.vector_bytes}-byte vectors, wider than this CPU's {native}")
+        raise ValueError(f"TRACEGRAD_CPU={target.spec!r} builds code with {what}: compiled code runs on this "
+                         f"machine ({llvm.get_host_cpu_name()}), which would stop at its first such "
+                         f"instruction; name a CPU this one can stand in for (native, x86-64-v3, ...)")
+
+
+def current_native():
+    """The host's own Target (TRACEGRAD_CPU=native)."""
+    t = _TARGETS.get(NATIVE)
+    if t is None:
+        t = _TARGETS.setdefault(NATIVE, _resolve(NATIVE))
+    return t
 
 
 def _machine(cpu, features):
