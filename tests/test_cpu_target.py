@@ -184,3 +184,17 @@ def test_a_feature_the_host_lacks_is_refused_before_any_code_runs(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_CPU", f"x86-64-v3,+{lacking}")
     with pytest.raises(ValueError, match=f"features this CPU lacks \\({lacking}\\)"):
         tg.compile(lambda x: x * 2.0)(tg.tensor(np.ones(4, np.float32)))
+
+
+def test_bench_cpu_runs_the_bench_under_that_build(monkeypatch, capsys):
+    import tracegrad.bench
+    from tracegrad.__main__ import main
+    monkeypatch.delenv("TRACEGRAD_CPU", raising=False)           # restored after the test
+    seen = []
+    monkeypatch.setattr(tracegrad.bench, "main", lambda **kw: seen.append(tracegrad.bench.target()) or 0)
+    assert main(["bench", "--quick", "--cpu", "x86-64-v3"]) == 0
+    assert seen == ["x86-64-v3 (LLVM CPU x86-64-v3, 32-byte vectors)"]
+    assert main(["bench", "--cpu", "x86-64-v9"]) == 2 and len(seen) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tracegrad bench --cpu: TRACEGRAD_CPU='x86-64-v9': 'x86-64-v9' is not a CPU") and \
+        "x86-64-v3" in err
