@@ -13,13 +13,14 @@ target with features the host lacks is refused (_check_runs_here)."""
 import os
 import sys
 import tempfile
-import threading
 from collections import namedtuple
 
 import llvmlite.binding as llvm
 
+from . import forksafe
+
 NATIVE = "native"
-_LOCK = threading.Lock()
+_LOCK = forksafe.lock()
 _TARGETS = {}        # TRACEGRAD_CPU's text -> Target
 _ACCEPTED = []       # (CPU names, feature names) LLVM knows for this machine's architecture
 
