@@ -194,7 +194,10 @@ def test_bench_cpu_runs_the_bench_under_that_build(monkeypatch, capsys):
     monkeypatch.setattr(tracegrad.bench, "main", lambda **kw: seen.append(tracegrad.bench.target()) or 0)
     assert main(["bench", "--quick", "--cpu", "x86-64-v3"]) == 0
     assert seen == ["x86-64-v3 (LLVM CPU x86-64-v3, 32-byte vectors)"]
-    assert main(["bench", "--cpu", "x86-64-v9"]) == 2 and len(seen) == 1
+    assert main(["bench", "--cpu", "x86-64-v3", "--cpu", "x86-64-v9"]) == 2 and len(seen) == 1   # checked first
+    assert main(["bench", "--cpu", "native", "--cpu", "+avx2,+fma,-avx512f"]) == 0
+    assert seen[1].startswith("native (LLVM CPU ") and seen[2].startswith("+avx2,+fma,-avx512f (") and \
+        seen[2].endswith(", 32-byte vectors)")
     err = capsys.readouterr().err
     assert err.startswith("tracegrad bench --cpu: TRACEGRAD_CPU='x86-64-v9': 'x86-64-v9' is not a CPU") and \
         "x86-64-v3" in err
