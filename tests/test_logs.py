@@ -156,3 +156,18 @@ def test_unset_or_empty_prints_nothing(monkeypatch, capsys):
         f(_t(4))
         f(_t(5))                                   # a retrace too
         assert capsys.readouterr().err == "" and logs.wanted() == frozenset()
+
+
+def test_calls_never_read_the_setting(monkeypatch):
+    """One read of TRACEGRAD_LOG per compile; a cached call reads nothing."""
+    reads = []
+    real = logs.wanted
+    monkeypatch.setattr(logs, "wanted", lambda: reads.append(1) or real())
+    f = tg.compile(lambda x: (x * 2).exp().sum())
+    x = _t(16)
+    f(x)
+    assert len(reads) == 1
+    for _ in range(50):
+        f(x)
+    f(_t(17))                               # a retrace: its reason, then its compile
+    assert len(reads) == 3

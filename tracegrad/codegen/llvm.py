@@ -104,7 +104,7 @@ class ModuleBuilder:
                 prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
             _reduce_acc(self, f, kernel, ptrs)
         elif sch is not None and sch.across is not None:
-            how = f"across {'rows' if sch.rows else 'tiles'}"
+            how = f"across {'rows' if sch.rows else 'tiles'}" + (", register-transposed reads" if sch.transposed else "")
             _across_kernel(self, f, kernel, ptrs)
         elif sch is not None and sch.reorders():
             how = f"{'register-transposed' if sch.transposed else 'permuted'} map"
