@@ -3,6 +3,8 @@
     python -m tracegrad bench                    # W1-W8: numpy, tracegrad eager/compiled, peers if installed
     python -m tracegrad bench --quick --workload W5
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
+    python -m tracegrad bench --cpu x86-64-v3    # compiled code built for an AVX2 CPU (TRACEGRAD_CPU)
+    python -m tracegrad bench --cpu native --cpu x86-64-v3   # the bench once per build, one after the other
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
@@ -16,6 +18,25 @@ DUMP_STAGES = "traced,forward,backward,kernels"
 
 
 def _bench(args):
+    """The bench once per --cpu build (each name checked before any runs), else once as it is."""
+    from .codegen import host
+    for cpu in args.cpu or []:
+        os.environ["TRACEGRAD_CPU"] = cpu
+        try:
+            host.current()
+        except ValueError as e:
+            print(f"tracegrad bench --cpu: {e}", file=sys.stderr)
+            return 2
+    rc = 0
+    for k, cpu in enumerate(args.cpu or [None]):
+        if cpu is not None:
+            os.environ["TRACEGRAD_CPU"] = cpu
+            print(("\n" if k else "") + f"== build {cpu}", flush=True)
+        rc = max(rc, _bench_once(args))
+    return rc
+
+
+def _bench_once(args):
     if args.eager:
         from .bench import eager_overhead
         return eager_overhead.main(quick=args.quick, repeats=args.repeats)
@@ -87,6 +108,10 @@ def main(argv=None):
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
     b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")
     b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")
+    b.add_argument("--cpu", metavar="NAME", action="append",
+                   help="build compiled code for this CPU (TRACEGRAD_CPU): native (default), an LLVM CPU name such "
+                        "as x86-64-v3 (AVX2, no AVX-512), or features such as +avx2,+fma,-avx512f; repeat it to run "
+                        "the bench once per build")
     b.set_defaults(func=_bench)
 
     d = sub.add_parser("dump", help="run a script with every compiled function's IR stages printed to stderr")
@@ -119,6 +144,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if getattr(args, "plot", None) and args.eager:
         ap.error("--plot draws the workload table; it does not apply to --eager")
+    if getattr(args, "plot", None) and len(getattr(args, "cpu", None) or []) > 1:
+        ap.error("--plot draws one table: give one --cpu with it")
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
         ap.error("--repeats must be >= 1")
     if getattr(args, "workload", None):

@@ -212,6 +212,13 @@ def blas_info():
         return "unknown (pip install threadpoolctl to see the kernel)"
 
 
+def target():
+    """The CPU tracegrad's compiled code is built for (TRACEGRAD_CPU, bench --cpu)."""
+    from ..codegen import host
+    t = host.current()
+    return f"{t.spec} (LLVM CPU {t.cpu}, {t.vector_bytes}-byte vectors)"
+
+
 def main(workload=None, quick=False, repeats=None, out=print, plot=None):
     import tracegrad as tg
     columns = available_columns()
@@ -221,6 +228,7 @@ def main(workload=None, quick=False, repeats=None, out=print, plot=None):
     env = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS") if k in os.environ}
     out(f"tracegrad {tg.__version__}, numpy {np.__version__}, {os.cpu_count()} cpus; BLAS: {blas_info()}; "
         f"env {env or '{}'}")
+    out(f"compiled code for: {target()}")
     out(f"columns: {', '.join(columns)}; {repeats} interleaved rounds; each sample >= {target_s * 1e3:g} ms")
     if "tg compiled" not in columns:
         out("(tg.compile is not available in this build: no compiled column)")

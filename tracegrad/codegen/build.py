@@ -3,6 +3,7 @@ sharing one LLVM module: assign buffer slots, emit LLVM (kernels, parallel regio
 products, the driver's segments), optimize and JIT once."""
 from functools import partial
 
+from .. import logs
 from ..ir.passes.schedule import settle
 from .driver import (body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot, segment_function,
                      step_function, table_size)
@@ -22,7 +23,9 @@ def build_programs(graphs, fused, inplace_pairs=None):
     mb = ModuleBuilder()
     plans = per_graph(partial(_add_graph, mb), graphs, fused, inplace_pairs)
     text = mb.text()
+    logs.lap("emit LLVM")
     engine = compile_module(text)
+    logs.lap("LLVM", "object code from the disk cache" if engine.disk_hit else "optimized and compiled")
     progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine) for p in plans]
     return progs, text, engine
 
@@ -30,7 +33,7 @@ def build_programs(graphs, fused, inplace_pairs=None):
 def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     """Add graph g's kernels, thread entries, regions and segments to module `mb`; returns the plan
     its Program is made from once the module is compiled."""
-    gemm, pool, calls, seg, regions = gemm_slots(len(slots)), pool_slots(len(slots)), {}, {}, {}
+    gemm, pool, calls, seg, regions, gemms = gemm_slots(len(slots)), pool_slots(len(slots)), {}, {}, {}, {}
     # a body addresses memory: an output written into an input is the input's pointer (never a
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
@@ -52,7 +55,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := gemm_plan(k)) is not None:
-            calls[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0])
+            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))
@@ -66,7 +69,26 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
             mb.function(segment_function(step[1], [seg[j] for j in step[2]]))
     native = sorted((j, lines) if j not in split else (j, seg[j]) for j, lines in calls.items())
     step_text = step_function(f"{label}_step", native) if native else None
+    if logs.enabled("kernels"):
+        _say_kernels(mb, kernels, label, gemms, cut, split, shared)
     return g, kernels, aliases, slots, regions, inplace, steps, step_text, f"{label}_step"
+
+
+def _say_kernels(mb, kernels, label, gemms, cut, split, shared):
+    """TRACEGRAD_LOG=kernels: each kernel's kind, ops and how it runs."""
+    grouped = {m: run for run in shared.values() for m in run}
+    for j, k in enumerate(kernels):
+        how = mb.lowerings.get(f"{label}_k{j}")
+        if how is None:
+            p = gemms.get(j)
+            how = "host step (NumPy)" if p is None else \
+                (f"BLAS {dict(float32='s', float64='d')[p['dtype']]}gemm {p['m']}x{p['n']}x{p['k']}"
+                 + (f", batch {'x'.join(map(str, p['batch']))}" if p["batch"] else ""))
+        elif j in split:
+            how += f"; {cut[j].n} chunks over threads"
+        elif j in grouped:
+            how += f"; one region with {len(grouped[j]) - 1} other small kernel(s), a chunk each"
+        logs.say("kernels", f"{label} k{j} {k.kind} ops={'+'.join(k.ops()) or 'copy'}: {how}")
 
 
 def segments(kernels, calls, label):

@@ -1,4 +1,4 @@
-"""One LLVM module -> optimized machine code for the host CPU, through the disk cache."""
+"""One LLVM module -> optimized machine code for the target CPU (host.py), through the disk cache."""
 import ctypes
 import ctypes.util
 import hashlib
@@ -9,38 +9,38 @@ from llvmlite.binding import ffi
 from llvmlite.binding.newpassmanagers import NewPassManager
 
 from .. import _version
-from . import cache, forksafe, stream
+from . import cache, forksafe, host, stream
 
 _LOCK = forksafe.lock()
-_TM = []
+_READY = []
 
 
 def _initialize():
     with _LOCK:
-        if not _TM:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
+        if not _READY:
+            host.initialize()
             libm = ctypes.util.find_library("m")   # float64 transcendentals call the C library
             if libm:
                 llvm.load_library_permanently(libm)
-            _TM.append(_new_target_machine())
+            _READY.append(True)
 
 
 def _new_target_machine():
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, jit=True)
+    return host.current().new_machine()
 
 
 def target_machine():
-    """The shared target machine used to optimize and emit code (each JIT engine owns its own)."""
+    """The shared target machine (of TRACEGRAD_CPU's target, host.py) used to optimize and emit code
+    (each JIT engine owns its own)."""
     _initialize()
-    return _TM[0]
+    return host.current().machine
 
 
 def target_id():
-    """What compiled code depends on besides its IR: CPU, features, LLVM and tracegrad versions."""
-    return (f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}|llvmlite {llvmlite.__version__}"
+    """What compiled code depends on besides its IR: the target's CPU and features (TRACEGRAD_CPU),
+    LLVM and tracegrad versions."""
+    t = host.current()
+    return (f"{t.cpu}|{t.features}|llvmlite {llvmlite.__version__}"
             f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {_version.__version__}")
 
 

@@ -18,6 +18,7 @@ from ..ir.kernels import contiguous_strides
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
+from .host import vector_bytes
 from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
@@ -47,6 +48,7 @@ class ModuleBuilder:
     def __init__(self):
         self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
         self.index_error = False      # a kernel checks gathered indices (scalar.py's Emitter.checked)
+        self.lowerings = {}           # kernel name -> how it was lowered, in words (TRACEGRAD_LOG=kernels)
 
     def text(self):
         head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
@@ -62,7 +64,7 @@ class ModuleBuilder:
             decls.append(f"@{INDEX_ERROR} = global [4 x i64] zeroinitializer")
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
                 + "\n\n".join(bodies + self.functions)
-                + "\n\nattributes #1 = { nounwind \"prefer-vector-width\"=\"512\" }\n")
+                + f"\n\nattributes #1 = {{ nounwind \"prefer-vector-width\"=\"{8 * vector_bytes()}\" }}\n")
         return text + (SCALAR_METADATA if SCALAR in text else "") + \
             (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text or DISJOINT in text else "") + \
             (ROLLED_METADATA if ROLLED in text else "") + (DISJOINT_METADATA if DISJOINT in text else "")
@@ -90,9 +92,12 @@ class ModuleBuilder:
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
         ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
-        if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
+        sch = kernel.schedule
+        if kernel.kind == "reduce_acc" and sch is not None and sch.online:
+            how = "online column walk"
             online_columns(self, f, kernel, ptrs)
         elif kernel.kind == "reduce_acc":
+            how = f"column accumulation, {'tiled' if sch is not None else 'natural order'}"
             if kernel.reads_own_reductions():   # one nest would read maxima still being accumulated
                 raise RuntimeError(f"internal error: reduce_acc kernel {name} reads its own reductions without an "
                                    f"online column walk; please report it with the function")
@@ -100,15 +105,21 @@ class ModuleBuilder:
                 kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
                 prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
             _reduce_acc(self, f, kernel, ptrs)
-        elif kernel.schedule is not None and kernel.schedule.across is not None:
+        elif sch is not None and sch.across is not None:
+            how = f"across {'rows' if sch.rows else 'tiles'}" + (", register-transposed reads" if sch.transposed else "")
             _across_kernel(self, f, kernel, ptrs)
-        elif kernel.schedule is not None and kernel.schedule.reorders():
+        elif sch is not None and sch.reorders():
+            how = f"{'register-transposed' if sch.transposed else 'permuted'} map"
             _scheduled_map(self, f, kernel, ptrs)
         else:
+            reduces = any(ph.kind == "reduce" for ph in kernel.phases)
+            how = ("row reductions" if reduces else "map") + " in memory order" + "".join(
+                f", {w}" for w, on in (("walks", sch and sch.walks), ("online rows", sch and sch.online)) if on)
             kernel, plan = hoisted(kernel, kernel.split)
             prelude(self, f, kernel, kernel.split, ptrs, plan)
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
+        self.lowerings[name] = how + (", streamed stores" if streams else "")
         small = math.prod(kernel.shape) <= SMALL_KERNEL
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
                + ("i64 %lo.rows, i64 %hi.rows" if rows > 1 else "i64 %lo, i64 %hi"),

@@ -38,6 +38,7 @@ class Graph:
     def __init__(self, name="f"):
         self.name, self.inputs, self.nodes, self.outputs = name, [], [], []
         self.n_saved = 0        # the last n_saved outputs are values saved for the backward graph
+        self.grads_of = None    # a backward graph: the forward input each output is the gradient of
 
     def add_input(self, name, shape, dtype):
         v = Value(shape, dtype, name=name, graph=self)
@@ -61,5 +62,5 @@ class Graph:
         for n in self.nodes:
             env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], n.attrs, n.out.shape, n.out.dtype, n.loc)
         g.outputs = [env[id(v)] for v in self.outputs]
-        g.n_saved = self.n_saved
+        g.n_saved, g.grads_of = self.n_saved, self.grads_of
         return g

@@ -52,18 +52,24 @@ def _value(text):
     return ast.literal_eval(tree)
 
 
+GRADS_OF = "# grads of:"
+
+
 def _strip_comment(line):
     return line.split("#", 1)[0].rstrip()
 
 
 def parse(text):
-    """Parse IR text (comments ignored) into a Graph."""
+    """Parse IR text into a Graph (comments ignored, but for a backward graph's `# grads of:`)."""
+    grads_of = [l.split(GRADS_OF, 1)[1] for l in text.splitlines() if l.strip().startswith("return") and GRADS_OF in l]
     lines = [_strip_comment(l) for l in text.strip().splitlines()]
     lines = [l for l in lines if l.strip()]
     m = _HEADER.match(lines[0].strip()) if lines else None
     if not m:
         raise IRParseError(f"expected 'graph NAME(...) {{' but got: {lines[0] if lines else '<empty>'}")
     g = Graph(m.group(1))
+    if grads_of:
+        g.grads_of = [n.strip() for n in grads_of[0].split(",")]
     env = {}
     for part in _split_top(m.group(2)):
         name, _, typ = part.partition(":")

@@ -54,6 +54,8 @@ def print_graph(graph, source=False, comments=True):
     line = "  return" + (" " + ", ".join(ref(v) for v in results) if results else "")
     if saved:           # a forward graph: the values it saves for the backward graph, apart
         line += "; saved " + ", ".join(ref(v) for v in saved)
+    if graph.grads_of is not None and len(graph.grads_of) == len(graph.outputs):     # a backward graph
+        line = f"{line:<44} # grads of: " + ", ".join(graph.grads_of)
     lines.append(line)
     lines.append("}")
     return "\n".join(lines)

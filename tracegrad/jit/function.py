@@ -7,6 +7,7 @@ import types
 import warnings
 from collections import Counter, deque
 
+from .. import logs
 from ..locks import after_fork_in_child, lock, rlock
 from ..modes import _thread
 from ..trace import tracing
@@ -209,6 +210,7 @@ class CompiledFunction:
         return None
 
     def _note_retrace(self, reasons):
+        logs.retrace(self.__name__, self._stats["traces"] + 1, reasons)
         self._stats["retrace_reasons"].extend(reasons)
         for r in reasons:
             self._changes[r.split(":")[0]] += 1
@@ -218,7 +220,7 @@ class CompiledFunction:
             self._note_retrace(changes(self._last_desc, desc))
         self._last_desc = desc
         t0 = time.perf_counter()
-        with _gc_paused():
+        with _gc_paused(), logs.compiling(self.__name__):
             entry = Entry(self, args, kwargs, leaves, paths)
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0

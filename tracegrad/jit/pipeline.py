@@ -5,6 +5,7 @@ from ..ir.interpret import run as interpret_run
 from ..ir.passes import optimize
 from ..ir.passes.autodiff import reverse_mode
 from ..ir.passes.remat import rematerialize
+from .. import logs
 from ..autograd import FREED_MESSAGE, is_grad_enabled
 from ..ops import PRIMS
 from ..tensor import TraceError
@@ -28,6 +29,7 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None
     s.backend, s.device = choose_backend(backend, name, cap.tracer.order)     # where it runs
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
     s.backward = s.refused = None
+    logs.lap("trace")
     if is_grad_enabled():           # reverse mode (also after a backward inside: a gradient penalty's
         tensor_outs = [(i, st) for kind, i, st in cap.out_plan if kind == "tensor"]    # create_graph)
         try:
@@ -44,15 +46,21 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None
             s.backward = None
         else:
             cap.graph.outputs.extend(s.backward.saved)
+    logs.lap("autodiff")
     fwd = optimize(s.traced)                                                   # optimize
     if fwd is s.traced:             # a graph no pass changed comes back as it is: the stages stay apart
         fwd = fwd.copy()
     bwd = optimize(s.backward.graph) if s.backward is not None else None
+    logs.lap("optimize")
     if bwd is not None:                                                        # remat, optimize
         new_fwd, new_bwd = rematerialize(fwd, bwd, s.saved_at, len(s.backward.diff_outputs))
         if new_bwd is not bwd:
             fwd, bwd = optimize(new_fwd), optimize(new_bwd)
+        logs.lap("remat")
     fwd = protect_reads(fwd, cap.n_user, s.saved_at, cap.written)             # before write-back
+    logs.lap("protect reads")
+    if bwd is not None:             # its return line names the input each gradient belongs to
+        bwd.grads_of = [e.value.name for e in s.backward.targets]
     s.fwd, s.bwd = fwd, bwd
     for g in (s.traced, fwd):       # printed apart: `return results; saved values`
         g.n_saved = len(g.outputs) - s.saved_at
@@ -70,8 +78,10 @@ def lower(graphs, backend, device, fuse, inplace):
     from ..ir.passes.fusion import fuse as fuse_graph
     from ..ir.passes.schedule import schedule
     fused = [None if g is None else fuse_graph(g, fuse, half=backend == "cuda") for g in graphs]
+    logs.lap("fuse")
     for kernels_aliases in filter(None, fused):
         schedule(kernels_aliases[0])
+    logs.lap("schedule")
     text, disk_hit = None, False
     if backend == "llvm":
         from ..codegen import build_programs
@@ -81,6 +91,11 @@ def lower(graphs, backend, device, fuse, inplace):
         from ..codegen.cuda.program import build_device_programs
         from .device import cuda_ops
         programs = build_device_programs(graphs, fused, inplace, cuda_ops())
+        logs.lap("cuda kernels")
+        if logs.enabled("kernels"):
+            for label, p in zip(("forward", "backward"), programs):
+                for j, k in enumerate(p.kernels if p is not None else ()):
+                    logs.say("kernels", f"{label} k{j} {k.kind} ops={'+'.join(k.ops()) or 'copy'} on cuda")
     return programs, text, disk_hit, [None if p is None else p.run for p in programs]
 
 
@@ -89,9 +104,12 @@ def partial_backward(bwd, present, backend, device, fuse):
     only (ir/passes/cotangents.py): programs as `lower` gives them ([None, program] for llvm and
     cuda: the backward's place), `absent` the positions of the gradients that are None."""
     from ..ir.passes.cotangents import drop_cotangents
-    graph, absent = drop_cotangents(bwd, present)
-    graph = optimize(graph)
-    programs, _, _, runs = lower([None, graph], backend, device, fuse, [(), ()])
+    with logs.compiling(bwd.name, f"backward for gradients {[i for i, p in enumerate(present) if p]} only"):
+        graph, absent = drop_cotangents(bwd, present)
+        graph = optimize(graph)
+        graph.grads_of = bwd.grads_of
+        logs.lap("optimize")
+        programs, _, _, runs = lower([None, graph], backend, device, fuse, [(), ()])
     return programs, graph, runs[1], absent
 
 
@@ -109,6 +127,11 @@ def forward_with_gradient(entry):
     numbers, which a second run would draw anew: an activation's loss (tanh gelu's, fwd+bwd,
     (1000, 999) float32) then moves 12 MB per call, not 28. Decided without them, W6's broadcast
     loss joined into one accumulation of four sums over different axes, 2.7x slower than apart."""
+    with logs.compiling(entry.name, "forward with gradient"):
+        return _forward_with_gradient(entry)
+
+
+def _forward_with_gradient(entry):
     from ..ir.passes.fusion import fuse
     from ..ir.passes.join import forward_with_gradient as join
     apart = sum(k.bytes_moved() for p in entry.programs for k in p.kernels)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import struct
 
-from ..host import features
+from ..host import vector_bytes
 from .builder import (D, ERF_MID, ERF_SMALL, F, I32, INF, TWO52, _Fn, _c, _exp_kernel, _log_kernel,
                       _sin_cos_poly, _trig_reduce)
 
@@ -58,9 +58,10 @@ def _exp_f32_lines(x: str, p: str) -> tuple[list, str]:
 
 
 def _scalef() -> bool:
-    """Whether the host has AVX-512 (vscalefps): LLVM lowers a vectorized llvm.ldexp to it; elsewhere
-    ldexp becomes a call per element, so 2^n is built from the exponent bits instead."""
-    return "avx512f" in features()
+    """Whether the target (TRACEGRAD_CPU) has AVX-512, whose 64-byte vectors come with vscalefps:
+    LLVM lowers a vectorized llvm.ldexp to it; elsewhere ldexp becomes a call per element, so 2^n is
+    built from the exponent bits instead."""
+    return vector_bytes() == 64
 
 
 def _exp_f32() -> str:
