@@ -45,7 +45,7 @@ def test_bench_quick_w5():
 
 
 def test_bench_rejects_unknown_workload():
-    rc, out, err = run("-m", "tracegrad", "bench", "--workload", "W9")
+    rc, out, err = run("-m", "tracegrad", "bench", "--workload", "W99")
     assert rc == 2 and "unknown workload" in err
 
 
