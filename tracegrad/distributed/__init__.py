@@ -81,9 +81,13 @@ def _gpu_with_nccl():
     return True
 
 
+ERRORS_ENV = "TRACEGRAD_RANK_ERRORS"     # the launcher's folder for the ranks' last words (run.py)
+
+
 def _stop_every_rank_on_error(impl):
     """An uncaught exception on any rank prints its traceback, naming the rank, and aborts every rank (the
-    others would wait for it in their next collective)."""
+    others would wait for it in their next collective). Under the launcher the error also goes to a file
+    it reads back: mpiexec may drop a rank's output when it stops the run."""
     previous = sys.excepthook
 
     def hook(kind, value, tb):
@@ -92,6 +96,9 @@ def _stop_every_rank_on_error(impl):
         text = "".join(traceback.format_exception(kind, value, tb))
         sys.stderr.write(f"[rank {impl.rank}] {text}[rank {impl.rank}] stopping every rank of the run\n")
         sys.stderr.flush()
+        if os.environ.get(ERRORS_ENV):
+            with open(os.path.join(os.environ[ERRORS_ENV], f"rank-{impl.rank}.txt"), "w") as fh:
+                fh.write(text)
         impl.abort(1)
     sys.excepthook = hook
 

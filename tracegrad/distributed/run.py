@@ -13,6 +13,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import tempfile
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
@@ -75,11 +76,22 @@ def main(argv=None):
     if a.hostfile:
         cmd += ["-f", a.hostfile]
     cmd += a.mpiexec_arg + [sys.executable, "-m", "tracegrad.distributed.run", "--child", a.script] + a.args
-    code = subprocess.call(cmd)
-    if code != 0:
-        print(f"tracegrad.distributed.run: the run failed (exit status {code}): a rank raised or died; its "
-              "message is above", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="tracegrad-ranks-") as errors:
+        code = subprocess.call(cmd, env=dict(os.environ, TRACEGRAD_RANK_ERRORS=errors))
+        if code != 0:
+            raised = sorted(f for f in os.listdir(errors) if f.startswith("rank-"))
+            said = [f"{f[5:-4]} raised {_last_line(os.path.join(errors, f))}" for f in raised]
+            print(f"tracegrad.distributed.run: the run failed (exit status {code}): " +
+                  ("; ".join(f"rank {s}" for s in said) + " (the traceback is above)" if said else
+                   "a rank died or was stopped (killed, out of memory, or an MPI error); its message is above"),
+                  file=sys.stderr)
     return code
+
+
+def _last_line(path):
+    with open(path) as fh:
+        lines = [line for line in fh.read().splitlines() if line.strip()]
+    return lines[-1] if lines else "an exception"
 
 
 if __name__ == "__main__":
