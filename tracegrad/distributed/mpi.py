@@ -11,6 +11,7 @@ import numpy as np
 _DTYPE_CODES = {np.dtype(t): k for k, t in enumerate(
     (np.float32, np.float64, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_))}
 _MAX_DIMS = 8
+SPIN = 1.0          # seconds a wait polls without pause before it polls every millisecond
 
 
 def _collectives():
@@ -38,15 +39,18 @@ class MPIBackend:
 
     # ------------------------------------------------------------ waiting, checking
     def wait(self, request, what):
-        """Wait for `request`, polling, at most the group's timeout."""
+        """Wait for `request`, polling, at most the group's timeout. MPI moves a collective along only inside
+        MPI calls on every rank, so a rank that slept between polls would stall each round of its peers'
+        exchange (a 1 MB all-reduce took 28 ms so): it polls without pause for SPIN seconds, as MPI's own
+        wait does, and only then every millisecond."""
         if request.Test():
             return
-        deadline, spins = time.monotonic() + self.timeout, 0
+        start = time.monotonic()
         while not request.Test():
-            spins += 1
-            if spins > 2000:               # past the first ~millisecond: yield the core between polls
-                time.sleep(1e-4 if spins < 20000 else 1e-3)
-            if time.monotonic() > deadline:
+            waited = time.monotonic() - start
+            if waited > SPIN:
+                time.sleep(1e-3)
+            if waited > self.timeout:
                 raise DistributedTimeout(
                     f"rank {self.rank}: {what} did not complete within {self.timeout:g} s (the timeout of "
                     f"init_process_group): another rank died, hung, or did not call the same collective")

@@ -1,7 +1,10 @@
 """The launcher, as torchrun: `python -m tracegrad.distributed.run --nproc N script.py [args...]` starts N
 processes of the script under mpiexec (the one installed beside this Python by the `mpich` wheel, else
-the one on PATH), each with RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set as torchrun sets them,
-and TRACEGRAD_THREADS = this machine's cores / the processes on it (unless set). Several hosts:
+the one on PATH), each with RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set as torchrun sets them, and
+TRACEGRAD_THREADS, OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = this machine's cores / the
+processes on it (unless set): two ranks each running BLAS on every core made a step 10x slower. Each
+rank runs this file as a plain script first (it imports nothing of tracegrad, so no BLAS has started
+its threads before they are set), then the training script. Several hosts:
 `--hosts a:2,b:2` (or `--hostfile F`), passed to mpiexec (MPICH's hydra: ssh to each host; every host
 needs the same Python environment and the script at the same path).
 
@@ -45,13 +48,16 @@ def child(argv):
     local_size = _first(_LOCAL_SIZE_VARS, size)
     os.environ.update(RANK=rank, WORLD_SIZE=size, LOCAL_RANK=_first(_LOCAL_RANK_VARS, rank),
                       LOCAL_WORLD_SIZE=local_size)
-    os.environ.setdefault("TRACEGRAD_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, int(local_size)))))
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, int(local_size))))
+    for name in ("TRACEGRAD_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
     sys.argv = list(argv)
     if argv and argv[0] == "-m":
         sys.argv = argv[1:]
+        sys.path[0] = os.getcwd()                   # as python -m: not this file's folder
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))     # as python script.py
         runpy.run_path(argv[0], run_name="__main__")
 
 
@@ -75,7 +81,7 @@ def main(argv=None):
         cmd += ["-hosts", a.hosts]
     if a.hostfile:
         cmd += ["-f", a.hostfile]
-    cmd += a.mpiexec_arg + [sys.executable, "-m", "tracegrad.distributed.run", "--child", a.script] + a.args
+    cmd += a.mpiexec_arg + [sys.executable, os.path.abspath(__file__), "--child", a.script] + a.args
     with tempfile.TemporaryDirectory(prefix="tracegrad-ranks-") as errors:
         code = subprocess.call(cmd, env=dict(os.environ, TRACEGRAD_RANK_ERRORS=errors))
         if code != 0:
