@@ -7,6 +7,9 @@ from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgP
 from .attention import MultiheadAttention
 from .layers import Dropout, Embedding, Flatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from .normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout1d, Dropout2d, GroupNorm, InstanceNorm1d,
+                            InstanceNorm2d)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .modules import (ELU, GELU, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, Module, Parameter, ReLU,
                       Sequential, Sigmoid, SiLU, Softmax, Softplus, Tanh)
 
@@ -16,4 +19,6 @@ __all__ = ["functional", "parallel", "Module", "Parameter", "Linear", "Sequentia
            "init", "utils", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
            "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
            "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
-           "Upsample", "Unfold", "Fold", "MultiheadAttention"]
+           "Upsample", "Unfold", "Fold", "MultiheadAttention",
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "GroupNorm", "Dropout1d",
+           "Dropout2d", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]

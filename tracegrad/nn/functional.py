@@ -9,6 +9,7 @@ from ..pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_po
                        avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d)
 from ..resample import interpolate  # noqa: F401
 from ..tensor import _named, rand
+from .norm_functions import batch_norm, dropout1d, dropout2d, group_norm, instance_norm  # noqa: F401
 from ..tensor import where as _where
 
 
