@@ -41,9 +41,10 @@ _MODES = {"RNN_TANH": (1, _tanh_step, True), "RNN_RELU": (1, _relu_step, True), 
 
 
 def _nonlinearity_mode(nonlinearity):
-    if nonlinearity not in ("tanh", "relu"):
+    mode = f"RNN_{nonlinearity}".upper()
+    if mode not in ("RNN_TANH", "RNN_RELU") or not isinstance(nonlinearity, str) or not nonlinearity.islower():
         raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
-    return "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
+    return mode
 
 
 def _check_size(name, v, allow_zero=False):
