@@ -16,7 +16,8 @@ def _errors(w, col):
 
 
 def test_the_workloads_with_ids_and_names():
-    assert [w.id for w in WORKLOADS] == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W12", "W13"]
+    assert [w.id for w in WORKLOADS] == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12",
+                                         "W13"]
     assert find("lenet").id == "W9" and find("w10").name == "cifar_cnn_train_step"
     assert find("gpt").id == "W12" and find("w13").name == "adam_multi_tensor"
     assert find("column_center").id == "W7" and find("w8").name == "mlp_deep_narrow_adam"
@@ -56,6 +57,16 @@ def test_cnn_steps_match_the_float64_reference_and_update():
         for col in cols:
             err, failure = check(w.implied(inp, [_np(o) for o in w.columns[col](inp)()]), refs, w.tolerances)
             assert failure is None, (wid, col, failure)
+
+
+def test_w11_lstm_hand_written_backward_matches_tracegrad_autograd():
+    w = find("lstm")
+    assert w.id == "W11" and w.name == "lstm_train_step" and len(w.inputs()) == 2 + 10
+    inp = w.inputs()
+    refs = w.implied(inp, w.reference(inp))          # gradients from the NumPy backward through time
+    outs = w.implied(inp, [_np(o) for o in w.columns["tg eager"](inp)()])
+    err, failure = check(outs, refs)                 # against tracegrad's autograd, in float32
+    assert failure is None and err > 0, failure
 
 
 def test_check_names_each_output_over_its_tolerance():

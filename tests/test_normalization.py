@@ -66,7 +66,7 @@ def test_batch_norm_module_matches_torch_literals_with_cumulative_momentum():
 def test_batch_norm_module_options():
     x = tg.randn(6, 3, 4, 4)
     bn = nn.BatchNorm2d(3, affine=False, track_running_stats=False)
-    assert bn.weight is None and bn.running_mean is None and not bn.parameters()
+    assert bn.weight is None and bn.running_mean is None and not list(bn.parameters())
     bn.eval()                              # no running stats: batch statistics even in eval mode
     y = bn(x).numpy()
     np.testing.assert_allclose(y.mean((0, 2, 3)), 0, atol=1e-5)

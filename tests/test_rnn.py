@@ -174,7 +174,7 @@ def test_gradcheck_float64(mode, compiled):
     m = _make(mode, 2, 3, num_layers=2, bidirectional=True, dtype=tg.float64)
     x = tg.randn(3, 2, 2, dtype=tg.float64, requires_grad=True)
     h0 = tg.randn(4, 2, 3, dtype=tg.float64, requires_grad=True)
-    weights = m.parameters()
+    weights = list(m.parameters())
 
     def f(x, h0, *ws):
         out, h = m(x, (h0, h0 * 0.5) if mode == "LSTM" else h0)
@@ -191,7 +191,7 @@ def test_compiled_training_matches_eager_in_train_and_eval(mode):
     for compiled in (False, True):
         tg.manual_seed(7)
         rnn, head = _make(mode, 3, 6, num_layers=2, dropout=0.3, batch_first=True), nn.Linear(6, 2)
-        opt = tg.optim.Adam(rnn.parameters() + head.parameters(), lr=0.01)
+        opt = tg.optim.Adam([*rnn.parameters(), *head.parameters()], lr=0.01)
 
         def step(x, y):
             opt.zero_grad()

@@ -101,8 +101,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("bench", help="run the reference workloads W1-W10 (or --eager: eager op overhead)")
-    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W10 or its name, e.g. softmax_fwd")
+    b = sub.add_parser("bench", help="run the reference workloads W1-W13 (or --eager: eager op overhead)")
+    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W13 or its name, e.g. softmax_fwd")
     b.add_argument("--quick", action="store_true",
                    help="fewer, shorter rounds (about 1-2 minutes with torch's columns, most of it compiling)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")

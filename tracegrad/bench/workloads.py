@@ -1,6 +1,7 @@
 """The reference workloads: the eight of the bench's definition (W1-W8), one small function per column, and
-models defined in modules of their own: W9 and W10 two CNN training steps (cnn_workloads.py), W12 a
-transformer's training step (transformer.py), W13 a multi-tensor Adam update (adam_update.py).
+models defined in modules of their own: W9 and W10 two CNN training steps (cnn_workloads.py), W11 a
+2-layer LSTM's training step (lstm_step.py), W12 a transformer's training step (transformer.py), W13 a
+multi-tensor Adam update (adam_update.py).
 
 Every workload has
   - `inputs(seed)`: a dict of NumPy arrays (float32, int64 labels), fixed seed;
@@ -21,6 +22,7 @@ import numpy as np
 
 from . import adam_update as ADAM_UPDATE
 from . import transformer as GPT
+from .lstm_step import workload as lstm_workload
 
 C_GELU = 0.7978845608            # sqrt(2/pi), as written in WORKLOADS.md
 EPS_LN = 1e-5
@@ -558,6 +560,8 @@ WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
 # reads x twice, for the means and then for the centered values, and writes dx).
 for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
     _w.floor_bytes = _bytes
+
+WORKLOADS.append(lstm_workload(Workload, _reference))
 
 
 from .cnn_workloads import CNN_WORKLOADS  # noqa: E402  (it builds on this module's helpers)
