@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from .np_steps import cross_entropy_with_grad, sgd_implied
+
 SEQ, BATCH, IN, HIDDEN, CLASSES, LAYERS = 32, 32, 64, 128, 10, 2
 LR = 0.1
 PARAMS = tuple(f"lstm.{k}_l{layer}" for layer in range(LAYERS) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")) \
@@ -87,13 +89,7 @@ def numpy_setup(inp):
             saved.append(s)
         last = layer_in[-1][-1]
         logits = last @ p["head.weight"].T + p["head.bias"]
-        z = logits - logits.max(axis=1, keepdims=True)
-        ez = np.exp(z)
-        s = ez.sum(axis=1, keepdims=True)
-        loss = -(z[np.arange(BATCH), y] - np.log(s[:, 0])).mean()
-        dlogits = ez / s
-        dlogits[np.arange(BATCH), y] -= 1.0
-        dlogits /= BATCH
+        loss, dlogits = cross_entropy_with_grad(logits, y)
         grads = {"head.weight": dlogits.T @ last, "head.bias": dlogits.sum(axis=0)}
         dout = np.zeros_like(layer_in[-1])
         dout[-1] = dlogits @ p["head.weight"]
@@ -104,11 +100,6 @@ def numpy_setup(inp):
             p[k] -= LR * grads[k]
         return [loss] + [p[k] for k in PARAMS]
     return run
-
-
-def implied(inp, outs):
-    """Check the update, not the parameters: (p_before - p_after) / lr is the gradient."""
-    return [outs[0]] + [(inp[k].astype(np.float64) - o) / LR for k, o in zip(PARAMS, outs[1:])]
 
 
 def _tg_setup(inp, compiled):
@@ -194,7 +185,7 @@ def _jax_setup(inp):
 
 
 def workload(Workload, reference):
-    """The Workload (its class and the float64 reference maker passed in by workloads.py)."""
+    """The Workload (workloads.py passes in its class and the float64 reference maker)."""
     w = Workload("W11", "lstm_train_step", f"2-layer LSTM in {IN} hidden {HIDDEN}, seq {SEQ}, batch {BATCH}, "
                  f"linear head on the last step, cross-entropy, fwd+bwd+SGD({LR})", inputs, reference(numpy_setup))
     w.columns = {"numpy": numpy_setup, "tg eager": lambda inp: _tg_setup(inp, False),
@@ -202,5 +193,5 @@ def workload(Workload, reference):
                  "torch eager": lambda inp: _torch_setup(inp, False),
                  "torch built-in": lambda inp: None,             # torch eager already runs nn.LSTM
                  "torch.compile": lambda inp: _torch_setup(inp, True), "jax.jit": _jax_setup}
-    w.implied = implied
+    w.implied = sgd_implied(PARAMS, LR)
     return w

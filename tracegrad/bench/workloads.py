@@ -23,6 +23,7 @@ import numpy as np
 from . import adam_update as ADAM_UPDATE
 from . import transformer as GPT
 from .lstm_step import workload as lstm_workload
+from .np_steps import cross_entropy_with_grad, sgd_implied
 
 C_GELU = 0.7978845608            # sqrt(2/pi), as written in WORKLOADS.md
 EPS_LN = 1e-5
@@ -219,7 +220,6 @@ PARAMS = ("W0", "b0", "W1", "b1", "W2", "b2")
 def w4_numpy(inp):
     x, y = inp["x"], inp["y"]
     p = {k: inp[k].copy() for k in PARAMS}          # updated in place, step after step
-    n = len(y)
 
     def run():
         h0 = x @ p["W0"].T + p["b0"]
@@ -227,14 +227,8 @@ def w4_numpy(inp):
         h1 = a0 @ p["W1"].T + p["b1"]
         a1 = np.maximum(h1, 0)
         logits = a1 @ p["W2"].T + p["b2"]
-        z = logits - logits.max(axis=1, keepdims=True)
-        ez = np.exp(z)
-        s = ez.sum(axis=1, keepdims=True)
-        loss = -(z[np.arange(n), y] - np.log(s[:, 0])).mean()
+        loss, dlogits = cross_entropy_with_grad(logits, y)
         # backward
-        dlogits = ez / s
-        dlogits[np.arange(n), y] -= 1.0
-        dlogits /= n
         g = {"W2": dlogits.T @ a1, "b2": dlogits.sum(axis=0)}
         dh1 = (dlogits @ p["W2"]) * (h1 > 0)
         g["W1"], g["b1"] = dh1.T @ a0, dh1.sum(axis=0)
@@ -244,11 +238,6 @@ def w4_numpy(inp):
             p[k] -= LR * g[k]
         return [loss] + [p[k] for k in PARAMS]
     return run
-
-
-def w4_implied(inp, outs):
-    """Check the update, not the parameters: (p_before - p_after) / lr is the gradient."""
-    return [outs[0]] + [(inp[k].astype(np.float64) - o) / LR for k, o in zip(PARAMS, outs[1:])]
 
 
 def _tg_mlp(tg, inp):
@@ -445,7 +434,7 @@ def w8_numpy(inp):
     p = {k: inp[k].copy() for k in W8_PARAMS}          # updated in place, step after step
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v = {k: np.zeros_like(a) for k, a in p.items()}
-    t, n, layers = [0], len(y), len(W8_SIZES) - 1
+    t, layers = [0], len(W8_SIZES) - 1
     (b1, b2), lr, eps = ADAM["betas"], ADAM["lr"], ADAM["eps"]
 
     def run():
@@ -455,14 +444,8 @@ def w8_numpy(inp):
             hs.append(h)
             if i < layers - 1:
                 acts.append(np.maximum(h, 0))
-        z = hs[-1] - hs[-1].max(axis=1, keepdims=True)
-        ez = np.exp(z)
-        s = ez.sum(axis=1, keepdims=True)
-        loss = -(z[np.arange(n), y] - np.log(s[:, 0])).mean()
+        loss, dh = cross_entropy_with_grad(hs[-1], y)
         # backward
-        dh = ez / s
-        dh[np.arange(n), y] -= 1.0
-        dh /= n
         g = {}
         for i in reversed(range(layers)):
             g[f"W{i}"], g[f"b{i}"] = dh.T @ acts[i], dh.sum(axis=0)
@@ -552,7 +535,7 @@ WORKLOADS = [
     _workload("W8", "mlp_deep_narrow_adam", "12 Linear 64-32x11-10, batch 128, relu, cross-entropy, fwd+bwd+Adam, "
               "one compiled step"),
 ]
-WORKLOADS[3].implied = w4_implied
+WORKLOADS[3].implied = sgd_implied(PARAMS, LR)
 WORKLOADS[0].compute_floor = w1_compute_floor
 WORKLOADS[3].stateful = WORKLOADS[7].stateful = True
 WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)

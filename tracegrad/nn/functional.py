@@ -8,9 +8,9 @@ from ..convolution import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpo
 from ..pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d,  # noqa: F401
                        avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d)
 from ..resample import interpolate  # noqa: F401
-from ..tensor import _named, rand
+from ..tensor import _named
 from .norm_functions import batch_norm, dropout1d, dropout2d, group_norm, instance_norm  # noqa: F401
-from ..tensor import where as _where
+from .norm_functions import masked_dropout as _masked_dropout
 
 
 def relu(x):
@@ -33,12 +33,4 @@ def linear(x, weight, bias=None):
 
 
 def dropout(x, p=0.5, training=True):
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    keep = rand(x.shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
-    return _named(_where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
-
+    return _masked_dropout(x, p, training, x.shape)

@@ -105,14 +105,16 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _named(_affine(y, weight, bias), "NativeGroupNormBackward")
 
 
-def _channel_dropout(x, p, training, mask_shape):
+def masked_dropout(x, p, training, mask_shape):
+    """Dropout with one draw per element of mask_shape (x's shape, or x's with size-1 dims to drop
+    whole channels), broadcast over x."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = rand(mask_shape, dtype=x.dtype, device=x.device) >= p
+    keep = rand(mask_shape, dtype=x.dtype if x.dtype.is_floating_point else None, device=x.device) >= p
     return _named(_where(keep, x * (1.0 / (1.0 - p)), 0.0), "MulBackward")
 
 
@@ -120,7 +122,7 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
     """Zeroes whole channels of (N, C, L) or (C, L) with probability p, scaling the rest by 1/(1-p)."""
     if input.ndim not in (2, 3):
         raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input")
-    return _channel_dropout(input, p, training, tuple(input.shape[:-1]) + (1,))
+    return masked_dropout(input, p, training, tuple(input.shape[:-1]) + (1,))
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
@@ -137,5 +139,5 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
                       "please switch to using dropout1d instead.", UserWarning, stacklevel=2)
     if input.ndim < 2:
         raise RuntimeError(f"dropout2d: expected an input of at least 2 dims (N, C, ...), got shape {input.shape}")
-    return _channel_dropout(input, p, training, tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
+    return masked_dropout(input, p, training, tuple(input.shape[:2]) + (1,) * (input.ndim - 2))
 
