@@ -196,3 +196,20 @@ def test_compiled_training_steps_match_eager_across_train_eval(momentum, track):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
     if track:
         assert c_stats[2] == 7            # 3 training steps and 4 predictions in training mode
+
+
+def test_instance_group_norm_and_dropout2d_compiled_match_eager_in_train_and_eval():
+    x = tg.tensor(np.random.default_rng(4).standard_normal((3, 4, 5, 5)).astype(np.float32))
+    runs = []
+    for compiled in (False, True):
+        tg.manual_seed(9)
+        m = nn.Sequential(nn.InstanceNorm2d(4, affine=True, track_running_stats=True), nn.GroupNorm(2, 4),
+                          nn.Dropout2d(0.4), nn.BatchNorm2d(4))
+        f = tg.compile(lambda x: m(x)) if compiled else (lambda x: m(x))
+        seen = [f(x).detach().numpy(), f(x * 2).detach().numpy()]
+        m.eval()
+        seen.append(f(x).detach().numpy())
+        runs.append(seen + [m[0].running_mean.numpy(), m[0].running_var.numpy(), m[3].running_var.numpy()])
+    for a, b in zip(*runs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert (runs[0][0].std((2, 3)) < 1e-6).any()    # dropout2d zeroed some channels (constant after the norm)
