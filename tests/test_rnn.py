@@ -163,8 +163,6 @@ def test_init_names_and_errors():
         nn.LSTM(3, 4)(tg.randn(5, 2, 3), tg.zeros(1, 2, 4))
     with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
         nn.LSTM(3, 4, dropout=0.5)
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        nn.LSTM(3, 4, proj_size=2)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
@@ -221,3 +219,29 @@ def test_two_kernels_per_layer_and_step_when_compiled(mode):
             entry = f._entry_for((x,), {})[0]
         counts.append(sum(len(ks) for _, _, ks in fused_kernels(entry)))
     assert counts[1] - counts[0] == 2 * 4 * 2       # a matmul and a gate kernel per layer and step
+
+
+def test_lstm_proj_size_against_torch_literals():
+    m = _fill(nn.LSTM(4, 3, num_layers=2, bidirectional=True, proj_size=2, dtype=tg.float64))
+    assert [(n, tuple(p.shape)) for n, p in m.named_parameters()][:5] == [
+        ("weight_ih_l0", (12, 4)), ("weight_hh_l0", (12, 2)), ("bias_ih_l0", (12,)), ("bias_hh_l0", (12,)),
+        ("weight_hr_l0", (2, 3))]
+    out, (h, c) = m(tg.cos(tg.arange(24, dtype=tg.float64) * 0.3).reshape(3, 2, 4))
+    assert out.shape == (3, 2, 4) and h.shape == (4, 2, 2) and c.shape == (4, 2, 3)
+    np.testing.assert_allclose(out.detach().numpy().ravel()[:8], [
+        -0.1427350899, 0.167913239, -0.1370148561, 0.0630843835, -0.1454002745, 0.1690387049, -0.1315339398,
+        0.0569220729], atol=1e-9)
+    np.testing.assert_allclose(h.detach().numpy().ravel()[-8:], [
+        -0.2607668098, 0.2996369935, -0.2610127591, 0.2990310671, -0.1370148561, 0.0630843835, -0.1315339398,
+        0.0569220729], atol=1e-9)
+    np.testing.assert_allclose(c.detach().numpy().ravel()[:6], [
+        0.0169226885, 0.2325345603, 0.1474604015, -0.3260908914, 0.3346616498, 0.0807256726], atol=1e-9)
+    with pytest.raises(RuntimeError, match=r"Expected hidden size \(4, 2, 2\), got \[4, 2, 3\]"):
+        m(tg.zeros(3, 2, 4, dtype=tg.float64), (tg.zeros(4, 2, 3, dtype=tg.float64),) * 2)
+    with pytest.raises(ValueError, match="only supported for LSTM"):
+        nn.RNNBase("GRU", 3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="smaller than hidden_size"):
+        nn.LSTM(3, 4, proj_size=4)
+    assert len(m.all_weights) == 4 and len(m.all_weights[0]) == 5
+    x = tg.randn(2, 1, 4, dtype=tg.float64, requires_grad=True)
+    assert tg.gradcheck(lambda x, *ws: (m(x)[0] ** 2).sum(), (x, *m.parameters()))

@@ -35,6 +35,14 @@ def _gru_step(gi, h, w_hh, b_hh):
     return n + z * (h - n)
 
 
+def _projected(w_hr):
+    """The LSTM step with proj_size: h = (o * tanh(c)) @ weight_hr.T."""
+    def step(gi, state, w_hh, b_hh):
+        h, c = _lstm_step(gi, state, w_hh, b_hh)
+        return F.linear(h, w_hr), c
+    return step
+
+
 # mode -> (gates, step, whether b_hh may be folded into the input projection)
 _MODES = {"RNN_TANH": (1, _tanh_step, True), "RNN_RELU": (1, _relu_step, True), "LSTM": (4, _lstm_step, True),
           "GRU": (3, _gru_step, False)}
@@ -58,9 +66,11 @@ class RNNBase(Module):
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, dtype=None, device=None):
         super().__init__()
-        if proj_size:
-            raise NotImplementedError(f"LSTM(proj_size={proj_size}) is not supported by tracegrad; follow the LSTM "
-                                      f"with an nn.Linear(hidden_size, proj_size) instead (not the same model)")
+        _check_size("proj_size", proj_size, allow_zero=True)
+        if proj_size and mode != "LSTM":
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
         for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
             _check_size(name, v)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
@@ -73,14 +83,16 @@ class RNNBase(Module):
         self.mode, self.input_size, self.hidden_size, self.num_layers = mode, input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional, self.proj_size = bidirectional, proj_size
-        gates, bound = _MODES[mode][0], 1.0 / math.sqrt(hidden_size)
+        gates, bound, out = _MODES[mode][0], 1.0 / math.sqrt(hidden_size), proj_size or hidden_size
         names = []
         for layer in range(num_layers):
             for suffix in ("", "_reverse")[:self._directions]:
-                width = input_size if layer == 0 else hidden_size * self._directions
-                shapes = {"weight_ih": (gates * hidden_size, width), "weight_hh": (gates * hidden_size, hidden_size)}
+                width = input_size if layer == 0 else out * self._directions
+                shapes = {"weight_ih": (gates * hidden_size, width), "weight_hh": (gates * hidden_size, out)}
                 if bias:
                     shapes.update(bias_ih=(gates * hidden_size,), bias_hh=(gates * hidden_size,))
+                if proj_size:
+                    shapes["weight_hr"] = (proj_size, hidden_size)
                 for kind, shape in shapes.items():
                     names.append(f"{kind}_l{layer}{suffix}")
                     setattr(self, names[-1], _uniform(shape, bound, dtype, device))
@@ -92,8 +104,9 @@ class RNNBase(Module):
 
     @property
     def all_weights(self):
-        """The parameters of each layer and direction: [[weight_ih, weight_hh, bias_ih, bias_hh], ...]."""
-        per = 4 if self.bias else 2
+        """The parameters of each layer and direction: [[weight_ih, weight_hh, bias_ih, bias_hh], ...]
+        (weight_hr last with proj_size)."""
+        per = (4 if self.bias else 2) + bool(self.proj_size)
         ws = [getattr(self, n) for n in self._flat_weights_names]
         return [ws[i:i + per] for i in range(0, len(ws), per)]
 
@@ -103,7 +116,7 @@ class RNNBase(Module):
     def _weights(self, layer, direction):
         suffix = "_reverse" if direction else ""
         get = lambda kind: getattr(self, f"{kind}_l{layer}{suffix}", None)     # noqa: E731
-        return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh")
+        return get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr")
 
     def _check_hidden(self, h, want, unbatched, what="hx"):
         if not isinstance(h, Tensor):
@@ -124,15 +137,15 @@ class RNNBase(Module):
                                f"{x.shape[-1]}")
         lstm = self.mode == "LSTM"
         layers = self.num_layers * self._directions
-        want = (layers, self.hidden_size) if unbatched else (layers, x.shape[1], self.hidden_size)
+        sizes = (self.proj_size or self.hidden_size, self.hidden_size)[:2 if lstm else 1]
         if hx is None:
-            h0 = zeros((layers, x.shape[1], self.hidden_size), dtype=x.dtype, device=x.device)
-            states = (h0, h0) if lstm else h0
+            states = tuple(zeros((layers, x.shape[1], n), dtype=x.dtype, device=x.device) for n in sizes)
+            states = states if lstm else states[0]
         else:
             if lstm and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
                 raise TypeError("LSTM: hx must be a tuple (h_0, c_0)")
-            for what, h in zip(("h_0", "c_0"), hx) if lstm else [("hx", hx)]:
-                self._check_hidden(h, want, unbatched, what)
+            for what, h, n in zip(("h_0", "c_0"), hx, sizes) if lstm else [("hx", hx, sizes[0])]:
+                self._check_hidden(h, (layers, n) if unbatched else (layers, x.shape[1], n), unbatched, what)
             states = tuple(hx) if lstm else hx
             if unbatched:
                 states = tuple(h.unsqueeze(1) for h in hx) if lstm else hx.unsqueeze(1)
@@ -151,10 +164,11 @@ class RNNBase(Module):
             for d in range(self._directions):
                 k = layer * self._directions + d
                 state = (states[0][k], states[1][k]) if lstm else states[k]
-                w_ih, w_hh, b_ih, b_hh = self._weights(layer, d)
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, d)
                 if fold and b_ih is not None:
                     b_ih, b_hh = b_ih + b_hh, None
-                out, state = _sequence(step, x, state, w_ih, w_hh, b_ih, b_hh, reverse=d == 1)
+                out, state = _sequence(step if w_hr is None else _projected(w_hr), x, state, w_ih, w_hh, b_ih, b_hh,
+                                       reverse=d == 1)
                 outs.append(out)
                 for acc, s in zip(finals, state if lstm else (state,)):
                     acc.append(s)
