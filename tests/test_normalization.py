@@ -84,7 +84,16 @@ def test_batch_norm_module_options():
         bn(tg.randn(2, 3, 4))
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         nn.BatchNorm1d(3)(tg.randn(1, 3))
-    assert repr(nn.BatchNorm1d(4)) == "BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)"
+    # reprs as torch 2.13 prints them
+    assert repr(nn.BatchNorm1d(4)) == "BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)"
+    assert repr(nn.InstanceNorm2d(4, affine=True, bias=False)) == \
+        "InstanceNorm2d(4, eps=1e-05, momentum=0.1, affine=True, bias=False, track_running_stats=False)"
+    assert repr(nn.GroupNorm(2, 4, affine=False)) == "GroupNorm(2, 4, eps=1e-05, affine=False, bias=False)"
+    gn = nn.GroupNorm(2, 4, bias=False)
+    assert [n for n, _ in gn.named_parameters()] == ["weight"] and gn.bias is None
+    bn = nn.BatchNorm1d(3, bias=False)
+    np.testing.assert_allclose(bn(tg.tensor([[1.0, 2, 3], [3, 2, 1]])).detach().numpy(), [[-1, 0, 1], [1, 0, -1]],
+                               atol=1e-4)
 
 
 @pytest.mark.parametrize("compiled", [False, True])

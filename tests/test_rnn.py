@@ -243,5 +243,6 @@ def test_lstm_proj_size_against_torch_literals():
     with pytest.raises(ValueError, match="smaller than hidden_size"):
         nn.LSTM(3, 4, proj_size=4)
     assert len(m.all_weights) == 4 and len(m.all_weights[0]) == 5
+    assert repr(m) == "LSTM(4, 3, num_layers=2, bidirectional=True, proj_size=2)"
     x = tg.randn(2, 1, 4, dtype=tg.float64, requires_grad=True)
     assert tg.gradcheck(lambda x, *ws: (m(x)[0] ** 2).sum(), (x, *m.parameters()))

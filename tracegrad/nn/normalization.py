@@ -18,13 +18,13 @@ def _buffer(module, name, value):
 
 class _NormBase(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
-                 device=None):
+                 device=None, *, bias=True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         kw = dict(dtype=dtype if dtype is not None else D.default_float, device=device)
         self.weight = ones(num_features, requires_grad=True, **kw) if affine else None
-        self.bias = zeros(num_features, requires_grad=True, **kw) if affine else None
+        self.bias = zeros(num_features, requires_grad=True, **kw) if affine and bias else None
         _buffer(self, "running_mean", zeros(num_features, **kw) if track_running_stats else None)
         _buffer(self, "running_var", ones(num_features, **kw) if track_running_stats else None)
         _buffer(self, "num_batches_tracked",
@@ -39,10 +39,10 @@ class _NormBase(Module):
 
     def reset_parameters(self):
         self.reset_running_stats()
-        if self.affine:
-            with no_grad():
-                self.weight.fill_(1.0)
-                self.bias.zero_()
+        with no_grad():
+            for p, value in ((self.weight, 1.0), (self.bias, 0.0)):
+                if p is not None:
+                    p.fill_(value)
 
     def _check_input_dim(self, x):
         if x.ndim not in self._dims:
@@ -50,7 +50,7 @@ class _NormBase(Module):
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class _BatchNorm(_NormBase):
@@ -85,8 +85,8 @@ class BatchNorm3d(_BatchNorm):
 
 class _InstanceNorm(_NormBase):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, dtype=None,
-                 device=None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype, device)
+                 device=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype, device, bias=bias)
 
     def forward(self, x):
         self._check_input_dim(x)
@@ -110,20 +110,20 @@ class InstanceNorm2d(_InstanceNorm):
 class GroupNorm(Module):
     """Normalizes groups of channels per sample; a per-channel affine (weight 1, bias 0 at first)."""
 
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None, device=None):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None, device=None, *, bias=True):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         kw = dict(dtype=dtype if dtype is not None else D.default_float, device=device, requires_grad=True)
         self.weight = ones(num_channels, **kw) if affine else None
-        self.bias = zeros(num_channels, **kw) if affine else None
+        self.bias = zeros(num_channels, **kw) if affine and bias else None
 
     def forward(self, x):
         return NF.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={self.bias is not None}"
 
 
 class Dropout1d(Dropout):

@@ -180,7 +180,7 @@ class RNNBase(Module):
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
         for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("bidirectional", False)):
+                              ("bidirectional", False), ("proj_size", 0)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
