@@ -66,13 +66,13 @@ class RNNBase(Module):
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False, proj_size=0, dtype=None, device=None):
         super().__init__()
+        for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
+            _check_size(name, v)
         _check_size("proj_size", proj_size, allow_zero=True)
         if proj_size and mode != "LSTM":
             raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        for name, v in (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
-            _check_size(name, v)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
                              "element being zeroed")
