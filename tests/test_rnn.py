@@ -246,3 +246,38 @@ def test_lstm_proj_size_against_torch_literals():
     assert repr(m) == "LSTM(4, 3, num_layers=2, bidirectional=True, proj_size=2)"
     x = tg.randn(2, 1, 4, dtype=tg.float64, requires_grad=True)
     assert tg.gradcheck(lambda x, *ws: (m(x)[0] ** 2).sum(), (x, *m.parameters()))
+
+
+def _tensors(out):
+    """Every tensor of a module's output: output, h_n, (h_n, c_n), ..."""
+    return [out] if isinstance(out, tg.Tensor) else [t for o in out for t in _tensors(o)]
+
+
+MODULES = {
+    "rnn_relu_bidir": lambda: nn.RNN(3, 4, num_layers=2, nonlinearity="relu", bidirectional=True),
+    "lstm_proj_batch_first": lambda: nn.LSTM(3, 5, proj_size=2, batch_first=True, bias=False),
+    "gru_unbatched": lambda: nn.GRU(3, 4, num_layers=2),
+    "rnn_cell": lambda: nn.RNNCell(3, 4, nonlinearity="relu"),
+    "lstm_cell": lambda: nn.LSTMCell(3, 4),
+    "gru_cell": lambda: nn.GRUCell(3, 4, bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_compiled_values_and_gradients_match_eager(name):
+    shape = (4, 3) if name.endswith("cell") or name == "gru_unbatched" else (2, 5, 3)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    runs = []
+    for compiled in (False, True):
+        tg.manual_seed(3)
+        m = MODULES[name]()
+
+        def loss(x):
+            return sum((t * t).sum() for t in _tensors(m(x)))
+        f = tg.compile(loss) if compiled else loss
+        xt = tg.tensor(x, requires_grad=True)
+        value = f(xt)
+        value.backward()
+        runs.append([value.item(), xt.grad.numpy()] + [p.grad.numpy() for p in m.parameters()])
+    for a, b in zip(*runs):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
