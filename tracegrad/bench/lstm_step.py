@@ -193,5 +193,5 @@ def workload(Workload, reference):
                  "torch eager": lambda inp: _torch_setup(inp, False),
                  "torch built-in": lambda inp: None,             # torch eager already runs nn.LSTM
                  "torch.compile": lambda inp: _torch_setup(inp, True), "jax.jit": _jax_setup}
-    w.implied = sgd_implied(PARAMS, LR)
+    w.implied, w.stateful = sgd_implied(PARAMS, LR), True
     return w
