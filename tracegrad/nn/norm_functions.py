@@ -121,16 +121,21 @@ def masked_dropout(x, p, training, mask_shape):
 def dropout1d(input, p=0.5, training=True, inplace=False):
     """Zeroes whole channels of (N, C, L) or (C, L) with probability p, scaling the rest by 1/(1-p)."""
     if input.ndim not in (2, 3):
-        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input")
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that "
+                           f"dropout1d exists to provide channel-wise dropout on inputs with 1 spatial dimension, a "
+                           f"channel dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
     return masked_dropout(input, p, training, tuple(input.shape[:-1]) + (1,))
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zeroes whole channels of (N, C, H, W) or (C, H, W) with probability p, scaling the rest by
-    1/(1-p). A 3-D input is taken as (N, C, L), as PyTorch does (with its warning)."""
+    """Zeroes whole channels of (N, C, H, W) with probability p, scaling the rest by 1/(1-p). As
+    PyTorch's, it takes a 3-D input as (N, C, L) (with its warning), and any (N, C, ...) input."""
     if input.ndim not in (3, 4):
         warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will "
-                      f"result in an error in a future release.", UserWarning, stacklevel=2)
+                      f"result in an error in a future release. To retain the behavior and silence this warning, "
+                      f"please use dropout instead. Note that dropout2d exists to provide channel-wise dropout on "
+                      f"inputs with 2 spatial dimensions, a channel dimension, and an optional batch dimension "
+                      f"(i.e. 3D or 4D inputs).", UserWarning, stacklevel=2)
     if input.ndim == 3:
         warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout "
                       "behavior is desired - input is interpreted as shape (N, C, L), where C is the channel dim. "
