@@ -222,3 +222,19 @@ def test_instance_group_norm_and_dropout2d_compiled_match_eager_in_train_and_eva
     for a, b in zip(*runs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert (runs[0][0].std((2, 3)) < 1e-6).any()    # dropout2d zeroed some channels (constant after the norm)
+
+
+def test_running_statistics_are_buffers():
+    m = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    # the keys of torch 2.13's state_dict for the same model
+    assert list(m.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+                                    "1.num_batches_tracked"]
+    m(tg.randn(6, 4))
+    state = m.state_dict()
+    fresh = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    fresh.load_state_dict(state)
+    assert fresh[1].num_batches_tracked.item() == 1
+    np.testing.assert_array_equal(fresh[1].running_var.numpy(), m[1].running_var.numpy())
+    m.double()
+    assert m[1].running_mean.dtype == tg.float64 and m[1].num_batches_tracked.dtype == tg.int64
+    assert not [p for p in m.parameters() if p is m[1].running_mean]

@@ -1,7 +1,7 @@
 """Normalization layers with PyTorch's parameters and running statistics: BatchNorm1d/2d/3d,
 InstanceNorm1d/2d, GroupNorm; and channel dropout (Dropout1d, Dropout2d).
 
-running_mean, running_var and num_batches_tracked are tensors held as attributes (`_buffer`): a
+running_mean, running_var and num_batches_tracked are buffers (in state_dict(), moved by .to()): a
 compiled step captures them with the module and writes their in-place updates back."""
 from .. import dtypes as D
 from ..autograd import no_grad
@@ -9,11 +9,6 @@ from ..tensor import ones, tensor, zeros
 from . import norm_functions as NF
 from .layers import Dropout
 from .modules import Module
-
-
-def _buffer(module, name, value):
-    """Hold a non-trainable tensor (a running statistic) on the module."""
-    setattr(module, name, value)
 
 
 class _NormBase(Module):
@@ -25,10 +20,10 @@ class _NormBase(Module):
         kw = dict(dtype=dtype if dtype is not None else D.default_float, device=device)
         self.weight = ones(num_features, requires_grad=True, **kw) if affine else None
         self.bias = zeros(num_features, requires_grad=True, **kw) if affine and bias else None
-        _buffer(self, "running_mean", zeros(num_features, **kw) if track_running_stats else None)
-        _buffer(self, "running_var", ones(num_features, **kw) if track_running_stats else None)
-        _buffer(self, "num_batches_tracked",
-                tensor(0, dtype=D.int64, device=device) if track_running_stats else None)
+        self.register_buffer("running_mean", zeros(num_features, **kw) if track_running_stats else None)
+        self.register_buffer("running_var", ones(num_features, **kw) if track_running_stats else None)
+        self.register_buffer("num_batches_tracked",
+                             tensor(0, dtype=D.int64, device=device) if track_running_stats else None)
 
     def reset_running_stats(self):
         if self.track_running_stats:
