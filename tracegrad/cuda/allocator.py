@@ -13,6 +13,7 @@ from.) Reuse is in the order of the default stream, on which every tracegrad ker
 `empty_cache()` gives the cached blocks back to the driver; `stats()` counts the bytes of blocks
 in use ("allocated") and held, in use or cached ("reserved"), as torch.cuda.memory_stats does.
 """
+import functools
 import inspect
 import itertools
 import math
@@ -48,24 +49,42 @@ class Pool:
 
     def empty(self, shape, dtype):
         """A new row-major device array of `shape` and `dtype` (at least one element) over a block."""
-        nbytes = math.prod(shape) * dtype.itemsize
-        cls = size_class(nbytes)
+        cls, shape = size_class(math.prod(shape) * dtype.itemsize), tuple(shape)
+        strides = tuple(s * dtype.itemsize for s in contiguous_strides(shape))
+        return self._lease()(self._take(cls, self.cached.setdefault(cls, [])), cls, shape, strides, dtype)[0]
+
+    def maker(self, shape, dtype):
+        """make() -> (array, flat): a new row-major device array of `shape` and `dtype` (at least one
+        element), and the same memory as one axis, over a block of its own; the size class and layout
+        worked out once, for a caller that allocates alike on every call (a compiled program's outputs)."""
+        cls, shape = size_class(math.prod(shape) * dtype.itemsize), tuple(shape)
+        strides, flat = tuple(s * dtype.itemsize for s in contiguous_strides(shape)), (math.prod(shape),)
+        lease, take = self._lease(), self._take
         with self.lock:
-            free = self.cached.get(cls)
-            block = free.pop() if free else None
-            if block is None:
+            cached = self.cached.setdefault(cls, [])     # (empty_cache empties the lists, keeps them)
+        return lambda: lease(take(cls, cached), cls, shape, strides, dtype, flat)
+
+    def _take(self, cls, cached):
+        """A block of size class `cls`: from `cached` (the pool's list of that class), else the driver."""
+        with self.lock:
+            if cached:
+                block = cached.pop()
+                self.reused += 1
+            else:
                 block = self._new_block(cls)
                 self.reserved += cls
                 self.from_driver += 1
-            else:
-                self.reused += 1
             self.allocated += cls
-            self.peak = max(self.peak, self.allocated)
-        return (self._host_lease if simulated() else self._gpu_lease)(block, cls, shape, dtype)
+            if self.allocated > self.peak:
+                self.peak = self.allocated
+        return block
+
+    def _lease(self):
+        return self._host_lease if simulated() else self._gpu_lease
 
     def _new_block(self, cls):
         if simulated():
-            return np.empty(cls, np.uint8)
+            return bytearray(cls)        # not an ndarray: NumPy stops its views' bases at the lease over it
         from numba import cuda
         from numba.cuda.cudadrv.driver import CudaAPIError
         try:
@@ -77,33 +96,34 @@ class Pool:
     def release(self, block, cls, token=None):
         """Back to the pool: the last reference to the block's lease is gone."""
         with self.lock:
-            self.cached.setdefault(cls, []).append(block)
+            self.cached[cls].append(block)
             self.allocated -= cls
             self.leases.pop(token, None)
 
-    def _gpu_lease(self, block, cls, shape, dtype):
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-        from numba.cuda.cudadrv.driver import AutoFreePointer, MemoryPointer, OwnedPointer
+    def _gpu_lease(self, block, cls, shape, strides, dtype, flat=None):
+        """(array over a new lease of `block`, the same memory as one axis of `flat` elements or None)."""
+        DeviceNDArray, AutoFreePointer, OwnedPointer, with_context = _numba_gpu()
         token = next(self.tokens)
-        where = (block.device_pointer, cls)
-        if "context" in inspect.signature(MemoryPointer.__init__).parameters:     # numba's; numba-cuda may drop it
-            where = (block.context,) + where
+        where = (block.context, block.device_pointer, cls) if with_context else (block.device_pointer, cls)
         lease = AutoFreePointer(*where, finalizer=lambda: self.release(block, cls, token))
         self.leases[token] = lease           # kept until its count of views falls to 0 (then freed)
-        strides = tuple(s * dtype.itemsize for s in contiguous_strides(shape))
-        return DeviceNDArray(shape, strides, dtype, gpu_data=OwnedPointer(weakref.proxy(lease)))
+        arr = DeviceNDArray(shape, strides, dtype, gpu_data=OwnedPointer(weakref.proxy(lease)))
+        if flat is None or len(shape) == 1:
+            return arr, arr
+        return arr, DeviceNDArray(flat, (dtype.itemsize,), dtype, gpu_data=OwnedPointer(weakref.proxy(lease)))
 
-    def _host_lease(self, block, cls, shape, dtype):
+    def _host_lease(self, block, cls, shape, strides, dtype, flat=None):
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        lease = _HostMemory(block, cls)
-        weakref.finalize(lease, self.release, block, cls)
-        return FakeCUDAArray(np.ndarray(shape, dtype, buffer=np.asarray(lease)))
+        mem = HostLease(cls, np.uint8, buffer=block)
+        mem.release = self, block, cls
+        arr = FakeCUDAArray(np.ndarray(shape, dtype, buffer=mem))
+        return arr, arr if flat is None or len(shape) == 1 else FakeCUDAArray(np.ndarray(flat, dtype, buffer=mem))
 
     def empty_cache(self):
         with self.lock:
             for cls, blocks in self.cached.items():
                 self.reserved -= cls * len(blocks)
-            self.cached.clear()
+                blocks.clear()
         if not simulated():
             from numba import cuda
             cuda.current_context().deallocations.clear()     # numba frees what it deferred, now
@@ -115,14 +135,24 @@ class Pool:
                     "allocations_from_driver": self.from_driver, "reuses": self.reused}
 
 
-class _HostMemory:
-    """The simulator's lease: the object a block's NumPy arrays take their memory from (NumPy keeps it
-    as their base; a finalizer returns the block when the last of them is gone)."""
+@functools.cache
+def _numba_gpu():
+    """numba.cuda's classes a GPU lease is made of, and whether MemoryPointer takes a context first
+    (numba's does; numba-cuda may drop it): looked up once, not per allocation."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.driver import AutoFreePointer, MemoryPointer, OwnedPointer
+    return DeviceNDArray, AutoFreePointer, OwnedPointer, "context" in inspect.signature(MemoryPointer.__init__).parameters
 
-    def __init__(self, block, nbytes):
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
-                                    "data": (block.ctypes.data, False)}
-        self.block = block
+
+class HostLease(np.ndarray):
+    """The simulator's lease: the array over a block (a bytearray) that the block's arrays take their
+    memory from (NumPy keeps it as their base); the block goes back to the pool when the last of them
+    is gone. Only the lease itself holds `release` (NumPy gives views of it none)."""
+
+    def __del__(self):
+        pool, block, cls = self.__dict__.pop("release", (None, None, None))
+        if pool is not None:
+            pool.release(block, cls)
 
 
 POOL = Pool()          # cuda:0's (tracegrad uses one device)

@@ -173,6 +173,15 @@ def empty(shape, dtype):
     return allocator.POOL.empty(shape, dtype)
 
 
+def maker(shape, dtype):
+    """make() -> (array, flat): empty(shape, dtype) and the same memory as one axis, the allocation's
+    size class and layout worked out once (allocator.Pool.maker)."""
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    if math.prod(shape) == 0:
+        return lambda: (lambda a: (a, a.reshape(0)))(_cuda().device_array(shape, dtype))
+    return allocator.POOL.maker(shape, dtype)
+
+
 def empty_cache():
     """Give the device memory the caching allocator keeps for reuse back to the driver (as
     torch.cuda.empty_cache); memory tensors still use stays theirs."""
@@ -270,8 +279,8 @@ def storage_offset(arr):
 
 
 def _root(a):
-    """The NumPy array that owns the memory a views (the simulator's allocation)."""
-    while isinstance(a.base, np.ndarray):
+    """The NumPy array that owns the memory a views (the simulator's allocation: its lease)."""
+    while isinstance(a.base, np.ndarray) and type(a) is not allocator.HostLease:
         a = a.base
     return a
 

@@ -2,7 +2,7 @@
 
 Entry.call and CompiledNode.apply decide per call what this signature decided once: where each
 input comes from, which outputs need checks, what the autograd node keeps. For the common entry —
-on the CPU, no check mode, nothing written back, every output a fresh tensor, arguments and
+no check mode, nothing written back, every output a fresh tensor, arguments and
 captured tensors (a module's parameters) as the inputs — `straight_call(entry)` writes those
 decisions out as code: read the inputs' arrays,
 run the forward program, wrap the results, build the node. `straight_apply(entry)` does the same
@@ -12,7 +12,8 @@ run the backward program on the implicit ones, accumulate into each leaf's .grad
 outside that common case (in-place updates and .grad assignments written back, a .grad or a number
 read per call, results that may alias an input) gets `straight_general_call(entry)`: Entry.call's
 general steps with the entry's plan written out as constants, one line per input and per update
-(`entry.general_source`). Cuda and check-mode entries keep the general methods; the paths build
+(`entry.general_source`); on cuda, not the general call. Check-mode entries keep the general methods
+(a cuda entry's runs copy host inputs to the device: jit/device.py's device_run); the paths build
 the same node and the same tensors
 (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
 `entry.call_source`, `entry.apply_source` and `entry.backward_source`.
@@ -34,7 +35,7 @@ from .writeback import Fresh, raise_read_only, resolve
 def _plain(entry):
     """Whether the entry's forward call needs none of Entry.call's general steps: every input an
     argument or a captured tensor (not a .grad or a number read per call)."""
-    return (not entry.on_device and not entry.check and entry.plain_outs is not None and not entry.updated
+    return (not entry.check and entry.plain_outs is not None and not entry.updated
             and not entry.aliases and all(s[0] not in ("grad", "grad_of", "dynamic") for s, _ in entry.inputs))
 
 
@@ -224,8 +225,8 @@ def _gather(name, positions):
 
 def straight_apply(entry):
     """(apply(node, grads), source) for the entry's backward, or None when it needs the general
-    CompiledNode.apply (cuda, check mode, an output that may be a cotangent passed through)."""
-    if entry.run_bwd is None or entry.on_device or entry.check or len(entry.bwd_fresh) < len(entry.bwd_targets):
+    CompiledNode.apply (check mode, an output that may be a cotangent passed through)."""
+    if entry.run_bwd is None or entry.check or len(entry.bwd_fresh) < len(entry.bwd_targets):
         return None
     env = {"entry": entry, "run_bwd": entry.run_bwd, "wrap": Tensor._wrap, "Mode": _Mode,
            "raise_double_backward": raise_double_backward}

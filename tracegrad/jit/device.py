@@ -47,7 +47,7 @@ def cuda_ops():
             return wall_timer(synchronize)
         start, stop = cuda.event(timing=True), cuda.event(timing=True)
         return start.record, stop.record, lambda: cuda.event_elapsed_time(start, stop)
-    return DeviceOps(empty=memory.empty, view=memory.view, row_major=memory.row_major,
+    return DeviceOps(empty=memory.empty, maker=memory.maker, view=memory.view, row_major=memory.row_major,
                      contiguous=memory.contiguous,
                      to_host=lambda a: memory.copy(a, "host"), library=library, synchronize=synchronize,
                      timer=timer)
@@ -111,6 +111,12 @@ class DeviceInputs:
                     kept = self.kept[i] = (a, v, to_device(a))
                 out[i] = kept[2]
         return out
+
+
+def device_run(program):
+    """run(arrays) of a device program, host arrays among `arrays` copied to the device (DeviceInputs)."""
+    inputs, run = DeviceInputs(), program.run
+    return lambda arrays: run(inputs(arrays))
 
 
 def shares_memory(a, b):

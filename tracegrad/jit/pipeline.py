@@ -72,7 +72,8 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None
 def lower(graphs, backend, device, fuse, inplace):
     """(programs, LLVM text, disk hit, runs) of `graphs` (None passes through) on `backend`: fused,
     scheduled and built for llvm and cuda (programs: one per graph), run by the interpreter
-    otherwise (programs None). runs: each graph's callable on a list of arrays."""
+    otherwise (programs None). runs: each graph's callable on a list of arrays (for cuda: device
+    arrays, and host arrays it copies to the device: device.DeviceInputs)."""
     if backend not in ("llvm", "cuda"):
         return None, None, False, [None if g is None else executable(g, backend, device) for g in graphs]
     from ..ir.passes.fusion import fuse as fuse_graph
@@ -89,13 +90,14 @@ def lower(graphs, backend, device, fuse, inplace):
         disk_hit = engine.disk_hit
     else:
         from ..codegen.cuda.program import build_device_programs
-        from .device import cuda_ops
+        from .device import cuda_ops, device_run
         programs = build_device_programs(graphs, fused, inplace, cuda_ops())
         logs.lap("cuda kernels")
         if logs.enabled("kernels"):
             for label, p in zip(("forward", "backward"), programs):
                 for j, k in enumerate(p.kernels if p is not None else ()):
                     logs.say("kernels", f"{label} k{j} {k.kind} ops={'+'.join(k.ops()) or 'copy'} on cuda")
+        return programs, text, disk_hit, [None if p is None else device_run(p) for p in programs]
     return programs, text, disk_hit, [None if p is None else p.run for p in programs]
 
 

@@ -5,6 +5,7 @@ In a compiled program every buffer is one contiguous device array, passed flat; 
 offset + sum(i_d * strides[d]) with shapes, strides and offsets as constants (the kernel is
 specialized to its signature, as the CPU's is). The entry is `compile_kernels`.
 """
+import functools
 import math
 
 from ...ir.kernels import contiguous_strides, loads
@@ -88,14 +89,25 @@ class CudaKernel:
     def __call__(self, *arrays, stream=0):
         if len(arrays) != len(self.buffers):
             raise TypeError(f"CUDA kernel {self.name} takes {len(self.buffers)} buffers, got {len(arrays)}")
+        self.launcher(stream)(*[a.reshape(a.size) if a.ndim != 1 else a for a in arrays])
+
+    def launcher(self, stream=0):
+        """launch(*flat arrays): the configured launch (built once), taking the buffers as one-axis
+        arrays, with the scratch arrays of a split reduction bound after them."""
         launch = self._launch.get(stream)
-        if launch is None:           # the configured launch, kept: a call is the launch alone
-            launch = self._launch[stream] = build.kernel(self._body, self.name, self.block)[self.grid, self.block, stream]
-        flat = [a.reshape(a.size) if a.ndim != 1 else a for a in arrays]
-        launch(*flat, *(self.scratch.arrays() if self.scratch else ()))
+        if launch is None:
+            launch = build.kernel(self._body, self.name, self.block)[self.grid, self.block, stream]
+            if self.scratch:
+                launch = functools.partial(_with_scratch, launch, self.scratch.arrays())
+            self._launch[stream] = launch
+        return launch
 
     def __repr__(self):
         return f"<CudaKernel {self.name} grid={self.grid} block={self.block}>"
+
+
+def _with_scratch(launch, scratch, *arrays):
+    launch(*arrays, *scratch)
 
 
 class Scratch:

@@ -16,7 +16,8 @@ from ..slots import per_graph, roles
 
 class DeviceOps:
     """What a device program needs from the device library, as plain functions:
-    empty(shape, dtype), view(arr, shape, strides, offset, dtype=None), row_major(arr),
+    empty(shape, dtype), maker(shape, dtype) -> make() -> (empty(shape, dtype), the same memory as
+    one axis), view(arr, shape, strides, offset, dtype=None), row_major(arr),
     contiguous(arr) (a row-major copy), to_host(arr) (a NumPy copy, for check mode),
     library(kernel) -> fn(args) for an extern or host kernel (args: strided views of its inputs;
     fn returns the result, a new device array), or raises NotImplementedError naming what is missing,
@@ -49,14 +50,14 @@ class DeviceProgram:
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
         self.inplace = list(inplace.items())
-        self.fresh = [(slot, v.shape, v.dtype.np) for slot, v in fresh]
+        self.fresh = [(slot, ops.maker(v.shape, v.dtype.np)) for slot, v in fresh]
         self.template, self.flat_template = [None] * len(slots), [None] * len(slots)
         for nbytes, users in buffers.blocks(kernels, temps):     # intermediates: shared when lives allow
             raw = ops.empty((nbytes,), "uint8")
             for slot, v in users:
                 self.template[slot] = ops.view(raw, v.shape, contiguous_strides(v.shape), 0, v.dtype.np)
                 self.flat_template[slot] = _flat(self.template[slot])
-        self.steps = []
+        self.steps, self.plan = [], None
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
                 self.steps.append(("launch", [(ck, [slots[id(v)] for v in ck.buffers]) for ck in launchers[id(k)]],
@@ -80,27 +81,62 @@ class DeviceProgram:
         (CUDA events); with a `capture` dict, fills it with {id(Value): NumPy copy} of every kernel
         output as the kernel wrote it (check mode). Calls from several threads take turns."""
         with self.lock:
+            if timings is None and capture is None:
+                return self._run_plain(arrays)
             return self._run(arrays, timings, capture)
 
-    def _run(self, arrays, timings, capture):
-        # cur: each slot's array; flat: the same memory as one axis, as the generated kernels take it
-        ops, cur, flat = self.ops, self.template.copy(), self.flat_template.copy()
+    def _bind(self, arrays):
+        """(cur, flat): each slot's array, and the same memory as one axis (as the generated kernels
+        take it), for this call's input arrays and fresh outputs."""
+        cur, flat = self.template.copy(), self.flat_template.copy()
         for (slot, shape, dtype), a in zip(self.inputs, arrays):
-            if a.dtype != dtype or tuple(a.shape) != shape:
-                raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
-            flat_a = a.__dict__.get("_tg_flat")        # a device array's layout never changes: flattened once
-            if flat_a is None:
-                if ops.row_major(a):
-                    flat_a = a._tg_flat = _flat(a)
-                else:
-                    a = ops.contiguous(a)
-                    flat_a = _flat(a)
-            cur[slot], flat[slot] = a, flat_a
+            seen = a.__dict__.get("_tg_flat")        # a device array's layout never changes: checked once
+            if seen is None or seen[0] != shape or seen[1] != dtype:
+                a, seen = self._check_input(a, shape, dtype)
+            cur[slot], flat[slot] = a, seen[2]
         for o, i in self.inplace:
             cur[o], flat[o] = cur[i], flat[i]
-        for slot, shape, dtype in self.fresh:
-            cur[slot] = a = ops.empty(shape, dtype)
-            flat[slot] = _flat(a)
+        for slot, make in self.fresh:
+            cur[slot], flat[slot] = make()
+        return cur, flat
+
+    def _check_input(self, a, shape, dtype):
+        if a.dtype != dtype or tuple(a.shape) != shape:
+            raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+        if self.ops.row_major(a):
+            seen = a._tg_flat = (shape, dtype, _flat(a))
+            return a, seen
+        a = self.ops.contiguous(a)
+        return a, (shape, dtype, _flat(a))
+
+    def _run_plain(self, arrays):
+        """run() without timings or capture: the launches, bound once, one after the other."""
+        plan = self.plan
+        if plan is None:
+            plan = []
+            for kind, fn, ins, out in self.steps:
+                if kind == "launch":
+                    plan += [(ck.launcher(), slots, None, None) for ck, slots in fn]
+                else:
+                    plan.append((None, fn, ins, out))
+            self.plan = plan
+        cur, flat = self._bind(arrays)
+        for launch, slots, ins, out in plan:
+            if launch is not None:
+                launch(*map(flat.__getitem__, slots))
+            else:
+                self._library(cur, flat, slots, ins, out)
+        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+
+    def _library(self, cur, flat, fn, ins, out):
+        ops = self.ops
+        a = fn([ops.view(cur[s], shape, ld.strides, ld.offset) for s, ld, shape in ins])
+        cur[out] = a = a if ops.row_major(a) else ops.contiguous(a)
+        flat[out] = _flat(a)
+
+    def _run(self, arrays, timings, capture):
+        ops = self.ops
+        cur, flat = self._bind(arrays)
         marks = []
         for j, (kind, fn, ins, out) in enumerate(self.steps):
             if timings is not None:
@@ -110,9 +146,7 @@ class DeviceProgram:
                 for ck, arg_slots in fn:
                     ck(*[flat[s] for s in arg_slots])
             else:
-                a = fn([ops.view(cur[s], shape, ld.strides, ld.offset) for s, ld, shape in ins])
-                cur[out] = a = a if ops.row_major(a) else ops.contiguous(a)
-                flat[out] = _flat(a)
+                self._library(cur, flat, fn, ins, out)
             if timings is not None:
                 marks[-1][1]()
             if capture is not None:
