@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ...ir.kernels import Const, Load, postorder
+from ...ir.kernels import Const, Load
 from .. import mathlib
 
 CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
@@ -122,15 +122,16 @@ def dtype_of(t):
 class Emitter:
     """Emit the value of expression trees (kernel IR Ops over Loads and Consts) into `src`, each
     distinct node once. `load(ld) -> source text` reads a Load; `memo` may be seeded with values
-    already held (id(node) -> variable)."""
+    already held (id(node) -> variable). `invariant(tree)`: whether a tree's value is the same at
+    every element of the loop being emitted (a row's: it reads only row results); a float division by
+    such an argument multiplies by its reciprocal instead (the CPU's rule, codegen/scalar.py), which
+    the compiler hoists out of the loop: one multiply per element instead of an IEEE divide."""
 
-    def __init__(self, src, load, memo=None):
-        self.src, self.load, self.memo = src, load, dict(memo or {})
+    def __init__(self, src, load, memo=None, invariant=None):
+        self.src, self.load, self.memo, self.invariant = src, load, dict(memo or {}), invariant
 
     def value(self, tree):
-        for x in postorder(tree):
-            if id(x) in self.memo:
-                continue
+        for x in self._unheld(tree):
             if isinstance(x, Load):
                 text = self.load(x)
                 self.memo[id(x)] = self.src.assign(f"float32({text})" if x.dtype.name == "float16" else text, "x")
@@ -141,14 +142,32 @@ class Emitter:
                 wide = "float64" if any(d == "float64" for _, d in args) else "float32"
                 self.memo[id(x)] = self.src.assign(to_half(self.op(x.op, x.lower, args, wide)))
             else:
+                fixed = {n for n, a in zip("abc", x.args) if self.invariant(a)} if self.invariant else ()
                 self.memo[id(x)] = self.op(x.op, x.lower, [(self.memo[id(a)], dtype_of(a)) for a in x.args],
-                                           dtype_of(x))
+                                           dtype_of(x), fixed)
         return self.memo[id(tree)]
 
-    def op(self, name, lower, args, out):
-        """A variable holding primitive `name`'s lowering applied to args [(text, dtype)] -> dtype out."""
+    def _unheld(self, tree):
+        """The nodes of `tree` not held yet, each after its arguments (none under a held node)."""
+        memo, out, done = self.memo, [], set()
+        stack = [(tree, False)]
+        while stack:
+            x, ready = stack.pop()
+            if id(x) in memo or id(x) in done:
+                continue
+            if ready or isinstance(x, (Load, Const)):
+                done.add(id(x))
+                out.append(x)
+            else:
+                stack.append((x, True))
+                stack.extend((a, False) for a in reversed(x.args))
+        return out
+
+    def op(self, name, lower, args, out, fixed=()):
+        """A variable holding primitive `name`'s lowering applied to args [(text, dtype)] -> dtype out;
+        `fixed`: the argument names (a, b, c) whose values are loop-invariant."""
         names = dict(zip("abc", args))
-        text, d = _Translate(self.src, name, lower, names, out).expr(parsed(lower))
+        text, d = _Translate(self.src, name, lower, names, out, fixed).expr(parsed(lower))
         if text is None:                                # the lowering is a literal
             return literal(d, out)
         if d == out and text.isidentifier():
@@ -165,8 +184,8 @@ class _Translate:
     """The typed walk over one lowering's AST: (source text, dtype) of each subexpression; a bare
     literal is (None, value) until the operand it meets gives it a type."""
 
-    def __init__(self, src, name, lower, names, out):
-        self.src, self.name, self.lower, self.names, self.out = src, name, lower, names, out
+    def __init__(self, src, name, lower, names, out, fixed=()):
+        self.src, self.name, self.lower, self.names, self.out, self.fixed = src, name, lower, names, out, fixed
 
     def fail(self, what):
         raise NotImplementedError(f"the CUDA code generator does not understand {what} in the scalar lowering "
@@ -222,7 +241,20 @@ class _Translate:
         sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}.get(op)
         if sym is None or (op is ast.Div and d not in FLOATS):
             self.fail(f"{op.__name__} on {d}")
+        if op is ast.Div and isinstance(node.right, ast.Name) and node.right.id in self.fixed and db == d:
+            return self.by_reciprocal(a, b, d), d
         return self.hold(f"{a} {sym} {b}", d), d
+
+    def by_reciprocal(self, a, b, d):
+        """a / b as a * (1 / (b * s)) * s, for b loop-invariant (the reciprocal and the power of two s
+        are then hoisted): two multiplies and two roundings an element, as PyTorch's softmax and layer
+        norm. s scales a subnormal b into the normal range, where 1 / b is finite; b = 0, +-inf and
+        NaN give what a / b gives (codegen/scalar.py's _by_reciprocal, the same rule)."""
+        info = np.finfo(d)
+        s = self.src.assign(f"{literal(2.0 ** info.nmant, d)} if abs({b}) < {literal(float(info.tiny), d)} "
+                            f"else {literal(1, d)}", "s")
+        r = self.src.assign(f"{d}({literal(1, d)} / {d}({b} * {s}))", "rcp")
+        return self.hold(f"{d}({a} * {r}) * {s}", d)
 
     def call(self, fn, args):
         vals, like = [], None

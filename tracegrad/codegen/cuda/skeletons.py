@@ -21,9 +21,11 @@ text), `load(ld, idx)`, `store_full(v, idx)` (a map output over the whole space)
 `store_kept(v, idx, kept)` (a reduction's output, kept axes only); `idx[d]` is the source text of
 axis d's index. Skeletons emit the body of the kernel function into `src` (expr.Lines).
 """
-from ...ir.kernels import loads
-from .expr import Emitter
-from .reduce import WARP, Acc, block_allreduce, combine, warp_allreduce
+import numpy as np
+
+from ...ir.kernels import Const, Load, loads
+from .expr import Emitter, dtype_of
+from .reduce import WARP, Acc, block_allreduce, combine, two_sum, warp_allreduce
 
 
 def decompose(src, flat, axes, dims, stem):
@@ -80,7 +82,21 @@ class Phases:
                 src.emit(f"{cached[0]}[{self.slot}] = {x}")
                 return x
             return lay.load(ld, idx)
-        return Emitter(src, load)
+        held = {key[1]: f"{name}[{self.slot}]" for key, (name, first) in self.cache.items()
+                if key[0] == "value" and self.phase > first}
+        return Emitter(src, load, held, invariant=self.along_row if self.split is not None else None)
+
+    def keep(self, src, em):
+        """Store the values this phase computed first that later phases read (the row cache's values)."""
+        for key, (name, first) in self.cache.items():
+            if key[0] == "value" and first == self.phase and key[1] in em.memo:
+                src.emit(f"{name}[{self.slot}] = {em.memo[key[1]]}")
+
+    def along_row(self, t):
+        """Whether tree t's value is the same at every element of a row: it reads buffers (row results),
+        none of them along the row's axes."""
+        lds = loads(t)
+        return bool(lds) and not any(any(ld.strides[self.split:]) for ld in lds)
 
     def put_maps(self, src, em, phases, idx):
         for ph in phases:
@@ -97,9 +113,10 @@ def _key(ld):
 
 
 def row_cache(src, phases, split, ninner, rows, budget):
-    """Declare the row cache of a row kernel (see Phases): the kernel inputs read by two or more
-    phases, varying along and across the rows, while their rows (`rows` at once) fit in `budget`
-    bytes of shared memory; returns it."""
+    """Declare the row cache of a row kernel (see Phases), while its rows (`rows` at once) fit in
+    `budget` bytes of shared memory: first the values that two or more phases compute (the
+    outermost such subtrees, varying along the row: softmax's exp(x - max), computed once), then
+    the kernel inputs read by two or more phases, varying along and across the rows; returns it."""
     made = {id(v) for ph in phases for v, _ in ph.outputs}
     first, seen = {}, {}
     for p, ph in enumerate(phases):
@@ -110,14 +127,35 @@ def row_cache(src, phases, split, ninner, rows, budget):
                     continue
                 first.setdefault(_key(ld), (p, ld))
                 seen.setdefault(_key(ld), set()).add(p)
+    wanted = [(("value", id(x)), p, dtype_of(x)) for x, p in _shared_values(phases, split)]
+    wanted += [(key, p, ld.dtype.name) for key, (p, ld) in first.items() if len(seen[key]) > 1]
     cache = {}
-    for key, (p, ld) in first.items():
-        size = rows * ninner * ld.dtype.itemsize
-        if len(seen[key]) > 1 and size <= budget:
+    for key, p, dtype in wanted:
+        size = rows * ninner * np.dtype(dtype).itemsize
+        if size <= budget:
             budget -= size
             cache[key] = (f"rc{len(cache)}", p)
-            src.emit(f"rc{len(cache) - 1} = cuda.shared.array({rows * ninner}, {ld.dtype.name})")
+            src.emit(f"rc{len(cache) - 1} = cuda.shared.array({rows * ninner}, {dtype})")
     return cache
+
+
+def _shared_values(phases, split):
+    """[(node, first phase)]: the operations a later phase of a row kernel computes again (outermost
+    ones only: their arguments are then not needed), whose value varies along the row."""
+    first, out = {}, {}
+    for p, ph in enumerate(phases):
+        stack = [t for _, t in ph.outputs]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, (Load, Const)):
+                continue
+            if first.get(id(x), p) < p:
+                if dtype_of(x) != "bool" and any(any(ld.strides[split:]) for ld in loads(x)):
+                    out[id(x)] = (x, first[id(x)])
+                continue
+            first.setdefault(id(x), p)
+            stack.extend(x.args)
+    return list(out.values())
 
 
 def _loads_of(phases, v):
@@ -145,13 +183,16 @@ def _prologue(src, threads):
     src.emit("warp = tid >> 5")
 
 
-def _shared(src, dtypes):
-    """One 32-slot shared array per accumulator dtype; returns {dtype: name}."""
+def _shared(src, accs, size=WARP):
+    """A shared array of `size` slots per accumulator dtype (and `<name>_lo` beside it where a
+    compensated sum needs one); returns {dtype: name}."""
     out = {}
-    for d in dtypes:
-        if d not in out:
-            out[d] = f"sh_{d}"
-            src.emit(f"sh_{d} = cuda.shared.array({WARP}, {d})")
+    for a in accs:
+        if a.at not in out:
+            out[a.at] = f"sh_{a.at}"
+            src.emit(f"sh_{a.at} = cuda.shared.array({size}, {a.at})")
+    for d in {a.at for a in accs if a.lo}:
+        src.emit(f"sh_{d}_lo = cuda.shared.array({size}, {d})")
     return out
 
 
@@ -164,7 +205,7 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
     _prologue(src, threads)
     accs = {id(ph): Acc(src, ph.lower, ph.outputs[0][0].dtype.name) for ph in kernel_phases if ph.kind == "reduce"}
     warp_rows = rows_per_block > 1
-    shared = {} if warp_rows else _shared(src, [a.at for a in accs.values()])
+    shared = {} if warp_rows else _shared(src, list(accs.values()))
     me, width = ("lane", WARP) if warp_rows else ("tid", threads)
     nrows, ninner = count(src, dims, outer), count(src, dims, inner)
     cache = row_cache(src, kernel_phases, split, int(ninner), rows_per_block, cache_bytes) \
@@ -184,11 +225,10 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
                 src.emit(f"j += {width}")
             if acc is None:
                 continue
-            acc.end()
             if warp_rows:
-                warp_allreduce(src, acc.how, acc.var, acc.at)
+                warp_allreduce(src, acc)
             else:
-                block_allreduce(src, acc.how, acc.var, acc.at, threads, shared[acc.at])
+                block_allreduce(src, acc, threads, shared[acc.at])
             _row_result(src, st, ph, acc, oidx, outer, f"{me} == 0")
         src.emit(f"row += int64(cuda.gridDim.x) * {rows_per_block}")
 
@@ -209,10 +249,8 @@ def across_body(src, layout, kernel_phases, split, ndim, u, threads):
                 acc.begin()
             with src.block(f"for j in range({ninner}):"):
                 _row_element(src, st, ph, acc, oidx, inner, dims)
-            if acc is None:
-                continue
-            acc.end()
-            _row_result(src, st, ph, acc, oidx, outer)
+            if acc is not None:
+                _row_result(src, st, ph, acc, oidx, outer)
         src.emit("t += step")
 
 
@@ -225,6 +263,7 @@ def _row_element(src, st, ph, acc, oidx, inner, dims):
         st.put_maps(src, em, [ph], idx)
     else:
         acc.add(em.value(ph.outputs[0][1]))
+    st.keep(src, em)
 
 
 def _row_result(src, st, ph, acc, oidx, outer, only=None):
@@ -252,14 +291,7 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
     src.emit("tx = 0" if bx == 1 else f"tx = tid & {bx - 1}")
     src.emit("ty = tid" if bx == 1 else f"ty = tid >> {bx.bit_length() - 1}")
     accs = [Acc(src, ph.lower, ph.outputs[0][0].dtype.name) for ph in reduces]
-    if bx == 1:
-        shared = _shared(src, [a.at for a in accs])
-    else:
-        shared = {}
-        for a in accs:
-            if a.at not in shared:
-                shared[a.at] = f"sh_{a.at}"
-                src.emit(f"sh_{a.at} = cuda.shared.array({threads}, {a.at})")
+    shared = _shared(src, accs, WARP if bx == 1 else threads)
     nkept, nred = count(src, dims, kept), count(src, dims, reduced)
     lo, hi = "0", nred
     if split:
@@ -283,13 +315,12 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
                 a.add(em.value(ph.outputs[0][1]))
             src.emit(f"r += {by}")
         for j, (a, ph) in enumerate(zip(accs, reduces)):
-            a.end()
             v = ph.outputs[0][0]
             if bx == 1:
-                block_allreduce(src, a.how, a.var, a.at, threads, shared[a.at])
-                total = a.var
+                block_allreduce(src, a, threads, shared[a.at])
+                total = a.total()
             elif by == 1:                                  # one thread per kept element: its own total
-                total = a.var
+                total = a.total()
             else:
                 total = _tree_over_rows(src, a, shared[a.at], bx, by)
             with src.block(f"if ty == 0 and k < {nkept}:"):
@@ -316,7 +347,6 @@ def combine_body(src, layout, reduces, kept, slices, partials, threads):
             acc.begin()
             with src.block(f"for s in range({slices}):"):
                 acc.add(f"{part}[s * {nkept} + k]")
-            acc.end()
             src.emit(f"{layout.store_kept(v, kidx, kept)} = {acc.result()}")
         src.emit(f"k += int64(cuda.gridDim.x) * {threads}")
 
@@ -326,13 +356,17 @@ def _tree_over_rows(src, acc, shared, bx, by):
     the totals. Returns the source text of this thread's column total (valid in row 0)."""
     src.emit("cuda.syncthreads()")                     # the previous phase's readers are done
     src.emit(f"{shared}[tid] = {acc.var}")
+    if acc.lo:
+        src.emit(f"{shared}_lo[tid] = {acc.lo}")
     src.emit("cuda.syncthreads()")
     half = by // 2
     while half:
         with src.block(f"if ty < {half}:"):
-            src.emit(f"{shared}[tid] = {combine(acc.how, f'{shared}[tid]', f'{shared}[tid + {half * bx}]', acc.at)}")
+            if acc.lo:
+                two_sum(src, f"{shared}[tid]", f"{shared}_lo[tid]", f"{shared}[tid + {half * bx}]",
+                        f"{shared}_lo[tid + {half * bx}]", acc.at)
+            else:
+                src.emit(f"{shared}[tid] = {combine(acc.how, f'{shared}[tid]', f'{shared}[tid + {half * bx}]', acc.at)}")
         src.emit("cuda.syncthreads()")
         half //= 2
-    return f"{shared}[tx]"
-
-
+    return acc.total(f"{shared}[tx]", f"{shared}_lo[tx]")
