@@ -64,3 +64,11 @@ def test_softmax_computes_exp_once_per_element_and_divides_by_a_reciprocal(kerne
 def test_layernorm_backward_row_kernel_divides_by_reciprocals(kernels):
     rows = [k for k in _of(kernels, "layernorm") if k["name"] == "backward_k0"]
     assert rows and not re.search(r"div\.rn\.f32", rows[0]["ptx"])
+
+
+def test_elementwise_maps_load_and_store_16_bytes_at_a_time(kernels):
+    """gelu over a contiguous float32 array of a multiple of 4 elements: 4 elements a thread, read and
+    written by vector accesses (the scalar loop stays for arrays whose address is not 16-byte aligned)."""
+    (k,) = _of(kernels, "gelu")
+    assert re.search(r"ld\.global\.v4\.f32", k["ptx"]) and re.search(r"st\.global\.v4\.f32", k["ptx"])
+    assert re.search(r"ld\.global\.f32", k["ptx"])

@@ -79,13 +79,15 @@ def layernorm(x, w, b):
 def test_softmax_rows_are_one_kernel_a_warp_or_a_block_per_row(shape, block):
     """Short rows take a warp each (several per block), long rows a block each (warp shuffles, then
     one shared slot per warp); x, which the three phases read, is read from memory once (the
-    first phase keeps it in shared memory)."""
+    first phase keeps it in shared memory), and exp(x - max), which two compute, is computed once."""
     fwd, _ = graphs(softmax, rng_array(shape))
     launches, kernels = check(fwd, [rng_array(shape, seed=2)])
     assert len(kernels) == 1 and len(launches) == 1
     assert launches[0].block == block and "shfl_xor_sync(" in launches[0].source
     assert ("cuda.syncthreads()" in launches[0].source) == (block == 64)
-    assert launches[0].source.count("b0[") == 1 and launches[0].source.count("rc0[") == 3
+    src = launches[0].source               # exp(x - max): computed once, kept for the last phase (rc0)
+    assert src.count("b0[") == 1 and src.count("rc1[") == 2 and src.count("math.exp(") == 1
+    assert src.count("rc0[") == 2
 
 
 def test_softmax_over_columns_of_memory_reads_across_the_kept_axis():
@@ -106,7 +108,9 @@ def test_layernorm_forward_and_backward():
     ins = [rng.standard_normal(v.shape).astype(v.dtype.np) for v in bwd.inputs]
     # the backward's gradient sums over the batch axis (dw, db) are column reductions (accumulated in
     # the row kernel: Kernel.accumulated; a launch of their own here)
-    launches, kernels = check(bwd, ins, rtol=1e-5, atol=1e-5)
+    # (random cotangents and saved values: dx cancels terms ~100x its size, so the roundings of the
+    # compensated float32 sums and of the row divisions by reciprocals show at 1e-5 of the terms)
+    launches, kernels = check(bwd, ins, rtol=1e-5, atol=5e-5)
     assert any(k.kind == "reduce_acc" or k.accumulated() for k in kernels)
 
 

@@ -13,7 +13,8 @@ Under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) two names of the module ar
 stand-ins before the first launch, so that the same source runs there: `shfl_xor_sync` (the
 simulator has no warp shuffles: the stand-in exchanges values through a table between two
 barriers of the warp's 32 threads, which is exact because the generated code shuffles only where
-every lane of the warp does) and `math` (IEEE results on NumPy scalars where Python's math raises: log(0), exp(1000)).
+every lane of the warp does) and `math` (IEEE results on NumPy scalars where Python's math raises: log(0), exp(1000));
+a kernel's vector loads and stores (vector.py's intrinsics) are bound to vector.SIM's Python stand-ins.
 """
 import hashlib
 import importlib.util
@@ -32,6 +33,7 @@ HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen
           "import math\n"
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")
+VECTOR = "from tracegrad.codegen.cuda.vector import vload2, vload4, vstore2, vstore4, address\n"
 WARP = 32
 REGISTERS = 65536      # 32-bit registers of a block (every GPU numba.cuda supports)
 REGISTER_NOTE = "# at most {} registers a thread"      # the generated file's last line, where capped
@@ -48,7 +50,8 @@ def simulated():
 def module_text(body):
     """The whole file of a generated kernel function `body` (what `stage="cuda"` shows)."""
     half = "from numba.types import float16\n" if "float16" in body else ""    # only where float16 is used
-    return HEADER + half + "\n\n" + body + "\n"
+    vec = VECTOR if "address(" in body else ""
+    return HEADER + half + vec + "\n\n" + body + "\n"
 
 
 def max_registers(threads):
@@ -84,6 +87,9 @@ def _build(text, key, fn_name, cap):
     exec(compile(code, path, "exec"), module.__dict__)
     if sim:
         module.shfl_xor_sync, module.math = _sim_shfl_xor, _SimMath
+        if VECTOR in text:
+            from .vector import SIM
+            module.__dict__.update(SIM)
     sys.modules.setdefault(name, module)
     limits = {"max_registers": cap} if cap and not sim else {}
     dispatcher = cuda.jit(getattr(module, fn_name), cache=cached and not sim, **limits)

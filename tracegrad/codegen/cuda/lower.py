@@ -13,7 +13,7 @@ from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
 from .expr import Lines
 from .reduce import acc_dtype
-from .skeletons import across_body, combine_body, map_body, rows_body, tiles_body
+from .skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body, vector_width
 
 MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
 ROW_THREADS = 256      # threads per block walking one row
@@ -189,10 +189,15 @@ def element_order(kernel):
 
 def _map(kernel, name):
     n = math.prod(kernel.shape)
-    threads = warps(n, MAP_THREADS)
-    body, bufs = _source(name, kernel, kernel.phases,
-                         lambda src, lay: map_body(src, lay, kernel.phases, element_order(kernel), threads))
-    return CudaKernel(name, body, bufs, min(-(-n // threads), MAX_GRID), threads)
+    width = vector_width(Flat(kernel.shape, {}), kernel.phases, n)
+    threads = warps(-(-n // width), MAP_THREADS)
+    if width > 1:
+        body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: vector_map_body(
+            src, lay, kernel.phases, element_order(kernel), threads, width))
+    else:
+        body, bufs = _source(name, kernel, kernel.phases,
+                             lambda src, lay: map_body(src, lay, kernel.phases, element_order(kernel), threads))
+    return CudaKernel(name, body, bufs, min(-(-n // (threads * width)), MAX_GRID), threads)
 
 
 def _rows(kernel, name, across=None):

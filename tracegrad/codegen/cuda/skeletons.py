@@ -162,19 +162,76 @@ def _loads_of(phases, v):
     return [ld for ph in phases for _, t in ph.outputs for ld in loads(t) if ld.buf is v]
 
 
-def map_body(src, layout, phases, order, threads):
+def map_body(src, layout, phases, order, threads, declared=False):
     """Every phase (all maps) at each element, one thread per element, grid-stride (threads per
-    block: a constant, or None: the launch's)."""
+    block: a constant, or None: the launch's; `declared`: i and step are set already)."""
     dims, shape_axes = layout.dims, list(order)
     n = count(src, dims, shape_axes)
     threads = threads or "cuda.blockDim.x"
-    src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
-    src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
+    if not declared:
+        src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+        src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
     with src.block(f"while i < {n}:"):
         idx = decompose(src, "i", shape_axes, dims, "ix")
         ph = Phases(layout, phases)
         ph.put_maps(src, ph.emitter(src, idx), phases, idx)
         src.emit("i += step")
+
+
+def vector_width(layout, phases, n):
+    """Elements per vector access (4 of 4 bytes, 2 of 8: 16-byte loads) for a map kernel whose every
+    buffer is read and written element for element in one contiguous layout (or, for a read, at one
+    element: a broadcast scalar), all of one itemsize, over `n` elements a multiple of it; else 1."""
+    bufs, sizes = [], set()
+    for ph in phases:
+        for v, t in ph.outputs:
+            bufs.append(v)
+            for ld in loads(t):
+                if not (layout.same_element(ld, v) or not any(ld.strides)):
+                    return 1
+                bufs.append(ld.buf)
+    sizes = {b.dtype.itemsize for b in bufs}
+    if len(sizes) != 1 or sizes.pop() not in (4, 8) or any(b.dtype.name == "bool" for b in bufs):
+        return 1
+    width = 16 // bufs[0].dtype.itemsize
+    return width if n % width == 0 else 1
+
+
+def vector_map_body(src, layout, phases, order, threads, width):
+    """map_body with `width` consecutive elements a thread, read and written by vector accesses
+    (vector.py) when every buffer's address is aligned to 16 bytes (else map_body's loop)."""
+    n = count(src, layout.dims, list(order))
+    names = sorted({layout.args[id(v)] for ph in phases for v, t in ph.outputs} |
+                   {layout.args[id(ld.buf)] for ph in phases for _, t in ph.outputs for ld in loads(t)})
+    src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+    src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
+    made = {id(v) for ph in phases for v, _ in ph.outputs}
+    with src.block(f"if ({' | '.join(f'address({b})' for b in names)}) & 15 == 0:"):
+        with src.block(f"while i < {int(n) // width}:"):
+            src.emit(f"e = i * {width}")
+            lanes, held = {}, {}
+
+            def lane_load(k):
+                def load(ld):
+                    if not any(ld.strides):
+                        return layout.load(ld, {})
+                    if id(ld.buf) in made:
+                        return held[id(ld.buf)][k]
+                    if id(ld.buf) not in lanes:
+                        xs = [src.tmp("x") for _ in range(width)]
+                        src.emit(f"{', '.join(xs)} = vload{width}({layout.args[id(ld.buf)]}, e)")
+                        lanes[id(ld.buf)] = xs
+                    return lanes[id(ld.buf)][k]
+                return load
+            ems = [Emitter(src, lane_load(k)) for k in range(width)]
+            for ph in phases:
+                for v, t in ph.outputs:
+                    held[id(v)] = [em.value(t) for em in ems]
+                    src.emit(f"vstore{width}({layout.args[id(v)]}, e, {', '.join(held[id(v)])})")
+            src.emit("i += step")
+    with src.block("else:"):
+        src.emit(f"i = int64(cuda.blockIdx.x) * {threads} + cuda.threadIdx.x")
+        map_body(src, layout, phases, order, threads, declared=True)
 
 
 def _prologue(src, threads):
