@@ -72,3 +72,10 @@ def test_elementwise_maps_load_and_store_16_bytes_at_a_time(kernels):
     (k,) = _of(kernels, "gelu")
     assert re.search(r"ld\.global\.v4\.f32", k["ptx"]) and re.search(r"st\.global\.v4\.f32", k["ptx"])
     assert re.search(r"ld\.global\.f32", k["ptx"])
+
+
+def test_layernorm_sums_over_rows_ride_in_persistent_row_kernels(kernels):
+    """The loss sum (forward) and dW, db (backward) are added up by the row kernels' blocks as they
+    take the rows, and joined from the blocks' partials: no second pass over x and g."""
+    names = sorted(k["name"] for k in _of(kernels, "layernorm"))
+    assert names == ["backward_k0", "backward_k0_join", "forward_k0", "forward_k0_join"], names

@@ -202,9 +202,11 @@ def test_reductions_over_no_elements_write_their_identity():
     check(fwd, [x])
 
 
-def test_a_row_kernel_accumulating_sums_over_its_rows_launches_them_after():
+def test_a_row_kernel_accumulating_sums_over_its_rows_keeps_them_per_block():
     """Fusion keeps a layer norm's sums over the rows inside its row kernel (Kernel.accumulated);
-    the GPU runs them as a launch of their own after the rows."""
+    the GPU's row kernel adds them up per block as its blocks take the rows (a column sum and a
+    total), a join launch adds the blocks' partials; a maximum over the rows is a launch of its
+    own after the rows."""
     x, w = rng_array((5, 12)), rng_array((12,), seed=1)
 
     def f(x, w):
@@ -213,4 +215,32 @@ def test_a_row_kernel_accumulating_sums_over_its_rows_launches_them_after():
     fwd, _ = graphs(f, x, w)
     launches, kernels = check(fwd, [x, w])
     assert any(k.kind == "loop" and k.accumulated() for k in kernels)
+    assert any(ck.name.endswith("_join") for ck in launches) and not any("_sums" in ck.name for ck in launches)
+
+    def g(x, w):
+        mu = x.mean(-1, keepdim=True)
+        return ((x - mu) * w).amax(0), mu.sum()
+    fwd, _ = graphs(g, x, w)
+    launches, kernels = check(fwd, [x, w])
     assert any(ck.name.endswith("_sums") for ck in launches)
+
+
+
+
+@pytest.mark.parametrize("shape", [(7, 40), (9, 3), (4, 300)])
+def test_persistent_row_kernels_join_the_partials_of_blocks_taking_several_rows(monkeypatch, shape):
+    """Fewer blocks than rows (FILL_BLOCKS forced small): each block adds several rows into its
+    accumulators; the layer norm's loss and its dW, db still equal the interpreter's."""
+    from tracegrad.codegen.cuda import lower
+    monkeypatch.setattr(lower, "FILL_BLOCKS", 2)
+    x, w, b = rng_array(shape), rng_array(shape[1:], seed=1), rng_array(shape[1:], seed=2)
+    ts = [tg.from_numpy(a).requires_grad_() for a in (x, w, b)]
+    fwd, bwd = graphs(lambda x, w, b: layernorm(x, w, b).sum(), *ts)
+    launches, _ = check(fwd, [x, w, b], rtol=1e-5, atol=1e-5)
+    assert any(ck.name.endswith("_join") and ck.grid == 1 for ck in launches)
+    assert any(ck.grid == 2 and "cuda.local.array" not in ck.source and "p0[cuda.blockIdx.x]" in ck.source
+               for ck in launches)
+    rng = np.random.default_rng(3)
+    ins = [rng.standard_normal(v.shape).astype(v.dtype.np) for v in bwd.inputs]
+    launches, _ = check(bwd, ins, rtol=1e-5, atol=5e-5)
+    assert any(ck.grid == 2 and "cuda.local.array" in ck.source for ck in launches)

@@ -12,7 +12,7 @@ from ...ir.kernels import contiguous_strides, loads
 from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
 from .expr import Lines
-from .reduce import acc_dtype
+from .reduce import acc_dtype, join_of
 from .skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body, vector_width
 
 MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
@@ -140,8 +140,11 @@ def lower_kernel(kernel, name):
     if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
         maxima, rest = kernel.online_apart()          # the maxima, then the sums that read them
         return lower_kernel(maxima, name) + lower_kernel(rest, f"{name}_sums")
-    if kernel.kind == "loop" and kernel.accumulated():    # a row kernel's sums over its rows: a launch after
-        rows, sums = kernel.apart()
+    if kernel.kind == "loop" and kernel.accumulated():
+        fused = _persistent(kernel, name)
+        if fused is not None:
+            return fused
+        rows, sums = kernel.apart()                      # a row kernel's sums over its rows: a launch after
         rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk
         return lower_kernel(rows, name) + lower_kernel(sums, f"{name}_sums")
     if kernel.kind == "reduce_acc":
@@ -213,6 +216,44 @@ def _rows(kernel, name, across=None):
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
         src, lay, kernel.phases, k, len(shape), threads * per_block, per_block, ROW_CACHE_BYTES))
     return CudaKernel(name, body, bufs, min(-(-nrows // per_block), MAX_GRID), threads * per_block)
+
+
+def _persistent(kernel, name):
+    """A row kernel with sums over all its rows (a layer norm's loss, its backward's dW and db) as
+    persistent row kernel, FILL_BLOCKS blocks taking the rows in turn, each adding its rows into
+    accumulators of its own and writing its partial sums; a join launch per set of kept axes adds
+    the blocks' partials (no second pass over the rows). None where the sums are not float sums that
+    keep all the row's axes or none, or the kernel walks columns (schedule.across)."""
+    k, shape = kernel.split, kernel.shape
+    if kernel.schedule is not None and kernel.schedule.across is not None:
+        return None
+    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
+    inner, groups = set(range(k, len(shape))), {}
+    for ph in kernel.accumulated():
+        kept = inner - set(ph.axes)
+        if join_of(ph.lower) != "+" or ph.outputs[0][0].dtype.name not in ("float16", "float32", "float64") \
+                or kept not in (set(), inner) or len(ph.outputs) != 1:
+            return None
+        groups.setdefault(bool(kept), []).append(ph)
+    threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
+    nblocks = min(nrows, FILL_BLOCKS)
+    acc = kernel.accumulated()
+    parts = {id(ph): f"p{j}" for j, ph in enumerate(acc)}
+    persist = {id(ph): (parts[id(ph)], bool(inner - set(ph.axes))) for ph in acc}
+    scratch = Scratch([(nblocks * (ninner if persist[id(ph)][1] else 1),
+                        acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in acc])
+    body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
+        src, lay, kernel.phases, k, len(shape), threads, 1, ROW_CACHE_BYTES, persist), list(parts.values()))
+    out = [CudaKernel(name, body, bufs, nblocks, threads, scratch)]
+    for g, (kept, reduces) in enumerate(groups.items()):
+        nkept = ninner if kept else 1
+        jt = warps(nkept, MAP_THREADS)
+        label = f"{name}_join" if len(groups) == 1 else f"{name}_join{g}"
+        body2, bufs2 = _source(label, kernel, reduces, lambda src, lay: combine_body(
+            src, lay, reduces, sorted(inner) if kept else [], nblocks, [parts[id(ph)] for ph in reduces], jt),
+            list(parts.values()))
+        out.append(CudaKernel(label, body2, bufs2, min(-(-nkept // jt), MAX_GRID), jt, scratch))
+    return out
 
 
 def _tiled(kernel, name):

@@ -21,6 +21,8 @@ text), `load(ld, idx)`, `store_full(v, idx)` (a map output over the whole space)
 `store_kept(v, idx, kept)` (a reduction's output, kept axes only); `idx[d]` is the source text of
 axis d's index. Skeletons emit the body of the kernel function into `src` (expr.Lines).
 """
+import contextlib
+
 import numpy as np
 
 from ...ir.kernels import Const, Load, loads
@@ -253,10 +255,13 @@ def _shared(src, accs, size=WARP):
     return out
 
 
-def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1, cache_bytes=0):
+def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1, cache_bytes=0, persist=None):
     """A block per row of the outer `split` axes (or, rows_per_block > 1, a warp per row: short
     rows); phases in turn over the row's inner axes, inputs several phases read kept in shared
-    memory (at most `cache_bytes`; the row's size must be a constant)."""
+    memory (at most `cache_bytes`; the row's size must be a constant). `persist`: {id(phase): (partials
+    array, whether it keeps the inner axes)} for sums over all the rows (a block per row only): each
+    block adds its rows into accumulators that outlive the row (one, or one per column: registers
+    once the compiler unrolls their loop), then writes its partial results for combine_body."""
     dims = layout.dims
     outer, inner = list(range(split)), list(range(split, ndim))
     _prologue(src, threads)
@@ -267,6 +272,10 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
     nrows, ninner = count(src, dims, outer), count(src, dims, inner)
     cache = row_cache(src, kernel_phases, split, int(ninner), rows_per_block, cache_bytes) \
         if cache_bytes and ninner.isdigit() else {}
+    persist = persist or {}
+    cols = {key: _Columns(src, accs[key], -(-int(ninner) // threads)) for key, (_, kept) in persist.items() if kept}
+    for key in persist:
+        (cols[key] if key in cols else accs[key]).begin()
     src.emit(f"row = int64(cuda.blockIdx.x) * {rows_per_block} + warp" if warp_rows else "row = int64(cuda.blockIdx.x)")
     with src.block(f"while row < {nrows}:"):
         oidx = decompose(src, "row", outer, dims, "o")
@@ -274,13 +283,17 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
         for p, ph in enumerate(kernel_phases):
             st.phase = p
             acc = accs.get(id(ph))
-            if acc:
+            if id(ph) in cols:
+                with cols[id(ph)].walk(threads, ninner):
+                    _row_element(src, st, ph, cols[id(ph)], oidx, inner, dims)
+                continue
+            if acc and id(ph) not in persist:
                 acc.begin()
             src.emit(f"j = int64({me})")
             with src.block(f"while j < {ninner}:"):
                 _row_element(src, st, ph, acc, oidx, inner, dims)
                 src.emit(f"j += {width}")
-            if acc is None:
+            if acc is None or id(ph) in persist:
                 continue
             if warp_rows:
                 warp_allreduce(src, acc)
@@ -288,6 +301,52 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
                 block_allreduce(src, acc, threads, shared[acc.at])
             _row_result(src, st, ph, acc, oidx, outer, f"{me} == 0")
         src.emit(f"row += int64(cuda.gridDim.x) * {rows_per_block}")
+    for key, (part, kept) in persist.items():
+        if kept:
+            cols[key].store(part, threads, ninner)
+            continue
+        block_allreduce(src, accs[key], threads, shared[accs[key].at])
+        total = accs[key].total()
+        with src.block("if tid == 0:"):
+            src.emit(f"{part}[cuda.blockIdx.x] = {total}")
+
+
+class _Columns:
+    """A thread's accumulators of a sum over the rows that keeps the row's axes: one per element
+    j = tid + k * threads of the row (k < n), compensated (two arrays, hi and lo)."""
+
+    def __init__(self, src, acc, n):
+        self.src, self.acc, self.n = src, acc, n
+        self.hi, self.lo = src.tmp("ch"), src.tmp("cl")
+
+    def begin(self):
+        at = self.acc.at
+        self.src.emit(f"{self.hi} = cuda.local.array({self.n}, {at})")
+        self.src.emit(f"{self.lo} = cuda.local.array({self.n}, {at})")
+        with self.src.block(f"for k in range({self.n}):"):
+            self.src.emit(f"{self.hi}[k] = {at}(0.0)")
+            self.src.emit(f"{self.lo}[k] = {at}(0.0)")
+
+    @contextlib.contextmanager
+    def walk(self, threads, ninner):
+        """`with cols.walk(...):` the body runs at element j of the row, accumulator k."""
+        with self.src.block(f"for k in range({self.n}):"):
+            self.src.emit(f"j = int64(tid) + k * {threads}")
+            with self.src.block(f"if j < {ninner}:"):
+                yield
+
+    def add(self, x):
+        at = self.acc.at
+        if at != self.acc.dtype:
+            x = self.src.assign(f"{at}({x})")
+        two_sum(self.src, f"{self.hi}[k]", f"{self.lo}[k]", x, None, at)
+
+    def store(self, part, threads, ninner):
+        with self.src.block(f"for k in range({self.n}):"):
+            self.src.emit(f"j = int64(tid) + k * {threads}")
+            with self.src.block(f"if j < {ninner}:"):
+                total = self.acc.total(f"{self.hi}[k]", f"{self.lo}[k]")
+                self.src.emit(f"{part}[int64(cuda.blockIdx.x) * {ninner} + j] = {total}")
 
 
 def across_body(src, layout, kernel_phases, split, ndim, u, threads):
