@@ -54,7 +54,7 @@ def recipes(kind, f):
                           "source": ck.source}
                     args = [["array", b.dtype.name, 1, "C"] for b in ck.buffers]
                     args += [["array", np.dtype(d).name, 1, "C"] for _, d in (ck.scratch.specs if ck.scratch else ())]
-                    yield {"kind": kind, "name": ck.name, "fn": fn, "args": args}
+                    yield {"kind": kind, "name": ck.name, "fn": fn, "args": args, "block": ck.block}
 
 
 def main(path):

@@ -313,19 +313,19 @@ def rows_body(src, layout, kernel_phases, split, ndim, threads, rows_per_block=1
 
 class _Columns:
     """A thread's accumulators of a sum over the rows that keeps the row's axes: one per element
-    j = tid + k * threads of the row (k < n), compensated (two arrays, hi and lo)."""
+    j = tid + k * threads of the row (k < n). A block adds a few rows each (its share of them), so
+    a plain sum each; the join adding the blocks' partials compensates (registers: a compensated
+    pair per column left the backward of a wide layer norm one block per SM)."""
 
     def __init__(self, src, acc, n):
         self.src, self.acc, self.n = src, acc, n
-        self.hi, self.lo = src.tmp("ch"), src.tmp("cl")
+        self.hi = src.tmp("ch")
 
     def begin(self):
         at = self.acc.at
         self.src.emit(f"{self.hi} = cuda.local.array({self.n}, {at})")
-        self.src.emit(f"{self.lo} = cuda.local.array({self.n}, {at})")
         with self.src.block(f"for k in range({self.n}):"):
             self.src.emit(f"{self.hi}[k] = {at}(0.0)")
-            self.src.emit(f"{self.lo}[k] = {at}(0.0)")
 
     @contextlib.contextmanager
     def walk(self, threads, ninner):
@@ -337,16 +337,13 @@ class _Columns:
 
     def add(self, x):
         at = self.acc.at
-        if at != self.acc.dtype:
-            x = self.src.assign(f"{at}({x})")
-        two_sum(self.src, f"{self.hi}[k]", f"{self.lo}[k]", x, None, at)
+        self.src.emit(f"{self.hi}[k] = {at}({self.hi}[k] + {at}({x}))")
 
     def store(self, part, threads, ninner):
         with self.src.block(f"for k in range({self.n}):"):
             self.src.emit(f"j = int64(tid) + k * {threads}")
             with self.src.block(f"if j < {ninner}:"):
-                total = self.acc.total(f"{self.hi}[k]", f"{self.lo}[k]")
-                self.src.emit(f"{part}[int64(cuda.blockIdx.x) * {ninner} + j] = {total}")
+                self.src.emit(f"{part}[int64(cuda.blockIdx.x) * {ninner} + j] = {self.hi}[k]")
 
 
 def across_body(src, layout, kernel_phases, split, ndim, u, threads):
