@@ -34,8 +34,8 @@ from .writeback import Fresh, raise_read_only, resolve
 
 def _plain(entry):
     """Whether the entry's forward call needs none of Entry.call's general steps: every input an
-    argument or a captured tensor (not a .grad or a number read per call)."""
-    return (not entry.check and entry.plain_outs is not None and not entry.updated
+    argument or a captured tensor (not a .grad or a number read per call), no cpu result of a cuda call."""
+    return (not entry.check and not entry.host_outs and entry.plain_outs is not None and not entry.updated
             and not entry.aliases and all(s[0] not in ("grad", "grad_of", "dynamic") for s, _ in entry.inputs))
 
 
@@ -225,8 +225,8 @@ def _gather(name, positions):
 
 def straight_apply(entry):
     """(apply(node, grads), source) for the entry's backward, or None when it needs the general
-    CompiledNode.apply (check mode, an output that may be a cotangent passed through)."""
-    if entry.run_bwd is None or entry.check or len(entry.bwd_fresh) < len(entry.bwd_targets):
+    CompiledNode.apply (check mode, a cuda call's gradient of a cpu scalar, an output that may be a cotangent passed through)."""
+    if entry.run_bwd is None or entry.check or entry.host_grads or len(entry.bwd_fresh) < len(entry.bwd_targets):
         return None
     env = {"entry": entry, "run_bwd": entry.run_bwd, "wrap": Tensor._wrap, "Mode": _Mode,
            "raise_double_backward": raise_double_backward}
