@@ -182,8 +182,8 @@ def online_columns(k):
     if axes != set(range(r)) or r == n or any(set(ph.axes) != axes for ph in k.phases):
         return None
     reads = [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
-    if unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) != n - 1:
-        return None
+    if not reads or unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) != n - 1:
+        return None                 # no reads: reductions of constants (a zeroed tensor's maximum)
     outs = [ph.outputs[0] for ph in k.phases]
     maxima = {id(v): i for i, (ph, (v, t)) in enumerate(zip(k.phases, outs))
               if _joins(ph, "maximum") and v.dtype.is_floating_point and not any(
