@@ -93,14 +93,14 @@ class ModuleBuilder:
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
         ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
         sch = kernel.schedule
+        if kernel.reads_own_reductions() and not (kernel.kind == "reduce_acc" and sch is not None and sch.online):
+            raise RuntimeError(f"internal error: {kernel.kind} kernel {name} reads its own accumulated reductions "
+                               f"without an online column walk; please report it with the function")
         if kernel.kind == "reduce_acc" and sch is not None and sch.online:
             how = "online column walk"
             online_columns(self, f, kernel, ptrs)
         elif kernel.kind == "reduce_acc":
             how = f"column accumulation, {'tiled' if sch is not None else 'natural order'}"
-            if kernel.reads_own_reductions():   # one nest would read maxima still being accumulated
-                raise RuntimeError(f"internal error: reduce_acc kernel {name} reads its own reductions without an "
-                                   f"online column walk; please report it with the function")
             if kernel.schedule is None:               # per-column values once per call (hoist.py)
                 kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
                 prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)

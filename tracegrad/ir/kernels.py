@@ -265,11 +265,13 @@ class Kernel:
         return [ph for ph in self.phases if ph.kind == "reduce" and set(range(self.split)) <= set(ph.axes)]
 
     def reads_own_reductions(self):
-        """Whether a reduction of this kernel reads another's result (a sum of exp(x - max)): a
-        reduce_acc kernel computes that only as an online column walk (schedule.online_columns)."""
-        made = {id(v) for ph in self.phases if ph.kind == "reduce" for v, _ in ph.outputs}
-        return any(id(ld.buf) in made for ph in self.phases if ph.kind == "reduce" for _, t in ph.outputs
-                   for ld in loads(t))
+        """Whether an accumulated reduction of this kernel (any of a reduce_acc kernel's, a row kernel's over
+        its outer axes) reads another's result (a sum of exp(x - max)): each chunk of rows would read
+        maxima still being accumulated. A reduce_acc kernel computes that only as an online column walk
+        (schedule.online_columns); a row kernel cannot."""
+        acc = [ph for ph in self.phases if ph.kind == "reduce"] if self.kind == "reduce_acc" else self.accumulated()
+        made = {id(v) for ph in acc for v, _ in ph.outputs}
+        return any(id(ld.buf) in made for ph in acc for _, t in ph.outputs for ld in loads(t))
 
     def partials(self):
         """The reduce phases whose results each chunk of the outer loop computes apart, for the

@@ -452,7 +452,8 @@ def merge_accumulations(kernels):
 def _accumulates_into(acc, rows, after):
     """Whether reduce_acc kernel `acc` (run after row kernel `rows` when `after`, else before it)
     can accumulate inside it."""
-    if acc.kind != "reduce_acc" or rows.kind != "loop" or not rows.split or acc.shape != rows.shape:
+    if acc.kind != "reduce_acc" or rows.kind != "loop" or not rows.split or acc.shape != rows.shape \
+            or acc.reads_own_reductions():            # only an online column walk computes that
         return False
     outer = set(range(rows.split))
     if not all(ph.kind == "reduce" and outer <= set(ph.axes) for ph in acc.phases):
