@@ -24,7 +24,7 @@ COMPILE = ("import json, sys\nfrom tracegrad.cuda import ptxcheck\n"
 
 def _python(args, env):
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
