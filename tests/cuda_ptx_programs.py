@@ -12,7 +12,6 @@ sizes. They launch every kind of kernel tracegrad has:
   training step compiled, and float16 programs fused as float32 ones (maps, rows with a row
   cache, tiled and split reductions, gradients).
 """
-import ast
 import math
 import os
 import sys
@@ -24,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 
 import tracegrad as tg  # noqa: E402
+from tracegrad import scalar  # noqa: E402
 from tracegrad.codegen.cuda import eager, lower  # noqa: E402
 from tracegrad.cuda import memory, pointwise  # noqa: E402
 from tracegrad.ops import PRIMS  # noqa: E402
@@ -44,8 +44,7 @@ def dev(a):
 
 
 def arity(p):
-    return max("abc".index(n.id) + 1 for n in ast.walk(ast.parse(p.lower)) if isinstance(n, ast.Name)
-               and n.id in "abc")
+    return scalar.arity(p.lower)
 
 
 def eager_primitives():

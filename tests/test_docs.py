@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tracegrad as tg
+from tracegrad.ops import PRIMS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
@@ -101,9 +102,15 @@ def _defined_for(mod, n):
             and getattr(tg, n, None) is not obj)
 
 
+def _declared():
+    """The public names of the primitives that declare their surface (core.Surface): their row of the
+    API reference is in the declaration, which docs/api.md prints (its "Declared primitives" block)."""
+    return {n for p in PRIMS.values() if p.surface is not None for n in p.surface.names()}
+
+
 def test_api_reference_names_every_public_name():
     text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"`([A-Za-z_][\w.]*)", text))
+    documented = set(re.findall(r"`([A-Za-z_][\w.]*)", text)) | _declared()
     missing = sorted(n for n in _public() if n not in documented and n.split(".")[-1] not in _grouped(text, n))
     assert not missing, ("docs/api.md does not mention these public names; add each to its table with its "
                          f"PyTorch counterpart and the differences: {', '.join(missing)}")
@@ -114,6 +121,18 @@ def _grouped(text, name):
     prefix = name.rsplit(".", 1)[0]
     section = re.search(rf"<!-- names: {re.escape(prefix)} -->(.*?)<!-- end -->", text, re.S)
     return set(re.findall(r"`([A-Za-z_]\w*)", section.group(1))) if section else set()
+
+
+def test_declared_surfaces_are_reached_as_declared():
+    """Each declared name exists (tg.<name>, the method, its in-place form), says its PyTorch name,
+    and is printed by docs/api.md's block of declared rows."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    assert "p.surface.row()" in text
+    for p in PRIMS.values():
+        if p.surface is not None:
+            s = p.surface
+            assert s.torch in getattr(tg, s.name).__doc__ and callable(getattr(tg.Tensor, s.name + "_"))
+            assert s.row().startswith(f"| `tg.{s.name}(") and s.row().count("|") == 4
 
 
 def test_help_of_compile_explains_the_options():

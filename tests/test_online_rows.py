@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
+from tracegrad import scalar as S
 from tracegrad.codegen.online import ONLINE_BLOCK
 from tracegrad.ir.kernels import Const, Kernel, Load, Op, Phase
 from tracegrad.ir.passes.schedule import online_pairs
@@ -78,14 +79,15 @@ def test_the_rule_reads_only_the_kernel_ir():
         def __init__(self, shape):
             self.shape, self.dtype = shape, tg.float32
     x, m, s = V((4, 8)), V((4, 1)), V((4, 1))
+    a, b = S.a, S.b
 
     def op(lower, *args):
         return Op("op", args, tg.float32, lower, "cheap")
     ld_x, ld_m = Load(x, (8, 1)), Load(m, (1, 0))
-    mx = Phase("reduce", [(m, ld_x)], "max", (1,), "maximum(a, b)")
-    good = Phase("reduce", [(s, op("exp(a)", op("a - b", ld_x, ld_m)))], "sum", (1,), "a + b")
-    bad = Phase("reduce", [(s, op("exp(a)", op("a - b", op("a * b", ld_x, ld_m), ld_m)))], "sum", (1,), "a + b")
-    const = Phase("reduce", [(s, op("exp(a)", op("a - b", ld_x, Const(1.0, tg.float32))))], "sum", (1,), "a + b")
+    mx = Phase("reduce", [(m, ld_x)], "max", (1,), S.maximum(a, b))
+    good = Phase("reduce", [(s, op(S.exp(a), op(a - b, ld_x, ld_m)))], "sum", (1,), a + b)
+    bad = Phase("reduce", [(s, op(S.exp(a), op(a - b, op(a * b, ld_x, ld_m), ld_m)))], "sum", (1,), a + b)
+    const = Phase("reduce", [(s, op(S.exp(a), op(a - b, ld_x, Const(1.0, tg.float32))))], "sum", (1,), a + b)
     assert online_pairs(Kernel("loop", (4, 8), 1, [mx, good])) == [(0, 1)]
     assert online_pairs(Kernel("loop", (4, 8), 1, [mx, bad])) == []
     assert online_pairs(Kernel("loop", (4, 8), 1, [mx, const])) == []

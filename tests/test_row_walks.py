@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad import scalar as S
 from tracegrad.ir.kernels import Kernel, Load, Op, Phase, contiguous_strides
 from tracegrad.ir.passes.schedule import walks
 
@@ -60,11 +61,11 @@ def _row_kernel(shape, reads):
         for d in deps:
             v = outs[d]
             st_ = contiguous_strides(shape) if phases[d].kind == "map" else (1,) + (0,) * (len(shape) - 1)
-            tree = Op("add", [tree, Load(v, st_)], float32, "a + b", "cheap")
+            tree = Op("add", [tree, Load(v, st_)], float32, S.a + S.b, "cheap")
         out = g.add_input(f"o{j}", shape if kind == "map" else rows, float32)
         outs.append(out)
         phases.append(Phase("map", [(out, tree)]) if kind == "map" else
-                      Phase("reduce", [(out, tree)], "sum", tuple(range(1, len(shape))), "a + b", "cheap"))
+                      Phase("reduce", [(out, tree)], "sum", tuple(range(1, len(shape))), S.a + S.b, "cheap"))
     return Kernel("loop", shape, 1, phases)
 
 

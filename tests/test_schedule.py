@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad import scalar as S
 from tracegrad.ir.passes import schedule
 from tracegrad.ir.kernels import Kernel, Load, Phase, Schedule
 from tracegrad.ir.passes.schedule import ACROSS_TILE, ROWS_LIMIT, TILE, choose
@@ -116,7 +117,7 @@ def test_schedule_is_data_for_every_target():
         def __init__(self, shape):
             self.shape, self.dtype = shape, tg.float32
     src, out = V((8, 512)), V((512, 1))
-    k = Kernel("loop", (512, 8), 1, [Phase("reduce", [(out, Load(src, (1, 512)))], "sum", (1,), "a + b")])
+    k = Kernel("loop", (512, 8), 1, [Phase("reduce", [(out, Load(src, (1, 512)))], "sum", (1,), S.a + S.b)])
     sch = choose(k)
     assert isinstance(sch, Schedule) and sch.across == 0 and k.parallel_extent() == 512
     k.schedule = sch

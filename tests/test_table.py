@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import core
+from tracegrad import core, scalar
 from tracegrad.codegen import mathlib
+from tracegrad.codegen import scalar as llvm_scalar
+from tracegrad.codegen.cuda import expr as cuda_expr
 from tracegrad.codegen.scalar import Emitter
 from tracegrad.ops import PRIMS, bind
 
@@ -20,14 +22,9 @@ OPERANDS = "abc"
 
 
 def _lowering_names(expr):
-    """(operand names, called functions) of a lowering expression."""
-    names, calls = set(), set()
-    for node in ast.walk(ast.parse(expr, mode="eval")):
-        if isinstance(node, ast.Call):
-            calls.add(node.func.id)
-        elif isinstance(node, ast.Name):
-            names.add(node.id)
-    return names - calls, calls
+    """(operand names, names of the called functions) of a lowering expression."""
+    return ({x.name for x in scalar.walk(expr) if isinstance(x, scalar.Arg)},
+            {f.name for f in scalar.calls(expr)})
 
 
 @pytest.mark.parametrize("name", sorted(PRIMS))
@@ -48,21 +45,49 @@ def test_every_primitive_declares_every_field(name):
     assert p.kind in ("elementwise", "reduction"), f"{name}: only elementwise ops and reductions lower"
     assert p.cost in core.COSTS and p.dtypes and set(p.dtypes) <= set(core.ALL)
     operands, calls = _lowering_names(p.lower)
-    assert operands <= set(OPERANDS), f"{name}: {p.lower!r} reads {operands}"
-    for fn in calls:          # every call is an inline vocabulary function or a math-library routine
-        assert hasattr(Emitter, "_fn_" + fn) or fn in mathlib.FUNCS, f"{name}: no code generator has {fn}()"
+    assert operands <= set(OPERANDS), f"{name}: {p.lower} reads {operands}"
+    assert p.cost == scalar.cost(p.lower)
     if p.cost == "transcendental":
         assert calls & set(mathlib.FUNCS), f"{name}: transcendental, but calls no math-library function"
     if p.kind == "reduction":
         assert operands == {"a", "b"}, f"{name}: a reduction joins an element b to the accumulator a"
 
 
+@pytest.mark.parametrize("name", sorted(scalar.FUNCS))
+def test_every_vocabulary_function_has_a_lowering_on_every_target(name):
+    """LLVM: an instruction (the emitter's operator table), an inline _fn_<name>, or the math library's
+    float32 and float64 routines; cuda: an operator, an inline _fn_<name>, or math.<cuda> whose host
+    function the simulator runs."""
+    fn = scalar.FUNCS[name]
+    assert fn in llvm_scalar._OPERATORS or hasattr(Emitter, "_fn_" + name) or fn.routine in mathlib.FUNCS, name
+    assert fn.cost != "transcendental" or fn.routine in mathlib.FUNCS, name
+    assert (fn in cuda_expr._COMPARE + cuda_expr._ARITHMETIC + (scalar.NEG, scalar.NOT)
+            or hasattr(cuda_expr._Translate, "_fn_" + name) or fn.cuda is not None), name
+    assert fn.cuda is None or callable(fn.host)
+
+
+def test_lowerings_are_typed_and_print_as_written():
+    from tracegrad.scalar import a, b, c
+    assert str(scalar.where(scalar.ne(b, b), b, a * scalar.log(b))) == "where(b != b, b, a * log(b))"
+    assert str((a | b) - (a & b)) == "(a | b) - (a & b)" and str(-a - 1) == "-a - 1"
+    assert scalar.head(a - b) is scalar.SUB and scalar.head(b - a) is None and scalar.head(scalar.exp(a)) is scalar.exp
+    assert scalar.arity(scalar.where(a, b, c)) == 3 and scalar.cost(scalar.maximum(a, 0)) == "cheap"
+    with pytest.raises(TypeError, match="takes 2 operands"):
+        scalar.maximum(a)
+    with pytest.raises(TypeError, match="scalar expression"):
+        core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False,
+                  lower="a + b", dtypes=("float32",), cost="cheap")
+    with pytest.raises(ValueError, match="cost"):
+        core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False,
+                  lower=scalar.exp(a), dtypes=("float32",), cost="cheap")
+
+
 def test_prim_refuses_missing_or_inconsistent_fields():
     with pytest.raises(TypeError):
-        core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False, lower="a")
+        core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False, lower=scalar.a)
     with pytest.raises(ValueError, match="come together"):
         core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False,
-                  lower="a", dtypes=(), cost="cheap")
+                  lower=scalar.a, dtypes=(), cost="cheap")
     with pytest.raises(ValueError, match="kind"):
         core.Prim("x", "movement", None, None, vjp=None, jvp=None, save=(), save_out=False,
                   lower=None, dtypes=(), cost=None)
@@ -79,8 +104,7 @@ def _sample(dtype, shape, rng):
 def _call(p, d, rng):
     """(arrays, attrs) for primitive p with operands of dtype d (a bool condition for `where`), or
     None when p's type rule refuses them."""
-    operands, _ = _lowering_names(p.lower)
-    arity = max(OPERANDS.index(o) for o in operands) + 1
+    arity = scalar.arity(p.lower)
     attrs = {"dtype": tg.int32 if d == "float64" else tg.float64} if "dtype" in inspect.signature(p.rule).parameters else {}
     for first in (d, "bool"):
         arrays = [_sample(first if i == 0 else d, (3, 4), rng) for i in range(arity)]
@@ -92,7 +116,7 @@ def _call(p, d, rng):
     return None
 
 
-LOWERED = sorted(n for n, p in PRIMS.items() if p.lower and p.kind == "elementwise")
+LOWERED = sorted(n for n, p in PRIMS.items() if p.lower is not None and p.kind == "elementwise")
 
 
 @pytest.mark.parametrize("dtype", core.ALL)

@@ -23,13 +23,10 @@ what they need from these fields and keep no list of op names of their own.
 - `save`: which inputs the VJP reads (their version counters are checked), `save_out` likewise; or
   a dict {input i: inputs read by i's VJP rule}, so only what a needed rule reads is saved; or, for
   variadic primitives, a function of the number of inputs returning one of those.
-- `lower`: the scalar lowering, one target-neutral expression (None: not lowered; the op runs its
-  NumPy implementation as a host kernel). For an elementwise primitive, one element of the result
-  from the inputs `a`, `b`, `c`; for a reduction, how an element `b` joins the accumulator `a`.
-  The vocabulary every fusing code generator implements: `+ - * /`, unary `-`, comparisons,
-  `& | ~` (logical), integer literals, and the functions where, cast (to the result dtype),
-  maximum, minimum, abs, sign, and the math-library functions exp, log, sqrt, tanh, sigmoid,
-  sin, cos, erf, pow.
+- `lower`: the scalar lowering, one target-neutral expression over the vocabulary of
+  tracegrad/scalar.py (typed data: `a + b`, `exp(a)`, `where(a, b, c)`; None: not lowered, the op
+  runs its NumPy implementation as a host kernel). For an elementwise primitive, one element of the
+  result from the inputs `a`, `b`, `c`; for a reduction, how an element `b` joins the accumulator `a`.
 - `remap(in_shape, out_shape, strides, offset, **attrs) -> (strides, offset) | None`: for a view
   (and only for a view), where its elements sit: the strides and offset (in elements) of the view of
   a buffer read with `strides` and `offset`; None when no strides express it (a reshape of a
@@ -37,7 +34,7 @@ what they need from these fields and keep no list of op names of their own.
 - `dtypes`: the dtype names the lowering handles, for every operand and the result (others run
   on the host).
 - `cost` (COSTS): per element, "cheap" (a few instructions: arithmetic, compares, div, sqrt) or
-  "transcendental" (a math-library polynomial); None when not lowered. Remat recomputes cheap
+  "transcendental" (a math-library polynomial): the lowering's (scalar.cost); None when not lowered. Remat recomputes cheap
   chains freely; the runtime counts a transcendental as 8 element-ops when it decides to split a
   kernel across threads.
 
@@ -46,14 +43,19 @@ what they need from these fields and keep no list of op names of their own.
   product), "all" inputs zero (a sum, a concatenation), its "first" input zero (a quotient's
   numerator, a sum or copy of it), both "branches" of a select; None: not declared. A view of a zero
   is zero by its kind.
+- `surface` (Surface): how users reach it, when the table makes its public names: the Tensor method
+  and its in-place form (tensor/declared.py), the function `tg.<name>` (function_forms.py) and its
+  row of the API reference (tests/test_docs.py reads it); None: its methods are written by hand.
 Nothing here imports from above: VJP rules call `bind(name, ...)` for primitives that have no
 tensor method, and tensor/dispatch.py installs the dispatcher behind `bind`.
 """
 import numpy as np
 
+from . import scalar
+
 KINDS = ("elementwise", "reduction", "view", "copy", "index", "extern", "creation", "random", "collective")
 EFFECTS = ("random", "collective")
-COSTS = ("cheap", "transcendental")
+COSTS = scalar.COSTS
 ZEROS = ("any", "all", "first", "branches")
 FLOAT = ("float32", "float64")                                 # lowered dtypes of float-only ops
 ALL = ("float32", "float64", "int32", "int64", "bool")          # every dtype a lowering can handle
@@ -69,20 +71,44 @@ def bind(name, *inputs, **attrs):
     return _dispatch(PRIMS[name], inputs, attrs)
 
 
+class Surface:
+    """A primitive's public names: the Tensor method `name` (x.name(other)) with its in-place form
+    name_, and the function tg.name(input, other, *, out=None), taking `params` (their names; a
+    Python number may stand for any operand but the Tensor's). `floats`: integer and bool operands
+    become the default float dtype first, as torch.exp does. `torch` (PyTorch's name) and `note`
+    (what differs, how it runs compiled) make its row of the API reference."""
+    __slots__ = ("name", "params", "floats", "torch", "note")
+
+    def __init__(self, name, torch, note, *, params=("input",), floats=True):
+        self.name, self.params, self.floats, self.torch, self.note = name, tuple(params), floats, torch, note
+
+    def row(self):
+        """Its row of docs/api.md: the names, PyTorch's, the differences."""
+        return (f"| `tg.{self.name}({', '.join(self.params)})` `Tensor.{self.name}` `Tensor.{self.name}_` "
+                f"| `{self.torch}` | {self.note} |")
+
+    def names(self):
+        """The public names it makes, as docs/api.md writes them."""
+        return {f"tg.{self.name}", f"Tensor.{self.name}", f"Tensor.{self.name}_"}
+
+
 class Prim:
     """One primitive: the fields are described in this module's docstring."""
     __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
-                 "lower", "dtypes", "cost", "remap", "zero", "backward_name", "effect")
+                 "lower", "dtypes", "cost", "remap", "zero", "backward_name", "effect", "surface")
 
     def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None,
-                 zero=None):
+                 zero=None, surface=None):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {KINDS}")
         if (lower is None) != (cost is None) or (lower is None) != (not dtypes):
             raise ValueError(f"primitive {name}: a lowering, its dtypes and its cost come together "
                              f"(got lower={lower!r}, dtypes={dtypes!r}, cost={cost!r})")
-        if cost is not None and cost not in COSTS:
-            raise ValueError(f"primitive {name}: cost {cost!r} is not one of {COSTS}")
+        if lower is not None and not isinstance(lower, scalar.Expr):
+            raise TypeError(f"primitive {name}: its lowering is a scalar expression (tracegrad/scalar.py: "
+                            f"a + b, exp(a), ...), not {lower!r}")
+        if cost is not None and cost != scalar.cost(lower):
+            raise ValueError(f"primitive {name}: cost {cost!r}, but its lowering {lower} is {scalar.cost(lower)}")
         if (kind == "view") != (remap is not None):
             raise ValueError(f"primitive {name}: a view, and only a view, declares its remap (got kind "
                              f"{kind!r}, remap={remap!r})")
@@ -91,6 +117,7 @@ class Prim:
         if zero is not None and zero not in ZEROS:
             raise ValueError(f"primitive {name}: zero {zero!r} is not one of {ZEROS}")
         self.lower, self.dtypes, self.cost, self.remap, self.zero = lower, tuple(dtypes), cost, remap, zero
+        self.surface = surface
         self.differentiable = vjp is not None
         self.effect = kind in EFFECTS
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
@@ -99,10 +126,11 @@ class Prim:
         return f"<prim {self.name}>"
 
 
-def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None, zero=None):
+def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None, zero=None,
+         surface=None):
     """Declare primitive `name` with every field (see the module docstring) and register it."""
     if name in PRIMS:
         raise ValueError(f"primitive {name} is declared twice")
     PRIMS[name] = p = Prim(name, kind, rule, impl, vjp=vjp, jvp=jvp, save=save, save_out=save_out,
-                           lower=lower, dtypes=dtypes, cost=cost, remap=remap, zero=zero)
+                           lower=lower, dtypes=dtypes, cost=cost, remap=remap, zero=zero, surface=surface)
     return p

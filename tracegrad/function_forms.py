@@ -3,8 +3,10 @@ tg.sum(input, dim), tg.max(input, dim), ... with PyTorch's parameter names, and 
 written into a given tensor, as PyTorch does; not differentiable, as in PyTorch)."""
 import warnings
 
+from .core import PRIMS as _PRIMS
 from .modes import is_grad_enabled, no_grad
 from .tensor import Tensor, where as _where, zeros
+from .tensor.declared import call as _call
 from .tensor.functions import bmm as _bmm, div_rounded as _div_rounded, dot as _dot, matmul as _matmul, mm as _mm, mv as _mv
 
 
@@ -60,6 +62,23 @@ for _name in _METHODS:
     globals()[_name] = _method_form(_name)
 del _name
 negative, absolute = neg, abs            # noqa: F821  (defined by the loop above)
+
+
+def _declared_form(p):
+    """tg.<name>(input, ..., out=None) of a primitive that declares its surface (core.Surface)."""
+    s = p.surface
+
+    def f(*operands, out=None):
+        return _write_out(s.name, _call(p, *operands), out)
+    f.__name__ = f.__qualname__ = s.name
+    f.__doc__ = f"tg.{s.name}({', '.join(s.params)}, *, out=None): {s.torch}. {s.note}"
+    return f
+
+
+for _p in _PRIMS.values():
+    if _p.surface is not None:
+        globals()[_p.surface.name] = _declared_form(_p)
+del _p
 
 
 def _binary(name, op):

@@ -2,7 +2,6 @@
 own NumPy implementation: every lowered elementwise primitive for every dtype its lowering covers
 (walking the table, as tests/test_table.py does), on transposed, broadcast and strided device
 arrays of odd sizes; reductions over any axes of permuted views. Runs under numba's simulator."""
-import ast
 import os
 
 import numpy as np
@@ -11,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from numba import cuda
 
 import tracegrad as tg
-from tracegrad import core
+from tracegrad import core, scalar
 from tracegrad.cuda import memory, pointwise
 from tracegrad.ops import PRIMS
 
@@ -51,8 +50,7 @@ def broadcast(col):
 
 
 def arity(p):
-    return max("abc".index(n.id) + 1 for n in ast.walk(ast.parse(p.lower)) if isinstance(n, ast.Name)
-               and n.id in "abc")
+    return scalar.arity(p.lower)
 
 
 @pytest.mark.parametrize("dtype", core.ALL)

@@ -17,13 +17,15 @@ bound by memory and exp). Reading b_j's reciprocal instead of dividing by b_j ga
 """
 import math
 
+from .. import scalar as S
+from ..scalar import head
 from ..ir.kernels import Gather, Iota, Load, Op, contiguous_strides, loads, postorder
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
 
 HOIST_BYTES = 1 << 16    # stack bytes of a kernel's per-column arrays
 HOIST_ROWS = 8           # rows a kernel needs before its per-column values are computed apart
-COSTLY = ("a / b", "sqrt(a)")
+COSTLY = (S.DIV, S.sqrt)
 
 
 class Column:
@@ -74,7 +76,7 @@ def hoisted(kernel, k):
             isinstance(x, Iota) and any(x.strides[k:]) for x in postorder(t))
 
     def costly(t):
-        return any(isinstance(x, Op) and (x.cost == "transcendental" or x.lower in COSTLY) for x in postorder(t))
+        return any(isinstance(x, Op) and (x.cost == "transcendental" or head(x.lower) in COSTLY) for x in postorder(t))
 
     def column(tree):
         key = id(tree)

@@ -14,7 +14,8 @@ first and the sums after, up to rounding.
 """
 import math
 
-from ..ir.kernels import Load, contiguous_strides, loads
+from .. import scalar as S
+from ..ir.kernels import Load, applies, contiguous_strides, loads
 from . import mathlib
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
@@ -25,7 +26,7 @@ BLOCK_BYTES = 1 << 20       # a tile's rows read twice while in cache: the maxim
 
 def _shift(tree, m):
     """The exp(a - g(m)) node of a sum linear in it (schedule.rescaled), and g."""
-    while not (tree.lower == "exp(a)" and any(ld.buf is m for ld in loads(tree))):
+    while not (applies(tree, S.exp) and any(ld.buf is m for ld in loads(tree))):
         tree = next(a for a in tree.args if any(ld.buf is m for ld in loads(a)))
     return tree.args[0].args[1]
 

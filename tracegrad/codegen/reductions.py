@@ -1,9 +1,9 @@
 """How a reduction accumulates: join, identity, accumulator type, and blocked float sums (accuracy)."""
-import ast
-
+from .. import scalar as S
 from ..dtypes import float64
+from ..scalar import head
 from .loops import SCALAR, _loops, _while
-from .scalar import SHORT, parsed, const_text, fconst, regtype
+from .scalar import SHORT, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
 MIN_BLOCK = BLOCK  # float32: shorter innermost loops add each element to the float64 total
@@ -11,14 +11,13 @@ MIN_BLOCK = BLOCK  # float32: shorter innermost loops add each element to the fl
 
 def _join(lower):
     """How a reduction's lowering joins an element b to the accumulator a: "+", "maximum" or "minimum"."""
-    tree = parsed(lower)
-    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add):
-        return "+"
-    if isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == "maximum":
-        return "maximum"
-    if isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == "minimum":
-        return "minimum"
-    raise RuntimeError(f"the LLVM generator does not understand the reduction lowering {lower!r}")
+    how = _JOINS.get(head(lower))
+    if how is None:
+        raise RuntimeError(f"the LLVM generator does not understand the reduction lowering {lower}")
+    return how
+
+
+_JOINS = {S.ADD: "+", S.maximum: "maximum", S.minimum: "minimum"}
 
 
 def _identity(lower, dtype):

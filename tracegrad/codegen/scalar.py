@@ -1,12 +1,12 @@
 """One element of a kernel in LLVM IR: the types, literals, loads and stores, and the lowering of
 an expression tree (the primitives' target-neutral scalar expressions) to instructions."""
-import ast
 import math
 import struct
 
 import numpy as np
 
 from .. import dtypes as D
+from .. import scalar as S
 from ..ir.kernels import Checked, Const, Gather, Iota, Load
 from . import mathlib
 
@@ -113,15 +113,6 @@ def store(f, ptrs, buf, off, val):
 # ------------------------------------------------------------------ expressions
 
 
-_PARSED = {}
-
-
-def parsed(expr):
-    if expr not in _PARSED:
-        _PARSED[expr] = ast.parse(expr, mode="eval").body
-    return _PARSED[expr]
-
-
 class Emitter:
     """Emit a tree's value for one loop-body index (each distinct node once). Every kernel lowers an
     expression to the same arithmetic, whatever its loops: a value recomputed in two kernels (a
@@ -189,78 +180,79 @@ class Emitter:
         return f.assign(f"select i1 {ok}, i64 {w}, i64 0")
 
     def op(self, t):
-        names = dict(zip("abc", t.args))
-        tree = parsed(t.lower)
-        v, d = self._ast(tree, names, t)
+        v, d = self._expr(t.lower, t.args, t)
         if v is None:                      # the whole lowering is a literal
             return const_text(d, t.dtype)
         return _cast(self.f, v, d, t.dtype) if d is not t.dtype and d.name != t.dtype.name else v
 
-    def _ast(self, node, names, t):
-        f = self.f
-        if isinstance(node, ast.Name):
-            arg = names[node.id]
+    def _expr(self, node, args, t):
+        """(LLVM value, dtype) of scalar expression `node` over the Op's arguments; a bare literal is
+        (None, its value) until the operand it meets types it."""
+        if isinstance(node, S.Arg):
+            arg = args[node.index]
             return (self.value(arg), arg.dtype)
-        if isinstance(node, ast.Constant):
+        if isinstance(node, S.Lit):
             return None, node.value
-        if isinstance(node, ast.UnaryOp):
-            v, d = self._val(node.operand, names, t)
-            if isinstance(node.op, ast.USub):
-                return (f.assign(f"fneg {regtype(d)} {v}") if d.is_floating_point else
-                        f.assign(f"sub {regtype(d)} 0, {v}")), d
-            return f.assign(f"xor i1 {v}, true"), d
-        if isinstance(node, ast.BinOp):
-            a, d = self._val(node.left, names, t)
-            b, db = self._val(node.right, names, t, d)
-            if isinstance(node.op, (ast.BitAnd, ast.BitOr)) and d.name != "bool":   # to the result: logical or bitwise
-                a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
-            fl = d.is_floating_point
-            if d.name == "bool" and isinstance(node.op, ast.Add):                  # NumPy: bool + bool is or
-                node = ast.BinOp(node.left, ast.BitOr(), node.right)
-            op = {ast.Add: ("fadd", "add"), ast.Sub: ("fsub", "sub"), ast.Mult: ("fmul", "mul"),
-                  ast.Div: ("fdiv", None), ast.BitAnd: (None, "and"), ast.BitOr: (None, "or")}[type(node.op)]
-            return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
-        if isinstance(node, ast.Compare):
-            a, d = self._val(node.left, names, t)
-            b, _ = self._val(node.comparators[0], names, t, d)
-            kind = type(node.ops[0])
-            if d.is_floating_point:
-                pred = {ast.Lt: "olt", ast.LtE: "ole", ast.Gt: "ogt", ast.GtE: "oge", ast.Eq: "oeq",
-                        ast.NotEq: "une"}[kind]
-                return f.assign(f"fcmp {pred} {regtype(d)} {a}, {b}"), t.dtype
-            signed = d.name != "bool"
-            pred = {ast.Lt: "slt" if signed else "ult", ast.LtE: "sle" if signed else "ule",
-                    ast.Gt: "sgt" if signed else "ugt", ast.GtE: "sge" if signed else "uge",
-                    ast.Eq: "eq", ast.NotEq: "ne"}[kind]
-            return f.assign(f"icmp {pred} {regtype(d)} {a}, {b}"), t.dtype
-        if isinstance(node, ast.Call):
-            return self._call(node.func.id, node.args, names, t)
-        raise RuntimeError(f"the LLVM generator does not understand the scalar lowering {t.lower!r} "
-                           f"of {t.op} (tracegrad/ops)")
+        fn = node.fn
+        emit = _OPERATORS.get(fn)
+        if emit is not None:
+            return emit(self, node, args, t)
+        return self._call(fn, node.args, args, t)
 
-    def _val(self, node, names, t, like=None):
-        v, d = self._ast(node, names, t)
+    def _unary(self, node, args, t):
+        f = self.f
+        v, d = self._val(node.args[0], args, t)
+        if node.fn is S.NEG:
+            return (f.assign(f"fneg {regtype(d)} {v}") if d.is_floating_point else
+                    f.assign(f"sub {regtype(d)} 0, {v}")), d
+        return f.assign(f"xor i1 {v}, true"), d
+
+    def _binary(self, node, args, t):
+        f, fn = self.f, node.fn
+        a, d = self._val(node.args[0], args, t)
+        b, db = self._val(node.args[1], args, t, d)
+        if fn in (S.AND, S.OR) and d.name != "bool":        # to the result: logical or bitwise
+            a, b, d = _cast(f, a, d, t.dtype), _cast(f, b, db, t.dtype), t.dtype
+        fl = d.is_floating_point
+        if d.name == "bool" and fn is S.ADD:                # NumPy: bool + bool is or
+            fn = S.OR
+        op = {S.ADD: ("fadd", "add"), S.SUB: ("fsub", "sub"), S.MUL: ("fmul", "mul"),
+              S.DIV: ("fdiv", None), S.AND: (None, "and"), S.OR: (None, "or")}[fn]
+        return f.assign(f"{op[0] if fl else op[1]} {regtype(d)} {a}, {b}"), d
+
+    def _compare(self, node, args, t):
+        f, fn = self.f, node.fn
+        a, d = self._val(node.args[0], args, t)
+        b, _ = self._val(node.args[1], args, t, d)
+        if d.is_floating_point:
+            pred = {S.LT: "olt", S.LE: "ole", S.GT: "ogt", S.GE: "oge", S.EQ: "oeq", S.NE: "une"}[fn]
+            return f.assign(f"fcmp {pred} {regtype(d)} {a}, {b}"), t.dtype
+        signed = d.name != "bool"
+        pred = {S.LT: "slt" if signed else "ult", S.LE: "sle" if signed else "ule",
+                S.GT: "sgt" if signed else "ugt", S.GE: "sge" if signed else "uge", S.EQ: "eq", S.NE: "ne"}[fn]
+        return f.assign(f"icmp {pred} {regtype(d)} {a}, {b}"), t.dtype
+
+    def _val(self, node, args, t, like=None):
+        v, d = self._expr(node, args, t)
         if v is None:                       # a literal: typed like the other operand
             d = like or t.dtype
             return const_text(node.value, d), d
         return v, d
 
-    def _call(self, fn, args, names, t):
+    def _call(self, fn, nodes, args, t):
         f = self.f
-        vals = []
-        like = None
-        for a in args:
-            v, d = self._ast(a, names, t)
-            vals.append((v, d))
-            if v is not None:
-                like = like or d
+        vals = [self._expr(a, args, t) for a in nodes]
+        like = _literal_type(vals)
         vals = [(const_text(d, like) if v is None else v, like if v is None else d) for v, d in vals]
-        inline = getattr(self, "_fn_" + fn, None)
+        inline = getattr(self, "_fn_" + fn.name, None)
         if inline is not None:
             return inline(f, vals, t)
+        if fn.routine is None:
+            raise RuntimeError(f"the LLVM generator has no lowering of the scalar function {fn.name} "
+                               f"(in {t.lower} of {t.op}): it needs a math-library routine or an _fn_{fn.name}")
         (a, d) = vals[0]      # the math library's routines, inlined and vectorized
         ty = regtype(d)
-        key = (fn, SHORT[d.name])
+        key = (fn.routine, SHORT[d.name])
         self.mb.math.add(key)
         argtext = ", ".join(f"{ty} {v}" for v, _ in vals)
         return f.assign(f"call {ty} {mathlib.symbol(*key)}({argtext})"), d
@@ -322,6 +314,18 @@ class Emitter:
         lt = f.assign(f"icmp slt {ty} {a}, 0")
         s1 = f.assign(f"select i1 {lt}, {ty} -1, {ty} 0")
         return f.assign(f"select i1 {gt}, {ty} 1, {ty} {s1}"), d
+
+
+def _literal_type(vals):
+    """The dtype a call's literal operands take: its first value operand's that is not a bool (where(c, 0, x):
+    x's), else its first operand's."""
+    typed = [d for v, d in vals if v is not None]
+    return next((d for d in typed if d.name != "bool"), typed[0] if typed else None)
+
+
+_OPERATORS = {fn: Emitter._unary for fn in (S.NEG, S.NOT)}
+_OPERATORS.update({fn: Emitter._binary for fn in (S.ADD, S.SUB, S.MUL, S.DIV, S.AND, S.OR)})
+_OPERATORS.update({fn: Emitter._compare for fn in (S.LT, S.LE, S.GT, S.GE, S.EQ, S.NE)})
 
 
 def _rounded(f, fn, vals):

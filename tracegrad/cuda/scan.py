@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda
 
 from ..ops import PRIMS
+from ..scalar import a, b
 from . import blockscan, memory, pointwise
 from .kernels import _unravel, copy_strided, launch_config
 
@@ -27,7 +28,7 @@ CUMSUM, REVERSE, EXCLUSIVE_PRODUCT = 0, 1, 2      # what _finish writes (its `mo
 class _Product:
     """prod, as pointwise.run takes a primitive: a reduction whose element b joins accumulator a by
     a product (its name, kind and dtypes are the table's prod's)."""
-    name, kind, lower, dtypes = "prod", "reduction", "a * b", PRIMS["sum"].dtypes
+    name, kind, lower, dtypes = "prod", "reduction", a * b, PRIMS["sum"].dtypes
 
 
 def run_prod(arrays, attrs, shape, dtype):

@@ -3,7 +3,7 @@
 A program is a list of `Kernel`s run in order. A loop kernel is a loop nest over an iteration
 space (`shape`) whose outer `split` axes run over rows; its `Phase`s each write expression trees
 over the space ("map") or reduce one over the inner axes ("reduce"). An expression tree is a DAG
-of `Op`s (a primitive's target-neutral scalar lowering applied to its arguments) whose leaves are
+of `Op`s (a primitive's target-neutral scalar lowering, a tracegrad/scalar.py expression, applied to its arguments) whose leaves are
 `Const`s, `Load`s: reads of a buffer (a graph Value) at an affine index (strides, offset), and
 `Iota`s: the affine index itself (an arange seen through views). A `Gather` reads a buffer at an
 affine index plus integer values times strides (x[arange(n), y]: the row's label picked), each value
@@ -12,6 +12,8 @@ Extern and host kernels call a library or a primitive's NumPy implementation on 
 their input buffers. Nothing here depends on a target or on the primitive table.
 """
 import math
+
+from ..scalar import head
 
 
 def contiguous_strides(shape):
@@ -59,6 +61,13 @@ class Op:
     def with_args(self, args):
         """This op applied to other arguments."""
         return Op(self.op, args, self.dtype, self.lower, self.cost)
+
+
+def applies(t, fn):
+    """Whether node t is an Op whose lowering is vocabulary function fn (tracegrad/scalar.py) of its
+    arguments in order (an exp, a difference): the structural match the scheduler and the code
+    generators ask of expression trees."""
+    return isinstance(t, Op) and head(t.lower) is fn
 
 
 class Checked(Op):

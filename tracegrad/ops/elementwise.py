@@ -6,6 +6,8 @@ import numpy as np
 from .. import dtypes as D
 from ..broadcast import elementwise_shape, unbroadcast
 from ..core import ALL, FLOAT, NUMERIC, bind, prim
+from .. import scalar as S
+from ..scalar import a, b, c
 from .rules import ew_rule, quiet, same_dtype, sum_tangents
 
 CHEAP, TRANSCENDENTAL = "cheap", "transcendental"
@@ -19,13 +21,13 @@ def _unary(name, impl, vjp, *, lower, cost, save=(0,), save_out=False, float_onl
 
 
 # NumPy has no negative, sign or subtract of bools: those run on the host, which raises as eager does
-_unary("neg", np.negative, lambda n, g: -g, save=(), float_only=False, lower="-a", cost=CHEAP, dtypes=NUMERIC,
+_unary("neg", np.negative, lambda n, g: -g, save=(), float_only=False, lower=-a, cost=CHEAP, dtypes=NUMERIC,
        zero="first")
-_unary("exp", np.exp, lambda n, g: g * n.out, save=(), save_out=True, lower="exp(a)", cost=TRANSCENDENTAL)
-_unary("log", np.log, lambda n, g: g / n.x(0), lower="log(a)", cost=TRANSCENDENTAL)
-_unary("sqrt", np.sqrt, lambda n, g: g / (n.out * 2.0), save=(), save_out=True, lower="sqrt(a)", cost=CHEAP)
+_unary("exp", np.exp, lambda n, g: g * n.out, save=(), save_out=True, lower=S.exp(a), cost=TRANSCENDENTAL)
+_unary("log", np.log, lambda n, g: g / n.x(0), lower=S.log(a), cost=TRANSCENDENTAL)
+_unary("sqrt", np.sqrt, lambda n, g: g / (n.out * 2.0), save=(), save_out=True, lower=S.sqrt(a), cost=CHEAP)
 _unary("tanh", np.tanh, lambda n, g: g * (1.0 - n.out * n.out), save=(), save_out=True,
-       lower="tanh(a)", cost=TRANSCENDENTAL)
+       lower=S.tanh(a), cost=TRANSCENDENTAL)
 
 
 def _sigmoid(x):
@@ -44,13 +46,13 @@ def _sigmoid(x):
 
 
 _unary("sigmoid", _sigmoid, lambda n, g: g * (n.out * (1.0 - n.out)), save=(), save_out=True,
-       lower="sigmoid(a)", cost=TRANSCENDENTAL)
+       lower=S.sigmoid(a), cost=TRANSCENDENTAL)
 _unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
        lambda n, g: bind("where", n.out > 0, g, 0.0), save=(), save_out=True, float_only=False,
-       lower="maximum(a, 0)", cost=CHEAP, dtypes=ALL)
-_unary("sin", np.sin, lambda n, g: g * n.x(0).cos(), lower="sin(a)", cost=TRANSCENDENTAL)
-_unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()), lower="cos(a)", cost=TRANSCENDENTAL)
-_unary("abs", np.abs, lambda n, g: g * n.x(0).sign(), float_only=False, lower="abs(a)", cost=CHEAP, dtypes=ALL)
+       lower=S.maximum(a, 0), cost=CHEAP, dtypes=ALL)
+_unary("sin", np.sin, lambda n, g: g * n.x(0).cos(), lower=S.sin(a), cost=TRANSCENDENTAL)
+_unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()), lower=S.cos(a), cost=TRANSCENDENTAL)
+_unary("abs", np.abs, lambda n, g: g * n.x(0).sign(), float_only=False, lower=S.abs(a), cost=CHEAP, dtypes=ALL)
 def _sign(x):
     """(x > 0) - (x < 0), as PyTorch's sign: +0 for -0 and 0 for NaN (np.sign gives -0 and NaN)."""
     if x.dtype.kind != "f":
@@ -61,7 +63,7 @@ def _sign(x):
 
 
 # piecewise constant: zero gradient, as PyTorch
-_unary("sign", _sign, lambda n, g: g * 0.0, save=(), float_only=False, lower="sign(a)", cost=CHEAP,
+_unary("sign", _sign, lambda n, g: g * 0.0, save=(), float_only=False, lower=S.sign(a), cost=CHEAP,
        dtypes=NUMERIC)
 
 
@@ -88,7 +90,7 @@ def _erf_ufunc():
 
 
 _unary("erf", _erf_impl, lambda n, g: g * ((n.x(0) * n.x(0) * -1.0).exp() * (2.0 / math.sqrt(math.pi))),
-       lower="erf(a)", cost=TRANSCENDENTAL)
+       lower=S.erf(a), cost=TRANSCENDENTAL)
 
 
 def _binary(name, impl, vjp=None, jvp=None, *, lower, cost=CHEAP, dtypes=ALL, save=(0, 1), save_out=False,
@@ -107,14 +109,14 @@ def _lin_jvp(n, ts):
 
 
 _binary("add", np.add, (lambda n, g: unbroadcast(g, n.shapes[0]), lambda n, g: unbroadcast(g, n.shapes[1])),
-        jvp=_lin_jvp, save=(), lower="a + b", zero="all")
+        jvp=_lin_jvp, save=(), lower=a + b, zero="all")
 _binary("sub", np.subtract, (lambda n, g: unbroadcast(g, n.shapes[0]), lambda n, g: unbroadcast(-g, n.shapes[1])),
-        jvp=_lin_jvp, save=(), lower="a - b", dtypes=NUMERIC, zero="all")
+        jvp=_lin_jvp, save=(), lower=a - b, dtypes=NUMERIC, zero="all")
 _binary("mul", np.multiply,
         (lambda n, g: unbroadcast(g * n.x(1), n.shapes[0]), lambda n, g: unbroadcast(g * n.x(0), n.shapes[1])),
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] * n.x(1),
                                         None if ts[1] is None else n.x(0) * ts[1]]),
-        save={0: (1,), 1: (0,)}, lower="a * b", zero="any")
+        save={0: (1,), 1: (0,)}, lower=a * b, zero="any")
 
 
 def _div_impl(a, b):
@@ -141,7 +143,7 @@ _binary("div", _div_impl,
          lambda n, g: unbroadcast(-(g * n.x(0)) / (n.x(1) * n.x(1)), n.shapes[1])),
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] / n.x(1),
                                         None if ts[1] is None else -(n.x(0) * ts[1]) / (n.x(1) * n.x(1))]),
-        save={0: (1,), 1: (0, 1)}, lower="a / b", dtypes=FLOAT, zero="first")
+        save={0: (1,), 1: (0, 1)}, lower=a / b, dtypes=FLOAT, zero="first")
 # floordiv is piecewise constant: no gradient, as PyTorch's floor_divide
 prim("floordiv", "elementwise", ew_rule("floordiv"), quiet(_floordiv_impl), vjp=None, jvp=None, save=(),
      lower=None, dtypes=(), cost=None)
@@ -151,7 +153,7 @@ prim("remainder", "elementwise", ew_rule("remainder"), quiet(_remainder_impl),
      jvp=lambda n, ts: sum_tangents([ts[0], None if ts[1] is None else -(ts[1] * bind("floordiv", n.x(0), n.x(1)))]),
      save={1: (0, 1)}, lower=None, dtypes=(), cost=None)
 prim("floor", "elementwise", ew_rule("floor"), np.floor, vjp=(lambda n, g: g * 0.0,),
-     jvp=lambda n, ts: ts[0] * 0.0, save=(), lower="floor(a)", dtypes=FLOAT, cost=CHEAP)
+     jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=S.floor(a), dtypes=FLOAT, cost=CHEAP)
 # half to even, as PyTorch's round; piecewise constant: zero gradient
 prim("round", "elementwise", ew_rule("round"), np.round, vjp=(lambda n, g: g * 0.0,),
      jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=None, dtypes=(), cost=None)
@@ -189,7 +191,7 @@ _binary("pow", _pow_impl,
          lambda n, g: unbroadcast(g * _pow_grad_exp(n), n.shapes[1])),
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] * _pow_grad_base(n),
                                         None if ts[1] is None else ts[1] * _pow_grad_exp(n)]),
-        save_out=True, lower="pow(a, b)", cost=TRANSCENDENTAL, dtypes=FLOAT)
+        save_out=True, lower=S.pow(a, b), cost=TRANSCENDENTAL, dtypes=FLOAT)
 
 
 def _minmax_vjp(pick):
@@ -214,19 +216,19 @@ def _minmax_jvp(pick):
 
 
 _binary("maximum", np.maximum, _minmax_vjp(lambda a, b: a > b), jvp=_minmax_jvp(lambda a, b: a >= b),
-        lower="maximum(a, b)")
+        lower=S.maximum(a, b))
 _binary("minimum", np.minimum, _minmax_vjp(lambda a, b: a < b), jvp=_minmax_jvp(lambda a, b: a <= b),
-        lower="minimum(a, b)")
-_binary("lt", np.less, lower="a < b", out_dtype=D.bool_)
-_binary("le", np.less_equal, lower="a <= b", out_dtype=D.bool_)
-_binary("gt", np.greater, lower="a > b", out_dtype=D.bool_)
-_binary("ge", np.greater_equal, lower="a >= b", out_dtype=D.bool_)
-_binary("eq", np.equal, lower="a == b", out_dtype=D.bool_)
-_binary("ne", np.not_equal, lower="a != b", out_dtype=D.bool_)
-_binary("logical_and", np.logical_and, lower="a & b", out_dtype=D.bool_)
-_binary("logical_or", np.logical_or, lower="a | b", out_dtype=D.bool_)
+        lower=S.minimum(a, b))
+_binary("lt", np.less, lower=a < b, out_dtype=D.bool_)
+_binary("le", np.less_equal, lower=a <= b, out_dtype=D.bool_)
+_binary("gt", np.greater, lower=a > b, out_dtype=D.bool_)
+_binary("ge", np.greater_equal, lower=a >= b, out_dtype=D.bool_)
+_binary("eq", np.equal, lower=S.eq(a, b), out_dtype=D.bool_)
+_binary("ne", np.not_equal, lower=S.ne(a, b), out_dtype=D.bool_)
+_binary("logical_and", np.logical_and, lower=a & b, out_dtype=D.bool_)
+_binary("logical_or", np.logical_or, lower=a | b, out_dtype=D.bool_)
 prim("logical_not", "elementwise", ew_rule("logical_not", D.bool_), np.logical_not, vjp=None, jvp=None, save=(),
-     lower="a == 0", dtypes=ALL, cost=CHEAP)
+     lower=S.eq(a, 0), dtypes=ALL, cost=CHEAP)
 
 
 def _where_rule(shapes, dtypes):
@@ -240,7 +242,7 @@ prim("where", "elementwise", _where_rule, np.where,
           lambda n, g: unbroadcast(bind("where", n.x(0), 0.0, g), n.shapes[2])),
      jvp=lambda n, ts: bind("where", n.x(0), ts[1] if ts[1] is not None else 0.0,
                             ts[2] if ts[2] is not None else 0.0),
-     save=(0,), lower="where(a, b, c)", dtypes=ALL, cost=CHEAP, zero="branches")
+     save=(0,), lower=S.where(a, b, c), dtypes=ALL, cost=CHEAP, zero="branches")
 
 
 def _cast_vjp(n, g):
@@ -250,6 +252,6 @@ def _cast_vjp(n, g):
 prim("cast", "elementwise", lambda shapes, dtypes, dtype: (shapes[0], dtype),
      quiet(lambda x, dtype: x.astype(dtype.np)),   # overflow to inf (float32 to float16) is quiet, as PyTorch
      vjp=(_cast_vjp,), jvp=lambda n, ts: ts[0].to(n.attrs["dtype"]), save=(),
-     lower="cast(a)", dtypes=ALL, cost=CHEAP, zero="first")
+     lower=S.cast(a), dtypes=ALL, cost=CHEAP, zero="first")
 prim("copy", "elementwise", lambda shapes, dtypes: (shapes[0], dtypes[0]), lambda x: np.array(x, order="C"),
-     vjp=(lambda n, g: g,), jvp=lambda n, ts: ts[0], save=(), lower="a", dtypes=ALL, cost=CHEAP, zero="first")
+     vjp=(lambda n, g: g,), jvp=lambda n, ts: ts[0], save=(), lower=a, dtypes=ALL, cost=CHEAP, zero="first")

@@ -7,6 +7,8 @@ import numpy as np
 
 from .. import dtypes as D
 from ..core import NUMERIC, bind, prim
+from .. import scalar as S
+from ..scalar import a, b
 from .rules import _reduce_shape, g_keep, reduce_rule
 
 
@@ -28,7 +30,7 @@ def _sum_rule(shapes, dtypes, axis, keepdims):
 prim("sum", "reduction", _sum_rule, _sum_impl,
      vjp=(lambda n, g: g_keep(g, n).expand(*n.shapes[0]),),
      jvp=lambda n, ts: ts[0].sum(axis=n.attrs["axis"], keepdims=n.attrs["keepdims"]),
-     save=(), lower="a + b", dtypes=NUMERIC, cost="cheap", zero="first")
+     save=(), lower=a + b, dtypes=NUMERIC, cost="cheap", zero="first")
 
 
 def _minmax_reduce_vjp(n, g):
@@ -51,11 +53,11 @@ def _minmax_reduce_jvp(n, ts):
 prim("max", "reduction", reduce_rule("max", True),
      lambda x, axis, keepdims: np.maximum.reduce(x, axis, keepdims=keepdims),
      vjp=(_minmax_reduce_vjp,), jvp=_minmax_reduce_jvp, save=(0,), save_out=True,
-     lower="maximum(a, b)", dtypes=NUMERIC, cost="cheap")
+     lower=S.maximum(a, b), dtypes=NUMERIC, cost="cheap")
 prim("min", "reduction", reduce_rule("min", True),
      lambda x, axis, keepdims: np.minimum.reduce(x, axis, keepdims=keepdims),
      vjp=(_minmax_reduce_vjp,), jvp=_minmax_reduce_jvp, save=(0,), save_out=True,
-     lower="minimum(a, b)", dtypes=NUMERIC, cost="cheap")
+     lower=S.minimum(a, b), dtypes=NUMERIC, cost="cheap")
 
 
 def _prod_vjp(n, g):

@@ -6,6 +6,8 @@ import numpy as np
 
 from ..broadcast import unbroadcast
 from ..core import FLOAT, bind, prim
+from .. import scalar as S
+from ..scalar import a
 from .rules import ew_rule, quiet, sum_tangents
 
 _HOST = dict(lower=None, dtypes=(), cost=None)
@@ -18,7 +20,7 @@ def _rounding(fn):
 
 for _name, _fn in (("ceil", np.ceil), ("trunc", np.trunc)):
     prim(_name, "elementwise", ew_rule(_name), _rounding(_fn), vjp=(lambda n, g: g * 0.0,),
-         jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=f"{_name}(a)", dtypes=FLOAT, cost="cheap")
+         jvp=lambda n, ts: ts[0] * 0.0, save=(), lower=getattr(S, _name)(a), dtypes=FLOAT, cost="cheap")
 
 
 def _unary(name, impl, vjp, save=(0,), save_out=False):

@@ -26,6 +26,7 @@ from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB,
                      scaled)
 from .inplace import copy_from, fill_with, inplace
 from .named_methods import NamedMethods
+from .declared import install
 
 
 def _dim_arg(name, axis, dim):
@@ -41,6 +42,7 @@ def _or_nan(cond, bound):
     return cond | (bound != bound) if isinstance(bound, TensorBase) or bound != bound else cond
 
 
+@install
 @register
 class Tensor(NamedMethods, TensorBase):
     """An n-dimensional array with autograd, like torch.Tensor."""

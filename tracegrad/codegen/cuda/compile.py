@@ -26,6 +26,7 @@ import threading
 
 import numpy as np
 
+from ...scalar import FUNCS
 from .. import cache
 from ...locks import lock
 
@@ -150,9 +151,12 @@ def _quiet(fn):
 
 
 class _SimMath:
-    """math for the simulator: NumPy's IEEE functions (float32 arguments stay float32)."""
+    """math for the simulator: the vocabulary's host functions for its `math.<cuda>` calls (NumPy's
+    IEEE functions: float32 arguments stay float32), and those the inline lowerings use."""
     inf, nan = math.inf, math.nan
-    exp, log, sqrt, tanh = _quiet(np.exp), _quiet(np.log), _quiet(np.sqrt), _quiet(np.tanh)
-    sin, cos, pow = _quiet(np.sin), _quiet(np.cos), _quiet(np.power)
     floor, ceil, trunc, copysign = _quiet(np.floor), _quiet(np.ceil), _quiet(np.trunc), _quiet(np.copysign)
-    erf = staticmethod(math.erf)
+
+
+for _fn in FUNCS.values():
+    if _fn.cuda is not None:
+        setattr(_SimMath, _fn.cuda, _quiet(_fn.host) if isinstance(_fn.host, np.ufunc) else staticmethod(_fn.host))

@@ -1,10 +1,10 @@
 """One element of a kernel as numba.cuda (Python) source: literals, casts, and the translation of
-the primitives' target-neutral scalar lowerings (core.py's vocabulary) into statements.
+the primitives' target-neutral scalar lowerings (tracegrad/scalar.py's vocabulary) into statements.
 
 Every value is held in a variable of its own dtype: each op's result is wrapped in its dtype's
 constructor (`float32(...)`, `int32(...)`) and literals are typed like the operand they meet, so
 float32 math stays float32 on the GPU (numba would otherwise widen `x * 0.5` to float64) and int32
-arithmetic wraps as NumPy's does. The math library's functions (mathlib.FUNCS) are `math.<name>`,
+arithmetic wraps as NumPy's does. The math library's functions are `math.<cuda>` (their `Fn.cuda`),
 which numba.cuda compiles to libdevice's float or double routine by the argument's type; the few-
 operation functions of the vocabulary are the `_fn_<name>` methods, as in the LLVM generator.
 
@@ -12,17 +12,15 @@ float16 values are held in float32 variables (`held`): a float16 buffer's elemen
 float32, an op with a float16 result computes in float32 (float64 when an operand is float64: a
 cast) and rounds its result to float16 once, as NumPy's float16 loops do; a store converts exactly.
 """
-import ast
 import math
 
 import numpy as np
 
+from ... import scalar as S
 from ...ir.kernels import Const, Load
-from .. import mathlib
 
 CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 FLOATS = ("float32", "float64")
-_PARSED = {}
 
 
 def _name(dtype):
@@ -68,12 +66,6 @@ def cast(text, src, dst):
     if src == "bool":
         return f"({literal(1, dst)} if {text} else {literal(0, dst)})"
     return f"{CTOR[dst]}({text})"
-
-
-def parsed(expr):
-    if expr not in _PARSED:
-        _PARSED[expr] = ast.parse(expr, mode="eval").body
-    return _PARSED[expr]
 
 
 class Lines:
@@ -167,7 +159,7 @@ class Emitter:
         """A variable holding primitive `name`'s lowering applied to args [(text, dtype)] -> dtype out;
         `fixed`: the argument names (a, b, c) whose values are loop-invariant."""
         names = dict(zip("abc", args))
-        text, d = _Translate(self.src, name, lower, names, out, fixed).expr(parsed(lower))
+        text, d = _Translate(self.src, name, lower, names, out, fixed).expr(lower)
         if text is None:                                # the lowering is a literal
             return literal(d, out)
         if d == out and text.isidentifier():
@@ -189,32 +181,27 @@ class _Translate:
 
     def fail(self, what):
         raise NotImplementedError(f"the CUDA code generator does not understand {what} in the scalar lowering "
-                                  f"{self.lower!r} of {self.name} (tracegrad/ops)")
+                                  f"{self.lower} of {self.name} (tracegrad/ops)")
 
     def expr(self, node):
-        if isinstance(node, ast.Name):
-            return self.names[node.id]
-        if isinstance(node, ast.Constant):
+        if isinstance(node, S.Arg):
+            return self.names[node.name]
+        if isinstance(node, S.Lit):
             return None, node.value
-        if isinstance(node, ast.UnaryOp):
-            v, d = self.typed(node.operand)
-            if isinstance(node.op, ast.USub):
-                return self.hold(f"-{v}", d), d
-            if isinstance(node.op, ast.Invert):
-                return f"(not {cast(v, d, 'bool')})", "bool"
-            self.fail(type(node.op).__name__)
-        if isinstance(node, ast.BinOp):
+        fn = node.fn
+        if fn is S.NEG:
+            v, d = self.typed(node.args[0])
+            return self.hold(f"-{v}", d), d
+        if fn is S.NOT:
+            v, d = self.typed(node.args[0])
+            return f"(not {cast(v, d, 'bool')})", "bool"
+        if fn in _COMPARE:
+            a, d = self.typed(node.args[0])
+            b, _ = self.typed(node.args[1], d)
+            return f"({a} {fn.symbol} {b})", "bool"
+        if fn in _ARITHMETIC:
             return self.binop(node)
-        if isinstance(node, ast.Compare):
-            if len(node.ops) != 1:
-                self.fail("a chained comparison")
-            a, d = self.typed(node.left)
-            b, _ = self.typed(node.comparators[0], d)
-            sym = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-            return f"({a} {sym[type(node.ops[0])]} {b})", "bool"
-        if isinstance(node, ast.Call):
-            return self.call(node.func.id, node.args)
-        self.fail(type(node).__name__)
+        return self.call(fn, node.args)
 
     def typed(self, node, like=None):
         v, d = self.expr(node)
@@ -227,23 +214,23 @@ class _Translate:
         return self.src.assign(_wrap(text, d))
 
     def binop(self, node):
-        a, d = self.typed(node.left)
-        b, db = self.typed(node.right, d)
-        op = type(node.op)
-        if op in (ast.BitAnd, ast.BitOr):      # logical to a bool result, bitwise to an integer one (as LLVM's)
+        a, d = self.typed(node.args[0])
+        b, db = self.typed(node.args[1], d)
+        fn = node.fn
+        if fn in (S.AND, S.OR):      # logical to a bool result, bitwise to an integer one (as LLVM's)
             out = "bool" if self.out in FLOATS else self.out
-            text = f"({cast(a, d, out)} {'&' if op is ast.BitAnd else '|'} {cast(b, db, out)})"
+            text = f"({cast(a, d, out)} {fn.symbol} {cast(b, db, out)})"
             return (text, "bool") if out == "bool" else (self.hold(text, out), out)
         if d == "bool":                                    # NumPy: bool + bool is or, bool * bool is and
-            if op in (ast.Add, ast.Mult):
-                return f"({a} {'|' if op is ast.Add else '&'} {b})", "bool"
+            if fn in (S.ADD, S.MUL):
+                return f"({a} {'|' if fn is S.ADD else '&'} {b})", "bool"
             self.fail("arithmetic on bool")
-        sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}.get(op)
-        if sym is None or (op is ast.Div and d not in FLOATS):
-            self.fail(f"{op.__name__} on {d}")
-        if op is ast.Div and isinstance(node.right, ast.Name) and node.right.id in self.fixed and db == d:
+        if fn is S.DIV and d not in FLOATS:
+            self.fail(f"{fn.name} on {d}")
+        right = node.args[1]
+        if fn is S.DIV and isinstance(right, S.Arg) and right.name in self.fixed and db == d:
             return self.by_reciprocal(a, b, d), d
-        return self.hold(f"{a} {sym} {b}", d), d
+        return self.hold(f"{a} {fn.symbol} {b}", d), d
 
     def by_reciprocal(self, a, b, d):
         """a / b as a * (1 / (b * s)) * s, for b loop-invariant (the reciprocal and the power of two s
@@ -257,22 +244,19 @@ class _Translate:
         return self.hold(f"{d}({a} * {r}) * {s}", d)
 
     def call(self, fn, args):
-        vals, like = [], None
-        for a in args:
-            v, d = self.expr(a)
-            vals.append((v, d))
-            like = like or (d if v is not None else None)
-        like = like or self.out
+        vals = [self.expr(a) for a in args]
+        typed = [d for v, d in vals if v is not None]        # literals: typed as the LLVM generator's
+        like = next((d for d in typed if d != "bool"), typed[0] if typed else self.out)
         vals = [(literal(d, like), like) if v is None else (v, d) for v, d in vals]
-        inline = getattr(self, "_fn_" + fn, None)
+        inline = getattr(self, "_fn_" + fn.name, None)
         if inline is not None:
             return inline(vals)
         (a, d) = vals[0]
-        if fn not in mathlib.FUNCS:
-            self.fail(f"the function {fn}()")
+        if fn.cuda is None:
+            self.fail(f"the function {fn.name}()")
         if d not in FLOATS:
-            self.fail(f"{fn}() of {d}")
-        return self.hold(f"math.{fn}({', '.join(v for v, _ in vals)})", d), d
+            self.fail(f"{fn.name}() of {d}")
+        return self.hold(f"math.{fn.cuda}({', '.join(v for v, _ in vals)})", d), d
 
     # the vocabulary's functions that are a few operations each; the math library's are math.<name>
     def _fn_where(self, vals):
@@ -319,6 +303,10 @@ class _Translate:
         one, zero = literal(1, d), literal(0, d)
         e = self.hold(f"math.exp(-abs({a}))", d)
         return self.hold(f"{one} / ({one} + {e}) if {a} >= {zero} else {e} / ({one} + {e})", d), d
+
+
+_COMPARE = (S.LT, S.LE, S.GT, S.GE, S.EQ, S.NE)
+_ARITHMETIC = (S.ADD, S.SUB, S.MUL, S.DIV, S.AND, S.OR)
 
 
 def extreme(fn, a, b, d):

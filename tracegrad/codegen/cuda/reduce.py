@@ -7,9 +7,9 @@ kernel: a GPU runs it at a fraction of the float32 rate), each thread's running 
 error does not grow with the number of elements a thread adds, and grows as log2 of the threads
 over the tree — as NumPy's pairwise float32 sum, or better. float16 sums accumulate in float32.
 """
-import ast
-
-from .expr import extreme, literal, parsed, to_half
+from ... import scalar as S
+from ...scalar import head
+from .expr import extreme, literal, to_half
 
 FULL_MASK = "0xFFFFFFFF"
 WARP = 32
@@ -18,13 +18,13 @@ WARP = 32
 def join_of(lower):
     """How a reduction's lowering joins an element b to the accumulator a: "+", "*", "maximum" or
     "minimum"."""
-    tree = parsed(lower)
-    if isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Add, ast.Mult)):
-        return "+" if isinstance(tree.op, ast.Add) else "*"
-    fn = getattr(getattr(tree, "func", None), "id", None)
-    if fn == "maximum" or fn == "minimum":
-        return fn
-    raise NotImplementedError(f"the CUDA code generator does not understand the reduction lowering {lower!r}")
+    how = _JOINS.get(head(lower))
+    if how is None:
+        raise NotImplementedError(f"the CUDA code generator does not understand the reduction lowering {lower}")
+    return how
+
+
+_JOINS = {S.ADD: "+", S.MUL: "*", S.maximum: "maximum", S.minimum: "minimum"}
 
 
 def acc_dtype(lower, dtype):

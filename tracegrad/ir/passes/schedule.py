@@ -42,10 +42,11 @@ rows (x.T.sum(0)): it is then built as a row kernel over a permuted space, its k
 
 Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
-import ast
 import math
 
-from ..kernels import Op, Schedule, contiguous_strides, loads, nbytes
+from ... import scalar as S
+from ...scalar import head
+from ..kernels import Schedule, applies, contiguous_strides, loads, nbytes
 
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
@@ -103,18 +104,14 @@ def walks(k, pairs=()):
     return [sorted(g) for g in groups] if any(len(g) > 1 and not set(g) & online for g in groups) else []
 
 
-def _joins(ph, how):
-    """Whether reduce phase ph joins with `how` ("+" or a function name of the lowering)."""
-    tree = ast.parse(ph.lower, mode="eval").body
-    if how == "+":
-        return isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add)
-    return isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == how
+def _joins(ph, fn):
+    """Whether reduce phase ph joins an element to its accumulator with vocabulary function fn."""
+    return head(ph.lower) is fn
 
 
 def exp_shift(tree, m):
     """(a, g) when `tree` is exp(a - g) where g reads buffer m (and nothing else) and a does not; else None."""
-    if not (isinstance(tree, Op) and tree.lower == "exp(a)" and isinstance(tree.args[0], Op)
-            and tree.args[0].lower == "a - b"):
+    if not (applies(tree, S.exp) and applies(tree.args[0], S.SUB)):
         return None
     a, g = tree.args[0].args
     g_loads = loads(g)
@@ -129,7 +126,7 @@ def online_pairs(k):
     pairs = []
     for i, (p, q) in enumerate(zip(k.phases, k.phases[1:])):
         inner = set(range(k.split, len(k.shape)))
-        if p.kind != "reduce" or q.kind != "reduce" or not _joins(p, "maximum") or not _joins(q, "+") or \
+        if p.kind != "reduce" or q.kind != "reduce" or not _joins(p, S.maximum) or not _joins(q, S.ADD) or \
                 set(p.axes) != inner or set(q.axes) != inner or (pairs and pairs[-1][1] == i):
             continue
         (m, _), = p.outputs
@@ -149,13 +146,13 @@ def rescaled(tree, m):
     grows (a softmax's sum of exp, the backward's sum of g * exp, logsumexp's guard times inf)."""
     if exp_shift(tree, m):
         return True
-    if not isinstance(tree, Op) or tree.lower not in ("-a", "a * b", "a / b"):
+    if not any(applies(tree, fn) for fn in (S.NEG, S.MUL, S.DIV)):
         return False
     a, *rest = tree.args
-    if tree.lower == "-a":
+    if applies(tree, S.NEG):
         return rescaled(a, m)
     b = rest[0]
-    return (rescaled(a, m) and not _reads(b, m)) or (tree.lower == "a * b" and rescaled(b, m) and not _reads(a, m))
+    return (rescaled(a, m) and not _reads(b, m)) or (applies(tree, S.MUL) and rescaled(b, m) and not _reads(a, m))
 
 
 def online_columns(k):
@@ -186,14 +183,14 @@ def online_columns(k):
         return None                 # no reads: reductions of constants (a zeroed tensor's maximum)
     outs = [ph.outputs[0] for ph in k.phases]
     maxima = {id(v): i for i, (ph, (v, t)) in enumerate(zip(k.phases, outs))
-              if _joins(ph, "maximum") and v.dtype.is_floating_point and not any(
+              if _joins(ph, S.maximum) and v.dtype.is_floating_point and not any(
                   ld.buf is w for ld in loads(t) for w, _ in outs)}
     pairs = []
     for j, (ph, (s, tree)) in enumerate(zip(k.phases, outs)):
         read = [i for i, (w, _) in enumerate(outs) if _reads(tree, w)]
         if not read:
             continue
-        if len(read) > 1 or id(outs[read[0]][0]) not in maxima or not _joins(ph, "+"):
+        if len(read) > 1 or id(outs[read[0]][0]) not in maxima or not _joins(ph, S.ADD):
             return None
         m = outs[read[0]][0]
         if not (s.dtype == m.dtype == tree.dtype and rescaled(tree, m)):

@@ -1,0 +1,39 @@
+"""The Tensor methods (and in-place forms) of the primitives that declare a `surface` (core.Surface):
+made from the declaration, so a new primitive has no method written by hand. `call` is also what
+the function forms tg.<name> run (function_forms.py)."""
+from ..core import PRIMS
+from .base import TensorBase
+from .dispatch import _float_operand, _promote, dispatch
+from .named_methods import _inplace_form
+
+
+def call(p, *operands):
+    """Primitive p on `operands` (tensors, or Python numbers beside a tensor), promoted to one dtype
+    as PyTorch does (and to the default float dtype first where the surface says `floats`)."""
+    s = p.surface
+    if len(operands) != len(s.params):
+        raise TypeError(f"{s.name}() takes {len(s.params)} arguments ({', '.join(s.params)}), got {len(operands)}")
+    if len(operands) == 2:
+        operands = _promote(*operands)
+    elif not isinstance(operands[0], TensorBase):
+        raise TypeError(f"{s.name}(): argument '{s.params[0]}' must be Tensor, not {type(operands[0]).__name__}")
+    if s.floats:
+        operands = [_float_operand(x) for x in operands]
+    return dispatch(p, tuple(operands), {})
+
+
+def _method(p):
+    def method(self, *others):
+        return call(p, self, *others)
+    method.__name__ = method.__qualname__ = p.surface.name
+    method.__doc__ = f"x.{p.surface.name}({', '.join(p.surface.params[1:])}): {p.surface.torch}. {p.surface.note}"
+    return method
+
+
+def install(cls):
+    """Give class `cls` (Tensor) the method and in-place form of every primitive with a surface."""
+    for p in PRIMS.values():
+        if p.surface is not None:
+            setattr(cls, p.surface.name, _method(p))
+            setattr(cls, p.surface.name + "_", _inplace_form(p.surface.name))
+    return cls
