@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import dtypes as D
 from ..broadcast import elementwise_shape, unbroadcast
-from ..core import ALL, FLOAT, NUMERIC, bind, prim
+from ..core import ALL, FLOAT, NUMERIC, Surface, bind, prim
 from .. import scalar as S
 from ..scalar import a, b, c
 from .rules import ew_rule, quiet, same_dtype, sum_tangents
@@ -192,6 +192,30 @@ _binary("pow", _pow_impl,
         jvp=lambda n, ts: sum_tangents([None if ts[0] is None else ts[0] * _pow_grad_base(n),
                                         None if ts[1] is None else ts[1] * _pow_grad_exp(n)]),
         save_out=True, lower=S.pow(a, b), cost=TRANSCENDENTAL, dtypes=FLOAT)
+
+
+def _xlogy_impl(x, y):
+    """x * log(y), 0 where x is 0, NaN where y is (as torch.xlogy)."""
+    out = x * np.log(y)
+    return np.where(np.isnan(y), y, np.where(x == 0, out.dtype.type(0), out))
+
+
+def _xlogy_dx(n, t):
+    """t * log(y), 0 where x is 0 and y <= 0 (PyTorch's rule: xlogy(t, y) masked)."""
+    x, y = n.x(0), n.x(1)
+    return bind("where", (x == 0) & (y <= 0), 0.0, bind("xlogy", t, y))
+
+
+prim("xlogy", "elementwise", ew_rule("xlogy", float_only=True), quiet(_xlogy_impl),
+     vjp=(lambda n, g: unbroadcast(_xlogy_dx(n, g), n.shapes[0]),
+          lambda n, g: unbroadcast(g * n.x(0) / n.x(1), n.shapes[1])),
+     jvp=lambda n, ts: sum_tangents([None if ts[0] is None else _xlogy_dx(n, ts[0]),
+                                     None if ts[1] is None else ts[1] * n.x(0) / n.x(1)]),
+     save=(0, 1), lower=S.where(S.ne(b, b), b, S.where(S.eq(a, 0), 0, a * S.log(b))), dtypes=FLOAT,
+     cost=TRANSCENDENTAL,
+     surface=Surface("xlogy", "torch.xlogy", "differentiable (PyTorch's gradients: 0 in `input` where "
+                     "`input` is 0 and `other` <= 0); integers become the default float dtype; fused in compiled "
+                     "code", params=("input", "other")))
 
 
 def _minmax_vjp(pick):
