@@ -74,22 +74,25 @@ def bind(name, *inputs, **attrs):
 class Surface:
     """A primitive's public names: the Tensor method `name` (x.name(other)) with its in-place form
     name_, and the function tg.name(input, other, *, out=None), taking `params` (their names; a
-    Python number may stand for any operand but the Tensor's). `floats`: integer and bool operands
-    become the default float dtype first, as torch.exp does. `torch` (PyTorch's name) and `note`
-    (what differs, how it runs compiled) make its row of the API reference."""
-    __slots__ = ("name", "params", "floats", "torch", "note")
+    Python number may stand for any operand but the Tensor's); each alias the same. `floats`: integer
+    and bool operands become the default float dtype first, as torch.exp does. `torch` (PyTorch's
+    name) and `note` (what differs, how it runs compiled) make its row of the API reference."""
+    __slots__ = ("name", "params", "floats", "torch", "note", "aliases")
 
-    def __init__(self, name, torch, note, *, params=("input",), floats=True):
+    def __init__(self, name, torch, note, *, params=("input",), floats=True, aliases=()):
         self.name, self.params, self.floats, self.torch, self.note = name, tuple(params), floats, torch, note
+        self.aliases = tuple(aliases)
 
     def row(self):
         """Its row of docs/api.md: the names, PyTorch's, the differences."""
-        return (f"| `tg.{self.name}({', '.join(self.params)})` `Tensor.{self.name}` `Tensor.{self.name}_` "
-                f"| `{self.torch}` | {self.note} |")
+        names = [f"`tg.{self.name}({', '.join(self.params)})`"] + [f"`tg.{n}`" for n in self.aliases]
+        names += [f"`Tensor.{n}{i}`" for n in (self.name,) + self.aliases for i in ("", "_")]
+        return f"| {' '.join(names)} | `{self.torch}` | {self.note} |"
 
     def names(self):
         """The public names it makes, as docs/api.md writes them."""
-        return {f"tg.{self.name}", f"Tensor.{self.name}", f"Tensor.{self.name}_"}
+        return {f"{p}.{n}{i}" for n in (self.name,) + self.aliases for p, i in (("tg", ""), ("Tensor", ""),
+                                                                                ("Tensor", "_"))}
 
 
 class Prim:

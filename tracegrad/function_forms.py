@@ -55,7 +55,7 @@ _METHODS = ("exp log sqrt rsqrt tanh sigmoid relu sin cos abs sign neg reciproca
             "round isnan isinf isfinite cumsum sum mean prod max min amax amin var std logsumexp argmax argmin norm all any "
             "softmax log_softmax reshape transpose permute squeeze unsqueeze flatten expand broadcast_to t clone "
             "chunk gather take_along_dim flip roll index_select tril triu masked_fill unbind narrow outer lerp addmm "
-            "repeat_interleave ceil trunc fix frac asin acos atan arcsin arccos arctan sinh cosh atan2 arctan2 "
+            "repeat_interleave ceil trunc fix frac "
             "bitwise_and bitwise_or bitwise_xor bitwise_not logical_xor sort argsort msort topk kthvalue nonzero "
             "argwhere unique cross diagonal trace bernoulli multinomial").split()
 for _name in _METHODS:
@@ -77,8 +77,9 @@ def _declared_form(p):
 
 for _p in _PRIMS.values():
     if _p.surface is not None:
-        globals()[_p.surface.name] = _declared_form(_p)
-del _p
+        for _name in (_p.surface.name,) + _p.surface.aliases:
+            globals()[_name] = _declared_form(_p)
+del _p, _name
 
 
 def _binary(name, op):

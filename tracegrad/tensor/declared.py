@@ -34,6 +34,7 @@ def install(cls):
     """Give class `cls` (Tensor) the method and in-place form of every primitive with a surface."""
     for p in PRIMS.values():
         if p.surface is not None:
-            setattr(cls, p.surface.name, _method(p))
-            setattr(cls, p.surface.name + "_", _inplace_form(p.surface.name))
+            for name in (p.surface.name,) + p.surface.aliases:
+                setattr(cls, name, _method(p))
+                setattr(cls, name + "_", _inplace_form(name))
     return cls

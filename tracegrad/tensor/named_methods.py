@@ -1,6 +1,5 @@
-"""Tensor methods of the everyday names scripts use: rounding (ceil, trunc, frac), inverse
-trigonometric and hyperbolic functions, bitwise and logical operations, sorting and selecting,
-cross/diagonal/trace, random fills, in-place `*_` forms of the unary and binary operations, and the
+"""Tensor methods of the everyday names scripts use: rounding (ceil, trunc, frac), bitwise and logical
+operations, sorting and selecting, cross/diagonal/trace, random fills, in-place `*_` forms of the unary and binary operations, and the
 in-place shape changes unsqueeze_/squeeze_/t_/transpose_, and type(). Tensor inherits them
 (tensor_class.py).
 """
@@ -10,7 +9,7 @@ from .. import composites_sort as S
 from .. import dtypes as D
 from ..modes import interpreter, is_grad_enabled
 from .base import TraceError
-from .dispatch import _P, _binary, _float_operand, _promote, dispatch
+from .dispatch import _P, _binary, dispatch
 from .typed import type_of
 
 
@@ -26,18 +25,6 @@ class NamedMethods:
     def trunc(self): return dispatch(_P["trunc"], (self,), {})
     fix = trunc
     def frac(self): return L.frac(self)
-    def asin(self): return dispatch(_P["asin"], (_float_operand(self),), {})
-    def acos(self): return dispatch(_P["acos"], (_float_operand(self),), {})
-    def atan(self): return dispatch(_P["atan"], (_float_operand(self),), {})
-    def sinh(self): return dispatch(_P["sinh"], (_float_operand(self),), {})
-    def cosh(self): return dispatch(_P["cosh"], (_float_operand(self),), {})
-    arcsin, arccos, arctan = asin, acos, atan
-
-    def atan2(self, other):
-        a, b = _promote(self, other)
-        return dispatch(_P["atan2"], (_float_operand(a), _float_operand(b)), {})
-
-    arctan2 = atan2
 
     # ------------------------------------------------------------ bitwise and logical
     def bitwise_and(self, other): return _binary("logical_and" if _bools(self, other) else "bitwise_and", self, other)
@@ -129,7 +116,7 @@ def _inplace_form(name):
 
 # in-place forms of the operations that have none of their own (a string: these are method names)
 for _name in ("sqrt rsqrt abs log log1p expm1 sin cos tanh sigmoid floor ceil round trunc frac sign reciprocal "
-              "square asin acos atan sinh cosh atan2 arcsin arccos arctan bitwise_and bitwise_or bitwise_xor "
+              "square bitwise_and bitwise_or bitwise_xor "
               "bitwise_not logical_and logical_or logical_xor logical_not lerp true_divide tril triu").split():
     setattr(NamedMethods, _name + "_", _inplace_form(_name))
 del _name
