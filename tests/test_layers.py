@@ -6,6 +6,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "tracegrad"
 
 # module -> the tracegrad modules it must not import (at any depth of the file): the layers above it
 ABOVE = {
+    # the scalar-expression vocabulary: a leaf the table's lowerings and every code generator import
+    "scalar": ["core", "ops", "autograd", "tensor", "composites", "forward", "trace", "ir", "jit", "codegen", "cuda"],
     "modes": ["core", "ops", "autograd", "tensor", "composites", "forward", "trace", "ir", "jit"],
     "autograd": ["tensor", "composites", "forward", "trace", "functional", "ir", "jit", "nn", "optim"],
     "tensor": ["forward", "trace", "functional", "ir", "jit", "nn", "optim"],     # its class calls composites
