@@ -74,6 +74,11 @@ def test_lowerings_are_typed_and_print_as_written():
     assert scalar.arity(scalar.where(a, b, c)) == 3 and scalar.cost(scalar.maximum(a, 0)) == "cheap"
     with pytest.raises(TypeError, match="takes 2 operands"):
         scalar.maximum(a)
+    with pytest.raises(ValueError, match="math-library routine"):
+        scalar.fn("made_up", 1, "transcendental", cuda="made_up", host=np.exp)     # no routine: refused
+    with pytest.raises(ValueError, match="declared twice"):
+        scalar.fn("exp", 1, "transcendental", routine="exp", cuda="exp", host=np.exp)
+    assert "made_up" not in scalar.FUNCS
     with pytest.raises(TypeError, match="scalar expression"):
         core.Prim("x", "elementwise", None, None, vjp=None, jvp=None, save=(), save_out=False,
                   lower="a + b", dtypes=("float32",), cost="cheap")

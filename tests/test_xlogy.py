@@ -76,3 +76,12 @@ def test_gradcheck_eager_compiled_and_second_order():
     assert tg.gradcheck(tg.xlogy, (x, y))
     assert tg.gradcheck(tg.compile(lambda a, b: a.xlogy(b) * b), (x, y))
     assert tg.gradcheck(lambda a, b: tg.grad(tg.xlogy(a, b).sum(), (a, b), create_graph=True)[1], (x, y))
+
+
+def test_named_operands_as_pytorch():
+    x, y = tg.tensor([1.0, 2.0]), tg.tensor([3.0, 4.0])
+    want = np.log([3.0, 4.0]) * [1.0, 2.0]
+    np.testing.assert_allclose(tg.xlogy(input=x, other=y).numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(x.xlogy(other=y).numpy(), want, rtol=1e-6)
+    with pytest.raises(TypeError, match="xlogy"):
+        tg.xlogy(x, y, bogus=1)

@@ -51,7 +51,7 @@ def _method_form(name):
     return f
 
 
-_METHODS = ("exp log sqrt rsqrt tanh sigmoid relu sin cos abs sign neg reciprocal square log1p expm1 floor "
+_METHODS = ("rsqrt relu abs sign neg reciprocal square log1p expm1 floor "
             "round isnan isinf isfinite cumsum sum mean prod max min amax amin var std logsumexp argmax argmin norm all any "
             "softmax log_softmax reshape transpose permute squeeze unsqueeze flatten expand broadcast_to t clone "
             "chunk gather take_along_dim flip roll index_select tril triu masked_fill unbind narrow outer lerp addmm "
@@ -68,8 +68,8 @@ def _declared_form(p):
     """tg.<name>(input, ..., out=None) of a primitive that declares its surface (core.Surface)."""
     s = p.surface
 
-    def f(*operands, out=None):
-        return _write_out(s.name, _call(p, *operands), out)
+    def f(*operands, out=None, **named):
+        return _write_out(s.name, _call(p, *operands, **named), out)
     f.__name__ = f.__qualname__ = s.name
     f.__doc__ = f"tg.{s.name}({', '.join(s.params)}, *, out=None): {s.torch}. {s.note}"
     return f

@@ -13,21 +13,30 @@ from .rules import ew_rule, quiet, same_dtype, sum_tangents
 CHEAP, TRANSCENDENTAL = "cheap", "transcendental"
 
 
-def _unary(name, impl, vjp, *, lower, cost, save=(0,), save_out=False, float_only=True, dtypes=FLOAT, zero=None):
+def _unary(name, impl, vjp, *, lower, cost, save=(0,), save_out=False, float_only=True, dtypes=FLOAT, zero=None,
+           surface=None):
     """An elementwise unary primitive; its JVP is its (linear in g) VJP applied to the tangent."""
     return prim(name, "elementwise", ew_rule(name, float_only=float_only), quiet(impl), vjp=(vjp,),
                 jvp=lambda n, ts: vjp(n, ts[0]), save=save, save_out=save_out,
-                lower=lower, dtypes=dtypes, cost=cost, zero=zero)
+                lower=lower, dtypes=dtypes, cost=cost, zero=zero, surface=surface)
+
+
+def _math(name):
+    """The surface of a float function of the math library: tg.<name>, x.<name>(), x.<name>_()."""
+    how = "one instruction" if name == "sqrt" else "the math library's vectorized routine"
+    return Surface(name, f"torch.{name}", f"integers become the default float dtype; fused in compiled code ({how})")
 
 
 # NumPy has no negative, sign or subtract of bools: those run on the host, which raises as eager does
 _unary("neg", np.negative, lambda n, g: -g, save=(), float_only=False, lower=-a, cost=CHEAP, dtypes=NUMERIC,
        zero="first")
-_unary("exp", np.exp, lambda n, g: g * n.out, save=(), save_out=True, lower=S.exp(a), cost=TRANSCENDENTAL)
-_unary("log", np.log, lambda n, g: g / n.x(0), lower=S.log(a), cost=TRANSCENDENTAL)
-_unary("sqrt", np.sqrt, lambda n, g: g / (n.out * 2.0), save=(), save_out=True, lower=S.sqrt(a), cost=CHEAP)
+_unary("exp", np.exp, lambda n, g: g * n.out, save=(), save_out=True, lower=S.exp(a), cost=TRANSCENDENTAL,
+       surface=_math("exp"))
+_unary("log", np.log, lambda n, g: g / n.x(0), lower=S.log(a), cost=TRANSCENDENTAL, surface=_math("log"))
+_unary("sqrt", np.sqrt, lambda n, g: g / (n.out * 2.0), save=(), save_out=True, lower=S.sqrt(a), cost=CHEAP,
+       surface=_math("sqrt"))
 _unary("tanh", np.tanh, lambda n, g: g * (1.0 - n.out * n.out), save=(), save_out=True,
-       lower=S.tanh(a), cost=TRANSCENDENTAL)
+       lower=S.tanh(a), cost=TRANSCENDENTAL, surface=_math("tanh"))
 
 
 def _sigmoid(x):
@@ -46,12 +55,13 @@ def _sigmoid(x):
 
 
 _unary("sigmoid", _sigmoid, lambda n, g: g * (n.out * (1.0 - n.out)), save=(), save_out=True,
-       lower=S.sigmoid(a), cost=TRANSCENDENTAL)
+       lower=S.sigmoid(a), cost=TRANSCENDENTAL, surface=_math("sigmoid"))
 _unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype, copy=False),
        lambda n, g: bind("where", n.out > 0, g, 0.0), save=(), save_out=True, float_only=False,
        lower=S.maximum(a, 0), cost=CHEAP, dtypes=ALL)
-_unary("sin", np.sin, lambda n, g: g * n.x(0).cos(), lower=S.sin(a), cost=TRANSCENDENTAL)
-_unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()), lower=S.cos(a), cost=TRANSCENDENTAL)
+_unary("sin", np.sin, lambda n, g: g * n.x(0).cos(), lower=S.sin(a), cost=TRANSCENDENTAL, surface=_math("sin"))
+_unary("cos", np.cos, lambda n, g: -(g * n.x(0).sin()), lower=S.cos(a), cost=TRANSCENDENTAL,
+       surface=_math("cos"))
 _unary("abs", np.abs, lambda n, g: g * n.x(0).sign(), float_only=False, lower=S.abs(a), cost=CHEAP, dtypes=ALL)
 def _sign(x):
     """(x > 0) - (x < 0), as PyTorch's sign: +0 for -0 and 0 for NaN (np.sign gives -0 and NaN)."""

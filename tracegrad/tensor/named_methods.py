@@ -115,7 +115,7 @@ def _inplace_form(name):
 
 
 # in-place forms of the operations that have none of their own (a string: these are method names)
-for _name in ("sqrt rsqrt abs log log1p expm1 sin cos tanh sigmoid floor ceil round trunc frac sign reciprocal "
+for _name in ("rsqrt abs log1p expm1 floor ceil round trunc frac sign reciprocal "
               "square bitwise_and bitwise_or bitwise_xor "
               "bitwise_not logical_and logical_or logical_xor logical_not lerp true_divide tril triu").split():
     setattr(NamedMethods, _name + "_", _inplace_form(_name))

@@ -17,7 +17,7 @@ from ..device import CPU, to_device
 from ..device import device as Device
 from ..ops import normalize_axes
 from .base import TensorBase, _row_major_copy, register
-from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _float_operand, _infer_shape, _keep_kw, _named, _promote,
+from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _infer_shape, _keep_kw, _named, _promote,
                        _shape_arg, _to_device, dispatch, in_float32)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
 from .functions import bmm, div_rounded, dot, matmul, mm, mv, where
@@ -222,16 +222,7 @@ class Tensor(NamedMethods, TensorBase):
         return where(condition, self, other)
 
     # ------------------------------------------------------------ unary
-    def _unary(self, name):
-        return dispatch(_P[name], (_float_operand(self),), {})
-
-    def exp(self): return self._unary("exp")
-    def log(self): return self._unary("log")
-    def sqrt(self): return self._unary("sqrt")
-    def tanh(self): return self._unary("tanh")
-    def sigmoid(self): return self._unary("sigmoid")
-    def sin(self): return self._unary("sin")
-    def cos(self): return self._unary("cos")
+    # exp, log, sqrt, tanh, sigmoid, sin, cos: declared with the primitive (ops/elementwise.py, tensor/declared.py)
     def neg(self): return -self
     def relu(self): return dispatch(_P["relu"], (self,), {})
     def abs(self): return dispatch(_P["abs"], (self,), {})
