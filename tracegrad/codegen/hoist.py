@@ -1,4 +1,13 @@
-"""Per-column values of a kernel walked row by row, computed once per call instead of once per element.
+"""Values constant along a kernel's loops, computed once per call instead of once per element.
+
+Constant along every axis (a 0-d tensor's transcendental: Adam's bias corrections 1 - beta ** step
+of a float64 step counter, read by every element of each parameter's update): ModuleBuilder.kernel
+hoists such subtrees, holding a costly op, out of every kernel whatever its strategy (hoisted(kernel,
+kernel.ndim), before the strategy is chosen). LLVM did not: pow and the C library's other functions
+may set errno, so a call is not loop-invariant to it, and `q * (1 - 0.9 ** s).float()` over 1M float32
+elements ran 7.4 ms (pow per element) against 0.18 ms for `q * s.float()`; hoisted, 0.18 ms.
+
+Per column of a kernel walked row by row:
 
 A kernel in natural order (rows outer, the trailing axes inner) often reads column statistics:
 values constant along its rows that vary along the inner loop (a log-softmax over dim 0's log(s_j),
@@ -19,7 +28,7 @@ import math
 
 from .. import scalar as S
 from ..scalar import head
-from ..ir.kernels import Gather, Iota, Load, Op, contiguous_strides, loads, postorder
+from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
 
@@ -38,14 +47,14 @@ class Column:
 
 def _fixed(kernel, k, made):
     """{id(node): whether it reads only values constant along axes [0, k)} over the kernel's trees (a
-    Gather, a buffer the kernel writes, an Iota along those axes: not)."""
+    Gather, a checked index, a buffer the kernel writes, an Iota along those axes: not)."""
     out = {}
     for ph in kernel.phases:
         for _, tree in ph.outputs:
             for t in postorder(tree):
                 if id(t) in out:
                     continue
-                if isinstance(t, Gather):
+                if isinstance(t, (Gather, Checked)):
                     out[id(t)] = False
                 elif isinstance(t, Load):
                     out[id(t)] = id(t.buf) not in made and not any(t.strides[:k])
@@ -60,19 +69,21 @@ def _fixed(kernel, k, made):
 
 def hoisted(kernel, k):
     """(kernel with its per-column subtrees read from Column arrays, plan [(column, tree)]): axes
-    [0, k) are the rows, the others the columns. (kernel, []) when nothing is worth it, the rows are
-    fewer than HOIST_ROWS or the columns one."""
+    [0, k) are the rows, the others the columns; k = len(kernel.shape): the subtrees constant along
+    every axis, each read from a one-element Column. (kernel, []) when nothing is worth it, the rows
+    are fewer than HOIST_ROWS (than 2 when k covers every axis) or the columns one."""
     shape = kernel.shape
     inner = shape[k:]
     n = math.prod(inner)
-    if not k or n < 2 or math.prod(shape[:k]) < HOIST_ROWS:
+    everywhere = k == len(shape)
+    if not k or (n < 2 and not everywhere) or math.prod(shape[:k]) < (2 if everywhere else HOIST_ROWS):
         return kernel, []
     fixed = _fixed(kernel, k, {id(v) for ph in kernel.phases for v, _ in ph.outputs})
     strides = (0,) * k + contiguous_strides(inner)
     plan, made, new, budget = [], {}, {}, [HOIST_BYTES]
 
-    def varies(t):                   # along the columns (a scalar is LLVM's to hoist)
-        return any(any(ld.strides[k:]) for ld in loads(t)) or any(
+    def varies(t):                   # along the columns (a scalar is hoisted with k = len(shape))
+        return everywhere or any(any(ld.strides[k:]) for ld in loads(t)) or any(
             isinstance(x, Iota) and any(x.strides[k:]) for x in postorder(t))
 
     def costly(t):
@@ -115,7 +126,7 @@ def hoisted(kernel, k):
 
 def prelude(mb, f, kernel, k, ptrs, plan):
     """Emit plan's per-column arrays (hoisted's) on the stack, filled once per call; adds their
-    pointers to ptrs."""
+    pointers to ptrs. Emitted before the kernel's loops (a one-element array becomes a register)."""
     inner = kernel.shape[k:]
     for col, _ in plan:
         ptrs[id(col)] = f.alloca(f"[{math.prod(inner)} x {lltype(col.dtype)}]")

@@ -9,8 +9,8 @@ allocas that SROA turns into registers; float sums use `reassoc` adds so they ve
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
 routines of mathlib/. Loop nests come from loops.py, accumulators from reductions.py, kernels
 with a Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of
-exp that read them by online_columns.py; values constant along the rows that the inner loop reads are
-computed once per call (hoist.py).
+exp that read them by online_columns.py; values constant along every axis (any strategy), or along
+the rows that the inner loop reads, are computed once per call (hoist.py).
 """
 import math
 
@@ -92,6 +92,8 @@ class ModuleBuilder:
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
         ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
+        kernel, plan = hoisted(kernel, len(kernel.shape))     # values constant along every axis: once per call
+        prelude(self, f, kernel, len(kernel.shape), ptrs, plan)
         sch = kernel.schedule
         if kernel.reads_own_reductions() and not (kernel.kind == "reduce_acc" and sch is not None and sch.online):
             raise RuntimeError(f"internal error: {kernel.kind} kernel {name} reads its own accumulated reductions "
