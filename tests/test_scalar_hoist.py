@@ -73,7 +73,7 @@ def run(fn, backend, x, s, t, g_seed=0):
     return [out.detach().numpy()] + [np.zeros(v.shape) if v.grad is None else v.grad.numpy() for v in (xs, ss, ts)]
 
 
-def check(got, want, dtype=np.float32):
+def check(got, want):
     for a, b in zip(got, want):
         scale = max(1.0, float(np.abs(b).max()))
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * scale)
