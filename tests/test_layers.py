@@ -57,3 +57,10 @@ def test_lower_layers_import_nothing_from_above():
                 if top in highs:
                     bad.append(f"{path.relative_to(ROOT.parent)} imports tracegrad.{imported}")
     assert not bad, "imports must run downward:\n" + "\n".join(bad)
+
+
+def test_leaves_import_nothing_from_tracegrad():
+    """Leaf modules every layer may use: they import no tracegrad module at all."""
+    for leaf in ["symint"]:
+        path = ROOT / f"{leaf}.py"
+        assert not _imports(path, ["tracegrad"]), f"tracegrad/{leaf}.py must import nothing from tracegrad"

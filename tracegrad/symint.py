@@ -1,0 +1,568 @@
+"""Symbolic sizes: an int that records every decision made on it (a leaf: imports nothing of tracegrad).
+
+A `SymInt` is an `int` whose value is the hint (the size seen when traced) and whose `expr` is an integer
+polynomial over symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the
+hints and, unless it holds for every value in the symbols' ranges, recorded as a guard in the active
+`ShapeEnv`. Concretizing (`int()`, `float()`, `hash()`, a number format) specializes: it records
+`sym == hint`. C code that reads the int directly (range(), NumPy shapes) sees the hint with no guard, so
+code that must stay general reads sizes through this module; a compiled program is only ever run after
+every symbol is bound (`substitute`).
+"""
+import re
+import threading
+
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "evaluate", "free_symbols",
+           "substitute", "active", "using", "parse_expr", "as_expr"]
+
+
+class Expr:
+    """An integer polynomial: terms {monomial: coefficient}, a monomial a sorted tuple of (name, power)."""
+    __slots__ = ("terms", "_hash")
+
+    def __init__(self, terms):
+        self.terms = tuple(sorted((m, c) for m, c in dict(terms).items() if c))
+        self._hash = hash(self.terms)
+
+    @staticmethod
+    def const(c):
+        return Expr({(): int(c)})
+
+    @staticmethod
+    def symbol(name):
+        return Expr({((name, 1),): 1})
+
+    def is_const(self):
+        return all(m == () for m, _ in self.terms)
+
+    def constant(self):
+        """The constant term."""
+        return dict(self.terms).get((), 0)
+
+    def symbols(self):
+        return frozenset(n for m, _ in self.terms for n, _ in m)
+
+    def __add__(self, other):
+        out = dict(self.terms)
+        for m, c in other.terms:
+            out[m] = out.get(m, 0) + c
+        return Expr(out)
+
+    def __neg__(self):
+        return Expr({m: -c for m, c in self.terms})
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __mul__(self, other):
+        out = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                powers = dict(m1)
+                for n, p in m2:
+                    powers[n] = powers.get(n, 0) + p
+                m = tuple(sorted(powers.items()))
+                out[m] = out.get(m, 0) + c1 * c2
+        return Expr(out)
+
+    def exact_div(self, other):
+        """self / other when `other` is one term dividing every term of self exactly, else None."""
+        if len(other.terms) != 1:
+            return None if self != other else Expr.const(1)
+        (dm, dc), = other.terms
+        out = {}
+        for m, c in self.terms:
+            powers = dict(m)
+            for n, p in dm:
+                if powers.get(n, 0) < p:
+                    return None
+                powers[n] -= p
+            if c % dc:
+                return None
+            out[tuple(sorted((n, p) for n, p in powers.items() if p))] = c // dc
+        return Expr(out)
+
+    def evaluate(self, env):
+        total = 0
+        for m, c in self.terms:
+            v = c
+            for n, p in m:
+                if n not in env:
+                    raise KeyError(f"symbol {n} of {self} is not bound (bound: {sorted(env)})")
+                v *= env[n] ** p
+            total += v
+        return total
+
+    def bounds(self, ranges):
+        """(lo, hi) of the polynomial over the symbols' ranges {name: (lo, hi|None)}; None = unbounded."""
+        lo_t = hi_t = 0
+        for m, c in self.terms:
+            lo, hi = c, c
+            for n, p in m:
+                for _ in range(p):
+                    lo, hi = _mul_iv((lo, hi), ranges.get(n, (0, None)))
+            lo_t = None if lo_t is None or lo is None else lo_t + lo
+            hi_t = None if hi_t is None or hi is None else hi_t + hi
+        return lo_t, hi_t
+
+    def __eq__(self, other):
+        return isinstance(other, Expr) and self.terms == other.terms
+
+    def __hash__(self):
+        return self._hash
+
+    def __str__(self):
+        if not self.terms:
+            return "0"
+        parts = []
+        order = sorted(self.terms, key=lambda t: (-sum(p for _, p in t[0]), t[0]))
+        for m, c in order:
+            names = "*".join(n if p == 1 else f"{n}**{p}" for n, p in m)
+            body = str(abs(c)) if not names else names if abs(c) == 1 else f"{abs(c)}*{names}"
+            parts.append(("-" if c < 0 else "+") + body)
+        text = "".join(parts)
+        return text[1:] if text[0] == "+" else text
+
+    __repr__ = __str__
+
+
+def _mul_iv(a, b):
+    """Product of intervals whose ends may be None (unbounded); the second is a symbol's (lo >= 0)."""
+    (alo, ahi), (blo, bhi) = a, b
+    if blo < 0:
+        raise ValueError("symbol ranges start at 0 or above")
+    # b >= 0: the product's low end is alo*blo if alo >= 0 else alo*bhi; high end likewise
+    def prod(x, y):
+        if x == 0 or y == 0:
+            return 0
+        return None if x is None or y is None else x * y
+    lo = prod(alo, blo) if alo is not None and alo >= 0 else (None if alo is None else prod(alo, bhi))
+    hi = prod(ahi, bhi) if ahi is None or ahi >= 0 else prod(ahi, blo)
+    return lo, hi
+
+
+def as_expr(d):
+    return d.expr if isinstance(d, SymInt) else Expr.const(int(d))
+
+
+def _make(expr, hint_value):
+    """A SymInt, or a plain int when the expression is constant."""
+    if expr.is_const():
+        return expr.constant()
+    return SymInt(expr, hint_value)
+
+
+class SymInt(int):
+    """A size: an int valued at its hint, carrying the polynomial `expr` over symbol names."""
+
+    def __new__(cls, expr, hint_value):
+        self = int.__new__(cls, hint_value)
+        self.expr = expr
+        return self
+
+    def __reduce__(self):
+        return (SymInt, (self.expr, int.__int__(self)))
+
+    # arithmetic
+    def _bin(self, other, fn, efn):
+        if not isinstance(other, int):
+            return NotImplemented
+        return _make(efn(as_expr(self), as_expr(other)), fn(hint(self), hint(other)))
+
+    def __add__(self, o):
+        return self._bin(o, lambda a, b: a + b, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._bin(o, lambda a, b: b + a, lambda a, b: b + a)
+
+    def __sub__(self, o):
+        return self._bin(o, lambda a, b: a - b, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._bin(o, lambda a, b: b - a, lambda a, b: b - a)
+
+    def __mul__(self, o):
+        return self._bin(o, lambda a, b: a * b, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._bin(o, lambda a, b: b * a, lambda a, b: b * a)
+
+    def __neg__(self):
+        return _make(-self.expr, -hint(self))
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    def __floordiv__(self, o):
+        return _divide(self, o, False)
+
+    def __rfloordiv__(self, o):
+        return _divide(o, self, False) if isinstance(o, int) else NotImplemented
+
+    def __mod__(self, o):
+        return _divide(self, o, True)
+
+    def __rmod__(self, o):
+        return _divide(o, self, True) if isinstance(o, int) else NotImplemented
+
+    def __truediv__(self, o):
+        return float(self) / o
+
+    def __rtruediv__(self, o):
+        return o / float(self)
+
+    def __pow__(self, o):
+        if isinstance(o, int) and not isinstance(o, SymInt) and o >= 0:
+            out = Expr.const(1)
+            for _ in range(o):
+                out = out * self.expr
+            return _make(out, hint(self) ** o)
+        return int(self) ** o
+
+    # comparisons: decided on the hints, recorded as guards unless provable
+    def __eq__(self, o):
+        return _compare(self, o, "==")
+
+    def __ne__(self, o):
+        return _compare(self, o, "!=")
+
+    def __lt__(self, o):
+        return _compare(self, o, "<")
+
+    def __le__(self, o):
+        return _compare(self, o, "<=")
+
+    def __gt__(self, o):
+        return _compare(self, o, ">")
+
+    def __ge__(self, o):
+        return _compare(self, o, ">=")
+
+    def __bool__(self):
+        return _compare(self, 0, "!=")
+
+    # concretizing: specialize
+    def __int__(self):
+        return _specialize(self)
+
+    __index__ = __int__
+    __trunc__ = __int__
+    __floor__ = __int__
+    __ceil__ = __int__
+
+    def __round__(self, ndigits=None):
+        return _specialize(self)
+
+    def __float__(self):
+        return float(_specialize(self))
+
+    def __hash__(self):
+        return hash(_specialize(self))
+
+    def __format__(self, spec):
+        return str(self) if not spec or spec in ("s",) else format(_specialize(self), spec)
+
+    def __str__(self):
+        return str(self.expr)
+
+    __repr__ = __str__
+
+
+def hint(d):
+    """The plain int value of a size (its hint for a SymInt); no guard recorded."""
+    return int.__int__(d) if isinstance(d, SymInt) else int(d)
+
+
+def is_sym(d):
+    return isinstance(d, SymInt)
+
+
+def _specialize(s):
+    v = hint(s)
+    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v))
+    return v
+
+
+def _divide(a, b, mod):
+    ea, eb = as_expr(a), as_expr(b)
+    if hint(b) == 0:
+        raise ZeroDivisionError("integer division or modulo by zero")
+    if not isinstance(b, SymInt) and b < 0:
+        return int(a) % b if mod else int(a) // b
+    q = ea.exact_div(eb)
+    if q is not None and (not isinstance(b, SymInt) or b > 0):
+        return 0 if mod else _make(q, hint(a) // hint(b))
+    a, b = (int(a) if isinstance(a, SymInt) else a), (int(b) if isinstance(b, SymInt) else b)
+    return a % b if mod else a // b
+
+
+_OPS = {"==": lambda v: v == 0, "!=": lambda v: v != 0, "<": lambda v: v < 0, "<=": lambda v: v <= 0,
+        ">": lambda v: v > 0, ">=": lambda v: v >= 0}
+_NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _compare(a, b, op):
+    if not isinstance(b, int):
+        if isinstance(b, float):
+            return _OPS[op](float(a) - b)
+        return NotImplemented
+    ea, eb = as_expr(a), as_expr(b)
+    answer = _OPS[op](hint(a) - hint(b))
+    final = op if answer else _NEGATE[op]
+    _decide(ea - eb, final, answer, kind="compare", lhs=ea, rhs=eb)
+    return answer
+
+
+def _provable(diff, op, ranges):
+    """Whether `diff OP 0` holds for every value in the ranges."""
+    if diff.is_const():
+        return _OPS[op](diff.constant())
+    lo, hi = diff.bounds(ranges)
+    if op == "==":
+        return False
+    if op == "!=":
+        return (lo is not None and lo > 0) or (hi is not None and hi < 0)
+    if op in (">", ">="):
+        return lo is not None and _OPS[op](lo)
+    return hi is not None and _OPS[op](hi)
+
+
+def _decide(diff, op, answer, kind, lhs, rhs):
+    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
+    env = active()
+    ranges = env.ranges() if env is not None else {}
+    if _provable(diff, op, ranges):
+        return
+    if env is None:
+        raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
+                           f"is recording guards, so no one could check it")
+    env.add_guard(Guard(lhs, op, rhs, kind))
+
+
+class Guard:
+    """A decision `lhs OP rhs` on sizes that must hold for a program traced under it to apply."""
+    __slots__ = ("lhs", "op", "rhs", "kind", "text")
+
+    def __init__(self, lhs, op, rhs, kind="compare"):
+        lhs, op, rhs = _tidy(lhs, rhs, op)
+        self.lhs, self.op, self.rhs, self.kind = lhs, op, rhs, kind
+        self.text = f"{lhs} {op} {rhs}"
+
+    def holds(self, env):
+        return _OPS[self.op](self.lhs.evaluate(env) - self.rhs.evaluate(env))
+
+    def symbols(self):
+        return self.lhs.symbols() | self.rhs.symbols()
+
+    def __repr__(self):
+        return f"Guard({self.text})"
+
+
+def _tidy(lhs, rhs, op):
+    """`lhs OP rhs` with symbols on the left, constants on the right: B - 1 > 0 reads B > 1, 3 - B > 0
+    reads B < 3, B - S1 == 0 reads B == S1."""
+    diff = lhs - rhs
+    if all(c < 0 for m, c in diff.terms if m):
+        diff, op = -diff, _FLIP[op]
+    left = Expr({m: c for m, c in diff.terms if m and c > 0})
+    return left, op, left - diff
+
+
+_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+class ShapeEnv:
+    """One compile's symbols (name -> (lo, hi, source)) and the guards recorded on them."""
+
+    def __init__(self):
+        self.symbols = {}
+        self.guards = []
+        self._texts = set()
+        self.extra_sources = {}          # name -> further (input, dim) sources that share the symbol
+
+    def sym(self, name, hint_value, lo=0, hi=None, source=None):
+        if name in self.symbols:
+            raise ValueError(f"symbol {name} already exists in this ShapeEnv")
+        if lo < 0 or hint_value < lo or (hi is not None and hint_value > hi):
+            raise ValueError(f"symbol {name}: hint {hint_value} outside its range [{lo}, {hi}]")
+        self.symbols[name] = (lo, hi, source)
+        return SymInt(Expr.symbol(name), hint_value)
+
+    def add_source(self, name, source):
+        """Another input dim that takes the same symbol (checked equal at each call)."""
+        self.extra_sources.setdefault(name, []).append(source)
+
+    def add_guard(self, guard):
+        if guard.text not in self._texts:
+            self._texts.add(guard.text)
+            self.guards.append(guard)
+
+    def ranges(self):
+        """Each symbol's range narrowed by the guards on it alone (B != 0 with lo 0 gives lo 1)."""
+        out = {n: (lo, hi) for n, (lo, hi, _) in self.symbols.items()}
+        for g in self.guards:
+            names = g.lhs.symbols()
+            if len(names) == 1 and g.rhs.is_const() and g.lhs == Expr.symbol(next(iter(names))):
+                name = next(iter(names))
+                out[name] = _narrow(out.get(name, (0, None)), g.op, g.rhs.constant())
+        return out
+
+    def bind(self, shapes):
+        """Symbol values from a call's input shapes {input name: shape}."""
+        env = {}
+        for name, (_, _, source) in self.symbols.items():
+            if source is not None and source[0] in shapes:
+                env[name] = hint(shapes[source[0]][source[1]])
+        return env
+
+    def check(self, env, shapes=None):
+        """The text of the first condition that fails under env (a range, a shared size, a guard), or None."""
+        for name, (lo, hi, _) in self.symbols.items():
+            if name in env and (env[name] < lo or (hi is not None and env[name] > hi)):
+                return f"{name} = {env[name]} outside [{lo}, {'inf' if hi is None else hi}]"
+        for name, sources in self.extra_sources.items():
+            for inp, dim in sources:
+                if shapes is not None and inp in shapes and shapes[inp][dim] != env.get(name):
+                    return f"{inp}.shape[{dim}] == {name} failed ({shapes[inp][dim]} != {env.get(name)})"
+        for g in self.guards:
+            if not g.holds(env):
+                return f"{g.text} failed ({', '.join(f'{n} = {env[n]}' for n in sorted(g.symbols()))})"
+        return None
+
+    def specializations(self):
+        return [g for g in self.guards if g.kind == "specialize"]
+
+
+def _narrow(rng, op, c):
+    lo, hi = rng
+    if op == "==":
+        return c, c
+    if op == "!=":
+        return (lo + 1 if c == lo else lo), (hi - 1 if hi is not None and c == hi else hi)
+    if op in (">", ">="):
+        return max(lo, c + (op == ">")), hi
+    bound = c - (op == "<")
+    return lo, bound if hi is None else min(hi, bound)
+
+
+_local = threading.local()
+
+
+def active():
+    """The ShapeEnv recording guards on this thread, or None."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+class using:
+    """`with using(env):` makes env the active ShapeEnv on this thread (None: no env)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __enter__(self):
+        if not hasattr(_local, "stack"):
+            _local.stack = []
+        _local.stack.append(self.env)
+        return self.env
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+
+
+def sym(name, hint_value, lo=0, hi=None, source=None):
+    """A fresh symbol `name` valued `hint_value` in the active ShapeEnv (range [lo, hi])."""
+    env = active()
+    if env is None:
+        raise RuntimeError(f"sym({name!r}): no active ShapeEnv (use `with using(ShapeEnv()):`)")
+    return env.sym(name, hint_value, lo, hi, source)
+
+
+def evaluate(d, env):
+    """The value of an int or SymInt under bindings {name: int}."""
+    return d.expr.evaluate(env) if isinstance(d, SymInt) else int(d)
+
+
+def free_symbols(x):
+    """The symbol names in a dim or a shape (any nesting of tuples/lists)."""
+    if isinstance(x, SymInt):
+        return x.expr.symbols()
+    if isinstance(x, (tuple, list)):
+        return frozenset().union(*(free_symbols(d) for d in x)) if x else frozenset()
+    return frozenset()
+
+
+def substitute(shape, env):
+    """`shape` with every symbol bound: a tuple of plain ints."""
+    return tuple(evaluate(d, env) for d in shape)
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\*\*|[-+*()]))")
+
+
+def parse_expr(text):
+    """The Expr that str(expr) prints: integers, names, + - * ** and parentheses."""
+    tokens, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"cannot read the size expression {text!r} at {pos}")
+        tokens.append(m.group(1) or m.group(2) or m.group(3))
+        pos = m.end()
+    tokens.append(None)
+    i = 0
+
+    def peek():
+        return tokens[i]
+
+    def take():
+        nonlocal i
+        i += 1
+        return tokens[i - 1]
+
+    def atom():
+        t = take()
+        if t == "(":
+            e = summ()
+            if take() != ")":
+                raise ValueError(f"unbalanced parentheses in {text!r}")
+            return e
+        if t == "-":
+            return -factor()
+        if t is None or not (t.isdigit() or t[0].isalpha() or t[0] == "_"):
+            raise ValueError(f"cannot read the size expression {text!r}")
+        return Expr.const(int(t)) if t.isdigit() else Expr.symbol(t)
+
+    def factor():
+        base = atom()
+        if peek() == "**":
+            take()
+            p = take()
+            if p is None or not p.isdigit():
+                raise ValueError(f"powers must be integers in {text!r}")
+            out = Expr.const(1)
+            for _ in range(int(p)):
+                out = out * base
+            return out
+        return base
+
+    def product():
+        e = factor()
+        while peek() == "*":
+            take()
+            e = e * factor()
+        return e
+
+    def summ():
+        e = product()
+        while peek() in ("+", "-"):
+            e = e + product() if take() == "+" else e - product()
+        return e
+
+    e = summ()
+    if peek() is not None:
+        raise ValueError(f"cannot read the size expression {text!r}")
+    return e
