@@ -5,6 +5,8 @@ import sys
 import threading
 import warnings
 
+from .symint import same_size
+
 
 class BroadcastError(ValueError, RuntimeError):
     """Shapes that cannot be broadcast together.
@@ -86,7 +88,13 @@ def _pair(a, b):
     for d in range(-1, -max(len(a), len(b)) - 1, -1):
         x = a[d] if -d <= len(a) else 1
         y = b[d] if -d <= len(b) else 1
-        if x != y and x != 1 and y != 1:
+        if same_size(y, 1) or same_size(x, y):      # decided for any value of a symbolic size: no guard
+            out.append(x)
+            continue
+        if same_size(x, 1):
+            out.append(y)
+            continue
+        if x != y and x != 1 and y != 1:            # on symbolic sizes: each decision a guard
             raise _Mismatch(f"shapes {a} and {b} cannot be broadcast: dimension {d} has sizes {x} and {y}")
         out.append(y if x == 1 else x)
     return tuple(reversed(out))

@@ -11,7 +11,7 @@ every symbol is bound (`substitute`).
 import re
 import threading
 
-__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "evaluate", "free_symbols",
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "evaluate", "free_symbols",
            "substitute", "active", "using", "parse_expr", "as_expr"]
 
 
@@ -277,6 +277,22 @@ def hint(d):
 
 def is_sym(d):
     return isinstance(d, SymInt)
+
+
+def same_size(a, b):
+    """Whether two sizes are equal for every value of their symbols (records no guard)."""
+    return as_expr(a) == as_expr(b)
+
+
+def hints(x):
+    """A size, shape or attribute (tuples and lists item by item) with each SymInt as its hint."""
+    if isinstance(x, SymInt):
+        return int.__int__(x)
+    if type(x) in (tuple, list):
+        return type(x)(hints(a) for a in x)
+    if type(x) is dict:
+        return {k: hints(v) for k, v in x.items()}
+    return x
 
 
 def _specialize(s):

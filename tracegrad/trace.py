@@ -22,6 +22,7 @@ from . import strides as L
 from .broadcast import in_package, user_frame
 from .modes import interpreter, interpreters
 from .ops.layout import reshape_strides
+from .symint import hints, is_sym, same_size
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
 
@@ -46,7 +47,7 @@ class Traced(Tensor):
     def of(cls, shape, dtype, dev, ir, strides=()):
         t = cls._wrap(None, dtype, dev)
         t._shape, t._ir = tuple(shape), ir
-        t._strides = L.row_major(t._shape) if strides == () else strides
+        t._strides = L.row_major(hints(t._shape)) if strides == () else strides
         return t
 
     @property
@@ -73,20 +74,20 @@ class Traced(Tensor):
 
     def _row_major(self):
         s = self._layout()
-        return s is not None and L.is_row_major(self._shape, s)
+        return s is not None and L.is_row_major(hints(self._shape), s)
 
     def _viewable(self, shape):
-        return reshape_strides(self._shape, self._layout("view()"), shape) is not None
+        return reshape_strides(hints(self._shape), self._layout("view()"), hints(shape)) is not None
 
     def contiguous(self):
         self._layout("contiguous()")
         return super().contiguous()
 
     def is_contiguous(self):
-        return L.is_row_major(self._shape, self._layout("is_contiguous()"))
+        return L.is_row_major(hints(self._shape), self._layout("is_contiguous()"))
 
     def stride(self, dim=None):
-        s = L.shown(self._shape, self._layout("stride()"))
+        s = L.shown(hints(self._shape), self._layout("stride()"))
         return s if dim is None else s[dim if dim >= 0 else dim + len(s)]
 
     def _alias(self):
@@ -172,7 +173,8 @@ def _layout_read():
 def _unit_dims_only(node):
     """Whether a reshape only adds or drops axes of size 1 (x[0], unsqueeze): a view whatever the
     layout, unlike a general reshape."""
-    return [n for n in node.inputs[0].shape if n != 1] == [n for n in node.out.shape if n != 1]
+    kept = [[n for n in v.shape if is_sym(n) or n != 1] for v in (node.inputs[0], node.out)]
+    return len(kept[0]) == len(kept[1]) and all(map(same_size, *kept))
 
 
 class Lifted:
@@ -225,8 +227,10 @@ class Tracer:
         if type(t) is not Traced and id(t) not in self.values:
             self.values[id(t)] = (t, values_key(t))
 
-    def lift(self, t, source=("captured",), name=None):
-        """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
+    def lift(self, t, source=("captured",), name=None, shape=None):
+        """The stand-in for `t` in this graph; real tensors become graph inputs on first use. `shape`:
+        the shape it has in the graph where some sizes are symbols (symint.py), else t's own; a
+        symbolic tensor is row-major (its strides follow its shape)."""
         if type(t) is Traced:
             return self._current(t) if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
@@ -243,8 +247,8 @@ class Tracer:
             taken = self._input_names()
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
-            value = self.graph.add_input(name, t._shape, t._dtype)
-            st = Traced.of(t._shape, t._dtype, t._device, value, L.of_array(t._data))
+            value = self.graph.add_input(name, t._shape if shape is None else shape, t._dtype)
+            st = Traced.of(value.shape, t._dtype, t._device, value, L.of_array(t._data) if shape is None else ())
             st._requires_grad = t.requires_grad
             first = self.storages.get(id(t._data)) if source[0] != "const" else None
             if first is None:
@@ -340,11 +344,13 @@ class Tracer:
         if view:               # a reshape the layout cannot view is a copy, as eagerly
             self.reshaped = self.reshaped or p.name == "reshape" and not _unit_dims_only(out.node)
             s = inputs[0]._layout()
-            remapped = None if s is None else p.remap(inputs[0]._shape, shape, list(s), 0, **attrs)
-            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(shape)
+            remapped = None if s is None else p.remap(hints(inputs[0]._shape), hints(shape), list(s), 0,
+                                                      **hints(attrs))
+            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(hints(shape))
             view = s is None or remapped is not None
         else:
-            strides = L.of_result(p, [(t._shape, t._layout(), t._dtype.np) for t in inputs], shape, attrs)
+            strides = L.of_result(p, [(hints(t._shape), t._layout(), t._dtype.np) for t in inputs], hints(shape),
+                                  hints(attrs))
         out = Traced.of(shape, dtype, dev, out, strides)
         if view:   # traced views share their base's storage; in-place on them goes through it
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
