@@ -11,7 +11,7 @@ every symbol is bound (`substitute`).
 import re
 import threading
 
-__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "evaluate", "free_symbols",
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape", "evaluate", "free_symbols",
            "substitute", "active", "using", "parse_expr", "as_expr"]
 
 
@@ -282,6 +282,11 @@ def is_sym(d):
 def same_size(a, b):
     """Whether two sizes are equal for every value of their symbols (records no guard)."""
     return as_expr(a) == as_expr(b)
+
+
+def same_shape(a, b):
+    """Whether two shapes are equal for every value of their symbols (records no guard)."""
+    return len(a) == len(b) and all(map(same_size, a, b))
 
 
 def hints(x):

@@ -371,6 +371,13 @@ class Tracer:
         out = self.graph.add("const", [], {"value": v}, shape, dtype, self.loc or location())
         return Traced.of(shape, dtype, dev, out)
 
+    def iota(self, n, start, step, dtype, dev, requires_grad=False):
+        """arange with a symbolic length (tensor/factories.py): an iota node of shape (n,)."""
+        attrs = {"n": n, "start": start, "step": step, "dtype": dtype}
+        out = Traced.of((n,), dtype, dev, self.graph.add("iota", [], attrs, (n,), dtype, self.loc or location()))
+        out._requires_grad = requires_grad
+        return out
+
     def constant_array(self, arr, dtype, dev, requires_grad=False):
         """A tensor made inside the trace: a `const` node when uniform, else a frozen graph input."""
         flat = arr.reshape(-1)

@@ -181,10 +181,13 @@ class SymbolicEntry:
         return out
 
 
-def describe(entry, leaves, before):
-    """The retrace reasons of a symbolic trace: each dim that became symbolic, with its sizes."""
+def describe(entry, leaves, before, was_symbolic):
+    """The retrace reasons of a symbolic trace: each dim that became symbolic, with its sizes
+    (`before`: the shapes of the previous trace, `was_symbolic` its symbolic dims)."""
     out = []
     for k, d, name in entry.sources:
+        if (k, d) in was_symbolic:
+            continue
         old = before.get(k)
         was = f"{hint(old[d])} -> " if old is not None and d < len(old) else ""
         out.append(f"{entry.paths[k]}: dim {d} became symbolic {name} ({was}{leaves[k]._shape[d]})")

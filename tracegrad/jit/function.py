@@ -284,7 +284,7 @@ class CompiledFunction:
             if dims:
                 entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
                 if shape_reason is None and self._stats["traces"]:
-                    self._note_retrace(describe(entry, leaves, before[0] if before else {}))
+                    self._note_retrace(describe(entry, leaves, *(before or ({}, frozenset()))))
                 entry.program_for(leaves)
             else:
                 entry = Entry(self, args, kwargs, leaves, paths)
