@@ -118,7 +118,7 @@ class TensorBase:
     def __len__(self):
         if not self._shape:
             raise TypeError("len() of a 0-d tensor")
-        return self._shape[0]
+        return int(self._shape[0])      # a symbolic size: pinned (a guard), as len() must give an int
 
     def element_size(self):
         return self._dtype.itemsize
