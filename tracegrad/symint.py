@@ -11,7 +11,7 @@ every symbol is bound (`substitute`).
 import re
 import threading
 
-__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape", "evaluate", "free_symbols",
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape", "slice_bounds", "slice_length", "evaluate", "free_symbols",
            "substitute", "active", "using", "parse_expr", "as_expr"]
 
 
@@ -80,6 +80,18 @@ class Expr:
                 return None
             out[tuple(sorted((n, p) for n, p in powers.items() if p))] = c // dc
         return Expr(out)
+
+    def subs(self, mapping):
+        """The polynomial with the symbols in `mapping` {name: Expr} replaced."""
+        out = Expr({})
+        for m, c in self.terms:
+            term = Expr.const(c)
+            for n, p in m:
+                base = mapping.get(n) or Expr.symbol(n)
+                for _ in range(p):
+                    term = term * base
+            out = out + term
+        return out
 
     def evaluate(self, env):
         total = 0
@@ -279,9 +291,42 @@ def is_sym(d):
     return isinstance(d, SymInt)
 
 
+def slice_bounds(sl, size):
+    """`sl.indices(size)` (Python's rule) where the size or the bounds may be symbolic: each decision
+    a guard (x[:n-1] with n = B records B >= 1)."""
+    if not any(map(is_sym, (sl.start, sl.stop, sl.step, size))):
+        return sl.indices(size)
+    step = 1 if sl.step is None else int(sl.step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    lower, upper = (-1, size - 1) if step < 0 else (0, size)
+
+    def adjust(v, default):
+        if v is None:
+            return default
+        if v < 0:
+            v = v + size
+            return lower if v < lower else v
+        return upper if v >= upper else v
+    return adjust(sl.start, upper if step < 0 else lower), adjust(sl.stop, lower if step < 0 else upper), step
+
+
+def slice_length(start, stop, step):
+    """len(range(start, stop, step)) where the bounds may be symbolic (step > 0, stop >= start)."""
+    if not (is_sym(start) or is_sym(stop)):
+        return len(range(start, stop, step))
+    d = stop - start
+    if not d >= 0:
+        return 0
+    return d if step == 1 else (d + step - 1) // step
+
+
 def same_size(a, b):
-    """Whether two sizes are equal for every value of their symbols (records no guard)."""
-    return as_expr(a) == as_expr(b)
+    """Whether two sizes are equal for every value of their symbols that passes the active env's
+    guards (records no guard)."""
+    diff = as_expr(a) - as_expr(b)
+    env = active()
+    return not (diff if env is None else env.simplify(diff)).terms
 
 
 def same_shape(a, b):
@@ -354,7 +399,7 @@ def _decide(diff, op, answer, kind, lhs, rhs):
     """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
     env = active()
     ranges = env.ranges() if env is not None else {}
-    if _provable(diff, op, ranges):
+    if _provable(diff if env is None else env.simplify(diff), op, ranges):
         return
     if env is None:
         raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
@@ -402,6 +447,7 @@ class ShapeEnv:
         self.guards = []
         self._texts = set()
         self.extra_sources = {}          # name -> further (input, dim) sources that share the symbol
+        self.replacements = {}           # name -> the Expr an equality guard made it (unification)
 
     def sym(self, name, hint_value, lo=0, hi=None, source=None):
         if name in self.symbols:
@@ -419,6 +465,17 @@ class ShapeEnv:
         if guard.text not in self._texts:
             self._texts.add(guard.text)
             self.guards.append(guard)
+            names = guard.lhs.symbols()
+            if guard.op == "==" and len(names) == 1 and guard.lhs == Expr.symbol(next(iter(names))):
+                self.replacements[next(iter(names))] = guard.rhs      # T == 6, B == S0: unified
+
+    def simplify(self, expr):
+        """`expr` with each symbol an equality guard ties to another expression replaced by it."""
+        for _ in range(len(self.replacements)):
+            if not expr.symbols() & set(self.replacements):
+                break
+            expr = expr.subs(self.replacements)
+        return expr
 
     def ranges(self):
         """Each symbol's range narrowed by the guards on it alone (B != 0 with lo 0 gives lo 1)."""

@@ -367,7 +367,8 @@ class Tracer:
         return out
 
     def constant(self, v, dtype, dev, shape=()):
-        v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
+        if not is_sym(v):           # a symbolic size (x.numel() in a mean) stays one, bound per call
+            v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
         out = self.graph.add("const", [], {"value": v}, shape, dtype, self.loc or location())
         return Traced.of(shape, dtype, dev, out)
 

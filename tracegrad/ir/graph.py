@@ -82,6 +82,8 @@ class Graph:
         env = {id(v): g.add_input(v.name, bind_sizes(v.shape, sizes), v.dtype) for v in self.inputs}
         for n in self.nodes:
             attrs = {k: bind_sizes(a, sizes) for k, a in n.attrs.items()}
+            if n.op == "const" and isinstance(n.attrs["value"], SymInt):     # a size as a value
+                attrs["value"] = float(attrs["value"]) if n.out.dtype.is_floating_point else attrs["value"]
             env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], attrs, bind_sizes(n.out.shape, sizes),
                                    n.out.dtype, n.loc)
         g.outputs = [env[id(v)] for v in self.outputs]

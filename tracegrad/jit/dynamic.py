@@ -7,9 +7,11 @@ applies when the state guards and every shape guard hold under its sizes; it the
 for its sizes, built on first use from the symbolic graphs (`program_for`, with no trace of the
 user's Python) and kept per set of sizes inside the entry.
 """
+import copy
 import time
 import weakref
 
+from ..ir.passes import optimize
 from ..strides import is_row_major, of_array
 from ..symint import ShapeEnv, hint, using
 from ..tensor import Tensor
@@ -105,9 +107,13 @@ class SymbolicEntry:
         with using(env):
             for k, d in sorted(dims):
                 x, n = leaves[k], leaves[k]._shape[d]
-                s = by_size.get(n)          # one size, one symbol: equal sizes stay equal (checked per call)
+                # dims at one position of different tensors with one size share a symbol (x's and y's
+                # batch), checked equal at each call
+                s = by_size.get((n, d))
+                if s is not None and any(k2 == k for k2, _, name in self.sources if name == str(s)):
+                    s = None
                 if s is None:
-                    s = by_size[n] = env.sym(_symbol_name(d, env.symbols), n, source=(paths[k], d))
+                    s = by_size[n, d] = env.sym(_symbol_name(d, env.symbols), n, source=(paths[k], d))
                 else:
                     env.add_source(str(s), (paths[k], d))
                 self.sources.append((k, d, str(s)))
@@ -115,10 +121,10 @@ class SymbolicEntry:
             self.stages = trace_call(cf.fn, self.name, cf.backend, args, kwargs, leaves, paths, cf.runs,
                                      {k: tuple(v) for k, v in shapes.items()})
             if self.stages.capture.tracer.layout_used:
-                # strides are worked out on the sizes seen (trace.py): a trace that depends on
-                # them holds for those sizes only
+                # strides are worked out on the sizes seen (trace.py): what a layout question answered
+                # at sizes of 2 or more holds for all such sizes; a size of 0 or 1 is pinned
                 for s in by_size.values():
-                    int(s)
+                    int(s) if hint(s) < 2 else s >= 2
         self.paths = paths
         self.at = {}                # symbol -> (leaf position, dim) it is read from
         for k, d, name in self.sources:
@@ -127,8 +133,28 @@ class SymbolicEntry:
         self.guarded = True
         self.programs = {}          # sizes (by symbol, in ShapeEnv order) -> Entry
         self.traced = self.stages.traced
-        self.bwd = self.stages.backward.graph if self.stages.backward is not None else None
+        self._optimized = None
         self.disk_hit, self.last_used = False, 0
+
+    def _optimize(self):
+        """The symbolic forward and backward graphs optimized (IR text only: a call runs the program
+        of its sizes); guards a pass records go to a scratch copy of the env."""
+        if self._optimized is None:
+            scratch = copy.deepcopy(self.env)
+            with using(scratch):
+                bwd = self.stages.backward
+                self._optimized = (optimize(self.traced), None if bwd is None else optimize(bwd.graph))
+                if bwd is not None:
+                    self._optimized[1].grads_of = [e.value.name for e in bwd.targets]
+        return self._optimized
+
+    @property
+    def fwd(self):
+        return self._optimize()[0]
+
+    @property
+    def bwd(self):
+        return self._optimize()[1]
 
     def sizes(self, leaves):
         """{symbol: size} of a call."""

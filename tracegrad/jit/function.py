@@ -312,18 +312,25 @@ class CompiledFunction:
         introspect.dump(entry, self._stats["traces"])
         return entry
 
-    def _entry_for(self, args, kwargs):
+    def _entry_for(self, args, kwargs, concrete=False):
+        """(the entry of this call, its leaves); concrete: of a symbolic entry, the program of the
+        call's sizes."""
         leaves, paths, key, desc = call_signature(self._signature_of, args, kwargs)
         with self._lock:
             entry = self._lookup(key, leaves)
             if entry is None:
                 entry = self._build(args, kwargs, leaves, paths, key, desc)
+        if concrete and isinstance(entry, SymbolicEntry):
+            entry = entry.program_for(leaves)
         return entry, leaves
 
     # ------------------------------------------------------------------ introspection
     def ir(self, *args, stage="forward", source=False, optimized=False, **kwargs):
         """The IR text of a stage: traced, forward, backward, kernels, llvm, cuda (see SPEC §5)."""
-        return introspect.stage_text(self._entry_for(args, kwargs)[0], stage, source, optimized)
+        entry, leaves = self._entry_for(args, kwargs)
+        if isinstance(entry, SymbolicEntry) and stage not in ("traced", "forward", "backward"):
+            entry = entry.program_for(leaves)       # kernels, llvm: those of this call's sizes
+        return introspect.stage_text(entry, stage, source, optimized)
 
     def profile(self, *args, repeat=5, plot=None, **kwargs):
         """Per kernel of the forward program, a dict: "kernel", "kind", "ops", "time" (median seconds
@@ -332,7 +339,7 @@ class CompiledFunction:
         (tg.viz.roofline.peaks()). `plot="profile.svg"` also writes the kernels on an SVG roofline.
         Needs backend="llvm", or "cuda": kernels timed with CUDA events, rows without the cpu's
         roofline shares."""
-        entry, leaves = self._entry_for(args, kwargs)
+        entry, leaves = self._entry_for(args, kwargs, concrete=True)
         return introspect.profile_rows(entry, leaves, repeat, plot)
 
     def to_dot(self, *args, **kwargs):
@@ -342,7 +349,7 @@ class CompiledFunction:
         """A picture (tg.viz.Drawing) of a stage: "traced", "forward", "backward", or "kernels" (the
         forward and backward graphs, each fused kernel a box around its ops). `str()` is DOT text;
         `.render("graph.svg")` needs Graphviz."""
-        return introspect.drawing(self._entry_for(args, kwargs)[0], stage)
+        return introspect.drawing(self._entry_for(args, kwargs, concrete=True)[0], stage)
 
     def stats(self):
         """traces, cache_hits, disk_hits, compile_seconds, kernels, retrace_reasons; and per symbolic

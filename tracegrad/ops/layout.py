@@ -6,7 +6,7 @@ import numpy as np
 
 from ..broadcast import unbroadcast
 from ..core import bind, prim
-from ..symint import same_size
+from ..symint import same_size, slice_length
 from .rules import same_dtype
 
 _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; copies run on the host
@@ -107,7 +107,7 @@ prim("expand", "view", _expand_rule, lambda x, shape: np.broadcast_to(x, shape),
 def _slice_rule(shapes, dtypes, index):
     out = []
     for size, (start, stop, step) in zip(shapes[0], index):
-        out.append(len(range(start, stop, step)))
+        out.append(slice_length(start, stop, step))
     return tuple(out) + tuple(shapes[0][len(index):]), dtypes[0]
 
 

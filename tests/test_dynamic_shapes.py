@@ -1,0 +1,198 @@
+"""Symbolic sizes in tg.compile (dynamic=None|True, mark_dynamic): compiled == eager across sizes
+(including 1 and 0), values and gradients; how many traces; the guards and the retrace reasons; the
+IR text with symbols and its round trip through the parser."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tracegrad as tg
+import tracegrad.nn as nn
+import tracegrad.nn.functional as F
+from tracegrad.ir import print_graph
+from tracegrad.ir.parser import parse
+
+F32 = tg.float32
+
+
+def _data(b, seed, features=6, classes=3):
+    rng = np.random.default_rng(seed)
+    return (tg.tensor(rng.standard_normal((b, features)).astype(np.float32)),
+            tg.tensor(rng.integers(0, classes, b)))
+
+
+def _mlp(seed=0):
+    tg.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _close(a, b):
+    a, b = (v.detach().numpy() if isinstance(v, tg.Tensor) else v for v in (a, b))
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6, equal_nan=True)
+
+
+batches = st.lists(st.sampled_from([0, 1, 2, 3, 5, 17, 31, 64]), min_size=2, max_size=7)
+
+
+@settings(max_examples=12, deadline=None)
+@given(batches, st.sampled_from([None, True]))
+def test_mlp_loss_and_gradients_match_eager_across_batch_sizes(sizes, dynamic):
+    model = _mlp()
+    loss_fn = lambda x, y: F.cross_entropy(model(x), y)     # noqa: E731
+    cf = tg.compile(loss_fn, backend="interpret", dynamic=dynamic)
+    for i, b in enumerate(sizes):
+        x, y = _data(b, i)
+        eager = loss_fn(x, y)
+        eager.backward()
+        want = [p.grad.numpy().copy() for p in model.parameters()]
+        model.zero_grad()
+        got = cf(x, y)
+        got.backward()
+        _close(got, eager)          # an empty batch's mean is nan, as eagerly
+        for p, w in zip(model.parameters(), want):
+            _close(p.grad, w)
+        model.zero_grad()
+    # dynamic=True: a first batch of 1 is a fixed size (it could broadcast), the next size retraces
+    want = 1 if dynamic and sizes[0] != 1 else min(len(set(sizes)), 2)
+    assert cf.stats()["traces"] == want, cf.stats()["retrace_reasons"]
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_mlp_training_step_over_batch_sizes_llvm(dynamic):
+    """A training step (zero_grad, backward, SGD step) compiled with llvm equals the eager one over
+    ragged batches including 1 and 0; one trace after the first call (whose .grad are still None)."""
+    models = [_mlp(), _mlp()]
+    opts = [tg.optim.SGD(m.parameters(), lr=0.1) for m in models]
+
+    def step_of(m, o):
+        def step(x, y):
+            o.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            return loss
+        return step
+    eager, compiled = step_of(models[0], opts[0]), tg.compile(step_of(models[1], opts[1]), dynamic=dynamic)
+    sizes = [17, 33, 1, 64, 0, 20, 5]
+    for i, b in enumerate(sizes):
+        x, y = _data(b, i)
+        _close(compiled(x, y), eager(x, y))
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            _close(q, p)
+    st_ = compiled.stats()
+    assert st_["traces"] == 2, st_["retrace_reasons"]
+    assert [d["guards"] for d in st_["dynamic"]] == [[]] if dynamic is None else len(st_["dynamic"]) == 1
+    assert st_["size_programs"] == len(sizes) - 1
+
+
+def test_default_mode_retraces_once_and_names_the_dims():
+    cf = tg.compile(lambda x, w: (x @ w).tanh().sum(), backend="interpret")
+    w = tg.ones(4, 3)
+    for b in [8, 5, 9, 1, 0, 8]:
+        cf(tg.ones(b, 4), w)
+    s = cf.stats()
+    assert s["traces"] == 2
+    assert s["retrace_reasons"] == ["x: dim 0 became symbolic B (8 -> 5)"]
+    assert s["dynamic"][0]["symbols"] == {"B": "x dim 0 in [0, inf]"}
+    assert s["dynamic"][0]["guards"] == []
+
+
+def test_a_size_taking_another_broadcast_path_fails_a_guard_and_retraces():
+    f = lambda x, b: x + b      # noqa: E731
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    x = tg.tensor(np.arange(12.0, dtype=np.float32).reshape(3, 4))
+    for b in [tg.ones(3, 4), tg.ones(3, 4) * 2]:
+        _close(cf(x, b), f(x, b))
+    assert cf.stats()["traces"] == 1
+    one = tg.ones(1, 4) * 5                             # b's dim 0 is 1 now: stretched
+    out = cf(x, one)
+    _close(out, f(x, one))
+    s = cf.stats()
+    assert s["traces"] == 2
+    assert s["retrace_reasons"][-1].startswith("b: dim 0 (1) no longer equals x dim 0 (3)")
+    # a size-1 x with a size-3 b: x stretched, never an answer of the (3, 4) + (3, 4) entry
+    _close(cf(tg.ones(1, 4), tg.ones(3, 4)), np.full((3, 4), 2.0))
+    with pytest.raises(tg.BroadcastError if hasattr(tg, "BroadcastError") else ValueError):
+        cf(tg.ones(2, 4), tg.ones(3, 4))               # eager's error, not a wrong hit
+
+
+def test_guard_from_python_control_flow():
+    def f(x):
+        return x * 2 if x.shape[0] > 4 else x - 1
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [6, 9, 2, 3, 7, 5, 4]:
+        x = tg.ones(b, 2)
+        _close(cf(x), f(x))
+    s = cf.stats()
+    assert s["traces"] == 2
+    assert s["retrace_reasons"] == ["guard B > 4 failed (B = 2)"]
+    assert sorted(g for d in s["dynamic"] for g in d["guards"]) == ["B <= 4", "B > 4"]
+
+
+def test_sizes_read_by_the_function_stay_symbolic():
+    def f(x):
+        n, d = x.shape
+        idx = tg.arange(n)
+        y = x.reshape(n * d).view(n, d)[: n - 1] * 2
+        z = tg.zeros(n, 1) + idx.reshape(n, 1).float()
+        return y.sum(0) + z[1:].sum(), x.reshape(-1, d).mean()
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [5, 8, 2, 3]:
+        x = tg.tensor(np.random.default_rng(b).standard_normal((b, 3)).astype(np.float32))
+        for g, e in zip(cf(x), f(x)):
+            _close(g, e)
+    s = cf.stats()
+    assert s["traces"] == 1, s["retrace_reasons"]
+    assert not [g for g in s["dynamic"][0]["guards"] if "==" in g], s["dynamic"]
+
+
+def test_empty_batch_behaves_as_eager():
+    f = lambda x: (x.mean(0), x.sum(), x.mean())        # noqa: E731
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [4, 0, 3]:
+        x = tg.ones(b, 2)
+        for g, e in zip(cf(x), f(x)):
+            _close(g, e)
+    assert math.isnan(cf(tg.ones(0, 2))[2].item())
+
+
+def test_mark_dynamic_and_mark_static():
+    f = lambda x: (x * x).sum(1)        # noqa: E731
+    cf = tg.compile(f, backend="interpret", dynamic=False)
+    x = tg.ones(4, 3)
+    tg.mark_dynamic(x, 0)
+    cf(x)
+    y = tg.ones(7, 3)
+    tg.mark_dynamic(y, 0)
+    _close(cf(y), f(y))
+    assert cf.stats()["traces"] == 1
+    cs = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [4, 6]:
+        z = tg.ones(b, 3)
+        tg.mark_static(z, 0)
+        cs(z)
+    assert cs.stats()["traces"] == 2
+    assert cs.stats()["dynamic"][0]["symbols"] == {"T": "x dim 1 in [0, inf]"}
+    with pytest.raises(IndexError):
+        tg.mark_dynamic(x, 2)
+
+
+def test_symbolic_ir_prints_symbols_and_round_trips():
+    model = _mlp()
+    cf = tg.compile(lambda x, y: F.cross_entropy(model(x), y), backend="interpret", dynamic=True)
+    x, y = _data(16, 0)
+    cf(x, y)
+    for stage in ("traced", "backward"):
+        text = cf.ir(x, y, stage=stage)
+        assert "f32[B,6]" in text or "f32[B,3]" in text, text
+        assert print_graph(parse(text)) == text
+    x2, y2 = _data(5, 1)
+    assert cf.ir(x2, y2, stage="traced") == cf.ir(x, y, stage="traced")
+    assert "f32[5,6]" in cf.ir(x2, y2, stage="kernels") or cf.stats()["traces"] == 1
+
+
+def test_static_ir_text_unchanged():
+    cf = tg.compile(lambda x: (x * 2).sum(), backend="interpret")
+    text = cf.ir(tg.ones(3, 2))
+    assert "f32[3,2]" in text and "B" not in text
