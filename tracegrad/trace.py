@@ -204,6 +204,7 @@ class Tracer:
         self.names = {} if names is None else names   # id(real tensor) -> preferred input name
         self.taken = (set(), 0)    # the names of the graph's first n inputs, and n
         self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
+        self.written_first = set()  # id(tensor) of those whose .grad the trace assigned before reading it
         self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
         self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
         self.saved = []            # backward graphs: the forward Values they read
@@ -415,15 +416,20 @@ class Tracer:
         (a view or a copy) and updated a tensor (so which one matters)."""
         return self.layout_asked or self.reshaped and self.updated
 
-    def grad_access(self, t):
+    def grad_access(self, t, write=False):
         """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the
         trace first reads or writes it. A tensor argument is one tensor however the function reaches
         it (the argument, a module, an optimizer): its stand-in holds the .grad, which starts as the
-        argument's .grad, lifted as an input, on first access."""
+        argument's .grad, lifted as an input, on first access. A .grad the trace assigns before it
+        reads it (zero_grad()'s None) does not depend on what it held: `written_first`."""
         e = self.lifted.get(id(t)) if type(t) is not Traced else None
         if e is not None and e.source[0] == "arg":
             t = e.standin
         if id(t) in self.grads:
+            return t
+        if write and type(t) is not Traced:     # a captured tensor's .grad: written back at every call
+            self.written_first.add(id(t))
+            self.grads[id(t)] = (t, t._grad)
             return t
         arg = self.arg_grads.get(id(t))
         if arg is not None and arg[1]._grad is not None:
@@ -452,7 +458,7 @@ class Tracer:
         for t, before in self.grads.values():
             after = t._grad
             t._grad = before
-            if after is not before:
+            if after is not before or id(t) in self.written_first:
                 out.append((t, before, after))
         return out
 

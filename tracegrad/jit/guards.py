@@ -55,7 +55,7 @@ class Guards:
         # (a closure, a module); else, None or not as then, a tensor of the same dtype and device
         same = {id(e.real) for e in tracer.order if e.source[0] != "grad_of"}
         self.grads = [(t, before, id(before) in same) for t, before in tracer.grads.values()
-                      if not isinstance(t, Traced)]
+                      if not isinstance(t, Traced) and id(t) not in tracer.written_first]
         self.bindings = [list(b) for b in bindings if _guarded_binding(b[3], tracer)]
         self.values = list(tracer.values.values())      # real tensors read as Python values: by their values
         self.objects, self.lifted_dynamic, self.module_attrs = objects, lifted_dynamic, module_attrs

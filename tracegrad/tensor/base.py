@@ -228,7 +228,7 @@ class TensorBase:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
         stack = _thread.interpreters
         if stack:
-            self = stack[-1].grad_access(self)   # the tensor that holds the gradient (a tracer's stand-in)
+            self = stack[-1].grad_access(self, write=True)   # the tensor holding the gradient (a tracer's stand-in)
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):
