@@ -27,6 +27,19 @@ def _mlp(seed=0):
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
+def _sgd_step(m, loss_of=F.cross_entropy):
+    """A training step of model m: zero_grad, loss, backward, SGD step; returns the loss."""
+    opt = tg.optim.SGD(m.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_of(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
 def _close(a, b):
     a, b = (v.detach().numpy() if isinstance(v, tg.Tensor) else v for v in (a, b))
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6, equal_nan=True)
@@ -65,17 +78,7 @@ def test_mlp_training_step_over_batch_sizes_llvm(dynamic):
     sizes are fixed). zero_grad() assigns every .grad before the trace reads one: the first call's
     .grad being None makes no second trace."""
     models = [_mlp(), _mlp()]
-    opts = [tg.optim.SGD(m.parameters(), lr=0.1) for m in models]
-
-    def step_of(m, o):
-        def step(x, y):
-            o.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            return loss
-        return step
-    eager, compiled = step_of(models[0], opts[0]), tg.compile(step_of(models[1], opts[1]), dynamic=dynamic)
+    eager, compiled = _sgd_step(models[0]), tg.compile(_sgd_step(models[1]), dynamic=dynamic)
     sizes = [17, 33, 1, 64, 0, 20, 5]
     for i, b in enumerate(sizes):
         x, y = _data(b, i)
@@ -269,22 +272,13 @@ def test_transformer_step_over_sequence_lengths():
             att = att.masked_fill(tg.tril(tg.ones(T, T)) == 0, float("-inf")).softmax(-1)
             return self.head(x + (att @ v).transpose(1, 2).reshape(B, T, C))
 
-    def train(m):
-        opt = tg.optim.SGD(m.parameters(), lr=0.1)      # (Adam would scale the key bias's rounding noise:
-        #   its true gradient is 0, softmax being shift-invariant)
-
-        def step(idx, tgt):
-            opt.zero_grad()
-            loss = F.cross_entropy(m(idx).view(-1, V), tgt.view(-1))
-            loss.backward()
-            opt.step()
-            return loss
-        return step
     tg.manual_seed(0)
     m1 = Block()
     m2 = Block()
     m2.load_state_dict(m1.state_dict())
-    eager, cf = train(m1), tg.compile(train(m2), backend="interpret")
+    # SGD: Adam would scale the key bias's rounding noise (its true gradient is 0: softmax is shift-invariant)
+    flat = lambda logits, tgt: F.cross_entropy(logits.view(-1, V), tgt.view(-1))    # noqa: E731
+    eager, cf = _sgd_step(m1, flat), tg.compile(_sgd_step(m2, flat), backend="interpret")
     rng = np.random.default_rng(0)
     for T in [16, 8, 33, 64, 9]:
         idx, tgt = (tg.tensor(rng.integers(0, V, (3, T))) for _ in range(2))
