@@ -195,6 +195,10 @@ class SymbolicEntry:
     def call(self, leaves):
         return self.program_for(leaves).call(leaves)
 
+    def latest(self):
+        """The program built last (for the stages of one set of sizes: kernels, llvm)."""
+        return next(reversed(self.programs.values()))
+
     def kernel_count(self):
         return sum(e.kernel_count() for e in self.programs.values())
 

@@ -332,7 +332,7 @@ class CompiledFunction:
     def ir(self, *args, stage="forward", source=False, optimized=False, **kwargs):
         """The IR text of a stage: traced, forward, backward, kernels, llvm, cuda (see SPEC §5)."""
         entry, leaves = self._entry_for(args, kwargs)
-        if isinstance(entry, SymbolicEntry) and stage not in ("traced", "forward", "backward"):
+        if isinstance(entry, SymbolicEntry) and stage not in introspect.SYMBOLIC_STAGES:
             entry = entry.program_for(leaves)       # kernels, llvm: those of this call's sizes
         return introspect.stage_text(entry, stage, source, optimized)
 
