@@ -181,6 +181,9 @@ def test_mark_dynamic_and_mark_static():
     assert cs.stats()["dynamic"][0]["symbols"] == {"T": "x dim 1 in [0, inf]"}
     with pytest.raises(IndexError):
         tg.mark_dynamic(x, 2)
+    t = tg.tensor(np.arange(15.0, dtype=np.float32).reshape(3, 5)).transpose(0, 1)   # not row-major
+    tg.mark_dynamic(t, 0)
+    _close(cf(t), f(t))
 
 
 def test_symbolic_ir_prints_symbols_and_round_trips():
@@ -286,3 +289,19 @@ def test_transformer_step_over_sequence_lengths():
     for p, q in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-4, atol=1e-5)
     assert cf.stats()["traces"] == 2, cf.stats()["retrace_reasons"]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_layout_questions_on_symbolic_tensors(transposed):
+    """contiguous()/view()/is_contiguous() answered at the traced sizes hold for every size >= 2
+    (guarded: sizes 0 and 1 trace apart). A transposed argument's layout is guarded by its strides,
+    numbers: each new size retraces (values stay right)."""
+    def f(x):
+        y = x.contiguous().view(-1) * 2 if not x.is_contiguous() else x.view(-1) + 1
+        return y.sum() + x.stride()[0]
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [4, 6, 2, 1, 0, 9]:
+        a = tg.tensor(np.arange(b * 3.0, dtype=np.float32).reshape(b, 3))
+        x = a.transpose(0, 1).contiguous().transpose(0, 1) if transposed else a
+        _close(cf(x), f(x))
+    assert transposed or cf.stats()["traces"] == 3, cf.stats()["retrace_reasons"]

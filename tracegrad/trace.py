@@ -230,8 +230,8 @@ class Tracer:
 
     def lift(self, t, source=("captured",), name=None, shape=None):
         """The stand-in for `t` in this graph; real tensors become graph inputs on first use. `shape`:
-        the shape it has in the graph where some sizes are symbols (symint.py), else t's own; a
-        symbolic tensor is row-major (its strides follow its shape)."""
+        the shape it has in the graph where some sizes are symbols (symint.py), else t's own (strides,
+        as every traced layout, are the numbers of the sizes seen: trace.py's hints)."""
         if type(t) is Traced:
             return self._current(t) if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
@@ -249,7 +249,7 @@ class Tracer:
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
             value = self.graph.add_input(name, t._shape if shape is None else shape, t._dtype)
-            st = Traced.of(value.shape, t._dtype, t._device, value, L.of_array(t._data) if shape is None else ())
+            st = Traced.of(value.shape, t._dtype, t._device, value, L.of_array(t._data))
             st._requires_grad = t.requires_grad
             first = self.storages.get(id(t._data)) if source[0] != "const" else None
             if first is None:

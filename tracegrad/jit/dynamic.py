@@ -12,7 +12,6 @@ import time
 import weakref
 
 from ..ir.passes import optimize
-from ..strides import is_row_major, of_array
 from ..symint import ShapeEnv, hint, using
 from ..tensor import Tensor
 from .entry import Entry, entry_name
@@ -62,14 +61,10 @@ def tensor_dims(leaves):
 def choose_dims(leaves, dynamic, changed=frozenset()):
     """The (leaf position, dim) pairs a trace takes as symbols: marked dynamic, `changed` (dims whose
     size changed since an earlier trace: dynamic=None), or with dynamic=True each dim whose size is
-    not 1 (a size-1 dim broadcasts: it stays fixed); never a dim marked static, nor one of a tensor
-    whose memory is not row-major (its strides would be fixed numbers)."""
+    not 1 (a size-1 dim broadcasts: it stays fixed); never a dim marked static."""
     out = set()
     for k, x in tensor_dims(leaves):
         marks = _marks(x)
-        strides = of_array(x._data)
-        if strides is None or not is_row_major(x._shape, strides):
-            continue
         for d, n in enumerate(x._shape):
             want = marks.get(d)
             if want is None:
