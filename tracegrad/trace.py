@@ -88,6 +88,13 @@ class Traced(Tensor):
 
     def stride(self, dim=None):
         s = L.shown(hints(self._shape), self._layout("stride()"))
+        if any(map(is_sym, self._shape)):
+            order = L.dense_order(hints(self._shape), s)
+            if order is not None:               # expressions of the symbolic sizes
+                s = L.dense_strides(self._shape, order)
+            else:
+                for n in self._shape:           # the numbers of the traced sizes: pinned
+                    int(n)
         return s if dim is None else s[dim if dim >= 0 else dim + len(s)]
 
     def _alias(self):

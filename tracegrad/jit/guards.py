@@ -33,7 +33,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from ..trace import Traced, values_key
-from ..strides import of_array
+from ..strides import dense_order, of_array
 from .device import shares_memory
 from .free_vars import MISSING, cell_value, defaults
 from .signature import same_value
@@ -281,7 +281,11 @@ def layout_of(x):
     if not isinstance(a, np.ndarray):         # a device array
         from ..cuda import memory
         return "row-major" if memory.row_major(a) else f"strides {memory.strides_of(a)}"
-    return "row-major" if a.flags.c_contiguous else f"strides {of_array(a)}"
+    if a.flags.c_contiguous:
+        return "row-major"
+    strides = of_array(a)
+    order = dense_order(a.shape, strides)       # a transpose: the same whatever the sizes
+    return f"dense, axes in memory order {order}" if order is not None else f"strides {strides}"
 
 
 def _guarded_binding(obj, tracer):
