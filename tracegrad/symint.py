@@ -1,155 +1,20 @@
-"""Symbolic sizes: an int that records every decision made on it (a leaf: imports nothing of tracegrad).
+"""Symbolic sizes: an int that records every decision made on it (imports only symexpr.py, a leaf).
 
 A `SymInt` is an `int` whose value is the hint (the size seen when traced) and whose `expr` is an integer
 polynomial over symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the
 hints and, unless it holds for every value in the symbols' ranges, recorded as a guard in the active
 `ShapeEnv`. Concretizing (`int()`, `float()`, `hash()`, a number format) specializes: it records
 `sym == hint`. C code that reads the int directly (range(), NumPy shapes) sees the hint with no guard, so
-code that must stay general reads sizes through this module; a compiled program is only ever run after
-every symbol is bound (`substitute`).
+code that must stay general reads sizes through this module (its callers pin such a size with int()).
 """
-import re
+import operator
 import threading
 
-__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape", "slice_bounds", "slice_length", "evaluate", "free_symbols",
-           "substitute", "active", "using", "parse_expr", "as_expr"]
+from .symexpr import Expr, parse_expr
 
-
-class Expr:
-    """An integer polynomial: terms {monomial: coefficient}, a monomial a sorted tuple of (name, power)."""
-    __slots__ = ("terms", "_hash")
-
-    def __init__(self, terms):
-        self.terms = tuple(sorted((m, c) for m, c in dict(terms).items() if c))
-        self._hash = hash(self.terms)
-
-    @staticmethod
-    def const(c):
-        return Expr({(): int(c)})
-
-    @staticmethod
-    def symbol(name):
-        return Expr({((name, 1),): 1})
-
-    def is_const(self):
-        return all(m == () for m, _ in self.terms)
-
-    def constant(self):
-        """The constant term."""
-        return dict(self.terms).get((), 0)
-
-    def symbols(self):
-        return frozenset(n for m, _ in self.terms for n, _ in m)
-
-    def __add__(self, other):
-        out = dict(self.terms)
-        for m, c in other.terms:
-            out[m] = out.get(m, 0) + c
-        return Expr(out)
-
-    def __neg__(self):
-        return Expr({m: -c for m, c in self.terms})
-
-    def __sub__(self, other):
-        return self + (-other)
-
-    def __mul__(self, other):
-        out = {}
-        for m1, c1 in self.terms:
-            for m2, c2 in other.terms:
-                powers = dict(m1)
-                for n, p in m2:
-                    powers[n] = powers.get(n, 0) + p
-                m = tuple(sorted(powers.items()))
-                out[m] = out.get(m, 0) + c1 * c2
-        return Expr(out)
-
-    def exact_div(self, other):
-        """self / other when `other` is one term dividing every term of self exactly, else None."""
-        if len(other.terms) != 1:
-            return None if self != other else Expr.const(1)
-        (dm, dc), = other.terms
-        out = {}
-        for m, c in self.terms:
-            powers = dict(m)
-            for n, p in dm:
-                if powers.get(n, 0) < p:
-                    return None
-                powers[n] -= p
-            if c % dc:
-                return None
-            out[tuple(sorted((n, p) for n, p in powers.items() if p))] = c // dc
-        return Expr(out)
-
-    def subs(self, mapping):
-        """The polynomial with the symbols in `mapping` {name: Expr} replaced."""
-        out = Expr({})
-        for m, c in self.terms:
-            term = Expr.const(c)
-            for n, p in m:
-                base = mapping.get(n) or Expr.symbol(n)
-                for _ in range(p):
-                    term = term * base
-            out = out + term
-        return out
-
-    def evaluate(self, env):
-        total = 0
-        for m, c in self.terms:
-            v = c
-            for n, p in m:
-                if n not in env:
-                    raise KeyError(f"symbol {n} of {self} is not bound (bound: {sorted(env)})")
-                v *= env[n] ** p
-            total += v
-        return total
-
-    def bounds(self, ranges):
-        """(lo, hi) of the polynomial over the symbols' ranges {name: (lo, hi|None)}; None = unbounded."""
-        lo_t = hi_t = 0
-        for m, c in self.terms:
-            lo, hi = c, c
-            for n, p in m:
-                for _ in range(p):
-                    lo, hi = _mul_iv((lo, hi), ranges.get(n, (0, None)))
-            lo_t = None if lo_t is None or lo is None else lo_t + lo
-            hi_t = None if hi_t is None or hi is None else hi_t + hi
-        return lo_t, hi_t
-
-    def __eq__(self, other):
-        return isinstance(other, Expr) and self.terms == other.terms
-
-    def __hash__(self):
-        return self._hash
-
-    def __str__(self):
-        if not self.terms:
-            return "0"
-        parts = []
-        order = sorted(self.terms, key=lambda t: (-sum(p for _, p in t[0]), t[0]))
-        for m, c in order:
-            names = "*".join(n if p == 1 else f"{n}**{p}" for n, p in m)
-            body = str(abs(c)) if not names else names if abs(c) == 1 else f"{abs(c)}*{names}"
-            parts.append(("-" if c < 0 else "+") + body)
-        text = "".join(parts)
-        return text[1:] if text[0] == "+" else text
-
-    __repr__ = __str__
-
-
-def _mul_iv(a, b):
-    """Product of intervals whose ends may be None (unbounded); the second is a symbol's (lo >= 0)."""
-    (alo, ahi), (blo, bhi) = a, b
-    if blo < 0:
-        raise ValueError("symbol ranges start at 0 or above")
-    # b >= 0: the product's low end is alo*blo if alo >= 0 else alo*bhi; high end likewise
-    def prod(x, y):
-        if x == 0 or y == 0:
-            return 0
-        return None if x is None or y is None else x * y
-    lo = prod(alo, blo) if alo is not None and alo >= 0 else (None if alo is None else prod(alo, bhi))
-    hi = prod(ahi, bhi) if ahi is None or ahi >= 0 else prod(ahi, blo)
-    return lo, hi
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
+           "slice_bounds", "slice_length", "evaluate", "free_symbols", "substitute", "active", "using",
+           "parse_expr", "as_expr"]
 
 
 def as_expr(d):
@@ -163,6 +28,20 @@ def _make(expr, hint_value):
     return SymInt(expr, hint_value)
 
 
+def _arith(op, reflected=False):
+    """A SymInt method applying `op` (+ - *) to the expressions and to the hints."""
+    def method(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        a, b = (other, self) if reflected else (self, other)
+        return _make(op(as_expr(a), as_expr(b)), op(hint(a), hint(b)))
+    return method
+
+
+def _comparison(op):
+    return lambda self, other: _compare(self, other, op)
+
+
 class SymInt(int):
     """A size: an int valued at its hint, carrying the polynomial `expr` over symbol names."""
 
@@ -174,29 +53,10 @@ class SymInt(int):
     def __reduce__(self):
         return (SymInt, (self.expr, int.__int__(self)))
 
-    # arithmetic
-    def _bin(self, other, fn, efn):
-        if not isinstance(other, int):
-            return NotImplemented
-        return _make(efn(as_expr(self), as_expr(other)), fn(hint(self), hint(other)))
-
-    def __add__(self, o):
-        return self._bin(o, lambda a, b: a + b, lambda a, b: a + b)
-
-    def __radd__(self, o):
-        return self._bin(o, lambda a, b: b + a, lambda a, b: b + a)
-
-    def __sub__(self, o):
-        return self._bin(o, lambda a, b: a - b, lambda a, b: a - b)
-
-    def __rsub__(self, o):
-        return self._bin(o, lambda a, b: b - a, lambda a, b: b - a)
-
-    def __mul__(self, o):
-        return self._bin(o, lambda a, b: a * b, lambda a, b: a * b)
-
-    def __rmul__(self, o):
-        return self._bin(o, lambda a, b: b * a, lambda a, b: b * a)
+    # arithmetic: the expression and the hint alike
+    __add__, __radd__ = _arith(operator.add), _arith(operator.add, True)
+    __sub__, __rsub__ = _arith(operator.sub), _arith(operator.sub, True)
+    __mul__, __rmul__ = _arith(operator.mul), _arith(operator.mul, True)
 
     def __neg__(self):
         return _make(-self.expr, -hint(self))
@@ -234,23 +94,8 @@ class SymInt(int):
         return int(self) ** o
 
     # comparisons: decided on the hints, recorded as guards unless provable
-    def __eq__(self, o):
-        return _compare(self, o, "==")
-
-    def __ne__(self, o):
-        return _compare(self, o, "!=")
-
-    def __lt__(self, o):
-        return _compare(self, o, "<")
-
-    def __le__(self, o):
-        return _compare(self, o, "<=")
-
-    def __gt__(self, o):
-        return _compare(self, o, ">")
-
-    def __ge__(self, o):
-        return _compare(self, o, ">=")
+    __eq__, __ne__, __lt__ = _comparison("=="), _comparison("!="), _comparison("<")
+    __le__, __gt__, __ge__ = _comparison("<="), _comparison(">"), _comparison(">=")
 
     def __bool__(self):
         return _compare(self, 0, "!=")
@@ -312,7 +157,7 @@ def slice_bounds(sl, size):
 
 
 def slice_length(start, stop, step):
-    """len(range(start, stop, step)) where the bounds may be symbolic (step > 0, stop >= start)."""
+    """len(range(start, stop, step)) where the bounds may be symbolic (step > 0)."""
     if not (is_sym(start) or is_sym(stop)):
         return len(range(start, stop, step))
     d = stop - start
@@ -575,72 +420,3 @@ def free_symbols(x):
 def substitute(shape, env):
     """`shape` with every symbol bound: a tuple of plain ints."""
     return tuple(evaluate(d, env) for d in shape)
-
-
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\*\*|[-+*()]))")
-
-
-def parse_expr(text):
-    """The Expr that str(expr) prints: integers, names, + - * ** and parentheses."""
-    tokens, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"cannot read the size expression {text!r} at {pos}")
-        tokens.append(m.group(1) or m.group(2) or m.group(3))
-        pos = m.end()
-    tokens.append(None)
-    i = 0
-
-    def peek():
-        return tokens[i]
-
-    def take():
-        nonlocal i
-        i += 1
-        return tokens[i - 1]
-
-    def atom():
-        t = take()
-        if t == "(":
-            e = summ()
-            if take() != ")":
-                raise ValueError(f"unbalanced parentheses in {text!r}")
-            return e
-        if t == "-":
-            return -factor()
-        if t is None or not (t.isdigit() or t[0].isalpha() or t[0] == "_"):
-            raise ValueError(f"cannot read the size expression {text!r}")
-        return Expr.const(int(t)) if t.isdigit() else Expr.symbol(t)
-
-    def factor():
-        base = atom()
-        if peek() == "**":
-            take()
-            p = take()
-            if p is None or not p.isdigit():
-                raise ValueError(f"powers must be integers in {text!r}")
-            out = Expr.const(1)
-            for _ in range(int(p)):
-                out = out * base
-            return out
-        return base
-
-    def product():
-        e = factor()
-        while peek() == "*":
-            take()
-            e = e * factor()
-        return e
-
-    def summ():
-        e = product()
-        while peek() in ("+", "-"):
-            e = e + product() if take() == "+" else e - product()
-        return e
-
-    e = summ()
-    if peek() is not None:
-        raise ValueError(f"cannot read the size expression {text!r}")
-    return e
