@@ -141,7 +141,8 @@ def test_sizes_read_by_the_function_stay_symbolic():
         idx = tg.arange(n)
         y = x.reshape(n * d).view(n, d)[: n - 1] * 2
         z = tg.zeros(n, 1) + idx.reshape(n, 1).float()
-        return y.sum(0) + z[1:].sum(), x.reshape(-1, d).mean()
+        count = tg.tensor(n) + tg.full((2,), n - 1)
+        return y.sum(0) + z[1:].sum(), x.reshape(-1, d).mean(), x.sum() / n, count
     cf = tg.compile(f, backend="interpret", dynamic=True)
     for b in [5, 8, 2, 3]:
         x = tg.tensor(np.random.default_rng(b).standard_normal((b, 3)).astype(np.float32))

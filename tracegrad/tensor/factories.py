@@ -35,9 +35,9 @@ def _make(arr, dtype, dev, requires_grad):
 
 
 def _filled(shape, fill, dtype, dev, requires_grad):
-    """A tensor of `shape` holding `fill` (None: uninitialised); a shape with symbolic sizes (only
-    while a function is traced) is a constant of the graph of that shape, never an array."""
-    if not any(map(is_sym, shape)):
+    """A tensor of `shape` holding `fill` (None: uninitialised); with symbolic sizes in the shape or as
+    the fill (only while a function is traced), a constant of the graph, never an array."""
+    if not any(map(is_sym, (*shape, fill))):
         return _make(_alloc(shape, fill, dtype, dev), dtype, dev, requires_grad)
     t = modes.interpreter().constant(0 if fill is None else fill, dtype, dev, shape)
     if requires_grad:
@@ -77,6 +77,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         else:
             t = src.to(dtype=dt, device=dev)                    # cast or copied to the host: new memory
         return t.requires_grad_(requires_grad)
+    if is_sym(data):                # a symbolic size (tg.tensor(x.shape[0]) while traced): a graph constant
+        dt, dev = _factory_args(dtype, device, D.int64)
+        return _filled((), data, dt, dev, requires_grad)
     if isinstance(data, TensorBase):
         arr = np.array(data._host("tg.tensor(traced)"))
     elif isinstance(data, (str, bytes)) or data is None:
