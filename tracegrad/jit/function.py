@@ -188,6 +188,10 @@ class CompiledFunction:
                     self._stats["cache_hits"] += 1
         else:
             self._stats["cache_hits"] += 1
+        if isinstance(entry, SymbolicEntry):
+            # the program of these sizes: its guards are the trace's state guards, so the hot paths,
+            # which see these exact shapes again, need not check the shape guards
+            entry = entry.program_for(leaves)
         if fast is not None:
             self._fast[fast] = entry
         return entry.call(leaves)
