@@ -306,3 +306,15 @@ def test_layout_questions_on_symbolic_tensors(transposed):
         x = a.transpose(0, 1).contiguous().transpose(0, 1) if transposed else a
         _close(cf(x), f(x))
     assert cf.stats()["traces"] == (4 if transposed else 3), cf.stats()["retrace_reasons"]
+
+
+def test_view_and_contiguous_without_updates_guard_no_size():
+    """view() that succeeds at sizes >= 2 succeeds at 0 and 1; contiguous() gives the same values
+    whether it copies: without in-place updates neither makes a guard on the sizes."""
+    f = lambda x: x.t().contiguous().view(-1) * 2 + x.view(-1, 1).sum()     # noqa: E731
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [4, 1, 0, 7, 2]:
+        x = tg.tensor(np.arange(b * 3.0, dtype=np.float32).reshape(b, 3))
+        _close(cf(x), f(x))
+    assert cf.stats()["traces"] == 1, cf.stats()["retrace_reasons"]
+    assert cf.stats()["dynamic"][0]["guards"] == []

@@ -64,7 +64,7 @@ class Traced(Tensor):
         s = getattr(self, "_strides", None)
         s = s if s is not None and len(s) == len(self._shape) else None
         if what is not None:
-            _layout_read()
+            _layout_read(what)
         if s is None and what is not None:
             raise TraceError(f"{what} needs the memory layout of a traced tensor (at {location()}), and the "
                              f"layout of this one ({self._dtype.name}{list(self._shape)}, made at {self._loc}) "
@@ -170,11 +170,17 @@ def _live(t):
     return False
 
 
-def _layout_read():
-    """The trace running in this thread depends on the layout of its inputs (guards.py)."""
+def _layout_read(what):
+    """The trace running in this thread depends on the layout of its inputs (guards.py); on the sizes
+    too, unless only view() asked (what views at sizes of 2 or more views at 0 and 1) or contiguous()
+    (a copy or the tensor itself, as a reshape: the same values, only an in-place update tells)."""
     for interp in interpreters():
         if isinstance(interp, Tracer):
             interp.layout_asked = True
+            if what == "contiguous()":
+                interp.reshaped = True
+            else:
+                interp.layout_sizes = interp.layout_sizes or what != "view()"
 
 
 def _unit_dims_only(node):
@@ -225,6 +231,7 @@ class Tracer:
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
         self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
         self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
+        self.layout_sizes = False  # one of them but view(): the answer may change with a size
         self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
         self.values = {}           # id(real tensor) -> (tensor, its values) for those read as Python values
 
@@ -422,6 +429,12 @@ class Tracer:
         """Whether the trace depends on its inputs' layouts: it asked for one, or it took a reshape
         (a view or a copy) and updated a tensor (so which one matters)."""
         return self.layout_asked or self.reshaped and self.updated
+
+    @property
+    def layout_by_size(self):
+        """Whether an answer the trace got about layouts may differ at another size of 2 or more
+        (strides are worked out at the traced sizes)."""
+        return self.layout_sizes or self.reshaped and self.updated
 
     def grad_access(self, t, write=False):
         """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the

@@ -115,11 +115,12 @@ class SymbolicEntry:
                 shapes.setdefault(k, list(x._shape))[d] = s
             self.stages = trace_call(cf.fn, self.name, cf.backend, args, kwargs, leaves, paths, cf.runs,
                                      {k: tuple(v) for k, v in shapes.items()})
-            if self.stages.capture.tracer.layout_used:
+            tracer = self.stages.capture.tracer
+            if tracer.layout_used:
                 # strides are worked out on the sizes seen (trace.py): what a layout question answered
                 # at sizes of 2 or more holds for all such sizes; a size of 0 or 1 is pinned
                 for s in by_size.values():
-                    int(s) if hint(s) < 2 else s >= 2
+                    int(s) if hint(s) < 2 else tracer.layout_by_size and s >= 2
         self.paths = paths
         self.at = {}                # symbol -> (leaf position, dim) it is read from
         for k, d, name in self.sources:
