@@ -192,6 +192,8 @@ def test_symbolic_ir_prints_symbols_and_round_trips():
     cf = tg.compile(lambda x, y: F.cross_entropy(model(x), y), backend="interpret", dynamic=True)
     x, y = _data(16, 0)
     cf(x, y)
+    assert "%x: f32[B,6]" in cf.ir(x, y, stage="traced")     # x's dim 1 met the weight's 6: T == 6, a number
+    assert cf.stats()["dynamic"][0]["guards"] == ["T == 6"]
     for stage in ("traced", "backward"):
         text = cf.ir(x, y, stage=stage)
         assert "f32[B,6]" in text or "f32[B,3]" in text, text

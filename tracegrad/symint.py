@@ -13,7 +13,7 @@ import threading
 from .symexpr import Expr, parse_expr
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
-           "slice_bounds", "slice_length", "evaluate", "free_symbols", "substitute", "active", "using",
+           "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
            "parse_expr", "as_expr"]
 
 
@@ -357,6 +357,10 @@ class ShapeEnv:
     def specializations(self):
         return [g for g in self.guards if g.kind == "specialize"]
 
+    def pinned(self):
+        """{symbol: value} of the symbols an equality guard fixed to a number (T == 784)."""
+        return {n: e.constant() for n, e in self.replacements.items() if e.is_const()}
+
 
 def _narrow(rng, op, c):
     lo, hi = rng
@@ -406,6 +410,15 @@ def sym(name, hint_value, lo=0, hi=None, source=None):
 def evaluate(d, env):
     """The value of an int or SymInt under bindings {name: int}."""
     return d.expr.evaluate(env) if isinstance(d, SymInt) else int(d)
+
+
+def bind(d, env):
+    """An int or SymInt with the symbols `env` {name: int} binds replaced: an int once none is left."""
+    if not isinstance(d, SymInt):
+        return d
+    if d.expr.symbols() <= set(env):
+        return d.expr.evaluate(env)
+    return _make(d.expr.subs({n: Expr.const(v) for n, v in env.items()}), hint(d))
 
 
 def free_symbols(x):

@@ -1,7 +1,7 @@
 """The IR: a Graph of Nodes in SSA form over typed Values (`dtype[shape]`); a size in a shape or an
 attribute is an int or a symbolic size (symint.SymInt, printed `f32[B,784]`)."""
 from ..dtypes import DType
-from ..symint import SymInt, evaluate, free_symbols
+from ..symint import SymInt, bind, free_symbols
 
 
 class Value:
@@ -77,12 +77,13 @@ class Graph:
         return frozenset(out)
 
     def substitute(self, sizes):
-        """A copy with every symbol bound by `sizes` {name: int}: shapes and attributes of plain ints."""
+        """A copy with the symbols `sizes` {name: int} binds replaced by their values (all bound:
+        shapes and attributes of plain ints)."""
         g = Graph(self.name)
         env = {id(v): g.add_input(v.name, bind_sizes(v.shape, sizes), v.dtype) for v in self.inputs}
         for n in self.nodes:
             attrs = {k: bind_sizes(a, sizes) for k, a in n.attrs.items()}
-            if n.op == "const" and isinstance(n.attrs["value"], SymInt):     # a size as a value
+            if n.op == "const" and isinstance(n.attrs["value"], SymInt) and not isinstance(attrs["value"], SymInt):
                 attrs["value"] = float(attrs["value"]) if n.out.dtype.is_floating_point else attrs["value"]
             env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], attrs, bind_sizes(n.out.shape, sizes),
                                    n.out.dtype, n.loc)
@@ -92,9 +93,9 @@ class Graph:
 
 
 def bind_sizes(x, sizes):
-    """An attribute or shape with its symbolic sizes evaluated (tuples and lists item by item)."""
+    """An attribute or shape with the symbols `sizes` binds replaced (tuples and lists item by item)."""
     if isinstance(x, SymInt):
-        return evaluate(x, sizes)
+        return bind(x, sizes)
     if type(x) in (tuple, list):
         return type(x)(bind_sizes(a, sizes) for a in x)
     return x

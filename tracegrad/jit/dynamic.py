@@ -121,6 +121,9 @@ class SymbolicEntry:
                 # at sizes of 2 or more holds for all such sizes; a size of 0 or 1 is pinned
                 for s in by_size.values():
                     int(s) if hint(s) < 2 else tracer.layout_by_size and s >= 2
+            pinned = env.pinned()
+            if pinned:      # symbols the trace fixed to a number (a feature size meeting a weight's): numbers
+                self.stages = instantiate(self.stages, pinned)
         self.paths = paths
         self.at = {}                # symbol -> (leaf position, dim) it is read from
         for k, d, name in self.sources:
