@@ -320,3 +320,21 @@ def test_view_and_contiguous_without_updates_guard_no_size():
         _close(cf(x), f(x))
     assert cf.stats()["traces"] == 1, cf.stats()["retrace_reasons"]
     assert cf.stats()["dynamic"][0]["guards"] == []
+
+
+def test_reshape_of_a_tensor_updated_in_place_guards_its_sizes():
+    """A reshape of a transposed argument is a copy at sizes >= 2 and a view at size 1; the argument
+    then updated in place: whether the reshape sees the update depends on the size, so the size-1 call
+    traces apart and matches eager either way."""
+    def f(x):
+        y = x.reshape(-1)
+        x.mul_(2)
+        return y + 0
+    cf = tg.compile(f, backend="interpret", dynamic=True)
+    for b in [4, 1, 6, 1]:
+        base = np.arange(b * 3.0, dtype=np.float32).reshape(3, b)
+        xe, xc = (tg.tensor(base).t() for _ in range(2))
+        _close(cf(xc), f(xe))
+        _close(xc, xe)
+    # at size 1 the transposed argument is row-major: its layout guard fails, a trace of its own
+    assert cf.stats()["traces"] <= 3, cf.stats()["retrace_reasons"]

@@ -64,7 +64,7 @@ class Traced(Tensor):
         s = getattr(self, "_strides", None)
         s = s if s is not None and len(s) == len(self._shape) else None
         if what is not None:
-            _layout_read(what)
+            _layout_read(what, self)
         if s is None and what is not None:
             raise TraceError(f"{what} needs the memory layout of a traced tensor (at {location()}), and the "
                              f"layout of this one ({self._dtype.name}{list(self._shape)}, made at {self._loc}) "
@@ -170,7 +170,7 @@ def _live(t):
     return False
 
 
-def _layout_read(what):
+def _layout_read(what, t):
     """The trace running in this thread depends on the layout of its inputs (guards.py); on the sizes
     too, unless only view() asked (what views at sizes of 2 or more views at 0 and 1) or contiguous()
     (a copy or the tensor itself, as a reshape: the same values, only an in-place update tells)."""
@@ -178,7 +178,7 @@ def _layout_read(what):
         if isinstance(interp, Tracer):
             interp.layout_asked = True
             if what == "contiguous()":
-                interp.reshaped = True
+                interp.took_reshape(t)
             else:
                 interp.layout_sizes = interp.layout_sizes or what != "view()"
 
@@ -233,6 +233,7 @@ class Tracer:
         self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
         self.layout_sizes = False  # one of them but view(): the answer may change with a size
         self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
+        self.reshaped_roots, self.updated_roots = set(), set()     # id() of the storages' owners of each
         self.values = {}           # id(real tensor) -> (tensor, its values) for those read as Python values
 
     # ------------------------------------------------------------------ values
@@ -357,7 +358,8 @@ class Tracer:
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         view = p.kind == "view"
         if view:               # a reshape the layout cannot view is a copy, as eagerly
-            self.reshaped = self.reshaped or p.name == "reshape" and not _unit_dims_only(out.node)
+            if p.name == "reshape" and not _unit_dims_only(out.node):
+                self.took_reshape(inputs[0])
             s = inputs[0]._layout()
             remapped = None if s is None else p.remap(hints(inputs[0]._shape), hints(shape), list(s), 0,
                                                       **hints(attrs))
@@ -415,6 +417,7 @@ class Tracer:
         st = self.lift(t)
         root = self._root(st)
         self.updated = True
+        self.updated_roots.add(id(st if root is None else root))
         st._ir = self.lift(new)._ir
         if root is not None and root is not st:        # through an alias (detach, .data): the tensor
             root._ir = st._ir
@@ -433,8 +436,15 @@ class Tracer:
     @property
     def layout_by_size(self):
         """Whether an answer the trace got about layouts may differ at another size of 2 or more
-        (strides are worked out at the traced sizes)."""
-        return self.layout_sizes or self.reshaped and self.updated
+        (strides are worked out at the traced sizes): is_contiguous(), stride(), or a reshape's
+        view-or-copy of a storage the trace also updates in place."""
+        return self.layout_sizes or bool(self.reshaped_roots & self.updated_roots)
+
+    def took_reshape(self, t):
+        """A reshape or contiguous() of t: a view of its storage or a copy, as its layout decides."""
+        self.reshaped = True
+        root = self._root(t)
+        self.reshaped_roots.add(id(t if root is None else root))
 
     def grad_access(self, t, write=False):
         """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the
