@@ -105,8 +105,6 @@ class SymbolicEntry:
                 # dims at one position of different tensors with one size share a symbol (x's and y's
                 # batch), checked equal at each call
                 s = by_size.get((n, d))
-                if s is not None and any(k2 == k for k2, _, name in self.sources if name == str(s)):
-                    s = None
                 if s is None:
                     s = by_size[n, d] = env.sym(_symbol_name(d, env.symbols), n, source=(paths[k], d))
                 else:
@@ -120,7 +118,10 @@ class SymbolicEntry:
                 # strides are worked out on the sizes seen (trace.py): what a layout question answered
                 # at sizes of 2 or more holds for all such sizes; a size of 0 or 1 is pinned
                 for s in by_size.values():
-                    int(s) if hint(s) < 2 else tracer.layout_by_size and s >= 2
+                    if hint(s) < 2:
+                        int(s)              # pinned: records s == its value
+                    elif tracer.layout_by_size:
+                        bool(s >= 2)        # records the guard
             pinned = env.pinned()
             if pinned:      # symbols the trace fixed to a number (a feature size meeting a weight's): numbers
                 self.stages = instantiate(self.stages, pinned)
