@@ -511,7 +511,7 @@ def test_expanded_tensor_message_is_kept():
 # ---------------------------------------------------------------------- 8.10 in-memory cache bound
 
 def test_cache_keeps_the_most_recently_used_signatures(backend):
-    f = tg.compile(lambda x: (x * 3.0).sum(), backend=backend, cache_size=2)
+    f = tg.compile(lambda x: (x * 3.0).sum(), backend=backend, cache_size=2, dynamic=False)   # a size, a signature
     for n in [2, 3, 2, 4, 2, 5, 2]:
         assert f(tg.ones(n)).item() == 3.0 * n
         assert len(f.cache) <= 2
@@ -600,7 +600,7 @@ def test_forward_return_line_shows_saved_values_apart():
 def test_racing_first_calls_with_several_signatures_and_a_failing_trace():
     """8 threads make the first calls at once: four shapes (each traced once), and one thread
     passes arguments that cannot broadcast (its trace fails); afterwards every call still works."""
-    f = tg.compile(lambda x, w: (x * w).tanh().sum(1))
+    f = tg.compile(lambda x, w: (x * w).tanh().sum(1), dynamic=False)     # four shapes, four signatures
     failures = []
 
     def work(i):

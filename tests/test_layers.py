@@ -57,3 +57,10 @@ def test_lower_layers_import_nothing_from_above():
                 if top in highs:
                     bad.append(f"{path.relative_to(ROOT.parent)} imports tracegrad.{imported}")
     assert not bad, "imports must run downward:\n" + "\n".join(bad)
+
+
+def test_leaves_import_nothing_from_tracegrad():
+    """Modules every layer may use: symexpr imports no tracegrad module, symint only symexpr."""
+    for leaf, allowed in [("symexpr", set()), ("symint", {"symexpr", "symexpr.Expr", "symexpr.parse_expr"})]:
+        got = _imports(ROOT / f"{leaf}.py", ["tracegrad"])
+        assert got <= allowed, f"tracegrad/{leaf}.py imports {sorted(got - allowed)}"

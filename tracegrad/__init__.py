@@ -19,7 +19,7 @@ from . import return_types  # noqa: E402
 from . import nn, optim  # noqa: E402  (they build on the names above)
 from . import ir  # noqa: E402
 from .errors import CheckError  # noqa: E402
-from .jit import compile, make_ir  # noqa: E402
+from .jit import compile, make_ir, mark_dynamic, mark_static  # noqa: E402
 from . import viz  # noqa: E402
 from .viz import explain_broadcast  # noqa: E402
 from .generator import Generator  # noqa: E402

@@ -5,6 +5,8 @@ import sys
 import threading
 import warnings
 
+from .symint import hints, same_shape, same_size
+
 
 class BroadcastError(ValueError, RuntimeError):
     """Shapes that cannot be broadcast together.
@@ -68,7 +70,7 @@ def _combine(shapes):
     """Fold `shapes` left to right; a mismatch raises BroadcastError carrying the picture of all of them."""
     result = shapes[0] if shapes else ()
     for s in shapes[1:]:
-        if s != result:
+        if not same_shape(s, result):
             try:
                 result = _pair(result, s)
             except _Mismatch as m:
@@ -86,7 +88,13 @@ def _pair(a, b):
     for d in range(-1, -max(len(a), len(b)) - 1, -1):
         x = a[d] if -d <= len(a) else 1
         y = b[d] if -d <= len(b) else 1
-        if x != y and x != 1 and y != 1:
+        if same_size(y, 1) or same_size(x, y):      # decided for any value of a symbolic size: no guard
+            out.append(x)
+            continue
+        if same_size(x, 1):
+            out.append(y)
+            continue
+        if x != y and x != 1 and y != 1:            # on symbolic sizes: each decision a guard
             raise _Mismatch(f"shapes {a} and {b} cannot be broadcast: dimension {d} has sizes {x} and {y}")
         out.append(y if x == 1 else x)
     return tuple(reversed(out))
@@ -180,7 +188,7 @@ def elementwise_shape(shapes):
     """Result shape of an elementwise op, warning on the classic rank-mismatch bug (SPEC §2)."""
     result = _combine(shapes)
     if not _quiet.depth and len(shapes) > 1:
-        length = _one_length_made_two_axes(shapes, result)
+        length = _one_length_made_two_axes(hints(shapes), hints(result))     # a warning: the sizes seen
         if length is not None:
             _warn(shapes, result, length)
     return result
@@ -225,10 +233,13 @@ def _warn(shapes, result, length):
 def unbroadcast(g, shape):
     """Sum `g` over the axes that were stretched to reach g.shape and reshape it to `shape`."""
     shape = tuple(shape)
-    if g.shape == shape:
+    if same_shape(g.shape, shape):
         return g
     lead = len(g.shape) - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    # a size-1 axis of `shape` was stretched unless g's is the same size (summing over an axis of
+    # size 1 changes nothing, so a symbolic size of g needs no guard)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if not same_size(s, g.shape[lead + i]) and s == 1)
     if axes:
         g = g.sum(axis=axes, keepdims=True)
     return g.reshape(shape)

@@ -34,8 +34,8 @@ class Forward:
     def mutate(self, t, new):
         return self.below.mutate(t, new)
 
-    def grad_access(self, t):
-        return self.below.grad_access(t)
+    def grad_access(self, t, write=False):
+        return self.below.grad_access(t, write)
 
     def grad_owner(self, leaf):
         return self.below.grad_owner(leaf)

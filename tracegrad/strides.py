@@ -29,6 +29,30 @@ def row_major(shape):
     return tuple(out)
 
 
+def dense_order(shape, strides):
+    """The axes from outermost to innermost in memory when (shape, strides) is a permutation of a
+    row-major layout with every size 2 or more (so the order alone says where each element is),
+    else None."""
+    if strides is None or any(n < 2 for n in shape):
+        return None
+    order = sorted(range(len(shape)), key=lambda i: -strides[i])
+    acc = 1
+    for i in reversed(order):
+        if strides[i] != acc:
+            return None
+        acc *= shape[i]
+    return tuple(order)
+
+
+def dense_strides(shape, order):
+    """The strides of `shape` laid out densely with its axes in memory `order` (outermost first)."""
+    out, acc = [0] * len(shape), 1
+    for i in reversed(order):
+        out[i] = acc
+        acc *= shape[i]
+    return tuple(out)
+
+
 def is_row_major(shape, strides):
     """NumPy's c_contiguous flag: axes of size 1 do not count, an empty array is contiguous."""
     if 0 in shape:

@@ -22,6 +22,7 @@ from . import strides as L
 from .broadcast import in_package, user_frame
 from .modes import interpreter, interpreters
 from .ops.layout import reshape_strides
+from .symint import hints, is_sym, same_size
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
 
@@ -46,7 +47,7 @@ class Traced(Tensor):
     def of(cls, shape, dtype, dev, ir, strides=()):
         t = cls._wrap(None, dtype, dev)
         t._shape, t._ir = tuple(shape), ir
-        t._strides = L.row_major(t._shape) if strides == () else strides
+        t._strides = L.row_major(hints(t._shape)) if strides == () else strides
         return t
 
     @property
@@ -63,7 +64,7 @@ class Traced(Tensor):
         s = getattr(self, "_strides", None)
         s = s if s is not None and len(s) == len(self._shape) else None
         if what is not None:
-            _layout_read()
+            _layout_read(what, self)
         if s is None and what is not None:
             raise TraceError(f"{what} needs the memory layout of a traced tensor (at {location()}), and the "
                              f"layout of this one ({self._dtype.name}{list(self._shape)}, made at {self._loc}) "
@@ -73,20 +74,27 @@ class Traced(Tensor):
 
     def _row_major(self):
         s = self._layout()
-        return s is not None and L.is_row_major(self._shape, s)
+        return s is not None and L.is_row_major(hints(self._shape), s)
 
     def _viewable(self, shape):
-        return reshape_strides(self._shape, self._layout("view()"), shape) is not None
+        return reshape_strides(hints(self._shape), self._layout("view()"), hints(shape)) is not None
 
     def contiguous(self):
         self._layout("contiguous()")
         return super().contiguous()
 
     def is_contiguous(self):
-        return L.is_row_major(self._shape, self._layout("is_contiguous()"))
+        return L.is_row_major(hints(self._shape), self._layout("is_contiguous()"))
 
     def stride(self, dim=None):
-        s = L.shown(self._shape, self._layout("stride()"))
+        s = L.shown(hints(self._shape), self._layout("stride()"))
+        if any(map(is_sym, self._shape)):
+            order = L.dense_order(hints(self._shape), s)
+            if order is not None:               # expressions of the symbolic sizes
+                s = L.dense_strides(self._shape, order)
+            else:
+                for n in self._shape:           # the numbers of the traced sizes: pinned
+                    int(n)
         return s if dim is None else s[dim if dim >= 0 else dim + len(s)]
 
     def _alias(self):
@@ -162,17 +170,24 @@ def _live(t):
     return False
 
 
-def _layout_read():
-    """The trace running in this thread depends on the layout of its inputs (guards.py)."""
+def _layout_read(what, t):
+    """The trace running in this thread depends on the layout of its inputs (guards.py); on the sizes
+    too, unless only view() asked (what views at sizes of 2 or more views at 0 and 1) or contiguous()
+    (a copy or the tensor itself, as a reshape: the same values, only an in-place update tells)."""
     for interp in interpreters():
         if isinstance(interp, Tracer):
             interp.layout_asked = True
+            if what == "contiguous()":
+                interp.took_reshape(t)
+            else:
+                interp.layout_sizes = interp.layout_sizes or what != "view()"
 
 
 def _unit_dims_only(node):
     """Whether a reshape only adds or drops axes of size 1 (x[0], unsqueeze): a view whatever the
     layout, unlike a general reshape."""
-    return [n for n in node.inputs[0].shape if n != 1] == [n for n in node.out.shape if n != 1]
+    kept = [[n for n in v.shape if is_sym(n) or n != 1] for v in (node.inputs[0], node.out)]
+    return len(kept[0]) == len(kept[1]) and all(map(same_size, *kept))
 
 
 class Lifted:
@@ -202,6 +217,7 @@ class Tracer:
         self.names = {} if names is None else names   # id(real tensor) -> preferred input name
         self.taken = (set(), 0)    # the names of the graph's first n inputs, and n
         self.grads = {}            # id(tensor) -> (tensor, .grad when the trace first touched it)
+        self.written_first = set()  # id(tensor) of those whose .grad the trace assigned before reading it
         self.arg_grads = {}        # id(argument stand-in) -> (k, real argument, name)
         self.grad_of = {}          # id(a captured tensor's real .grad) -> that tensor, its owner
         self.saved = []            # backward graphs: the forward Values they read
@@ -215,7 +231,9 @@ class Tracer:
         self.generation = {}       # id(root) -> how many in-place updates its storage has had
         self.storages = {}         # id(array of a lifted tensor) -> (stand-in owning it, the tensor)
         self.layout_asked = False  # contiguous(), is_contiguous(), stride() or view() was called
+        self.layout_sizes = False  # one of them but view(): the answer may change with a size
         self.reshaped = self.updated = False   # a reshape (a view or a copy, as the layout decides), an update
+        self.reshaped_roots, self.updated_roots = set(), set()     # id() of the storages' owners of each
         self.values = {}           # id(real tensor) -> (tensor, its values) for those read as Python values
 
     # ------------------------------------------------------------------ values
@@ -225,8 +243,10 @@ class Tracer:
         if type(t) is not Traced and id(t) not in self.values:
             self.values[id(t)] = (t, values_key(t))
 
-    def lift(self, t, source=("captured",), name=None):
-        """The stand-in for `t` in this graph; real tensors become graph inputs on first use."""
+    def lift(self, t, source=("captured",), name=None, shape=None):
+        """The stand-in for `t` in this graph; real tensors become graph inputs on first use. `shape`:
+        the shape it has in the graph where some sizes are symbols (symint.py), else t's own (strides,
+        as every traced layout, are the numbers of the sizes seen: trace.py's hints)."""
         if type(t) is Traced:
             return self._current(t) if t._ir.graph is self.graph else self._from_parent(t)
         entry = self.lifted.get(id(t))
@@ -243,8 +263,8 @@ class Tracer:
             taken = self._input_names()
             if name in taken:                  # e.g. a global and an argument of the same name
                 name = next(f"{name}_{i}" for i in range(1, len(taken) + 2) if f"{name}_{i}" not in taken)
-            value = self.graph.add_input(name, t._shape, t._dtype)
-            st = Traced.of(t._shape, t._dtype, t._device, value, L.of_array(t._data))
+            value = self.graph.add_input(name, t._shape if shape is None else shape, t._dtype)
+            st = Traced.of(value.shape, t._dtype, t._device, value, L.of_array(t._data))
             st._requires_grad = t.requires_grad
             first = self.storages.get(id(t._data)) if source[0] != "const" else None
             if first is None:
@@ -338,13 +358,16 @@ class Tracer:
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         view = p.kind == "view"
         if view:               # a reshape the layout cannot view is a copy, as eagerly
-            self.reshaped = self.reshaped or p.name == "reshape" and not _unit_dims_only(out.node)
+            if p.name == "reshape" and not _unit_dims_only(out.node):
+                self.took_reshape(inputs[0])
             s = inputs[0]._layout()
-            remapped = None if s is None else p.remap(inputs[0]._shape, shape, list(s), 0, **attrs)
-            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(shape)
+            remapped = None if s is None else p.remap(hints(inputs[0]._shape), hints(shape), list(s), 0,
+                                                      **hints(attrs))
+            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(hints(shape))
             view = s is None or remapped is not None
         else:
-            strides = L.of_result(p, [(t._shape, t._layout(), t._dtype.np) for t in inputs], shape, attrs)
+            strides = L.of_result(p, [(hints(t._shape), t._layout(), t._dtype.np) for t in inputs], hints(shape),
+                                  hints(attrs))
         out = Traced.of(shape, dtype, dev, out, strides)
         if view:   # traced views share their base's storage; in-place on them goes through it
             out._base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
@@ -361,9 +384,17 @@ class Tracer:
         return out
 
     def constant(self, v, dtype, dev, shape=()):
-        v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
+        if not is_sym(v):           # a symbolic size (x.numel() in a mean) stays one, bound per call
+            v = float(v) if dtype.is_floating_point else bool(v) if dtype.kind == 0 else int(v)
         out = self.graph.add("const", [], {"value": v}, shape, dtype, self.loc or location())
         return Traced.of(shape, dtype, dev, out)
+
+    def iota(self, n, start, step, dtype, dev, requires_grad=False):
+        """arange with a symbolic length (tensor/factories.py): an iota node of shape (n,)."""
+        attrs = {"n": n, "start": start, "step": step, "dtype": dtype}
+        out = Traced.of((n,), dtype, dev, self.graph.add("iota", [], attrs, (n,), dtype, self.loc or location()))
+        out._requires_grad = requires_grad
+        return out
 
     def constant_array(self, arr, dtype, dev, requires_grad=False):
         """A tensor made inside the trace: a `const` node when uniform, else a frozen graph input."""
@@ -386,6 +417,7 @@ class Tracer:
         st = self.lift(t)
         root = self._root(st)
         self.updated = True
+        self.updated_roots.add(id(st if root is None else root))
         st._ir = self.lift(new)._ir
         if root is not None and root is not st:        # through an alias (detach, .data): the tensor
             root._ir = st._ir
@@ -401,15 +433,33 @@ class Tracer:
         (a view or a copy) and updated a tensor (so which one matters)."""
         return self.layout_asked or self.reshaped and self.updated
 
-    def grad_access(self, t):
+    @property
+    def layout_by_size(self):
+        """Whether an answer the trace got about layouts may differ at another size of 2 or more
+        (strides are worked out at the traced sizes): is_contiguous(), stride(), or a reshape's
+        view-or-copy of a storage the trace also updates in place."""
+        return self.layout_sizes or bool(self.reshaped_roots & self.updated_roots)
+
+    def took_reshape(self, t):
+        """A reshape or contiguous() of t: a view of its storage or a copy, as its layout decides."""
+        self.reshaped = True
+        root = self._root(t)
+        self.reshaped_roots.add(id(t if root is None else root))
+
+    def grad_access(self, t, write=False):
         """The tensor whose .grad field holds t's gradient while tracing, noting that .grad before the
         trace first reads or writes it. A tensor argument is one tensor however the function reaches
         it (the argument, a module, an optimizer): its stand-in holds the .grad, which starts as the
-        argument's .grad, lifted as an input, on first access."""
+        argument's .grad, lifted as an input, on first access. A .grad the trace assigns before it
+        reads it (zero_grad()'s None) does not depend on what it held: `written_first`."""
         e = self.lifted.get(id(t)) if type(t) is not Traced else None
         if e is not None and e.source[0] == "arg":
             t = e.standin
         if id(t) in self.grads:
+            return t
+        if write and type(t) is not Traced:     # a captured tensor's .grad: written back at every call
+            self.written_first.add(id(t))
+            self.grads[id(t)] = (t, t._grad)
             return t
         arg = self.arg_grads.get(id(t))
         if arg is not None and arg[1]._grad is not None:
@@ -438,7 +488,7 @@ class Tracer:
         for t, before in self.grads.values():
             after = t._grad
             t._grad = before
-            if after is not before:
+            if after is not before or id(t) in self.written_first:
                 out.append((t, before, after))
         return out
 

@@ -1,5 +1,7 @@
-"""The IR: a Graph of Nodes in SSA form over typed Values (`dtype[shape]`)."""
+"""The IR: a Graph of Nodes in SSA form over typed Values (`dtype[shape]`); a size in a shape or an
+attribute is an int or a symbolic size (symint.SymInt, printed `f32[B,784]`)."""
 from ..dtypes import DType
+from ..symint import SymInt, bind, free_symbols
 
 
 class Value:
@@ -64,3 +66,41 @@ class Graph:
         g.outputs = [env[id(v)] for v in self.outputs]
         g.n_saved, g.grads_of = self.n_saved, self.grads_of
         return g
+
+    def symbols(self):
+        """The symbol names in the shapes of the graph's inputs and nodes."""
+        out = set()
+        for v in self.inputs:
+            out |= free_symbols(v.shape)
+        for n in self.nodes:
+            out |= free_symbols(n.out.shape) | _attr_symbols(n.attrs)
+        return frozenset(out)
+
+    def substitute(self, sizes):
+        """A copy with the symbols `sizes` {name: int} binds replaced by their values (all bound:
+        shapes and attributes of plain ints)."""
+        g = Graph(self.name)
+        env = {id(v): g.add_input(v.name, bind_sizes(v.shape, sizes), v.dtype) for v in self.inputs}
+        for n in self.nodes:
+            attrs = {k: bind_sizes(a, sizes) for k, a in n.attrs.items()}
+            if n.op == "const" and isinstance(n.attrs["value"], SymInt) and not isinstance(attrs["value"], SymInt):
+                attrs["value"] = float(attrs["value"]) if n.out.dtype.is_floating_point else attrs["value"]
+            env[id(n.out)] = g.add(n.op, [env[id(i)] for i in n.inputs], attrs, bind_sizes(n.out.shape, sizes),
+                                   n.out.dtype, n.loc)
+        g.outputs = [env[id(v)] for v in self.outputs]
+        g.n_saved, g.grads_of = self.n_saved, self.grads_of
+        return g
+
+
+def bind_sizes(x, sizes):
+    """An attribute or shape with the symbols `sizes` binds replaced (tuples and lists item by item)."""
+    if isinstance(x, SymInt):
+        return bind(x, sizes)
+    if type(x) in (tuple, list):
+        return type(x)(bind_sizes(a, sizes) for a in x)
+    return x
+
+
+def _attr_symbols(attrs):
+    return frozenset().union(*(free_symbols(a) if isinstance(a, (SymInt, tuple, list)) else frozenset()
+                               for a in attrs.values())) if attrs else frozenset()

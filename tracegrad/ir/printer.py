@@ -1,5 +1,6 @@
 """The IR text format of SPEC §5: one op per line, deterministic numbering, typed values."""
 from ..dtypes import DType
+from ..symint import same_shape
 
 
 def fmt_attr(v):
@@ -64,4 +65,4 @@ def print_graph(graph, source=False, comments=True):
 def _stretched(node, v):
     from ..ops import PRIMS
     p = PRIMS.get(node.op)
-    return p is not None and p.kind == "elementwise" and v.shape != node.out.shape and v.shape != ()
+    return p is not None and p.kind == "elementwise" and not same_shape(v.shape, node.out.shape) and v.shape != ()

@@ -35,14 +35,15 @@ class Capture:
     graph.outputs: the user's tensor outputs, then the new values of updated inputs, then the new
     .grad values (the reverse-mode pass appends the values saved for backward)."""
 
-    def __init__(self, fn, name, args, kwargs, leaves, paths, runs=None):
+    def __init__(self, fn, name, args, kwargs, leaves, paths, runs=None, shapes=None):
+        """shapes: {leaf position: its shape with symbols} for the tensor arguments with symbolic sizes."""
         self.graph = graph = Graph(name)
         names = {}
         self.tracer = tracer = CaptureTracer(graph, names)
         new_leaves = list(leaves)
         for k, (x, p) in enumerate(zip(leaves, paths)):
             if isinstance(x, Tensor):
-                st = tracer.lift(x, ("arg", k), name=p)
+                st = tracer.lift(x, ("arg", k), name=p, shape=(shapes or {}).get(k))
                 new_leaves[k] = st
                 tracer.arg_grads[id(st)] = (k, x, p)
         objects = reachable(fn, leaves, paths)

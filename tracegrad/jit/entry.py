@@ -6,7 +6,9 @@ from operator import attrgetter
 import numpy as np
 
 from ..autograd import _Mode
+from ..ir.graph import bind_sizes
 from ..pytree import unflatten
+from ..symint import substitute
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
 from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
@@ -14,7 +16,7 @@ from .check import checked_run
 from .device import DeviceFresh, DeviceInputs, expanded, to_host
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
-from .pipeline import compile_call, partial_backward
+from .pipeline import compile_call, finish, partial_backward
 from .writeback import CALLERS, Fresh, raise_read_only, resolve, write_back
 
 
@@ -23,12 +25,21 @@ _writeable = attrgetter("flags.writeable")
 _wrap = Tensor._wrap            # bound once (a classmethod binds at every attribute read)
 
 
+def entry_name(cf):
+    """The compiled function's name as graphs take it (<lambda> -> lambda)."""
+    return re.sub(r"[^\w.]", "", cf.__name__) or "f"
+
+
 class Entry:
-    def __init__(self, cf, args, kwargs, leaves, paths):
+    def __init__(self, cf, args, kwargs, leaves, paths, stages=None):
+        """stages: the traced stages to finish (a symbolic trace instantiated for one call's sizes:
+        dynamic.py), else fn is traced here."""
         self.cf, self.check = cf, cf.check
-        self.name = re.sub(r"[^\w.]", "", cf.__name__) or "f"   # <lambda> -> lambda
+        self.name = entry_name(cf)
         self.n_leaves = len(leaves)
-        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths, cf.runs)
+        s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths, cf.runs) \
+            if stages is None else finish(stages, cf.fuse)
+        self.sizes = s.sizes
         cap = s.capture
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
@@ -48,7 +59,8 @@ class Entry:
         muts = [(m, j, cap.bumps[j]) for j, m in enumerate(self.mutations)]
         self.mutated_fixed = [(m[1], j, k) for m, j, k in muts if m[0][0] == "captured"]
         self.mutated_per_call = [(m, j, k) for m, j, k in muts if m[0][0] != "captured"]
-        self.aliases = cap.aliases
+        self.aliases = [(k, kind, where, [(p, bind_sizes(a, self.sizes)) for p, a in ops], how)
+                        for k, kind, where, ops, how in cap.aliases] if self.sizes else cap.aliases
         self.updates = cap.updates
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
         self.updated_at = [ii for ii, _ in self.updated]
@@ -112,7 +124,7 @@ class Entry:
             if self.on_device else []           # gradients of 0-d cpu inputs of a cuda call: to the host
         tensor_pos = [k for k, (kind, _, _) in enumerate(self.out_plan) if kind == "tensor"]
         self.diff_pos = [tensor_pos[i] for i in self.diff_outputs]
-        self.diff_meta = [(st._shape, st._dtype, st._device) for st in
+        self.diff_meta = [(substitute(st._shape, self.sizes), st._dtype, st._device) for st in
                           (self.out_plan[k][2] for k in self.diff_pos)]
         self.n_diff = len(self.diff_meta)
         self.bwd_fresh = self.programs[1].fresh_outputs if self.programs is not None else frozenset()

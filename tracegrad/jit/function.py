@@ -12,9 +12,10 @@ from ..locks import after_fork_in_child, lock, rlock
 from ..modes import _thread
 from ..trace import tracing
 from . import introspect
+from .dynamic import SymbolicEntry, changed_dims, choose_dims, describe, tensor_dims
 from .entry import Entry
 from .forward_call import TangentsOf, call_with_tangents
-from .signature import call_signature, changes, fast_key, last_call
+from .signature import call_signature, changes, fast_key, general_key, last_call, sizeless_key
 
 BACKENDS = ("llvm", "interpret")          # the cpu backends
 ALL_BACKENDS = BACKENDS + ("cuda",)
@@ -24,8 +25,8 @@ CACHE_SIZE = 64     # compiled signatures kept in memory per function (least rec
 RETRACE_REASONS = 100     # the latest retrace reasons kept per function (stats()["retrace_reasons"])
 
 
-def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_SIZE):
-    """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False)`.
+def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_SIZE, dynamic=None):
+    """Decorator: `@tg.compile` or `@tg.compile(backend="interpret", fuse=True, check=False, dynamic=None)`.
 
     Options:
     - backend: "llvm" (the default for cpu tensors): fused kernels compiled through llvmlite, run on
@@ -38,6 +39,22 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
       kernel whose result differs, naming the ops fused into it (slow; for debugging). The
       interpreter takes the compiled run's random draws, so the generator moves as in one call.
     - cache_size: how many signatures stay compiled in memory per function (see below).
+    - dynamic: which sizes of tensor arguments are symbols rather than fixed numbers (as torch.compile's).
+      None (the default): the first call is traced with fixed sizes; a later call that differs from
+      an earlier one only in some dims' sizes is traced once more with those dims symbolic, and that
+      trace serves every size its guards allow. True: every dim of every tensor argument is symbolic
+      from the first call, except a dim of size 1 (it broadcasts: it stays fixed). False: every size is
+      fixed (a new size retraces). tg.mark_dynamic(x, dim) / tg.mark_static(x, dim) decide per tensor
+      argument (also under dynamic=False, mark_dynamic applies). Symbols are named by the dim they are
+      read from: dim 0 B, dim 1 T, others S0, S1, ...; dims of one size at the trace share a symbol
+      (checked equal at each call). Every decision the trace made on a symbol (a size-1 stretch, an
+      equality, `if x.shape[0] > 64`, a size made a plain number) is a guard: a call whose sizes fail
+      one traces again, with the reason in retrace_reasons (`guard B != 1 failed (B = 1)`); sizes 0
+      and 1 are never assumed away. `stats()["dynamic"]` lists each symbolic trace's symbols and guards.
+      A size read inside the function (`n = x.shape[0]`) is then a symbolic int: arithmetic, comparisons,
+      reshape/view/arange/slicing/zeros keep it symbolic; int(n), float(n) and len(x) pin it (a guard
+      n == its value). Python's range(n), [0] * n and NumPy read an int's value directly, with no guard:
+      write range(int(n)) (pinned, recorded), or use tensor ops.
 
     The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"|"cuda"),
     f.draw(*args, stage=...) (a picture), f.profile(*args, plot=None) (time, bytes and rates per
@@ -87,16 +104,22 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
     `stats()["retrace_reasons"]` keeps the latest RETRACE_REASONS (100) reasons.
     """
     if fn is None:
-        return lambda f: CompiledFunction(f, backend, fuse, check, cache_size)
+        return lambda f: CompiledFunction(f, backend, fuse, check, cache_size, dynamic=dynamic)
     if not callable(fn):
         raise TypeError(f"tg.compile expects a function, got {type(fn).__name__}")
-    return CompiledFunction(fn, backend, fuse, check, cache_size)
+    return CompiledFunction(fn, backend, fuse, check, cache_size, dynamic=dynamic)
 
 
 class CompiledFunction:
-    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE, runs=None):
+    def __init__(self, fn, backend, fuse, check, cache_size=CACHE_SIZE, runs=None, dynamic=None):
         """runs: what a trace calls instead of fn (the forward-mode twin's TangentsOf), fn still
         being what the guards read."""
+        if dynamic not in (None, True, False):
+            raise ValueError(f"tg.compile: dynamic must be None, True or False, got {dynamic!r}")
+        self.dynamic = dynamic
+        self.symbolic = {}   # (symbolic dims, signature with those sizes left out) -> [SymbolicEntry]
+        self._sizes = {}     # signature without sizes -> (tensor shapes, symbolic dims) of its latest trace
+        self._miss = None    # (symbolic dims, reason) of the latest call a symbolic entry's shape guards refused
         if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -165,6 +188,10 @@ class CompiledFunction:
                     self._stats["cache_hits"] += 1
         else:
             self._stats["cache_hits"] += 1
+        if isinstance(entry, SymbolicEntry):
+            # the program of these sizes: its guards are the trace's state guards, so the hot paths,
+            # which see these exact shapes again, need not check the shape guards
+            entry = entry.program_for(leaves)
         if fast is not None:
             self._fast[fast] = entry
         return entry.call(leaves)
@@ -176,7 +203,7 @@ class CompiledFunction:
             with self._lock:
                 if self._twin is None:
                     twin = CompiledFunction(self.fn, self.backend, self.fuse, self.check, self.cache_size,
-                                            runs=TangentsOf(self.fn, self.__name__))
+                                            runs=TangentsOf(self.fn, self.__name__), dynamic=False)
                     twin.__name__ = f"{self.__name__}_jvp"
                     self._twin = twin
         return self._twin
@@ -195,7 +222,7 @@ class CompiledFunction:
         """The cached entry for `key` whose guards hold, else None (a failed guard drops the entry)."""
         entry = self.cache.get(key)
         if entry is None:
-            return None
+            return self._lookup_symbolic(key, leaves) if self.symbolic else None
         reason = entry.guard_failure(leaves)
         if reason is None:
             self._clock += 1
@@ -209,6 +236,43 @@ class CompiledFunction:
                 self._last_desc = None
         return None
 
+    def _lookup_symbolic(self, key, leaves):
+        """The symbolic entry this call's sizes satisfy, else None; a state guard failing drops the
+        entry, a shape guard failing keeps it (other sizes still hold) and is noted for the retrace."""
+        self._miss = None
+        for (dims, gkey), entries in list(self.symbolic.items()):
+            if general_key(key, dims) != gkey:
+                continue
+            for entry in list(entries):
+                reason = entry.state_failure(leaves)
+                if reason is not None:
+                    with self._lock:
+                        entries.remove(entry)
+                        self._forget_fast()
+                        self._note_retrace([reason])
+                        self._last_desc = None
+                    continue
+                reason = entry.shape_failure(leaves)
+                if reason is None:
+                    self._clock += 1
+                    entry.last_used = self._clock
+                    return entry
+                self._miss = (dims, reason)
+        return None
+
+    def _symbolic_dims(self, leaves, key):
+        """(the dims a new trace takes as symbols, the retrace reason when a shape guard refused the
+        call), from dynamic, the marks, and (dynamic=None) the sizes of the latest trace of this
+        signature up to sizes."""
+        miss, self._miss = self._miss, None
+        if miss is not None:
+            return choose_dims(leaves, self.dynamic, miss[0]), [miss[1]]
+        before = self._sizes.get(sizeless_key(key))
+        changed = frozenset()
+        if before is not None and self.dynamic is None:
+            changed = (changed_dims(before[0], leaves) or frozenset()) | before[1]
+        return choose_dims(leaves, self.dynamic, changed), None
+
     def _note_retrace(self, reasons):
         logs.retrace(self.__name__, self._stats["traces"] + 1, reasons)
         self._stats["retrace_reasons"].extend(reasons)
@@ -216,23 +280,37 @@ class CompiledFunction:
             self._changes[r.split(":")[0]] += 1
 
     def _build(self, args, kwargs, leaves, paths, key, desc):
-        if self._last_desc is not None:
+        dims, shape_reason = self._symbolic_dims(leaves, key)
+        before = self._sizes.get(sizeless_key(key))
+        if shape_reason is not None:
+            self._note_retrace(shape_reason)
+        elif self._last_desc is not None and not dims:
             self._note_retrace(changes(self._last_desc, desc))
         self._last_desc = desc
         t0 = time.perf_counter()
         with _gc_paused(), logs.compiling(self.__name__):
-            entry = Entry(self, args, kwargs, leaves, paths)
+            if dims:
+                entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
+                if shape_reason is None and self._stats["traces"]:
+                    self._note_retrace(describe(entry, leaves, *(before or ({}, frozenset()))))
+                entry.program_for(leaves)
+            else:
+                entry = Entry(self, args, kwargs, leaves, paths)
+        self._sizes[sizeless_key(key)] = ({k: x._shape for k, x in tensor_dims(leaves)}, dims)
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0
         self._stats["kernels"] = entry.kernel_count()
         self._stats["disk_hits"] += int(entry.disk_hit)
         self._clock += 1
         entry.last_used = self._clock
-        if len(self.cache) >= self.cache_size:     # evict the least recently used signature
-            old = min(self.cache, key=lambda k: self.cache[k].last_used)
-            del self.cache[old]
-            self._forget_fast()
-        self.cache[key] = entry
+        if dims:
+            self.symbolic.setdefault((dims, general_key(key, dims)), []).insert(0, entry)
+        else:
+            if len(self.cache) >= self.cache_size:     # evict the least recently used signature
+                old = min(self.cache, key=lambda k: self.cache[k].last_used)
+                del self.cache[old]
+                self._forget_fast()
+            self.cache[key] = entry
         if self._stats["traces"] > 8 and not self._warned:
             self._warned = True
             what = ", ".join(f"{k} ({n}×)" for k, n in self._changes.most_common(3))
@@ -242,18 +320,25 @@ class CompiledFunction:
         introspect.dump(entry, self._stats["traces"])
         return entry
 
-    def _entry_for(self, args, kwargs):
+    def _entry_for(self, args, kwargs, concrete=False):
+        """(the entry of this call, its leaves); concrete: of a symbolic entry, the program of the
+        call's sizes."""
         leaves, paths, key, desc = call_signature(self._signature_of, args, kwargs)
         with self._lock:
             entry = self._lookup(key, leaves)
             if entry is None:
                 entry = self._build(args, kwargs, leaves, paths, key, desc)
+        if concrete and isinstance(entry, SymbolicEntry):
+            entry = entry.program_for(leaves)
         return entry, leaves
 
     # ------------------------------------------------------------------ introspection
     def ir(self, *args, stage="forward", source=False, optimized=False, **kwargs):
         """The IR text of a stage: traced, forward, backward, kernels, llvm, cuda (see SPEC §5)."""
-        return introspect.stage_text(self._entry_for(args, kwargs)[0], stage, source, optimized)
+        entry, leaves = self._entry_for(args, kwargs)
+        if isinstance(entry, SymbolicEntry) and stage not in introspect.SYMBOLIC_STAGES:
+            entry = entry.program_for(leaves)       # kernels, llvm: those of this call's sizes
+        return introspect.stage_text(entry, stage, source, optimized)
 
     def profile(self, *args, repeat=5, plot=None, **kwargs):
         """Per kernel of the forward program, a dict: "kernel", "kind", "ops", "time" (median seconds
@@ -262,7 +347,7 @@ class CompiledFunction:
         (tg.viz.roofline.peaks()). `plot="profile.svg"` also writes the kernels on an SVG roofline.
         Needs backend="llvm", or "cuda": kernels timed with CUDA events, rows without the cpu's
         roofline shares."""
-        entry, leaves = self._entry_for(args, kwargs)
+        entry, leaves = self._entry_for(args, kwargs, concrete=True)
         return introspect.profile_rows(entry, leaves, repeat, plot)
 
     def to_dot(self, *args, **kwargs):
@@ -272,10 +357,17 @@ class CompiledFunction:
         """A picture (tg.viz.Drawing) of a stage: "traced", "forward", "backward", or "kernels" (the
         forward and backward graphs, each fused kernel a box around its ops). `str()` is DOT text;
         `.render("graph.svg")` needs Graphviz."""
-        return introspect.drawing(self._entry_for(args, kwargs)[0], stage)
+        return introspect.drawing(self._entry_for(args, kwargs, concrete=True)[0], stage)
 
     def stats(self):
-        return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]))
+        """traces, cache_hits, disk_hits, compile_seconds, kernels, retrace_reasons; and per symbolic
+        trace ("dynamic"): its symbols (where each is read, its range), its guards and how many
+        programs it compiled, one per set of sizes ("size_programs": their total)."""
+        entries = [e for es in self.symbolic.values() for e in es]
+        dynamic = [{"symbols": e.symbols_text(), "guards": [g.text for g in e.env.guards],
+                    "programs": len(e.programs)} for e in entries]
+        return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]), dynamic=dynamic,
+                    size_programs=sum(d["programs"] for d in dynamic))
 
 
 class _gc_paused:

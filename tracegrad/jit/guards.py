@@ -33,7 +33,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from ..trace import Traced, values_key
-from ..strides import of_array
+from ..strides import dense_order, of_array
 from .device import shares_memory
 from .free_vars import MISSING, cell_value, defaults
 from .signature import same_value
@@ -55,7 +55,7 @@ class Guards:
         # (a closure, a module); else, None or not as then, a tensor of the same dtype and device
         same = {id(e.real) for e in tracer.order if e.source[0] != "grad_of"}
         self.grads = [(t, before, id(before) in same) for t, before in tracer.grads.values()
-                      if not isinstance(t, Traced)]
+                      if not isinstance(t, Traced) and id(t) not in tracer.written_first]
         self.bindings = [list(b) for b in bindings if _guarded_binding(b[3], tracer)]
         self.values = list(tracer.values.values())      # real tensors read as Python values: by their values
         self.objects, self.lifted_dynamic, self.module_attrs = objects, lifted_dynamic, module_attrs
@@ -281,7 +281,11 @@ def layout_of(x):
     if not isinstance(a, np.ndarray):         # a device array
         from ..cuda import memory
         return "row-major" if memory.row_major(a) else f"strides {memory.strides_of(a)}"
-    return "row-major" if a.flags.c_contiguous else f"strides {of_array(a)}"
+    if a.flags.c_contiguous:
+        return "row-major"
+    strides = of_array(a)
+    order = dense_order(a.shape, strides)       # a transpose: the same whatever the sizes
+    return f"dense, axes in memory order {order}" if order is not None else f"strides {strides}"
 
 
 def _guarded_binding(obj, tracer):

@@ -7,6 +7,7 @@ import numpy as np
 from ..ir import print_graph
 
 STAGES = "traced, forward, backward, kernels, llvm, cuda"
+SYMBOLIC_STAGES = ("traced", "forward", "backward")     # a symbolic entry's own; the others: a program's
 
 
 def stage_text(entry, stage, source=False, optimized=False):
@@ -146,8 +147,9 @@ def dump(entry, n):
     for stage in [s.strip() for s in want.split(",") if s.strip()]:
         if stage == "backward" and entry.bwd is None:
             continue
+        shown = entry.latest() if hasattr(entry, "latest") and stage not in SYMBOLIC_STAGES else entry
         try:
-            text = stage_text(entry, stage)
+            text = stage_text(shown, stage)
         except ValueError as e:
             text = f"# {e}"
         if out_dir:

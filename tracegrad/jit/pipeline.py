@@ -1,4 +1,6 @@
 """The stage list of one compiled signature, top to bottom."""
+import copy
+
 import numpy as np
 
 from ..ir.interpret import run as interpret_run
@@ -19,13 +21,21 @@ REFUSED = ("one of the variables needed for gradient computation has been modifi
 
 
 class Stages:
-    """What the pipeline produced: the capture, each stage's graphs, the executables."""
+    """What the pipeline produced: the capture, each stage's graphs, the executables; `sizes`: the
+    symbol values its graphs were instantiated with (empty: traced with plain sizes)."""
+    sizes = {}
 
 
 def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None):
     """The stages of fn's signature; the trace calls `runs` in fn's place where given."""
+    return finish(trace_call(fn, name, backend, args, kwargs, leaves, paths, runs), fuse)
+
+
+def trace_call(fn, name, backend, args, kwargs, leaves, paths, runs=None, shapes=None):
+    """The stages up to the traced forward graph and its backward graph (reverse mode); `shapes`:
+    the symbolic shapes of some tensor arguments (under the active symint.ShapeEnv)."""
     s = Stages()
-    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths, runs)      # trace
+    s.capture = cap = Capture(fn, name, args, kwargs, leaves, paths, runs, shapes)      # trace
     s.backend, s.device = choose_backend(backend, name, cap.tracer.order)     # where it runs
     s.traced, s.saved_at = cap.graph, len(cap.graph.outputs)
     s.backward = s.refused = None
@@ -46,7 +56,14 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None
             s.backward = None
         else:
             cap.graph.outputs.extend(s.backward.saved)
+    s.traced.n_saved = len(s.traced.outputs) - s.saved_at
     logs.lap("autodiff")
+    return s
+
+
+def finish(s, fuse):
+    """The stages after reverse mode: optimize, remat, fuse and lower the traced graphs of `s`."""
+    cap = s.capture
     fwd = optimize(s.traced)                                                   # optimize
     if fwd is s.traced:             # a graph no pass changed comes back as it is: the stages stay apart
         fwd = fwd.copy()
@@ -67,6 +84,21 @@ def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None
     s.programs, s.llvm_text, s.disk_hit, (s.run_fwd, s.run_bwd) = lower([fwd, bwd], s.backend, s.device, fuse,
                                                                      [cap.inplace, ()])
     return s
+
+
+def instantiate(s, sizes):
+    """A copy of traced stages `s` (symbolic shapes) with every symbol bound by `sizes` {name: int}:
+    the graphs' shapes and attributes plain ints, each checked against its primitive's shape rule
+    (a size concretized without a guard shows there as a disagreement, not as a wrong result)."""
+    from ..ir.verify import verify
+    out = Stages()
+    out.__dict__.update(s.__dict__)
+    out.sizes = dict(sizes)
+    out.traced = verify(s.traced.substitute(sizes))
+    if s.backward is not None:
+        out.backward = copy.copy(s.backward)
+        out.backward.graph = verify(s.backward.graph.substitute(sizes))
+    return out
 
 
 def lower(graphs, backend, device, fuse, inplace):

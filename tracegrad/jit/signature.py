@@ -83,6 +83,22 @@ def call_signature(fn, args, kwargs):
     return leaves, paths, (struct, tuple(keys), tuple(kwargs), grad_mode, defaults), desc
 
 
+def general_key(key, dims):
+    """A signature `key` with the sizes of the dims `dims` {(leaf position, dim)} left out (None)."""
+    struct, keys, *rest = key
+    keys = list(keys)
+    for k in {k for k, _ in dims}:
+        shape = tuple(None if (k, d) in dims else n for d, n in enumerate(keys[k][1]))
+        keys[k] = (keys[k][0], shape) + keys[k][2:]
+    return (struct, tuple(keys), *rest)
+
+
+def sizeless_key(key):
+    """A signature `key` with every tensor argument's shape reduced to its rank."""
+    struct, keys, *rest = key
+    return (struct, tuple((k[0], len(k[1])) + k[2:] if k[0] == "T" else k for k in keys), *rest)
+
+
 def fast_key(args, kwargs):
     """The signature of a call whose arguments are tensors, numbers, modules and optimizers (the hot
     path), else None: one flat tuple (a tensor's part starts with its shape, a number's with its

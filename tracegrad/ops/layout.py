@@ -6,6 +6,7 @@ import numpy as np
 
 from ..broadcast import unbroadcast
 from ..core import bind, prim
+from ..symint import same_size, slice_length
 from .rules import same_dtype
 
 _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; copies run on the host
@@ -90,7 +91,7 @@ def _expand_rule(shapes, dtypes, shape):
         raise RuntimeError(f"expand: the target shape {shape} has fewer dimensions than the tensor's {src}")
     off = len(shape) - len(src)
     for i, s in enumerate(src):
-        if s != 1 and s != shape[off + i]:
+        if not same_size(s, shape[off + i]) and s != 1 and s != shape[off + i]:
             raise RuntimeError(f"The expanded size of the tensor ({shape[off + i]}) must match the existing size "
                                f"({s}) at non-singleton dimension {off + i}.  Target sizes: {list(shape)}.  "
                                f"Tensor sizes: {list(src)}")
@@ -106,7 +107,7 @@ prim("expand", "view", _expand_rule, lambda x, shape: np.broadcast_to(x, shape),
 def _slice_rule(shapes, dtypes, index):
     out = []
     for size, (start, stop, step) in zip(shapes[0], index):
-        out.append(len(range(start, stop, step)))
+        out.append(slice_length(start, stop, step))
     return tuple(out) + tuple(shapes[0][len(index):]), dtypes[0]
 
 

@@ -118,7 +118,7 @@ class TensorBase:
     def __len__(self):
         if not self._shape:
             raise TypeError("len() of a 0-d tensor")
-        return self._shape[0]
+        return int(self._shape[0])      # a symbolic size: pinned (a guard), as len() must give an int
 
     def element_size(self):
         return self._dtype.itemsize
@@ -228,7 +228,7 @@ class TensorBase:
                 raise RuntimeError(f"assigned grad has data of a different size: {value._shape} vs {self._shape}")
         stack = _thread.interpreters
         if stack:
-            self = stack[-1].grad_access(self)   # the tensor that holds the gradient (a tracer's stand-in)
+            self = stack[-1].grad_access(self, write=True)   # the tensor holding the gradient (a tracer's stand-in)
         self._grad = value
 
     def requires_grad_(self, requires_grad=True):

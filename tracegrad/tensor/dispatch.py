@@ -15,6 +15,7 @@ from ..cuda import eager as cuda_eager
 from ..cuda import memory
 from .. import core, modes
 from ..autograd import Node
+from ..symint import is_sym
 from ..device import CPU, mismatch_error
 from ..modes import _thread
 from ..ops import PRIMS
@@ -141,7 +142,7 @@ class Eager:
         t._ver[0] += 1
         return t
 
-    def grad_access(self, t):
+    def grad_access(self, t, write=False):
         return t
 
     def grad_owner(self, leaf):
@@ -337,7 +338,7 @@ def _shape_arg(args, what="shape"):
             s = int(s.item())
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
             raise TypeError(f"{what} must be a sequence of ints, got {args!r}")
-        out.append(int(s))
+        out.append(s if is_sym(s) else int(s))
     return tuple(out)
 
 

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from ..symint import is_sym
+
 from .. import dtypes as D
 from .. import ops
 from ..device import CPU, get_default_device, to_device
@@ -30,6 +32,17 @@ def _factory_args(dtype, dev, default):
 def _make(arr, dtype, dev, requires_grad):
     """A tensor over `arr`; inside a traced function, a constant of the graph (made by the tracer)."""
     return modes.interpreter().constant_array(arr, dtype, dev, requires_grad)
+
+
+def _filled(shape, fill, dtype, dev, requires_grad):
+    """A tensor of `shape` holding `fill` (None: uninitialised); with symbolic sizes in the shape or as
+    the fill (only while a function is traced), a constant of the graph, never an array."""
+    if not any(map(is_sym, (*shape, fill))):
+        return _make(_alloc(shape, fill, dtype, dev), dtype, dev, requires_grad)
+    t = modes.interpreter().constant(0 if fill is None else fill, dtype, dev, shape)
+    if requires_grad:
+        t.requires_grad = True
+    return t
 
 
 def _alloc(shape, fill, dtype, dev):
@@ -64,6 +77,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         else:
             t = src.to(dtype=dt, device=dev)                    # cast or copied to the host: new memory
         return t.requires_grad_(requires_grad)
+    if is_sym(data):                # a symbolic size (tg.tensor(x.shape[0]) while traced): a graph constant
+        dt, dev = _factory_args(dtype, device, D.int64)
+        return _filled((), data, dt, dev, requires_grad)
     if isinstance(data, TensorBase):
         arr = np.array(data._host("tg.tensor(traced)"))
     elif isinstance(data, (str, bytes)) or data is None:
@@ -115,19 +131,19 @@ def from_numpy(arr):
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, 0, dt, dev), dt, dev, requires_grad)
+    return _filled(shape, 0, dt, dev, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, 1, dt, dev), dt, dev, requires_grad)
+    return _filled(shape, 1, dt, dev, requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
     shape = _sizes(size)
     dt, dev = _factory_args(dtype, device, D.default_float)
-    return _make(_alloc(shape, None, dt, dev), dt, dev, requires_grad)
+    return _filled(shape, None, dt, dev, requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -135,7 +151,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if not isinstance(fill_value, _SCALARS):
         raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
     dt, dev = _factory_args(dtype, device, D.scalar_dtype(fill_value))
-    return _make(_alloc(shape, fill_value, dt, dev), dt, dev, requires_grad)
+    return _filled(shape, fill_value, dt, dev, requires_grad)
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
@@ -184,6 +200,9 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         raise ValueError("arange: step must be nonzero")
     all_int = all(_is_int(v) for v in (start, end, step))
     dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
+    if any(map(is_sym, (start, end, step))) and all_int and not is_sym(step):   # arange(B) while traced
+        n = (end - start + step - (1 if step > 0 else -1)) // step
+        return modes.interpreter().iota(n if n >= 0 else 0, start, step, dt, dev, requires_grad)
     n = builtins.max(0, math.ceil((end - start) / step))
     if dev.type == "cuda":
         from ..cuda import kernels

@@ -8,6 +8,7 @@ from .. import dtypes as D
 from ..broadcast import broadcast_shapes
 from ..device import mismatch_error
 from ..modes import interpreter, is_grad_enabled, no_grad
+from ..symint import same_shape, slice_bounds, slice_length
 from .base import TensorBase, new, shares_memory
 from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
@@ -89,17 +90,17 @@ def _getitem(x, index, wrap=True):
             label = "SelectBackward"
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-            i = int(i) % size
+            i = i + size if i < 0 else i
             bounds.append((i, i + 1, 1))
         elif isinstance(i, slice):
-            start, stop, step = i.indices(size)
+            start, stop, step = slice_bounds(i, size)
             if step <= 0:
                 raise ValueError("step must be greater than zero")
             stop = builtins.max(stop, start)
             bounds.append((start, stop, step))
-            if (start, stop, step) != (0, size, 1):
+            if not same_shape((start, stop, step), (0, size, 1)):
                 label = "SliceBackward"
-            shape.append(len(range(start, stop, step)))
+            shape.append(slice_length(start, stop, step))
         else:
             bounds.append((0, size, 1))
             adv_axes.append(len(shape))
@@ -107,9 +108,9 @@ def _getitem(x, index, wrap=True):
             shape.append(size)
         dim += 1
     out = x
-    if any(b != (0, s, 1) for b, s in zip(bounds, x._shape)):
+    if not all(same_shape(b, (0, s, 1)) for b, s in zip(bounds, x._shape)):
         out = dispatch(_P["slice"], (out,), {"index": tuple(bounds)})
-    out = out.reshape(tuple(shape)) if tuple(shape) != out._shape else out
+    out = out.reshape(tuple(shape)) if not same_shape(tuple(shape), out._shape) else out
     if adv:
         adv = [_index_on(out, a) for a in adv]
         adv = [a if a._dtype is D.int64 or a._dtype is D.int32 else a.to(D.int64) for a in adv]

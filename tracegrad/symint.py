@@ -1,0 +1,435 @@
+"""Symbolic sizes: an int that records every decision made on it (imports only symexpr.py, a leaf).
+
+A `SymInt` is an `int` whose value is the hint (the size seen when traced) and whose `expr` is an integer
+polynomial over symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the
+hints and, unless it holds for every value in the symbols' ranges, recorded as a guard in the active
+`ShapeEnv`. Concretizing (`int()`, `float()`, `hash()`, a number format) specializes: it records
+`sym == hint`. C code that reads the int directly (range(), NumPy shapes) sees the hint with no guard, so
+code that must stay general reads sizes through this module (its callers pin such a size with int()).
+"""
+import operator
+import threading
+
+from .symexpr import Expr, parse_expr
+
+__all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
+           "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
+           "parse_expr", "as_expr"]
+
+
+def as_expr(d):
+    return d.expr if isinstance(d, SymInt) else Expr.const(int(d))
+
+
+def _make(expr, hint_value):
+    """A SymInt, or a plain int when the expression is constant."""
+    if expr.is_const():
+        return expr.constant()
+    return SymInt(expr, hint_value)
+
+
+def _arith(op, reflected=False):
+    """A SymInt method applying `op` (+ - *) to the expressions and to the hints."""
+    def method(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        a, b = (other, self) if reflected else (self, other)
+        return _make(op(as_expr(a), as_expr(b)), op(hint(a), hint(b)))
+    return method
+
+
+def _comparison(op):
+    return lambda self, other: _compare(self, other, op)
+
+
+class SymInt(int):
+    """A size: an int valued at its hint, carrying the polynomial `expr` over symbol names."""
+
+    def __new__(cls, expr, hint_value):
+        self = int.__new__(cls, hint_value)
+        self.expr = expr
+        return self
+
+    def __reduce__(self):
+        return (SymInt, (self.expr, int.__int__(self)))
+
+    # arithmetic: the expression and the hint alike
+    __add__, __radd__ = _arith(operator.add), _arith(operator.add, True)
+    __sub__, __rsub__ = _arith(operator.sub), _arith(operator.sub, True)
+    __mul__, __rmul__ = _arith(operator.mul), _arith(operator.mul, True)
+
+    def __neg__(self):
+        return _make(-self.expr, -hint(self))
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    def __floordiv__(self, o):
+        return _divide(self, o, False)
+
+    def __rfloordiv__(self, o):
+        return _divide(o, self, False) if isinstance(o, int) else NotImplemented
+
+    def __mod__(self, o):
+        return _divide(self, o, True)
+
+    def __rmod__(self, o):
+        return _divide(o, self, True) if isinstance(o, int) else NotImplemented
+
+    def __truediv__(self, o):
+        return float(self) / o
+
+    def __rtruediv__(self, o):
+        return o / float(self)
+
+    def __pow__(self, o):
+        if isinstance(o, int) and not isinstance(o, SymInt) and o >= 0:
+            out = Expr.const(1)
+            for _ in range(o):
+                out = out * self.expr
+            return _make(out, hint(self) ** o)
+        return int(self) ** o
+
+    # comparisons: decided on the hints, recorded as guards unless provable
+    __eq__, __ne__, __lt__ = _comparison("=="), _comparison("!="), _comparison("<")
+    __le__, __gt__, __ge__ = _comparison("<="), _comparison(">"), _comparison(">=")
+
+    def __bool__(self):
+        return _compare(self, 0, "!=")
+
+    # concretizing: specialize
+    def __int__(self):
+        return _specialize(self)
+
+    __index__ = __int__
+    __trunc__ = __int__
+    __floor__ = __int__
+    __ceil__ = __int__
+
+    def __round__(self, ndigits=None):
+        return _specialize(self)
+
+    def __float__(self):
+        return float(_specialize(self))
+
+    def __hash__(self):
+        return hash(_specialize(self))
+
+    def __format__(self, spec):
+        return str(self) if not spec or spec in ("s",) else format(_specialize(self), spec)
+
+    def __str__(self):
+        return str(self.expr)
+
+    __repr__ = __str__
+
+
+def hint(d):
+    """The plain int value of a size (its hint for a SymInt); no guard recorded."""
+    return int.__int__(d) if isinstance(d, SymInt) else int(d)
+
+
+def is_sym(d):
+    return isinstance(d, SymInt)
+
+
+def slice_bounds(sl, size):
+    """`sl.indices(size)` (Python's rule) where the size or the bounds may be symbolic: each decision
+    a guard (x[:n-1] with n = B records B >= 1)."""
+    if not any(map(is_sym, (sl.start, sl.stop, sl.step, size))):
+        return sl.indices(size)
+    step = 1 if sl.step is None else int(sl.step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    lower, upper = (-1, size - 1) if step < 0 else (0, size)
+
+    def adjust(v, default):
+        if v is None:
+            return default
+        if v < 0:
+            v = v + size
+            return lower if v < lower else v
+        return upper if v >= upper else v
+    return adjust(sl.start, upper if step < 0 else lower), adjust(sl.stop, lower if step < 0 else upper), step
+
+
+def slice_length(start, stop, step):
+    """len(range(start, stop, step)) where the bounds may be symbolic (step > 0)."""
+    if not (is_sym(start) or is_sym(stop)):
+        return len(range(start, stop, step))
+    d = stop - start
+    if not d >= 0:
+        return 0
+    return d if step == 1 else (d + step - 1) // step
+
+
+def same_size(a, b):
+    """Whether two sizes are equal for every value of their symbols that passes the active env's
+    guards (records no guard)."""
+    diff = as_expr(a) - as_expr(b)
+    env = active()
+    return not (diff if env is None else env.simplify(diff)).terms
+
+
+def same_shape(a, b):
+    """Whether two shapes are equal for every value of their symbols (records no guard)."""
+    return len(a) == len(b) and all(map(same_size, a, b))
+
+
+def hints(x):
+    """A size, shape or attribute (tuples and lists item by item) with each SymInt as its hint."""
+    if isinstance(x, SymInt):
+        return int.__int__(x)
+    if type(x) in (tuple, list):
+        return type(x)(hints(a) for a in x)
+    if type(x) is dict:
+        return {k: hints(v) for k, v in x.items()}
+    return x
+
+
+def _specialize(s):
+    v = hint(s)
+    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v))
+    return v
+
+
+def _divide(a, b, mod):
+    ea, eb = as_expr(a), as_expr(b)
+    if hint(b) == 0:
+        raise ZeroDivisionError("integer division or modulo by zero")
+    if not isinstance(b, SymInt) and b < 0:
+        return int(a) % b if mod else int(a) // b
+    q = ea.exact_div(eb)
+    if q is not None and (not isinstance(b, SymInt) or b > 0):
+        return 0 if mod else _make(q, hint(a) // hint(b))
+    a, b = (int(a) if isinstance(a, SymInt) else a), (int(b) if isinstance(b, SymInt) else b)
+    return a % b if mod else a // b
+
+
+_OPS = {"==": lambda v: v == 0, "!=": lambda v: v != 0, "<": lambda v: v < 0, "<=": lambda v: v <= 0,
+        ">": lambda v: v > 0, ">=": lambda v: v >= 0}
+_NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _compare(a, b, op):
+    if not isinstance(b, int):
+        if isinstance(b, float):
+            return _OPS[op](float(a) - b)
+        return NotImplemented
+    ea, eb = as_expr(a), as_expr(b)
+    answer = _OPS[op](hint(a) - hint(b))
+    final = op if answer else _NEGATE[op]
+    _decide(ea - eb, final, answer, kind="compare", lhs=ea, rhs=eb)
+    return answer
+
+
+def _provable(diff, op, ranges):
+    """Whether `diff OP 0` holds for every value in the ranges."""
+    if diff.is_const():
+        return _OPS[op](diff.constant())
+    lo, hi = diff.bounds(ranges)
+    if op == "==":
+        return False
+    if op == "!=":
+        return (lo is not None and lo > 0) or (hi is not None and hi < 0)
+    if op in (">", ">="):
+        return lo is not None and _OPS[op](lo)
+    return hi is not None and _OPS[op](hi)
+
+
+def _decide(diff, op, answer, kind, lhs, rhs):
+    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
+    env = active()
+    ranges = env.ranges() if env is not None else {}
+    if _provable(diff if env is None else env.simplify(diff), op, ranges):
+        return
+    if env is None:
+        raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
+                           f"is recording guards, so no one could check it")
+    env.add_guard(Guard(lhs, op, rhs, kind))
+
+
+class Guard:
+    """A decision `lhs OP rhs` on sizes that must hold for a program traced under it to apply."""
+    __slots__ = ("lhs", "op", "rhs", "kind", "text")
+
+    def __init__(self, lhs, op, rhs, kind="compare"):
+        lhs, op, rhs = _tidy(lhs, rhs, op)
+        self.lhs, self.op, self.rhs, self.kind = lhs, op, rhs, kind
+        self.text = f"{lhs} {op} {rhs}"
+
+    def holds(self, env):
+        return _OPS[self.op](self.lhs.evaluate(env) - self.rhs.evaluate(env))
+
+    def symbols(self):
+        return self.lhs.symbols() | self.rhs.symbols()
+
+    def __repr__(self):
+        return f"Guard({self.text})"
+
+
+def _tidy(lhs, rhs, op):
+    """`lhs OP rhs` with symbols on the left, constants on the right: B - 1 > 0 reads B > 1, 3 - B > 0
+    reads B < 3, B - S1 == 0 reads B == S1."""
+    diff = lhs - rhs
+    if all(c < 0 for m, c in diff.terms if m):
+        diff, op = -diff, _FLIP[op]
+    left = Expr({m: c for m, c in diff.terms if m and c > 0})
+    return left, op, left - diff
+
+
+_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+class ShapeEnv:
+    """One compile's symbols (name -> (lo, hi, source)) and the guards recorded on them."""
+
+    def __init__(self):
+        self.symbols = {}
+        self.guards = []
+        self._texts = set()
+        self.extra_sources = {}          # name -> further (input, dim) sources that share the symbol
+        self.replacements = {}           # name -> the Expr an equality guard made it (unification)
+
+    def sym(self, name, hint_value, lo=0, hi=None, source=None):
+        if name in self.symbols:
+            raise ValueError(f"symbol {name} already exists in this ShapeEnv")
+        if lo < 0 or hint_value < lo or (hi is not None and hint_value > hi):
+            raise ValueError(f"symbol {name}: hint {hint_value} outside its range [{lo}, {hi}]")
+        self.symbols[name] = (lo, hi, source)
+        return SymInt(Expr.symbol(name), hint_value)
+
+    def add_source(self, name, source):
+        """Another input dim that takes the same symbol (checked equal at each call)."""
+        self.extra_sources.setdefault(name, []).append(source)
+
+    def add_guard(self, guard):
+        if guard.text not in self._texts:
+            self._texts.add(guard.text)
+            self.guards.append(guard)
+            names = guard.lhs.symbols()
+            if guard.op == "==" and len(names) == 1 and guard.lhs == Expr.symbol(next(iter(names))):
+                self.replacements[next(iter(names))] = guard.rhs      # T == 6, B == S0: unified
+
+    def simplify(self, expr):
+        """`expr` with each symbol an equality guard ties to another expression replaced by it."""
+        for _ in range(len(self.replacements)):
+            if not expr.symbols() & set(self.replacements):
+                break
+            expr = expr.subs(self.replacements)
+        return expr
+
+    def ranges(self):
+        """Each symbol's range narrowed by the guards on it alone (B != 0 with lo 0 gives lo 1)."""
+        out = {n: (lo, hi) for n, (lo, hi, _) in self.symbols.items()}
+        for g in self.guards:
+            names = g.lhs.symbols()
+            if len(names) == 1 and g.rhs.is_const() and g.lhs == Expr.symbol(next(iter(names))):
+                name = next(iter(names))
+                out[name] = _narrow(out.get(name, (0, None)), g.op, g.rhs.constant())
+        return out
+
+    def bind(self, shapes):
+        """Symbol values from a call's input shapes {input name: shape}."""
+        env = {}
+        for name, (_, _, source) in self.symbols.items():
+            if source is not None and source[0] in shapes:
+                env[name] = hint(shapes[source[0]][source[1]])
+        return env
+
+    def check(self, env, shapes=None):
+        """The text of the first condition that fails under env (a range, a shared size, a guard), or None."""
+        for name, (lo, hi, _) in self.symbols.items():
+            if name in env and (env[name] < lo or (hi is not None and env[name] > hi)):
+                return f"{name} = {env[name]} outside [{lo}, {'inf' if hi is None else hi}]"
+        for name, sources in self.extra_sources.items():
+            for inp, dim in sources:
+                if shapes is not None and inp in shapes and shapes[inp][dim] != env.get(name):
+                    return f"{inp}.shape[{dim}] == {name} failed ({shapes[inp][dim]} != {env.get(name)})"
+        for g in self.guards:
+            if not g.holds(env):
+                return f"{g.text} failed ({', '.join(f'{n} = {env[n]}' for n in sorted(g.symbols()))})"
+        return None
+
+    def specializations(self):
+        return [g for g in self.guards if g.kind == "specialize"]
+
+    def pinned(self):
+        """{symbol: value} of the symbols an equality guard fixed to a number (T == 784)."""
+        return {n: e.constant() for n, e in self.replacements.items() if e.is_const()}
+
+
+def _narrow(rng, op, c):
+    lo, hi = rng
+    if op == "==":
+        return c, c
+    if op == "!=":
+        return (lo + 1 if c == lo else lo), (hi - 1 if hi is not None and c == hi else hi)
+    if op in (">", ">="):
+        return max(lo, c + (op == ">")), hi
+    bound = c - (op == "<")
+    return lo, bound if hi is None else min(hi, bound)
+
+
+_local = threading.local()
+
+
+def active():
+    """The ShapeEnv recording guards on this thread, or None."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+class using:
+    """`with using(env):` makes env the active ShapeEnv on this thread (None: no env)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __enter__(self):
+        if not hasattr(_local, "stack"):
+            _local.stack = []
+        _local.stack.append(self.env)
+        return self.env
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+
+
+def sym(name, hint_value, lo=0, hi=None, source=None):
+    """A fresh symbol `name` valued `hint_value` in the active ShapeEnv (range [lo, hi])."""
+    env = active()
+    if env is None:
+        raise RuntimeError(f"sym({name!r}): no active ShapeEnv (use `with using(ShapeEnv()):`)")
+    return env.sym(name, hint_value, lo, hi, source)
+
+
+def evaluate(d, env):
+    """The value of an int or SymInt under bindings {name: int}."""
+    return d.expr.evaluate(env) if isinstance(d, SymInt) else int(d)
+
+
+def bind(d, env):
+    """An int or SymInt with the symbols `env` {name: int} binds replaced: an int once none is left."""
+    if not isinstance(d, SymInt):
+        return d
+    if d.expr.symbols() <= set(env):
+        return d.expr.evaluate(env)
+    return _make(d.expr.subs({n: Expr.const(v) for n, v in env.items()}), hint(d))
+
+
+def free_symbols(x):
+    """The symbol names in a dim or a shape (any nesting of tuples/lists)."""
+    if isinstance(x, SymInt):
+        return x.expr.symbols()
+    if isinstance(x, (tuple, list)):
+        return frozenset().union(*(free_symbols(d) for d in x)) if x else frozenset()
+    return frozenset()
+
+
+def substitute(shape, env):
+    """`shape` with every symbol bound: a tuple of plain ints."""
+    return tuple(evaluate(d, env) for d in shape)
