@@ -29,9 +29,10 @@ import os
 
 import numpy as np
 
+from .gemm import NO_TRANS, ROW_MAJOR, fold_rows
+from .gemm import operand as _operand
 from .threads import _PARK as PARK_WORD
 
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _BLAS = []
 
 
@@ -82,17 +83,6 @@ def table_size(n_slots, n_regions):
     return n_slots + 4 + n_regions
 
 
-def _operand(shape, strides):
-    """How BLAS reads a matrix of `shape` (rows, cols) with element `strides`: (transposed, leading
-    dimension), or None when neither axis has unit stride (or the other's stride is too small)."""
-    (r, c), (sr, sc) = shape, strides
-    if (c == 1 or sc == 1) and (r == 1 or sr >= max(1, c)):
-        return NO_TRANS, sr if r > 1 else max(1, c)
-    if (r == 1 or sr == 1) and (c == 1 or sc >= max(1, r)):
-        return TRANS, sc if c > 1 else max(1, r)
-    return None
-
-
 def _batch_strides(shape, strides, batch):
     """An operand's strides along the broadcast batch axes `batch` (0 where it is broadcast)."""
     lead = len(shape) - 2
@@ -119,9 +109,11 @@ def gemm_plan(kernel):
     if ta is None or tb is None:
         return None
     batch = out.shape[:-2]
+    abatch, bbatch = _batch_strides(sa, a.strides, batch), _batch_strides(sb, b.strides, batch)
+    if (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
+        m, ta, batch, abatch, bbatch = folded
     plan = dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
-                a=(a.offset, _batch_strides(sa, a.strides, batch)),
-                b=(b.offset, _batch_strides(sb, b.strides, batch)))
+                a=(a.offset, abatch), b=(b.offset, bbatch))
     _check_extents(kernel, plan)
     return plan
 
