@@ -19,7 +19,8 @@ BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BL
 product the segment sets the pool's park flag (when the program has a pool), so workers spinning
 after a region step aside for BLAS's threads.
 
-The pointer table: the program's buffers (slots.py), then the two gemm addresses, the pool's shared
+The pointer table: the program's buffers (slots.py), then the two gemm addresses and the BLAS's
+thread count functions (gemm.py), the pool's shared
 words and its `tg_region` function (`pool_slots`), then one descriptor per region (`region_slot`).
 """
 import ctypes
@@ -29,7 +30,7 @@ import os
 
 import numpy as np
 
-from .gemm import NO_TRANS, ROW_MAJOR, fold_rows
+from .gemm import NO_TRANS, contiguous, fold_rows, gemm_lines, operand_slots, pointer_lines, thread_functions
 from .gemm import operand as _operand
 from .threads import _PARK as PARK_WORD
 
@@ -59,28 +60,30 @@ def _find_blas():
                 fns = {"float32": getattr(lib, f"{prefix}sgemm{suffix}"), "float64": getattr(lib, f"{prefix}dgemm{suffix}")}
             except AttributeError:
                 continue
-            return itype, {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in fns.items()}
+            return itype, {**{k: ctypes.cast(f, ctypes.c_void_p).value for k, f in fns.items()},
+                           **thread_functions(lib, prefix.replace("cblas_", ""), suffix)}
     return None
 
 
 def gemm_slots(n_slots):
-    """{dtype name: table slot holding its gemm's address}: the slots after a program's buffers."""
-    return {"float32": n_slots, "float64": n_slots + 1}
+    """{dtype name: table slot holding its gemm's address, and those of the BLAS's thread count
+    functions (gemm.thread_functions)}: the slots after a program's buffers."""
+    return {"float32": n_slots, "float64": n_slots + 1, "set_threads": n_slots + 2, "get_threads": n_slots + 3}
 
 
 def pool_slots(n_slots):
     """(slot of the pool's shared words, slot of its tg_region function) after the gemm slots; 0
     (null) while the program has not met a pool."""
-    return n_slots + 2, n_slots + 3
+    return n_slots + 4, n_slots + 5
 
 
 def region_slot(n_slots, r):
     """The slot of the descriptor of the program's region r (its r-th split kernel)."""
-    return n_slots + 4 + r
+    return n_slots + 6 + r
 
 
 def table_size(n_slots, n_regions):
-    return n_slots + 4 + n_regions
+    return n_slots + 6 + n_regions
 
 
 def _batch_strides(shape, strides, batch):
@@ -125,7 +128,7 @@ def _check_extents(kernel, plan):
     (a, b), out = kernel.args, kernel.node.out
     batch, m, n, k = plan["batch"], plan["m"], plan["n"], plan["k"]
     spans = [("a", a.buf, plan["a"], (m, k), plan["ta"]), ("b", b.buf, plan["b"], (k, n), plan["tb"]),
-             ("out", out, (0, list(_contiguous(batch, plan))), (m, n), (NO_TRANS, n))]
+             ("out", out, (0, contiguous(batch, m * n)), (m, n), (NO_TRANS, n))]
     if min(m, n, k, *batch) < 1:        # gemm_call calls BLAS at least once
         raise RuntimeError(f"internal error: a BLAS call planned for an empty matmul -> {out.dtype.name}"
                            f"{list(out.shape)} (m={m} n={n} k={k}, batch {list(batch)}); please report it")
@@ -148,51 +151,12 @@ def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot):
     """LLVM lines running matmul `kernel` by BLAS (batches in a loop), after setting the pool's park
     flag (its shared words in table slot `park_slot`, if not null); registers and labels start
     with `c`."""
-    itype = blas()[0]
-    ty = "float" if plan["dtype"] == "float32" else "double"
-    a, b = kernel.args
     lines = [f"  %{c}kp = getelementptr ptr, ptr %table, i64 {park_slot}", f"  %{c}k = load ptr, ptr %{c}kp",
              f"  %{c}kn = icmp eq ptr %{c}k, null", f"  br i1 %{c}kn, label %{c}go, label %{c}park", f"{c}park:",
              f"  %{c}kf = getelementptr i64, ptr %{c}k, i64 {PARK_WORD}", f"  store atomic i64 1, ptr %{c}kf monotonic, align 8",
              f"  br label %{c}go", f"{c}go:"]
-    for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(kernel.node.out)]),
-                      ("fn", gemm_slot)):
-        lines += [f"  %{c}{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]
-    batch = plan["batch"]
-    nb = math.prod(batch)
-    if nb > 1:
-        lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
-                  f"  %{c}i = phi i64 [0, %{c}pre], [%{c}i1, %{c}loop]"]
-    offs = {}
-    for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, list(_contiguous(batch, plan))))):
-        acc, inner = str(offset), 1
-        for d in range(len(batch) - 1, -1, -1):
-            if bstrides[d] and batch[d] > 1:
-                q = f"%{c}{reg}q{d}"
-                lines += [f"  {q}a = udiv i64 %{c}i, {inner}", f"  {q}b = urem i64 {q}a, {batch[d]}",
-                          f"  {q}c = mul i64 {q}b, {bstrides[d]}", f"  {q} = add i64 {acc}, {q}c"]
-                acc = q
-            inner *= batch[d]
-        lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr %{c}{reg}, i64 {acc}")
-        offs[reg] = f"%{c}{reg}x"
-    (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
-    args = (f"i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {plan['m']}, {itype} {plan['n']}, {itype} {plan['k']}, "
-            f"{ty} 1.0, ptr {offs['a']}, {itype} {lda}, ptr {offs['b']}, {itype} {ldb}, {ty} 0.0, "
-            f"ptr {offs['c']}, {itype} {plan['n']}")
-    lines.append(f"  call void %{c}fn({args})")
-    if nb > 1:
-        lines += [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp ult i64 %{c}i1, {nb}",
-                  f"  br i1 %{c}more, label %{c}loop, label %{c}done", f"{c}done:"]
-    return lines
-
-
-def _contiguous(batch, plan):
-    """The output's batch strides (a fresh contiguous array)."""
-    step, out = plan["m"] * plan["n"], []
-    for s in reversed(batch):
-        out.append(step)
-        step *= s
-    return reversed(out)
+    lines, ptrs = pointer_lines(c, operand_slots(kernel, slots, gemm_slot), lines)
+    return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"]) if plan["batch"] else plan["m"]))
 
 
 def body_call(c, body, arg_slots, lo="0", hi="1"):

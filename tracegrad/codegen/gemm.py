@@ -8,7 +8,13 @@ it is one product of (B*T) x K by K x N, into an output whose blocks lie one aft
 OpenBLAS runs the one call at its full rate (on the 2-core bench host 512x384x128: 185 GFLOP/s)
 where 8 calls of 64x384x128 reach 140 in NumPy's loop and 35-75 in W12's compiled step.
 """
+import ctypes
+import math
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
+MIN_ROWS = 64             # rows per chunk of an unbatched product (OpenBLAS packs b once per call)
+MAX_CHUNKS = 16
 
 
 def operand(shape, strides):
@@ -45,3 +51,116 @@ def fold_rows(m, k, a_strides, batch, a_batch, b_batch):
     if not folded:
         return None
     return m, operand((m, k), (sm, sk)), tuple(batch), a_batch, b_batch
+
+
+def gemm_lines(c, plan, itype, ptrs, lo, hi):
+    """LLVM lines calling BLAS (`ptrs`: registers of a, b, c and the gemm function) for batch entries
+    [lo, hi) of `plan`, or for its rows [lo, hi) where it has no batch; lo, hi: i64 registers or
+    constants, hi > lo. Registers and labels start with `c`."""
+    ty = "float" if plan["dtype"] == "float32" else "double"
+    batch, m, n = plan["batch"], plan["m"], plan["n"]
+    (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
+    lines, offs = [], {}
+    if batch:
+        lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
+                  f"  %{c}i = phi i64 [{lo}, %{c}pre], [%{c}i1, %{c}loop]"]
+        for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, contiguous(batch, m * n)))):
+            acc, inner = str(offset), 1
+            for d in range(len(batch) - 1, -1, -1):
+                if bstrides[d] and batch[d] > 1:
+                    q = f"%{c}{reg}q{d}"
+                    lines += [f"  {q}a = udiv i64 %{c}i, {inner}", f"  {q}b = urem i64 {q}a, {batch[d]}",
+                              f"  {q}c = mul i64 {q}b, {bstrides[d]}", f"  {q} = add i64 {acc}, {q}c"]
+                    acc = q
+                inner *= batch[d]
+            offs[reg] = acc
+        rows = str(m)
+    elif lo == "0" and hi == str(m):    # every row: constants (a segment is not optimized)
+        offs, rows = {"a": str(plan["a"][0]), "b": str(plan["b"][0]), "c": "0"}, str(m)
+    else:                   # rows [lo, hi): a's rows are its unit-stride columns when it is transposed
+        lines += [f"  %{c}rows = sub i64 {hi}, {lo}", f"  %{c}ar = mul i64 {lo}, {lda if ta == NO_TRANS else 1}",
+                  f"  %{c}ao = add i64 %{c}ar, {plan['a'][0]}", f"  %{c}co = mul i64 {lo}, {n}"]
+        offs, rows = {"a": f"%{c}ao", "b": str(plan["b"][0]), "c": f"%{c}co"}, f"%{c}rows"
+        if itype != "i64":
+            lines.append(f"  %{c}rows32 = trunc i64 %{c}rows to {itype}")
+            rows += "32"
+    for reg in "abc":
+        lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr {ptrs[reg]}, i64 {offs[reg]}")
+    lines.append(f"  call void {ptrs['fn']}(i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {rows}, {itype} {n}, "
+                 f"{itype} {plan['k']}, {ty} 1.0, ptr %{c}ax, {itype} {lda}, ptr %{c}bx, {itype} {ldb}, {ty} 0.0, "
+                 f"ptr %{c}cx, {itype} {n})")
+    if batch:
+        lines += [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp ult i64 %{c}i1, {hi}",
+                  f"  br i1 %{c}more, label %{c}loop, label %{c}done", f"{c}done:"]
+    return lines
+
+
+def contiguous(batch, block):
+    """The batch strides of a fresh contiguous array of `batch` blocks of `block` elements."""
+    step, out = block, []
+    for s in reversed(batch):
+        out.append(step)
+        step *= s
+    return list(reversed(out))
+
+
+def operand_slots(kernel, slots, fn_slot):
+    """{register: table slot} of matmul `kernel`'s a, b, output and gemm function."""
+    a, b = kernel.args
+    return {"a": slots[id(a.buf)], "b": slots[id(b.buf)], "c": slots[id(kernel.node.out)], "fn": fn_slot}
+
+
+def pointer_lines(c, reg_slots, lines):
+    """`lines` plus lines loading each table slot of `reg_slots` into %<c><reg>; and {reg: register}."""
+    for reg, slot in reg_slots.items():
+        lines = lines + [f"  %{c}{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]
+    return lines, {reg: f"%{c}{reg}" for reg in reg_slots}
+
+
+def thread_functions(lib, prefix, suffix):
+    """{"set_threads", "get_threads"}: addresses of OpenBLAS's openblas_set/get_num_threads in `lib`
+    (its symbols spelled with `prefix` and `suffix` as its cblas ones: scipy-openblas's
+    scipy_openblas_set_num_threads64_), 0 where it has none (products then never split)."""
+    out = {}
+    for key, verb in (("set_threads", "set"), ("get_threads", "get")):
+        try:
+            out[key] = ctypes.cast(getattr(lib, f"{prefix}openblas_{verb}_num_threads{suffix}"), ctypes.c_void_p).value
+        except AttributeError:
+            out[key] = 0
+    return out if all(out.values()) else {"set_threads": 0, "get_threads": 0}
+
+
+class Chunks:
+    """A product split over the thread pool (regions.py's Chunks for a matrix product): its batch
+    entries, or where it has none its rows in blocks of at least MIN_ROWS; no partial results."""
+    outs, online, members = (), (), None
+
+    def __init__(self, plan):
+        extent = math.prod(plan["batch"]) if plan["batch"] else plan["m"]
+        self.n = min(MAX_CHUNKS, extent if plan["batch"] else extent // MIN_ROWS)
+        self.bounds = [extent * i // self.n for i in range(self.n + 1)] if self.n > 0 else []
+
+
+def split(plan, blas_fns):
+    """The Chunks of a product worth splitting over the pool, else None: one of at least
+    SPLIT_WORK multiply-adds (below it OpenBLAS runs single-threaded too) and two chunks, where the
+    BLAS's thread count can be set (each chunk's call then runs on one thread: see the module)."""
+    if not blas_fns.get("set_threads") or plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) < SPLIT_WORK:
+        return None
+    chunks = Chunks(plan)
+    return chunks if chunks.n > 1 else None
+
+
+def region_entry(name, plan, itype, reg_slots):
+    """`void @name(ptr %table, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk."""
+    lines, ptrs = pointer_lines("c", reg_slots, [])
+    return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
+            + "\n".join(lines + gemm_lines("c", plan, itype, ptrs, "%lo", "%hi")) + "\n  ret void\n}")
+
+
+def one_thread(c, blas_slots, region):
+    """LLVM lines running `region` (a split product's region_call lines) with the BLAS on one thread,
+    its thread count restored after (table slots `blas_slots`: driver.gemm_slots)."""
+    lines, fns = pointer_lines(f"{c}bt", {"s": blas_slots["set_threads"], "g": blas_slots["get_threads"]}, [])
+    return (lines + [f"  %{c}btn = call i32 {fns['g']}()", f"  call void {fns['s']}(i32 1)"] + region
+            + [f"  call void {fns['s']}(i32 %{c}btn)"])
