@@ -24,7 +24,8 @@ def _grad_b(n, g):
     folds into the contraction, one (B*T) x K by (B*T) x N product instead of B products and a sum."""
     a, sb = n.x(0), n.shapes[1]
     if len(n.shapes[0]) > 2 and math.prod(sb[:-2]) == 1:
-        return (a.reshape(-1, sb[-2]).mT @ g.reshape(-1, sb[-1])).reshape(sb)
+        rows = math.prod(n.shapes[0][:-1])          # not -1: k or n may be 0
+        return (a.reshape(rows, sb[-2]).mT @ g.reshape(rows, sb[-1])).reshape(sb)
     return unbroadcast(a.mT @ g, sb)
 
 
