@@ -17,7 +17,8 @@ bench machine, OpenBLAS's sgemm beats straightforward generated loop nests by 4-
 128x32x32 (W8's layers) and a native call costs ~0.1 us, so every float32/float64 product goes to
 BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BLAS. Before each
 product the segment sets the pool's park flag (when the program has a pool), so workers spinning
-after a region step aside for BLAS's threads.
+after a region step aside for BLAS's threads; large products run as regions of the pool instead,
+BLAS on one thread per chunk (gemm.py).
 
 The pointer table: the program's buffers (slots.py), then the two gemm addresses and the BLAS's
 thread count functions (gemm.py), the pool's shared

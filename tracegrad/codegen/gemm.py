@@ -7,6 +7,16 @@ B row blocks of x lie one after the other at the rows' own stride and w is the s
 it is one product of (B*T) x K by K x N, into an output whose blocks lie one after the other too.
 OpenBLAS runs the one call at its full rate (on the 2-core bench host 512x384x128: 185 GFLOP/s)
 where 8 calls of 64x384x128 reach 140 in NumPy's loop and 35-75 in W12's compiled step.
+
+Threads: OpenBLAS's worker threads spin for a while after each threaded call (its THREAD_TIMEOUT,
+~0.1 s), on a 2-core machine against the fused kernels that follow and the pool's own worker:
+W12's step on main burned 77 ms of the OpenBLAS thread's CPU per 37 ms step, and a 2-thread sgemm
+on a loaded host fell to 10 GFLOP/s where one thread ran 73. So a product of SPLIT_WORK or more
+multiply-adds is a parallel region of tracegrad's pool (regions.py): chunks of batch entries, or of
+row blocks where it has none, each one BLAS call with the BLAS set to one thread for the region (its
+count restored after), the Judge choosing the pool or the calling thread by measured time like any
+split kernel. Smaller products run single-threaded in OpenBLAS anyway (its own threshold); a product
+that cannot split (fewer than 2 * MIN_ROWS rows and no batch) keeps OpenBLAS's threads.
 """
 import ctypes
 import math
