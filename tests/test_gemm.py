@@ -173,15 +173,19 @@ def blas_threads():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", ["rows", "rows_t", "batch", "batch_perm"])
+@pytest.mark.parametrize("case", ["rows", "rows_t", "cols", "cols_t", "batch", "batch_perm"])
 def test_split_products_match_numpy(dtype, case):
     """Products large enough to split over the pool (row blocks of an unbatched product, a's rows
-    plain or transposed, 257 rows: an uneven last chunk; batch entries, contiguous or permuted) ==
+    plain or transposed, 257 rows: an uneven last chunk; column blocks of b plain or transposed
+    where a has few rows; batch entries, contiguous or permuted) ==
     NumPy, on the pool or the calling thread alone, and the BLAS's thread count is restored."""
     rng = np.random.default_rng(8)
     if case.startswith("rows"):
         a, va = batched(rng, (), (257, 40), dtype, "t" if case == "rows_t" else "c")
         b, vb = batched(rng, (), (40, 30), dtype, "t")
+    elif case.startswith("cols"):        # too few rows to split: columns of b
+        a, va = batched(rng, (), (40, 40), dtype, "rows")
+        b, vb = batched(rng, (), (40, 301), dtype, "t" if case == "cols_t" else "c")
     else:
         a, va = batched(rng, (3, 6), (20, 24), dtype, "perm" if case == "batch_perm" else "c")
         b, vb = batched(rng, (3, 6), (24, 40), dtype, "c")

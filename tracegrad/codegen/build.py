@@ -62,7 +62,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
             calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
             if j in split:          # chunks of batches or rows, each a BLAS call on one thread
                 name, regions[j] = f"{label}_k{j}", cut[j]
-                mb.function(region_entry(name, plan, blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))
+                mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = one_thread(c, gemm, region_call(c, name, regions[j], region_slot(len(slots), first.index(j)),
                                                          pool, size))

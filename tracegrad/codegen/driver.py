@@ -157,7 +157,7 @@ def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot):
              f"  %{c}kf = getelementptr i64, ptr %{c}k, i64 {PARK_WORD}", f"  store atomic i64 1, ptr %{c}kf monotonic, align 8",
              f"  br label %{c}go", f"{c}go:"]
     lines, ptrs = pointer_lines(c, operand_slots(kernel, slots, gemm_slot), lines)
-    return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"]) if plan["batch"] else plan["m"]))
+    return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"])))
 
 
 def body_call(c, body, arg_slots, lo="0", hi="1"):

@@ -16,14 +16,14 @@ multiply-adds is a parallel region of tracegrad's pool (regions.py): chunks of b
 row blocks where it has none, each one BLAS call with the BLAS set to one thread for the region (its
 count restored after), the Judge choosing the pool or the calling thread by measured time like any
 split kernel. Smaller products run single-threaded in OpenBLAS anyway (its own threshold); a product
-that cannot split (fewer than 2 * MIN_ROWS rows and no batch) keeps OpenBLAS's threads.
+that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps OpenBLAS's threads.
 """
 import ctypes
 import math
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
-MIN_ROWS = 64             # rows per chunk of an unbatched product (OpenBLAS packs b once per call)
+MIN_ROWS = 64             # rows (or columns) per chunk of an unbatched product (each call packs its operands)
 MAX_CHUNKS = 16
 
 
@@ -63,14 +63,15 @@ def fold_rows(m, k, a_strides, batch, a_batch, b_batch):
     return m, operand((m, k), (sm, sk)), tuple(batch), a_batch, b_batch
 
 
-def gemm_lines(c, plan, itype, ptrs, lo, hi):
+def gemm_lines(c, plan, itype, ptrs, lo, hi, axis=None):
     """LLVM lines calling BLAS (`ptrs`: registers of a, b, c and the gemm function) for batch entries
-    [lo, hi) of `plan`, or for its rows [lo, hi) where it has no batch; lo, hi: i64 registers or
-    constants, hi > lo. Registers and labels start with `c`."""
+    [lo, hi) of `plan`, or where it has no batch for its rows [lo, hi) (axis "rows") or its columns
+    (axis "cols"); lo, hi: i64 registers, or the constants "0" and the whole extent. Registers and
+    labels start with `c`."""
     ty = "float" if plan["dtype"] == "float32" else "double"
     batch, m, n = plan["batch"], plan["m"], plan["n"]
     (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
-    lines, offs = [], {}
+    lines, offs, size = [], {}, {"rows": str(m), "cols": str(n)}
     if batch:
         lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
                   f"  %{c}i = phi i64 [{lo}, %{c}pre], [%{c}i1, %{c}loop]"]
@@ -84,19 +85,21 @@ def gemm_lines(c, plan, itype, ptrs, lo, hi):
                     acc = q
                 inner *= batch[d]
             offs[reg] = acc
-        rows = str(m)
-    elif lo == "0" and hi == str(m):    # every row: constants (a segment is not optimized)
-        offs, rows = {"a": str(plan["a"][0]), "b": str(plan["b"][0]), "c": "0"}, str(m)
-    else:                   # rows [lo, hi): a's rows are its unit-stride columns when it is transposed
-        lines += [f"  %{c}rows = sub i64 {hi}, {lo}", f"  %{c}ar = mul i64 {lo}, {lda if ta == NO_TRANS else 1}",
-                  f"  %{c}ao = add i64 %{c}ar, {plan['a'][0]}", f"  %{c}co = mul i64 {lo}, {n}"]
-        offs, rows = {"a": f"%{c}ao", "b": str(plan["b"][0]), "c": f"%{c}co"}, f"%{c}rows"
+    elif axis is None:      # the whole product
+        offs = {"a": str(plan["a"][0]), "b": str(plan["b"][0]), "c": "0"}
+    else:                   # rows of a (its unit-stride columns when transposed) or columns of b
+        a_step = (lda if ta == NO_TRANS else 1) if axis == "rows" else 0
+        b_step = (1 if tb == NO_TRANS else ldb) if axis == "cols" else 0
+        lines += [f"  %{c}ext = sub i64 {hi}, {lo}", f"  %{c}ar = mul i64 {lo}, {a_step}",
+                  f"  %{c}ao = add i64 %{c}ar, {plan['a'][0]}", f"  %{c}br = mul i64 {lo}, {b_step}",
+                  f"  %{c}bo = add i64 %{c}br, {plan['b'][0]}", f"  %{c}co = mul i64 {lo}, {n if axis == 'rows' else 1}"]
+        offs, size[axis] = {"a": f"%{c}ao", "b": f"%{c}bo", "c": f"%{c}co"}, f"%{c}ext"
         if itype != "i64":
-            lines.append(f"  %{c}rows32 = trunc i64 %{c}rows to {itype}")
-            rows += "32"
+            lines.append(f"  %{c}ext32 = trunc i64 %{c}ext to {itype}")
+            size[axis] += "32"
     for reg in "abc":
         lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr {ptrs[reg]}, i64 {offs[reg]}")
-    lines.append(f"  call void {ptrs['fn']}(i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {rows}, {itype} {n}, "
+    lines.append(f"  call void {ptrs['fn']}(i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {size['rows']}, {itype} {size['cols']}, "
                  f"{itype} {plan['k']}, {ty} 1.0, ptr %{c}ax, {itype} {lda}, ptr %{c}bx, {itype} {ldb}, {ty} 0.0, "
                  f"ptr %{c}cx, {itype} {n})")
     if batch:
@@ -142,12 +145,18 @@ def thread_functions(lib, prefix, suffix):
 
 class Chunks:
     """A product split over the thread pool (regions.py's Chunks for a matrix product): its batch
-    entries, or where it has none its rows in blocks of at least MIN_ROWS; no partial results."""
+    entries; where it has none, its rows in blocks of at least MIN_ROWS, or where it has too few
+    rows its columns so; no partial results. `axis`: None (batch entries), "rows" or "cols"."""
     outs, online, members = (), (), None
 
     def __init__(self, plan):
-        extent = math.prod(plan["batch"]) if plan["batch"] else plan["m"]
-        self.n = min(MAX_CHUNKS, extent if plan["batch"] else extent // MIN_ROWS)
+        if plan["batch"]:
+            self.axis, extent = None, math.prod(plan["batch"])
+            self.n = min(MAX_CHUNKS, extent)
+        else:
+            self.axis = "rows" if plan["m"] >= 2 * MIN_ROWS else "cols"
+            extent = plan["m"] if self.axis == "rows" else plan["n"]
+            self.n = min(MAX_CHUNKS, extent // MIN_ROWS)
         self.bounds = [extent * i // self.n for i in range(self.n + 1)] if self.n > 0 else []
 
 
@@ -161,11 +170,11 @@ def split(plan, blas_fns):
     return chunks if chunks.n > 1 else None
 
 
-def region_entry(name, plan, itype, reg_slots):
+def region_entry(name, plan, chunks, itype, reg_slots):
     """`void @name(ptr %table, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk."""
     lines, ptrs = pointer_lines("c", reg_slots, [])
     return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
-            + "\n".join(lines + gemm_lines("c", plan, itype, ptrs, "%lo", "%hi")) + "\n  ret void\n}")
+            + "\n".join(lines + gemm_lines("c", plan, itype, ptrs, "%lo", "%hi", chunks.axis)) + "\n  ret void\n}")
 
 
 def one_thread(c, blas_slots, region):
