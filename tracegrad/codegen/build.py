@@ -60,7 +60,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := plans.get(j)) is not None:
             calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
-            if j in split:          # chunks of batches or rows, each a BLAS call on one thread
+            if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))
                 mb.function(region_functions(mb, name, regions[j]))

@@ -21,8 +21,8 @@ after a region step aside for BLAS's threads; large products run as regions of t
 BLAS on one thread per chunk (gemm.py).
 
 The pointer table: the program's buffers (slots.py), then the two gemm addresses and the BLAS's
-thread count functions (gemm.py), the pool's shared
-words and its `tg_region` function (`pool_slots`), then one descriptor per region (`region_slot`).
+thread count functions (gemm.py), the pool's shared words and its `tg_region` function
+(`pool_slots`), then one descriptor per region (`region_slot`).
 """
 import ctypes
 import glob
