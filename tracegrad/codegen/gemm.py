@@ -23,7 +23,8 @@ import math
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
-MIN_ROWS = 64             # rows (or columns) per chunk of an unbatched product (each call packs its operands)
+MIN_ROWS = 64             # rows (or columns) per chunk of an unbatched product, at least
+BLOCK_ROWS = 256          # and where there are enough, this many: each call packs its whole other operand
 MAX_CHUNKS = 16
 
 
@@ -145,8 +146,10 @@ def thread_functions(lib, prefix, suffix):
 
 class Chunks:
     """A product split over the thread pool (regions.py's Chunks for a matrix product): its batch
-    entries; where it has none, its rows in blocks of at least MIN_ROWS, or where it has too few
-    rows its columns so; no partial results. `axis`: None (batch entries), "rows" or "cols"."""
+    entries; where it has none, its rows in blocks of about BLOCK_ROWS (at least two, of MIN_ROWS or
+    more), or where it has too few rows its columns so; no partial results. `axis`: None (batch
+    entries), "rows" or "cols". Measured one thread, CPU time, 1024^3 float32: 16 chunks of 64 rows
+    ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b)."""
     outs, online, members = (), (), None
 
     def __init__(self, plan):
@@ -156,7 +159,7 @@ class Chunks:
         else:
             self.axis = "rows" if plan["m"] >= 2 * MIN_ROWS else "cols"
             extent = plan["m"] if self.axis == "rows" else plan["n"]
-            self.n = min(MAX_CHUNKS, extent // MIN_ROWS)
+            self.n = min(MAX_CHUNKS, max(2, extent // BLOCK_ROWS)) if extent >= 2 * MIN_ROWS else 0
         self.bounds = [extent * i // self.n for i in range(self.n + 1)] if self.n > 0 else []
 
 
