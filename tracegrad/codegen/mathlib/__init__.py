@@ -117,11 +117,8 @@ _CALL = re.compile(r"call (\w+) @([\w.]+)\(([^)]*)\)")
 
 
 def _declarations(text: str) -> dict:
-    """{name: `declare` line} of the external functions (C library, LLVM intrinsics) `text` calls. The
-    C library's are pure (`memory(none)`: errno is never read), so LLVM hoists a call on values
-    constant in a loop (Adam's pow(beta, step) per element: 7.8 -> 0.025 ms for 65536 floats)."""
+    """{name: `declare` line} of the external functions (C library, LLVM intrinsics) `text` calls."""
     return {name: f"declare {ret} @{name}({', '.join(a.split()[0] for a in args.split(', '))})"
-            + ("" if name.startswith("llvm.") else " nounwind willreturn memory(none)")
             for ret, name, args in _CALL.findall(text) if not name.startswith("tg_")}
 
 
