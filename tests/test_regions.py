@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import hangs
 import tracegrad as tg
-from tracegrad.codegen import regions, threads
+from tracegrad.codegen import gemm, regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_AT = 4096       # element-ops: kernels of these tests' sizes split, their small ones do not
@@ -69,7 +69,8 @@ def test_mixed_programs_match_eager_and_interpret(rows, cols, seed, dtype):
         regions.PARALLEL_MIN_WORK = saved
 
 
-def test_split_and_small_kernels_are_one_native_call(split_small):
+def test_split_and_small_kernels_are_one_native_call(split_small, monkeypatch):
+    monkeypatch.setattr(gemm, "SPLIT_WORK", 1 << 62)       # the products: BLAS calls between regions
     rng = np.random.default_rng(0)
     args = [tg.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((301, 67), (67,), (67,), (67,), (67, 67))]
     f = tg.compile(_mixed)
