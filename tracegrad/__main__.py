@@ -8,6 +8,7 @@
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
+    python -m tracegrad calibrate                # measure this machine's code-generation thresholds again
 """
 import argparse
 import os
@@ -97,6 +98,16 @@ def _fuzz(args):
     return 1 if s["mismatch_programs"] or s["error_programs"] else 0
 
 
+def _calibrate(args):
+    from .codegen import machine
+    try:
+        print(machine.describe(remeasure=not args.show))
+    except ValueError as e:
+        print(f"tracegrad calibrate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -140,6 +151,10 @@ def main(argv=None):
     fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
     fz.add_argument("--merge", nargs="+", metavar="JSON", help="print one summary of several --json files and exit")
     fz.set_defaults(func=_fuzz)
+
+    c = sub.add_parser("calibrate", help="measure this machine's code-generation thresholds again and show them")
+    c.add_argument("--show", action="store_true", help="show the values in use without measuring again")
+    c.set_defaults(func=_calibrate)
 
     args = ap.parse_args(argv)
     if getattr(args, "plot", None) and args.eager:
