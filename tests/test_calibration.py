@@ -211,3 +211,18 @@ def test_compiled_programs_equal_eager_under_extreme_thresholds(name, extreme, r
     for call in got:
         for g, w in zip(call, want):
             np.testing.assert_allclose(g, w, **tol)
+
+
+def test_the_extremes_reach_the_code():
+    """The smallest thresholds stream every fresh output and split every kernel; the largest neither
+    (so the test above compares the code each extreme builds)."""
+    x, b = tg.tensor(np.ones((64, 129), np.float32)), tg.tensor(np.ones(129, np.float32))
+    seen = []
+    for extreme in ("smallest", "largest"):
+        with machine.override(**EXTREMES[extreme]):
+            f = tg.compile(lambda x, b: F.gelu(x) + b)
+            text = f.ir(x, b, stage="llvm")
+            f(x, b)
+            entry, _ = f._entry_for((x, b), {})
+            seen.append(("streamed stores" in text, any(p.regions for p in entry.programs if p is not None)))
+    assert seen == [(True, True), (False, False)]

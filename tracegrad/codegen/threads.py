@@ -318,7 +318,7 @@ class Pool:
 
     def __init__(self, n):
         from .engine import compile_module
-        self.n = n
+        self.n, self.spin = n, machine.value("spin_budget")       # read here, never in a worker
         self.engine = compile_module(_ir())
         a = self.engine.address
         self.region = a("tg_region")             # what a program's pointer table holds (regions.py)
@@ -363,7 +363,7 @@ class Pool:
         state = self.ctl + 8 * self._state(i)
         while True:
             self._sleep(i)
-            self._spin(self.ctl, state, machine.value("spin_budget"))
+            self._spin(self.ctl, state, self.spin)
 
     def park(self):
         """Ask spinning workers to sleep now (before a step that uses other threads, e.g. BLAS)."""
