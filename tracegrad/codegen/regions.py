@@ -30,7 +30,7 @@ table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region use
 Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
 the privates) and the partials' addresses. After each native call, `Region.learn` hands the time to
 the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
-Python per region and call (a region is >= PARALLEL_MIN_WORK element-ops: hundreds of us).
+Python per region and call (a region is >= parallel_min_work element-ops (machine.py): hundreds of us).
 """
 import ctypes
 import math
@@ -45,7 +45,7 @@ from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
-MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
+MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of parallel_min_work each, at least)
 ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see the module's text)
 JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's join adds
 # chunks of an online column walk split by rows: each costs its own start (one thread, joined
@@ -70,7 +70,7 @@ def splits(kernel):
 def groups(kernels, split, slots):
     """[[kernel index, ...]]: runs of consecutive small loop kernels (not in `split`) that read and
     write nothing another of the run writes (`slots`: a value's buffer slot, an in-place output its
-    input's), at least two, together worth a region (PARALLEL_MIN_WORK): each runs whole as one
+    input's), at least two, together worth a region (parallel_min_work): each runs whole as one
     chunk of a shared region (one update per parameter tensor of an optimizer)."""
     out, run, seen = [], [], [set(), set()]         # the run's (read, written) slots
 
