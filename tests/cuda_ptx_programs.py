@@ -1,5 +1,5 @@
 """The programs whose kernels tests/test_cuda_ptx.py compiles to PTX: run under numba's simulator with
-TRACEGRAD_RECORD_KERNELS=<file> (tracegrad/cuda/ptxcheck.py records each distinct launch), at tiny
+TRACEGRAD_RECORD_KERNELS=<file> (tracegrad/backends/cuda/ptxcheck.py records each distinct launch), at tiny
 sizes. They launch every kind of kernel tracegrad has:
 
 - eager: every primitive with a scalar lowering, for every dtype it covers (elementwise; reductions
@@ -24,8 +24,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 
 import tracegrad as tg  # noqa: E402
 from tracegrad import scalar  # noqa: E402
-from tracegrad.codegen.cuda import eager, lower  # noqa: E402
-from tracegrad.cuda import memory, pointwise  # noqa: E402
+from tracegrad.backends.cuda import lower  # noqa: E402
+from tracegrad.backends.cuda.emit import eager  # noqa: E402
+from tracegrad.backends.cuda import memory  # noqa: E402
+from tracegrad.backends.cuda.eager import pointwise  # noqa: E402
 from tracegrad.ops import PRIMS  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -138,7 +140,7 @@ def long_scans():
     accumulator dtype (float64, float32, int64, int32): rows of two tiles (all three kernels) and
     rows of 20 let through as long (one tile: finish alone)."""
     from tracegrad.core import bind
-    from tracegrad.cuda import blockscan
+    from tracegrad.backends.cuda.eager import blockscan
     saved, blockscan.LONG_ROW = blockscan.LONG_ROW, 10
     two_tiles = blockscan.THREADS * blockscan.ITEMS + 1
     try:

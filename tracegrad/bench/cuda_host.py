@@ -34,7 +34,7 @@ def cases():
     from numba.cuda.simulator import kernel as sim
 
     import tracegrad as tg
-    from tracegrad.bench.workloads import _chain, w5_inputs
+    from .workloads import _chain, w5_inputs
 
     launches = [0]
 
@@ -67,7 +67,7 @@ def cases():
 
 
 def main(argv):
-    from tracegrad.bench.load import Load
+    from .load import Load
     n = int(argv[0]) if argv else 5000
     table = cases()
     samples = {name: [] for name in table}

@@ -18,7 +18,7 @@ from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
 from ..trace import Tracer, watch_draws
 from .aliases import plan_aliases
-from .device import overlapping
+from ..backends.cuda.run import overlapping
 from .free_vars import code_reads, free_objects, global_bindings, is_user_code
 from .guards import Guards
 from .signature import STATIC

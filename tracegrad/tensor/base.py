@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import ops
-from ..cuda import memory
+from ..backends.cuda import memory
 from ..device import CPU, get_default_device
 from ..autograd import add_hook, retain
 from ..modes import _thread, interpreter
@@ -87,7 +87,7 @@ class TensorBase:
     def _zeros(cls, shape, dtype, dev):
         """A new tensor of zeros on `dev` (made there: no copy)."""
         if dev.type == "cuda":
-            from ..cuda.kernels import zeros
+            from ..backends.cuda.eager.kernels import zeros
             return cls._wrap(zeros(shape, dtype.np), dtype, dev)
         return cls._wrap(np.zeros(shape, dtype.np), dtype, dev)
 

@@ -1,13 +1,15 @@
-"""`tg.cuda`, as `torch.cuda`: whether a CUDA device is usable (a GPU through numba.cuda, or numba's
-simulator with NUMBA_ENABLE_CUDASIM=1), how many, and waiting for it.
+"""The cuda backend (numba.cuda on a GPU, or numba's simulator with NUMBA_ENABLE_CUDASIM=1); `tg.cuda`
+(tracegrad/cuda) re-exports this module's public names: whether a device is usable, how many, and
+waiting for it. numba.cuda is imported on first use.
 
-numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work without it.
-The package's modules: memory.py (device arrays, the counted host<->device copies; allocator.py, the
-caching allocator behind them: `tg.cuda.empty_cache()`, `memory_allocated()`, ...), eager.py (eager
-primitives on the device, by kind), kernels.py (copy, gather, scatter-add, fill), random.py,
-matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels), argreduce.py,
-rounding.py and scan.py (primitives without a scalar lowering: argmax, floor, prod, cumsum, ...), info.py
-(`tg.cuda.backend_info()`: versions, toolkit paths, the cuBLAS loaded).
+The package: memory.py (device arrays, the counted host<->device copies) and allocator.py (the
+caching allocator behind them); eager/ (eager primitives on the device: kernels.py copy, gather,
+scatter-add, fill, random; matmul.py cuBLAS or a tiled kernel; pointwise.py elementwise and reduction
+kernels; argreduce.py, rounding.py, scan.py, blockscan.py for primitives without a scalar lowering);
+the compiler: lower.py (a fused kernel -> its launch shape and geometry), emit/ (the numba.cuda source
+of each shape), compile.py (compiled once, cached), program.py (a compiled program's kernels and
+buffers), run.py (what a compiled call does with device tensors); info.py (`backend_info()`) and
+ptxcheck.py (the PTX check of recorded launches).
 """
 import os
 
@@ -91,7 +93,7 @@ def manual_seed(seed):
     """Seed random draws, as tg.manual_seed: cpu and cuda draws share one generator (core.RNG; a cuda
     draw takes its key from it), so this seeds both."""
     import numpy as np
-    from ..core import RNG
+    from ...core import RNG
     RNG[0] = np.random.default_rng(int(seed))
 
 
@@ -105,7 +107,7 @@ def backend_info():
 
 
 def _check():
-    from ..device import device
+    from ...device import device
     require(device("cuda"))
 
 

@@ -21,8 +21,8 @@ import weakref
 
 import numpy as np
 
-from ..ir.kernels import contiguous_strides
-from ..locks import rlock
+from ...ir.kernels import contiguous_strides
+from ...locks import rlock
 from . import simulated
 
 MIN_BLOCK = 512

@@ -27,14 +27,14 @@ import threading
 import numpy as np
 
 from ...scalar import FUNCS
-from .. import cache
+from ...codegen import cache
 from ...locks import lock
 
 HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
           "import math\n"
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")
-VECTOR = "from tracegrad.codegen.cuda.vector import vload2, vload4, vstore2, vstore4, address\n"
+VECTOR = "from tracegrad.backends.cuda.emit.vector import vload2, vload4, vstore2, vstore4, address\n"
 WARP = 32
 REGISTERS = 65536      # 32-bit registers of a block (every GPU numba.cuda supports)
 REGISTER_NOTE = "# at most {} registers a thread"      # the generated file's last line, where capped
@@ -89,7 +89,7 @@ def _build(text, key, fn_name, cap):
     if sim:
         module.shfl_xor_sync, module.math = _sim_shfl_xor, _SimMath
         if VECTOR in text:
-            from .vector import SIM
+            from .emit.vector import SIM
             module.__dict__.update(SIM)
     sys.modules.setdefault(name, module)
     limits = {"max_registers": cap} if cap and not sim else {}

@@ -49,7 +49,8 @@ def _driver():
 
 def cublas_library():
     """The path of the libcublas tracegrad's matrix products use, or None; and why not, when None."""
-    from . import matmul, simulated
+    from . import simulated
+    from .eager import matmul
     if simulated():
         return None, "numba's CUDA simulator has no cuBLAS: matrix products run the tiled numba.cuda kernel"
     lib = matmul._cublas()

@@ -11,9 +11,9 @@ import math
 from ...ir.kernels import contiguous_strides, loads
 from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
-from .expr import Lines
-from .reduce import acc_dtype, join_of
-from .skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body, vector_width
+from .emit.expr import Lines
+from .emit.reduce import acc_dtype, join_of
+from .emit.skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body, vector_width
 
 MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
 ROW_THREADS = 256      # threads per block walking one row

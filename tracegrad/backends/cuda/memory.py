@@ -301,7 +301,7 @@ def _extent(arr):
 
 def contiguous(arr):
     """A row-major copy of the device array arr, made on the device."""
-    from .kernels import copy_strided
+    from .eager.kernels import copy_strided
     out = empty(arr.shape, arr.dtype)
     copy_strided(arr, out)
     return out

@@ -10,8 +10,8 @@ device operations (allocation, strided views, library kernels) are handed in by 
 import time
 
 from ...ir.kernels import contiguous_strides
-from .. import buffers, forksafe
-from ..slots import per_graph, roles
+from ...codegen import buffers, forksafe
+from ...codegen.slots import per_graph, roles
 
 
 class DeviceOps:

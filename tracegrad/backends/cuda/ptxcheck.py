@@ -8,7 +8,7 @@ test and still fail to compile on a GPU. This module closes that gap in two step
    process (module and qualified name, the generated source for generated kernels, the values its
    closure holds) and the numba types of its arguments (arrays: dtype, rank, layout as numba.cuda
    types a device array; scalars and tuples: their numba types);
-2. compile: `python -m tracegrad.cuda.ptxcheck <file>...` (numba.cuda not simulated) rebuilds each
+2. compile: `python -m tracegrad.backends.cuda.ptxcheck <file>...` (numba.cuda not simulated) rebuilds each
    recorded function with real numba.cuda device functions (the simulator's stand-ins for warp
    shuffles and math are refused) and compiles it with `cuda.compile_ptx(fn, argtypes, cc=(9, 0))`
    through the CUDA toolkit's NVVM (CUDA_HOME, or /usr/local/cuda*): PTX for sm_90 (H100/H200).
@@ -21,7 +21,7 @@ The whole cuda suite and examples/gpu_check.py (tests/test_cuda_ptx.py checks a 
 
     NUMBA_ENABLE_CUDASIM=1 TRACEGRAD_RECORD_KERNELS=/tmp/k.jsonl python -m pytest -q tests/cuda
     NUMBA_ENABLE_CUDASIM=1 TRACEGRAD_RECORD_KERNELS=/tmp/k.jsonl python examples/gpu_check.py --quick --reps 1
-    python -m tracegrad.cuda.ptxcheck --jobs 2 /tmp/k.jsonl
+    python -m tracegrad.backends.cuda.ptxcheck --jobs 2 /tmp/k.jsonl
 """
 import base64
 import glob
@@ -166,7 +166,7 @@ def _nested_code(code, name, line):
 
 def _refuse_stand_ins(fn):
     """Raise when a global the function reads is a simulator stand-in (not what a GPU compiles)."""
-    from ..codegen.cuda import compile as build
+    from . import compile as build
     for name in fn.__code__.co_names:
         v = fn.__globals__.get(name)
         if v is build._SimMath or v is build._sim_shfl_xor or \
@@ -258,7 +258,7 @@ def check_one(recipe, args, block, assembler):
     shared memory) and ptxas is at hand, assemble it and check its registers and shared memory."""
     ptx = compile_one(recipe, args)
     if assembler and (block > 256 or ".shared" in ptx):
-        from ..codegen.cuda import compile as build     # a generated kernel's cap: its file's last line
+        from . import compile as build     # a generated kernel's cap: its file's last line
         cap = re.search(build.REGISTER_NOTE.format(r"(\d+)"), recipe.get("source", ""))
         problem = launch_problem(*resources(ptx, assembler, cap and int(cap.group(1))), block)
         if problem:
@@ -303,7 +303,7 @@ def _check_part(launches):
 
 def main(argv=None):
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m tracegrad.cuda.ptxcheck", description=(
+    ap = argparse.ArgumentParser(prog="python -m tracegrad.backends.cuda.ptxcheck", description=(
         f"Compile recorded kernels to PTX for sm_{CC[0]}{CC[1]} (record them with NUMBA_ENABLE_CUDASIM=1 "
         f"{RECORD_ENV}=FILE)."))
     ap.add_argument("files", nargs="+", help="files of recorded launches (JSON lines)")

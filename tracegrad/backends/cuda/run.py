@@ -4,7 +4,7 @@ operations the program runner (codegen/cuda/program.py) is handed, and what a ca
 arrays (number inputs kept on the device, copies that keep results apart from inputs)."""
 import numpy as np
 
-from ..device import CPU, mismatch_error
+from ...device import CPU, mismatch_error
 
 CPU_BACKENDS = ("llvm", "interpret")
 
@@ -39,8 +39,8 @@ def cuda_ops():
     """The device operations of tracegrad.cuda, as codegen/cuda/program.py takes them."""
     from numba import cuda
 
-    from ..codegen.cuda.program import DeviceOps, wall_timer
-    from ..cuda import memory, simulated, synchronize
+    from .program import DeviceOps, wall_timer
+    from . import memory, simulated, synchronize
 
     def timer():
         if simulated():
@@ -58,10 +58,10 @@ def library(kernel):
     implementation on the device (cuBLAS or the tiled kernel for matmul; gather, scatter-add, ...).
     Whether it has one is found out now, at compile time, by running it once on zeros (random draws
     excepted: they would move the generator): else the error naming the op and the device."""
-    from ..codegen.cuda.program import unsupported
-    from ..cuda import eager
-    from ..cuda.kernels import zeros
-    from ..ops import PRIMS
+    from .program import unsupported
+    from . import eager
+    from .eager.kernels import zeros
+    from ...ops import PRIMS
     n = kernel.node
     p, shape, dtype, attrs = PRIMS[n.op], tuple(n.out.shape), n.out.dtype, n.attrs
 
@@ -77,15 +77,15 @@ def library(kernel):
 
 def interpret_on_host(graph, arrays):
     """backend='interpret' on cuda tensors: the oracle on host copies, results back on the device."""
-    from ..cuda import memory
-    from ..ir.interpret import run
+    from . import memory
+    from ...ir.interpret import run
     host = [a if isinstance(a, np.ndarray) else memory.copy(a, "host") for a in arrays]
     return tuple(to_device(r) for r in run(graph, *host))
 
 
 def to_device(a):
     """A device copy of host array `a`, of a's shape (0-d included)."""
-    from ..cuda import memory
+    from . import memory
     d = memory.copy(a, "device")
     return d if d.shape == a.shape else d.reshape(a.shape)
 
@@ -126,7 +126,7 @@ def shares_memory(a, b):
         return np.may_share_memory(a, b)
     if host_a or host_b:
         return False
-    from ..cuda import memory
+    from . import memory
     return memory.may_share_memory(a, b)
 
 
@@ -177,14 +177,14 @@ def copy_into(dst, src):
     if isinstance(dst, np.ndarray):
         np.copyto(dst, to_host([src], [0])[0])
         return
-    from ..cuda.kernels import copy_strided
+    from .eager.kernels import copy_strided
     copy_strided(src, dst)
 
 
 def to_host(arrays, positions):
     """`arrays` with those at `positions` copied to the host: what a cuda call returns for cpu tensors
     (0-d cpu inputs, their gradients and .grad), which PyTorch keeps on the cpu."""
-    from ..cuda import memory
+    from . import memory
     out = list(arrays)
     for j in positions:
         a = out[j]
@@ -195,7 +195,7 @@ def to_host(arrays, positions):
 
 
 def device_copy(a):
-    from ..cuda import memory
+    from . import memory
     return memory.contiguous(a)
 
 
@@ -206,7 +206,7 @@ class DeviceFresh:
         self.inputs = [a for a in inputs if is_device_array(a)]
 
     def __call__(self, arr):
-        from ..cuda import memory
+        from . import memory
         if isinstance(arr, np.ndarray):     # a host copy (to_host) is fresh
             return arr
         for a in self.inputs:

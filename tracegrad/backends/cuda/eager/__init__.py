@@ -17,9 +17,9 @@ A primitive without a device path raises NotImplementedError naming it; nothing 
 """
 import numpy as np
 
-from .. import core
-from ..ops.indexing import check_nonnegative
-from . import memory
+from .... import core
+from ....ops.indexing import check_nonnegative
+from .. import memory
 
 
 def run(p, arrays, attrs, shape, dtype):

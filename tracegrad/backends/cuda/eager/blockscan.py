@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 from numba.np.numpy_support import from_dtype
 
-from . import memory
+from .. import memory
 from .kernels import _unravel
 
 THREADS = 256        # threads per block

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from . import memory
+from .. import memory
 
 MASK32 = 0xFFFFFFFF
 

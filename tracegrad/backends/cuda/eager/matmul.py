@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from . import memory, simulated
+from .. import memory, simulated
 
 TILE = 16
 

@@ -11,13 +11,13 @@ import math
 
 import numpy as np
 
-from ..codegen.cuda import eager
-from ..codegen.cuda.expr import held
-from ..codegen.cuda.lower import slices_of
-from ..codegen.cuda.reduce import acc_dtype
-from ..ir.kernels import contiguous_strides
-from ..ops import PRIMS
-from . import memory
+from ..emit import eager
+from ..emit.expr import held
+from ..lower import slices_of
+from ..emit.reduce import acc_dtype
+from ....ir.kernels import contiguous_strides
+from ....ops import PRIMS
+from .. import memory
 
 
 def run(p, arrays, attrs, shape, dtype):

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from . import memory
+from .. import memory
 from .kernels import copy_strided, launch_config
 
 BIG = 4503599627370496.0      # 2**52: every float this large is an integer

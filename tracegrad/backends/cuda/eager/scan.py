@@ -16,9 +16,10 @@ import math
 import numpy as np
 from numba import cuda
 
-from ..ops import PRIMS
-from ..scalar import a, b
-from . import blockscan, memory, pointwise
+from ....ops import PRIMS
+from ....scalar import a, b
+from .. import memory
+from . import blockscan, pointwise
 from .kernels import _unravel, copy_strided, launch_config
 
 MIN_CHUNK = 16        # the shortest chunk a thread walks (chunks are about sqrt(row length) long)

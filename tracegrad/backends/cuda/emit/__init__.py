@@ -1,10 +1,5 @@
-"""The numba.cuda code generator: kernels of the kernel IR (ir/kernels.py) lowered to generated
-numba.cuda source, compiled once and cached (compile.py). expr.py translates the primitives'
-scalar lowerings, reduce.py accumulates and combines, skeletons.py holds the kernel shapes and
-lower.py picks one per kernel with its launch geometry.
-
-Entry for compiled programs: `compile_kernels(kernels, name) -> [[CudaKernel] | None]`.
+"""The numba.cuda emitters: generated numba.cuda source for the kernels of the kernel IR. expr.py
+translates the scalar expressions, reduce.py accumulates and combines, skeletons.py writes each kernel
+shape, vector.py the vector loads and stores, eager.py the kernels of single eager primitives. The
+choice of shape and launch geometry is lower.py's (one level up); compile.py compiles and caches.
 """
-from .lower import CudaKernel, compile_kernels, lower_kernel
-
-__all__ = ["CudaKernel", "compile_kernels", "lower_kernel"]

@@ -9,10 +9,10 @@ stride 0); the iteration space is the output's (elementwise) or the input's (red
 import functools
 import math
 
-from ...ir.kernels import Load, Op
-from . import compile as build
+from ....ir.kernels import Load, Op
+from .. import compile as build
 from .expr import Lines
-from .lower import MAX_GRID, PER_THREAD, pow2, warps
+from ..lower import MAX_GRID, PER_THREAD, pow2, warps
 from .skeletons import combine_body, map_body, tiles_body
 
 THREADS = 256          # threads per block of an eager kernel

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ... import scalar as S
-from ...ir.kernels import Const, Load
+from .... import scalar as S
+from ....ir.kernels import Const, Load
 
 CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 FLOATS = ("float32", "float64")

@@ -7,8 +7,8 @@ kernel: a GPU runs it at a fraction of the float32 rate), each thread's running 
 error does not grow with the number of elements a thread adds, and grows as log2 of the threads
 over the tree — as NumPy's pairwise float32 sum, or better. float16 sums accumulate in float32.
 """
-from ... import scalar as S
-from ...scalar import head
+from .... import scalar as S
+from ....scalar import head
 from .expr import extreme, literal, to_half
 
 FULL_MASK = "0xFFFFFFFF"

@@ -25,7 +25,7 @@ import contextlib
 
 import numpy as np
 
-from ...ir.kernels import Const, Load, loads
+from ....ir.kernels import Const, Load, loads
 from .expr import Emitter, dtype_of
 from .reduce import WARP, Acc, block_allreduce, combine, two_sum, warp_allreduce
 
