@@ -47,7 +47,7 @@ class Traced(Tensor):
     def of(cls, shape, dtype, dev, ir, strides=()):
         t = cls._wrap(None, dtype, dev)
         t._shape, t._ir = tuple(shape), ir
-        t._strides = L.row_major(hints(t._shape)) if strides == () else strides
+        t._strides = L.contiguous_strides(hints(t._shape)) if strides == () else strides
         return t
 
     @property
@@ -363,7 +363,7 @@ class Tracer:
             s = inputs[0]._layout()
             remapped = None if s is None else p.remap(hints(inputs[0]._shape), hints(shape), list(s), 0,
                                                       **hints(attrs))
-            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(hints(shape))
+            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.contiguous_strides(hints(shape))
             view = s is None or remapped is not None
         else:
             strides = L.of_result(p, [(hints(t._shape), t._layout(), t._dtype.np) for t in inputs], hints(shape),

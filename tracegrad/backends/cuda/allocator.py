@@ -21,7 +21,7 @@ import weakref
 
 import numpy as np
 
-from ...ir.kernels import contiguous_strides
+from ...strides import contiguous_strides
 from ...locks import rlock
 from . import simulated
 

@@ -8,7 +8,8 @@ specialized to its signature, as the CPU's is). The entry is `compile_kernels`.
 import functools
 import math
 
-from ...ir.kernels import contiguous_strides, loads
+from ...ir.kernels import loads
+from ...strides import contiguous_strides
 from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
 from .emit.expr import Lines

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ...strides import is_row_major
 from . import allocator, simulated
 
 _STATS = {"to_device": 0, "to_host": 0, "bytes": 0}
@@ -221,18 +222,7 @@ def strides_of(arr):
 
 def row_major(arr):
     """Whether `arr` is laid out row-major without gaps (size-1 axes ignored), as NumPy's c_contiguous."""
-    return _row_major(arr.shape, strides_of(arr))
-
-
-def _row_major(shape, strides):
-    if 0 in shape:
-        return True
-    expect = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1 and s != expect:
-            return False
-        expect *= n
-    return True
+    return is_row_major(arr.shape, strides_of(arr))
 
 
 def view(arr, shape, strides, offset=0, dtype=None):

@@ -9,7 +9,7 @@ device operations (allocation, strided views, library kernels) are handed in by 
 """
 import time
 
-from ...ir.kernels import contiguous_strides
+from ...strides import contiguous_strides
 from ...codegen import buffers, forksafe
 from ...codegen.slots import per_graph, roles
 

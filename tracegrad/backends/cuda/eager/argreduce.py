@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from ....ir.kernels import contiguous_strides
+from ....strides import contiguous_strides
 from .. import memory
 from .kernels import _unravel, copy_strided, launch_config
 

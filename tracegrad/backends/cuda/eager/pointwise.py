@@ -15,7 +15,7 @@ from ..emit import eager
 from ..emit.expr import held
 from ..lower import slices_of
 from ..emit.reduce import acc_dtype
-from ....ir.kernels import contiguous_strides
+from ....strides import contiguous_strides
 from ....ops import PRIMS
 from .. import memory
 
