@@ -167,7 +167,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
         if b not in known:
             raise ValueError(f"unknown backend {b!r}; expected one of {', '.join(known)}")
         if b == "cuda":
-            from ..backends import cuda
+            from .. import cuda
             if not cuda.is_available():
                 raise ValueError("backend cuda needs a GPU (numba-cuda: pip install -e '.[gpu]') or numba's CUDA "
                                  "simulator: NUMBA_ENABLE_CUDASIM=1 python -m tracegrad fuzz --backend cuda")
