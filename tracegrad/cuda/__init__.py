@@ -1,9 +1,29 @@
 """`tg.cuda`, as `torch.cuda`: the public face of the cuda backend, whose code lives in
-tracegrad/backends/cuda/ (availability and device queries in its __init__.py, device memory in
-memory.py, eager kernels in eager/, the compiler in lower.py, emit/, program.py). numba.cuda is
-imported on first use, so `import tracegrad` and every CPU feature work without it.
+tracegrad/backends/cuda/ (gpu.py: whether a device is usable; memory.py: device memory and
+synchronization; info.py: backend_info; eager/: eager kernels; lower.py, emit/, program.py: the
+compiler). numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work
+without it.
 """
-from ..backends.cuda import (backend_info, current_device, device_count, empty_cache, get_device_name,  # noqa: F401
-                             is_available, manual_seed, manual_seed_all, max_memory_allocated, memory_allocated,
-                             memory_reserved, memory_stats, require, simulated, synchronize)
+import os
+
+from ..backends.cuda import eager
 from ..backends.cuda import memory  # noqa: F401  (tg.cuda.memory.transfer_stats(), count_transfers())
+from ..backends.cuda.gpu import (current_device, device_count, get_device_name, is_available,  # noqa: F401
+                                 manual_seed, manual_seed_all, require, simulated)
+from ..backends.cuda.info import backend_info  # noqa: F401
+from ..backends.cuda.memory import (empty_cache, max_memory_allocated, memory_allocated,  # noqa: F401
+                                    memory_reserved, memory_stats, synchronize)
+
+
+
+def _generated(p, arrays, attrs, shape, dtype):
+    """The eager cuda kernels the compiler generates, imported on first use (numba.cuda with them)."""
+    from ..backends.cuda.eager import generated
+    return generated.run(p, arrays, attrs, shape, dtype)
+
+
+eager.install_generated(_generated)     # the eager dispatcher is below the compiler: it is handed them
+
+if os.environ.get("TRACEGRAD_RECORD_KERNELS") and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    from ..backends.cuda.ptxcheck import record_launches     # what tracegrad launches, for the PTX check
+    record_launches(os.environ["TRACEGRAD_RECORD_KERNELS"])

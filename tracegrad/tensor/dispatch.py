@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from ..backends import cuda
+from ..backends.cuda import gpu as cuda
 from .. import dtypes as D
 from ..backends.cuda import eager as cuda_eager
 from ..backends.cuda import memory

@@ -12,7 +12,8 @@ from .. import ops
 from ..device import CPU, get_default_device, to_device
 from .. import modes
 from .base import TensorBase, _ArgError, new
-from ..backends.cuda import memory, require
+from ..backends.cuda import memory
+from ..backends.cuda.gpu import require
 from .dispatch import _P, _SCALARS, _is_int, _shape_arg, dispatch
 
 _rng = ops.RNG

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...strides import contiguous_strides
 from ...locks import rlock
-from . import simulated
+from .gpu import simulated
 
 MIN_BLOCK = 512
 

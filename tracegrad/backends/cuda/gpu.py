@@ -1,15 +1,5 @@
-"""The cuda backend (numba.cuda on a GPU, or numba's simulator with NUMBA_ENABLE_CUDASIM=1); `tg.cuda`
-(tracegrad/cuda) re-exports this module's public names: whether a device is usable, how many, and
-waiting for it. numba.cuda is imported on first use.
-
-The package: memory.py (device arrays, the counted host<->device copies) and allocator.py (the
-caching allocator behind them); eager/ (eager primitives on the device: kernels.py copy, gather,
-scatter-add, fill, random; matmul.py cuBLAS or a tiled kernel; pointwise.py elementwise and reduction
-kernels; argreduce.py, rounding.py, scan.py, blockscan.py for primitives without a scalar lowering);
-the compiler: lower.py (a fused kernel -> its launch shape and geometry), emit/ (the numba.cuda source
-of each shape), compile.py (compiled once, cached), program.py (a compiled program's kernels and
-buffers), run.py (what a compiled call does with device tensors); info.py (`backend_info()`) and
-ptxcheck.py (the PTX check of recorded launches).
+"""Which GPU: whether numba.cuda finds one (or runs its simulator, NUMBA_ENABLE_CUDASIM=1), how many,
+its name, and the error for a cuda device that cannot be used. numba.cuda is imported on first use.
 """
 import os
 
@@ -80,15 +70,6 @@ def get_device_name(device=None):
     return name.decode() if isinstance(name, bytes) else name
 
 
-def synchronize(device=None):
-    """Wait until every kernel and copy queued on the device has finished; raises a device-side error
-    (an index out of range in an indexing kernel) that happened since the last synchronization."""
-    _check()
-    _numba_cuda().synchronize()
-    from . import memory
-    memory.check_device_errors()
-
-
 def manual_seed(seed):
     """Seed random draws, as tg.manual_seed: cpu and cuda draws share one generator (core.RNG; a cuda
     draw takes its key from it), so this seeds both."""
@@ -100,43 +81,6 @@ def manual_seed(seed):
 manual_seed_all = manual_seed
 
 
-def backend_info():
-    """What the cuda backend runs on: versions, device, NVVM/NVRTC paths, the cuBLAS loaded (cuda/info.py)."""
-    from .info import backend_info as info
-    return info()
-
-
 def _check():
     from ...device import device
     require(device("cuda"))
-
-
-def _memory():
-    from . import memory
-    return memory
-
-
-def empty_cache():
-    """Give the cached device memory back to the driver (as torch.cuda.empty_cache)."""
-    _memory().empty_cache()
-
-
-def memory_allocated(device=None):
-    return _memory().memory_allocated()
-
-
-def memory_reserved(device=None):
-    return _memory().memory_reserved()
-
-
-def max_memory_allocated(device=None):
-    return _memory().max_memory_allocated()
-
-
-def memory_stats(device=None):
-    return _memory().memory_stats()
-
-
-if os.environ.get("TRACEGRAD_RECORD_KERNELS") and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-    from .ptxcheck import record_launches     # what tracegrad launches, for the PTX check (ptxcheck.py)
-    record_launches(os.environ["TRACEGRAD_RECORD_KERNELS"])

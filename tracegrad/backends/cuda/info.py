@@ -49,7 +49,7 @@ def _driver():
 
 def cublas_library():
     """The path of the libcublas tracegrad's matrix products use, or None; and why not, when None."""
-    from . import simulated
+    from .gpu import simulated
     from .eager import matmul
     if simulated():
         return None, "numba's CUDA simulator has no cuBLAS: matrix products run the tiled numba.cuda kernel"
@@ -63,7 +63,7 @@ def cublas_library():
 
 def backend_info():
     """A dict describing the cuda backend (see the module docstring); safe to call with or without a GPU."""
-    from . import is_available, simulated
+    from .gpu import is_available, simulated
     info = {"numba": _version("numba"), "numba-cuda": _version("numba-cuda") or "not installed (numba's own cuda)",
             "available": is_available(), "simulated": _guarded(simulated)}
     if not info["available"]:

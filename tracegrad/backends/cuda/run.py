@@ -40,7 +40,9 @@ def cuda_ops():
     from numba import cuda
 
     from .program import DeviceOps, wall_timer
-    from . import memory, simulated, synchronize
+    from . import memory
+    from .gpu import simulated
+    from .memory import synchronize
 
     def timer():
         if simulated():

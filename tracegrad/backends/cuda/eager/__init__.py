@@ -6,9 +6,9 @@ the way by the primitive's `kind` (core.py):
   no strides express copies first, as NumPy's reshape does);
 - copy (cat, unslice), index (gather, scatter-add), creation, random: kernels.py;
 - extern (matmul): matmul.py (cuBLAS, or a tiled kernel);
-- elementwise and reduction: pointwise.py, kernels generated from the table's scalar lowering
-  (argmax/argmin: argreduce.py; floor, round, floordiv, remainder: rounding.py; prod, cumsum,
-  prod_others: scan.py).
+- elementwise and reduction: generated.py (installed by tracegrad/cuda: pointwise.py, kernels the
+  cuda compiler generates from the table's scalar lowering; prod, cumsum, prod_others: scan.py);
+  argmax/argmin: argreduce.py; floor, round, floordiv, remainder: rounding.py.
 
 `arrays` are device arrays, except that 0-d NumPy arrays stand for Python scalars and 0-d cpu tensors
 (they combine with cuda tensors, as in PyTorch): elementwise kernels read them from a cache of device
@@ -116,16 +116,24 @@ def _extern(p, arrays, attrs, shape, dtype):
 
 
 def _pointwise(p, arrays, attrs, shape, dtype):
-    from . import argreduce, rounding, scan    # device kernels of primitives without a scalar lowering
-    special = next(filter(None, (getattr(m, "run_" + p.name, None) for m in (argreduce, rounding, scan))), None)
+    from . import argreduce, rounding    # device kernels of primitives without a scalar lowering
+    special = next(filter(None, (getattr(m, "run_" + p.name, None) for m in (argreduce, rounding))), None)
     if special is not None:
         return special([_on_device(a) for a in arrays], attrs, tuple(shape), dtype.np)
-    try:
-        from .pointwise import run as pointwise
-    except ImportError:
-        raise unsupported(p, dtype, "elementwise and reduction kernels are not in this build") from None
-    return pointwise(p, [a if memory.is_device_array(a) else memory.constant(a) for a in arrays], attrs, shape,
-                     dtype)
+    if not _GENERATED:
+        raise unsupported(p, dtype, "elementwise and reduction kernels are not installed (import tracegrad, "
+                                    "which installs them)")
+    return _GENERATED[0](p, arrays, attrs, shape, dtype)
+
+
+# The elementwise and reduction kernels the cuda compiler generates (generated.py). They sit above this
+# module, which the eager tensors below the compiler call, so tracegrad/cuda installs them here.
+_GENERATED = []
+
+
+def install_generated(run):
+    """Make `run(p, arrays, attrs, shape, dtype)` compute the elementwise and reduction primitives."""
+    _GENERATED[:] = [run]
 
 
 def _collective(p, arrays, attrs, shape, dtype):

@@ -1,7 +1,7 @@
 """numba.cuda kernels that move data: strided copy (with broadcasting sources), fill, gather and
 scatter-add (integer-tensor indexing and its gradient), and the counter-based random numbers.
 
-Every kernel indexes its arrays through flat 1-D views (memory.span) with strides passed as tuples,
+Every kernel indexes its arrays through flat 1-D views (arrays.span) with strides passed as tuples,
 so one kernel serves every rank and layout (numba compiles one version per dtype and rank, once).
 Each thread walks a grid-stride loop over the output elements. Copies, fills and gathers move raw
 elements; float16 moves as int16 bits (no float16 arithmetic happens here).
@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from .. import memory
+from .. import arrays
 
 MASK32 = 0xFFFFFFFF
 
@@ -60,7 +60,7 @@ def _fill(dst, value, n):
 
 def _as_nd(arr):
     """arr, with a 0-d array seen as 1-D (numba kernels take tuples of at least one stride)."""
-    return memory.view(arr, (1,), (1,)) if arr.ndim == 0 else arr
+    return arrays.view(arr, (1,), (1,)) if arr.ndim == 0 else arr
 
 
 def copy_strided(src, dst):
@@ -71,14 +71,14 @@ def copy_strided(src, dst):
     n = dst.size
     if n == 0:
         return dst
-    if src.dtype == dst.dtype and memory.row_major(src) and memory.row_major(dst) \
-            and memory.strides_of(src) == memory.strides_of(dst):
-        memory.copy_on_device(src, dst)        # one memcpy
+    if src.dtype == dst.dtype and arrays.row_major(src) and arrays.row_major(dst) \
+            and arrays.strides_of(src) == arrays.strides_of(dst):
+        arrays.copy_on_device(src, dst)        # one memcpy
         return dst
     src, dst_nd = _as_nd(src), _as_nd(dst)
     bits = _bits(src.dtype) if src.dtype == dst.dtype else None
-    s, sst = memory.span(src, bits)
-    d, dst_st = memory.span(dst_nd, bits)
+    s, sst = arrays.span(src, bits)
+    d, dst_st = arrays.span(dst_nd, bits)
     blocks, threads = launch_config(n)
     _copy[blocks, threads](d, s, dst_nd.shape, dst_st, sst, n)
     return dst
@@ -89,14 +89,14 @@ def fill(dst, value):
     n = dst.size
     if n:
         blocks, threads = launch_config(n)
-        d, _ = memory.span(dst, _bits(dst.dtype))
+        d, _ = arrays.span(dst, _bits(dst.dtype))
         value = np.array(value).astype(dst.dtype).view(d.dtype).reshape(())[()]   # the element's bits, typed
         _fill[blocks, threads](d, value, n)
     return dst
 
 
 def zeros(shape, dtype):
-    return fill(memory.empty(shape, dtype), 0)
+    return fill(arrays.empty(shape, dtype), 0)
 
 
 # ------------------------------------------------------------ integer-tensor indexing
@@ -137,14 +137,14 @@ def _index_plan(x_shape, x_strides, indices, axes, out_shape):
     the broadcast index axes in place of adjacent indexed axes, else first)."""
     bshape = np.broadcast_shapes(*[i.shape for i in indices])
     bsize = math.prod(bshape)
-    stacked = memory.empty((len(indices),) + bshape, np.int64)   # the index values, broadcast, as int64
+    stacked = arrays.empty((len(indices),) + bshape, np.int64)   # the index values, broadcast, as int64
     for j, ix in enumerate(indices):
-        target = memory.view(stacked, bshape, memory.strides_of(stacked)[1:], j * bsize)
-        copy_strided(memory.view(ix, bshape, _broadcast_strides(ix, bshape)), target)
+        target = arrays.view(stacked, bshape, arrays.strides_of(stacked)[1:], j * bsize)
+        copy_strided(arrays.view(ix, bshape, _broadcast_strides(ix, bshape)), target)
     rest = [k for k in range(len(x_shape)) if k not in axes]
     adjacent = list(axes) == list(range(axes[0], axes[0] + len(axes)))
     first = axes[0] if adjacent else 0       # where the broadcast index axes sit in the output
-    bstr = memory.strides_of(stacked)[1:]
+    bstr = arrays.strides_of(stacked)[1:]
     xmap, bmap = [], []
     for k in range(len(out_shape)):
         if first <= k < first + len(bshape):
@@ -158,27 +158,27 @@ def _index_plan(x_shape, x_strides, indices, axes, out_shape):
     xstr = tuple(x_strides[a] for a in axes)
     if not out_shape:
         out_shape, xmap, bmap = (1,), [0], [0]
-    span, _ = memory.span(stacked)
+    span, _ = arrays.span(stacked)
     return span, tuple(out_shape), tuple(xmap), tuple(bmap), bsize, sizes, xstr
 
 
 def _broadcast_strides(arr, shape):
-    st = memory.strides_of(arr)
+    st = arrays.strides_of(arr)
     off = len(shape) - arr.ndim
     return (0,) * off + tuple(0 if n == 1 and shape[off + k] != 1 else s for k, (n, s) in enumerate(zip(arr.shape, st)))
 
 
 def gather(x, indices, axes, out_shape):
     """x[..., indices at `axes`, ...] into a new row-major array (integer-tensor indexing)."""
-    out = memory.empty(out_shape, x.dtype)
+    out = arrays.empty(out_shape, x.dtype)
     n = out.size
     if n:
-        idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(x.shape, memory.strides_of(x), indices, axes,
+        idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(x.shape, arrays.strides_of(x), indices, axes,
                                                                   out_shape)
-        xs, _ = memory.span(x, _bits(x.dtype))
+        xs, _ = arrays.span(x, _bits(x.dtype))
         blocks, threads = launch_config(n)
-        o, _ = memory.span(out, _bits(x.dtype))
-        _gather[blocks, threads](o, xs, idx, oshape, xmap, bmap, bsize, sizes, xstr, memory.error_flag(), n)
+        o, _ = arrays.span(out, _bits(x.dtype))
+        _gather[blocks, threads](o, xs, idx, oshape, xmap, bmap, bsize, sizes, xstr, arrays.error_flag(), n)
     return out
 
 
@@ -189,19 +189,19 @@ def scatter_add(g, indices, axes, shape):
     n = g.size
     if n:
         if g.dtype == np.float16:        # atomic adds in float32, each sum rounded to float16 once
-            wide = scatter_add(copy_strided(g, memory.empty(g.shape, np.float32)), indices, axes, shape)
+            wide = scatter_add(copy_strided(g, arrays.empty(g.shape, np.float32)), indices, axes, shape)
             return copy_strided(wide, out)
         if g.dtype == np.bool_:
             raise NotImplementedError(f"index_add (the gradient of integer-tensor indexing) of {g.dtype} on "
                                       f"cuda:0 has no device kernel; use an integer or float dtype, or .cpu()")
-        if not memory.row_major(g):
-            g = memory.contiguous(g)
-        idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(shape, memory.strides_of(out), indices, axes,
+        if not arrays.row_major(g):
+            g = contiguous(g)
+        idx, oshape, xmap, bmap, bsize, sizes, xstr = _index_plan(shape, arrays.strides_of(out), indices, axes,
                                                                   g.shape)
         blocks, threads = launch_config(n)
-        o, _ = memory.span(out)
-        gs, _ = memory.span(_as_nd(g))
-        _scatter_add[blocks, threads](o, gs, idx, oshape, xmap, bmap, bsize, sizes, xstr, memory.error_flag(), n)
+        o, _ = arrays.span(out)
+        gs, _ = arrays.span(_as_nd(g))
+        _scatter_add[blocks, threads](o, gs, idx, oshape, xmap, bmap, bsize, sizes, xstr, arrays.error_flag(), n)
     return out
 
 
@@ -258,12 +258,12 @@ def random(name, shape, dtype, key):
     None for another name."""
     if name != "rand" and name != "randn":
         return None
-    out = memory.empty(shape, dtype)
+    out = arrays.empty(shape, dtype)
     n = out.size
     if n:
         k1, k2 = int(key) & MASK32, (int(key) >> 32) & MASK32
         blocks, threads = launch_config(n)
-        o, _ = memory.span(out)
+        o, _ = arrays.span(out)
         if name == "rand":
             _rand[blocks, threads](o, k1, k2, np.dtype(dtype) == np.float32, n)
         else:
@@ -282,7 +282,7 @@ def _arange(out, start, step, n):
 def arange(n, start, step, dtype, exact_int):
     """start, start + step, ... (n values) as `dtype`: in int64 when start and step are integers (exact),
     else in float64 (as the cpu's arange), then stored as dtype."""
-    out = memory.empty((n,), dtype)
+    out = arrays.empty((n,), dtype)
     if n:
         blocks, threads = launch_config(n)
         start, step = (int(start), int(step)) if exact_int else (float(start), float(step))
@@ -305,10 +305,17 @@ def put(x, pos, v):
     a position given twice takes one of its values, as PyTorch's index_put_ on CUDA)."""
     n = pos.size
     if n:
-        pos, v, x = memory.contiguous(pos) if not memory.row_major(pos) else pos, _as_nd(v), _as_nd(x)
-        ps, _ = memory.span(_as_nd(pos))
-        xs, xst = memory.span(x, _bits(x.dtype))
-        vs, vst = memory.span(v, _bits(v.dtype))
+        pos, v, x = contiguous(pos) if not arrays.row_major(pos) else pos, _as_nd(v), _as_nd(x)
+        ps, _ = arrays.span(_as_nd(pos))
+        xs, xst = arrays.span(x, _bits(x.dtype))
+        vs, vst = arrays.span(v, _bits(v.dtype))
         blocks, threads = launch_config(n)
         _put[blocks, threads](xs, tuple(x.shape), xst, ps, vs, tuple(v.shape), vst, n)
     return x
+
+
+def contiguous(arr):
+    """A row-major copy of the device array arr, made on the device."""
+    out = arrays.empty(arr.shape, arr.dtype)
+    copy_strided(arr, out)
+    return out

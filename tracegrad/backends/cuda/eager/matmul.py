@@ -22,7 +22,8 @@ import warnings
 import numpy as np
 from numba import cuda
 
-from .. import memory, simulated
+from .. import memory
+from ..gpu import simulated
 
 TILE = 16
 
