@@ -2,9 +2,9 @@
 primitive), trace and frac, as PyTorch's; composites, so differentiable and compiled."""
 import warnings
 
-from .broadcast import broadcast_shapes
-from .ops import _norm_axis, bind
-from .tensor.dispatch import _named
+from ..broadcast import broadcast_shapes
+from ..ops import _norm_axis, bind
+from ..tensor.dispatch import _named
 
 
 def cross(a, b, dim=None):

@@ -4,11 +4,11 @@ import math
 
 import numpy as np
 
-from . import dtypes as D
-from .composites import softmax
-from .tensor.base import TraceError
-from .tensor.factories import arange, ones, rand
-from .tensor.functions import where
+from .. import dtypes as D
+from ..tensor.base import TraceError
+from ..tensor.factories import arange, ones, rand
+from ..tensor.functions import where
+from .reductions import softmax
 
 
 def one_hot(x, num_classes=-1):

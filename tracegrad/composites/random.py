@@ -3,11 +3,11 @@ tracegrad's generator (tg.manual_seed). Each is built on the `rand`/`randn` prim
 in compiled code too (a fresh draw at every call)."""
 import numpy as np
 
-from . import dtypes as D
-from .composites_sort import argsort
-from .tensor.base import TraceError
-from .tensor.factories import rand, randn
-from .tensor.functions import where
+from .. import dtypes as D
+from ..tensor.base import TraceError
+from ..tensor.factories import rand, randn
+from ..tensor.functions import where
+from .sort import argsort
 
 
 def _float(x, name):

@@ -7,13 +7,13 @@ Ties keep their order (a stable sort, ascending or descending); PyTorch's unstab
 order the indices of equal elements differently, its values are the same. NaN is the largest."""
 import numpy as np
 
-from . import dtypes as D
-from . import return_types
-from .composites import _along
-from .ops import _norm_axis, bind
-from .tensor.base import TraceError
-from .tensor.dispatch import _named
-from .tensor.factories import tensor
+from .. import dtypes as D
+from .. import return_types
+from ..ops import _norm_axis, bind
+from ..tensor.base import TraceError
+from ..tensor.dispatch import _named
+from ..tensor.factories import tensor
+from .gather import _along
 
 
 def _axis(x, dim):

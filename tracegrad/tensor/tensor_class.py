@@ -3,7 +3,7 @@
 in reduce_methods.py, the everyday named methods in named_methods.py.
 
 Where a new method goes: a primitive's method calls `dispatch(_P[name], ...)` in the section of its
-kind below; a composite is a function in tracegrad/composites.py with a one-line method here; a
+kind below; a composite is a function in tracegrad/composites/ with a one-line method here; a
 new in-place method is a one-line `inplace(self, ...)` call in the "in place" section.
 """
 import math
