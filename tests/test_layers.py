@@ -14,8 +14,8 @@ LAYERS = [
     ("core", ["core", "generator"]),
     ("ops", ["ops", "ops."]),
     # device memory and the eager device kernels that eager tensors hold and call (no compiler)
-    ("device arrays", ["backends", "backends.mps", "backends.cuda", "backends.cuda.gpu", "backends.cuda.arrays", "backends.cuda.memory",
-                       "backends.cuda.allocator", "backends.cuda.eager", "backends.cuda.eager.kernels",
+    ("device arrays", ["backends", "backends.mps", "backends.cuda", "backends.cuda.gpu", "backends.cuda.arrays",
+                       "backends.cuda.memory", "backends.cuda.allocator", "backends.cuda.eager", "backends.cuda.eager.kernels",
                        "backends.cuda.eager.matmul", "backends.cuda.eager.argreduce",
                        "backends.cuda.eager.rounding", "backends.cuda.eager.blockscan", "backends.cuda.info"]),
     ("autograd", ["autograd", "forward"]),
@@ -23,8 +23,8 @@ LAYERS = [
                        "tensor.inplace", "tensor.direct", "tensor.typed"]),
     ("composites", ["composites", "composites.", "convolution", "pooling", "resample"]),
     ("tensor class", ["tensor.reduce_methods", "tensor.named_methods", "tensor.declared", "tensor.tensor_class",
-                      "tensor", "function_forms", "custom_function", "functional", "trace", "torch_format",
-                      "serialization"]),
+                      "tensor", "function_forms", "custom_function", "functional", "trace", "frozen_draws",
+                      "torch_format", "serialization"]),
     ("ir", ["ir", "ir."]),
     ("viz", ["viz", "viz."]),           # draws eager graphs and the IR; jit's introspection uses it
     ("lowering", ["codegen", "codegen."]),
