@@ -74,14 +74,14 @@ def eager_primitives():
 
 def split_reductions():
     """Reductions with too few tiles to fill the GPU: split over blocks, then joined."""
-    saved = lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS
-    lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = 1, 4, 32
+    saved = plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS
+    plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS = 1, 4, 32
     try:
         for dtype in ("float32", "float64", "int64"):
             x = tg.tensor(sample(dtype, (2, 70)), device="cuda")
             x.sum(1), x.sum(), x.amax(0)
     finally:
-        lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = saved
+        plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS = saved
 
 
 def eager_library():
@@ -163,12 +163,12 @@ def float16_compiled():
         return (F.layer_norm(x, (40,), w, b) * F.softmax(x, -1)).sum(0) + F.gelu(x * w).amax(0)
     tg.compile(layer)(x, w, b).sum().backward()
     tg.compile(lambda x, w: ((x.float() * w.float()).tanh().sum(0)).half() * w)(x.detach(), w.detach())
-    saved = lower.MIN_SLICE, lower.FILL_BLOCKS
-    lower.MIN_SLICE, lower.FILL_BLOCKS = 1, 4
+    saved = plan.MIN_SLICE, plan.FILL_BLOCKS
+    plan.MIN_SLICE, plan.FILL_BLOCKS = 1, 4
     try:
         tg.compile(lambda x: (x * x).sum(0) + x.amin(1).sum())(tg.tensor(sample("float16", (70, 2)), device="cuda"))
     finally:
-        lower.MIN_SLICE, lower.FILL_BLOCKS = saved
+        plan.MIN_SLICE, plan.FILL_BLOCKS = saved
 
 
 if __name__ == "__main__":

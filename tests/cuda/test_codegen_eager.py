@@ -131,11 +131,11 @@ def test_primitives_the_lowering_does_not_cover_name_op_dtype_and_device():
 def test_reductions_split_across_blocks(monkeypatch):
     """A reduction with too few tiles to fill the GPU splits its reduced elements over blocks and
     joins the partials in a second launch (forced here on small shapes)."""
-    from tracegrad.backends.cuda import lower
+    from tracegrad.backends.cuda import plan
     from tracegrad.backends.cuda.emit import eager
-    monkeypatch.setattr(lower, "MIN_SLICE", 1)
-    monkeypatch.setattr(lower, "FILL_BLOCKS", 4)
-    monkeypatch.setattr(eager, "THREADS", 32)
+    monkeypatch.setattr(plan, "MIN_SLICE", 1)
+    monkeypatch.setattr(plan, "FILL_BLOCKS", 4)
+    monkeypatch.setattr(plan, "EAGER_THREADS", 32)
     joins, join = [], eager.reduction_join
     monkeypatch.setattr(eager, "reduction_join", lambda *a: joins.append(a) or join(*a))
     x = np.random.default_rng(2).standard_normal((70, 3)).astype(np.float32)

@@ -10,13 +10,13 @@ This package re-exports the families' names (`composites.softmax`).
 
 Tensor methods (`x.softmax(1)`) and tg.nn.functional call these. Each labels its result with the
 name PyTorch gives the whole operation's backward node (`grad_fn=<SoftmaxBackward>`)."""
-from .reductions import (cumsum, extreme_along, isfinite, isinf, isnan, log_softmax, logsumexp, norm, round_,
-                         softmax, std, var)  # noqa: F401
-from .views import (chunk, flip, index_select, masked_fill, narrow, repeat, repeat_interleave, roll, split,
-                    tril, triu, unbind)  # noqa: F401
-from .activations import (cosine_similarity, elu, erf, expm1, gelu, layer_norm, leaky_relu, log1p, normalize,
-                          silu, softplus)  # noqa: F401
-from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,
-                     kl_div, l1_loss, legacy_reduction, mse_loss, nll_loss, smooth_l1_loss)  # noqa: F401
+from .reductions import (cumsum, extreme_along, isfinite, isinf, isnan, log_softmax, logsumexp, norm,  # noqa: F401
+                         round_, softmax, std, var)
+from .views import (chunk, flip, index_select, masked_fill, narrow, repeat, repeat_interleave, roll, split,  # noqa: F401
+                    tril, triu, unbind)
+from .activations import (cosine_similarity, elu, erf, expm1, gelu, layer_norm, leaky_relu, log1p,  # noqa: F401
+                          normalize, silu, softplus)
+from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, huber_loss,  # noqa: F401
+                     kl_div, l1_loss, legacy_reduction, mse_loss, nll_loss, smooth_l1_loss)
 from .gather import embedding, gather, take_along_dim  # noqa: F401
 from .products import addmm, einsum, lerp, outer  # noqa: F401

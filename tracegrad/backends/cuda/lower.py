@@ -1,5 +1,6 @@
-"""Kernels of the kernel IR (ir/kernels.py) to numba.cuda launches: which skeleton (skeletons.py)
-each kernel takes, its launch geometry, and the flat-buffer layout of compiled programs.
+"""The launches plan.py chose, emitted: each Launch's strategy -> the numba.cuda function its
+skeleton (emit/skeletons.py) writes and the CudaKernel that launches it with the planned geometry;
+and the flat-buffer layout of compiled programs. Nothing here chooses.
 
 In a compiled program every buffer is one contiguous device array, passed flat; a Load reads it at
 offset + sum(i_d * strides[d]) with shapes, strides and offsets as constants (the kernel is
@@ -10,32 +11,11 @@ import math
 
 from ...ir.kernels import loads
 from ...strides import contiguous_strides
-from ...ir.passes.schedule import choose, memory_order, unit_axis
 from . import compile as build
 from .emit.expr import Lines
-from .emit.reduce import acc_dtype, join_of
-from .emit.skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body, vector_width
-
-MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
-ROW_THREADS = 256      # threads per block walking one row
-TILE_THREADS = 1024    # most threads of a block of a tiled reduction
-MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
-PER_THREAD = 8         # reduced elements per thread a reduction's block is sized for (fewer threads on short rows)
-WARP_ROWS = 8          # rows a block takes at once when each row needs a warp only
-ROW_CACHE_BYTES = 32768  # shared memory a row kernel keeps inputs in that several of its phases read
-FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
-MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
-MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
-
-
-def pow2(n):
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def warps(n, most):
-    """Threads for n parallel items: a multiple of 32, at most `most`."""
-    return min(most, max(32, -(-int(n) // 32) * 32))
-
+from .emit.reduce import acc_dtype
+from .emit.skeletons import across_body, combine_body, map_body, rows_body, tiles_body, vector_map_body
+from .plan import MAX_GRID, Across, Map, Persistent, Rows, Tiled, plan
 
 def linear(idx, strides, offset=0):
     """Source text of offset + sum(idx[d] * strides[d])."""
@@ -134,28 +114,9 @@ def compile_kernels(kernels, name="forward"):
 
 
 def lower_kernel(kernel, name):
-    """The CudaKernels computing one loop or reduce_acc kernel (none when it writes no element; a
-    reduction over no elements writes its identity)."""
-    if all(0 in v.shape for v in kernel.outputs):
-        return []
-    if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
-        maxima, rest = kernel.online_apart()          # the maxima, then the sums that read them
-        return lower_kernel(maxima, name) + lower_kernel(rest, f"{name}_sums")
-    if kernel.kind == "loop" and kernel.accumulated():
-        fused = _persistent(kernel, name)
-        if fused is not None:
-            return fused
-        rows, sums = kernel.apart()                      # a row kernel's sums over its rows: a launch after
-        rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk
-        return lower_kernel(rows, name) + lower_kernel(sums, f"{name}_sums")
-    if kernel.kind == "reduce_acc":
-        return _tiled(kernel, name)
-    if all(ph.kind == "map" for ph in kernel.phases):
-        return [_map(kernel, name)]
-    sch = kernel.schedule
-    if sch is not None and sch.across is not None:
-        return [_rows(kernel, name, across=sch.across)]
-    return [_rows(kernel, name)]
+    """The CudaKernels computing one loop or reduce_acc kernel: plan.py's launches, emitted."""
+    return [k for launch in plan(kernel, name) for k in _EMIT[type(launch.strategy)](launch.kernel, launch.name,
+                                                                                   launch.strategy)]
 
 
 def _buffers(kernel, phases):
@@ -180,144 +141,69 @@ def _source(name, kernel, phases, emit, extra=()):
     return head + src.text(), bufs
 
 
-def element_order(kernel):
-    """The axes a map kernel walks, outermost first: its schedule's element loops, else natural."""
-    if kernel.schedule is None:
-        return list(range(len(kernel.shape)))
-    order = []
-    for d, _ in kernel.schedule.levels:
-        if d not in order:
-            order.append(d)
-    return order
-
-
-def _map(kernel, name):
-    n = math.prod(kernel.shape)
-    width = vector_width(Flat(kernel.shape, {}), kernel.phases, n)
-    threads = warps(-(-n // width), MAP_THREADS)
-    if width > 1:
+def _map(kernel, name, st):
+    order = list(st.order)
+    if st.width > 1:
         body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: vector_map_body(
-            src, lay, kernel.phases, element_order(kernel), threads, width))
+            src, lay, kernel.phases, order, st.threads, st.width))
     else:
         body, bufs = _source(name, kernel, kernel.phases,
-                             lambda src, lay: map_body(src, lay, kernel.phases, element_order(kernel), threads))
-    return CudaKernel(name, body, bufs, min(-(-n // (threads * width)), MAX_GRID), threads)
+                             lambda src, lay: map_body(src, lay, kernel.phases, order, st.threads))
+    return [CudaKernel(name, body, bufs, st.grid, st.threads)]
 
 
-def _rows(kernel, name, across=None):
-    k, shape = kernel.split, kernel.shape
-    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
-    if across is not None:
-        threads = warps(nrows, MAP_THREADS)
-        body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: across_body(
-            src, lay, kernel.phases, k, len(shape), across, threads))
-        return CudaKernel(name, body, bufs, min(-(-nrows // threads), MAX_GRID), threads)
-    threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
-    per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
+def _across(kernel, name, st):
+    body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: across_body(
+        src, lay, kernel.phases, kernel.split, len(kernel.shape), st.across, st.threads))
+    return [CudaKernel(name, body, bufs, st.grid, st.threads)]
+
+
+def _rows(kernel, name, st):
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
-        src, lay, kernel.phases, k, len(shape), threads * per_block, per_block, ROW_CACHE_BYTES))
-    return CudaKernel(name, body, bufs, min(-(-nrows // per_block), MAX_GRID), threads * per_block)
+        src, lay, kernel.phases, kernel.split, len(kernel.shape), st.threads, st.per_block, st.cache_bytes))
+    return [CudaKernel(name, body, bufs, st.grid, st.threads)]
 
 
-def _persistent(kernel, name):
-    """A row kernel with sums over all its rows (a layer norm's loss, its backward's dW and db) as
-    persistent row kernel, FILL_BLOCKS blocks taking the rows in turn, each adding its rows into
-    accumulators of its own and writing its partial sums; a join launch per set of kept axes adds
-    the blocks' partials (no second pass over the rows). None where the sums are not float sums that
-    keep all the row's axes or none, or the kernel walks columns (schedule.across)."""
+def _persistent(kernel, name, st):
+    """The row kernel, its blocks adding their rows' sums into partials of their own; a join launch
+    per group adds the blocks' partials."""
     k, shape = kernel.split, kernel.shape
-    if kernel.schedule is not None and kernel.schedule.across is not None:
-        return None
-    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
-    inner, groups = set(range(k, len(shape))), {}
-    for ph in kernel.accumulated():
-        kept = inner - set(ph.axes)
-        if join_of(ph.lower) != "+" or ph.outputs[0][0].dtype.name not in ("float16", "float32", "float64") \
-                or kept not in (set(), inner) or len(ph.outputs) != 1:
-            return None
-        groups.setdefault(bool(kept), []).append(ph)
-    threads = min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
-    nblocks = min(nrows, FILL_BLOCKS)
+    ninner = math.prod(shape[k:])
     acc = kernel.accumulated()
     parts = {id(ph): f"p{j}" for j, ph in enumerate(acc)}
-    persist = {id(ph): (parts[id(ph)], bool(inner - set(ph.axes))) for ph in acc}
-    scratch = Scratch([(nblocks * (ninner if persist[id(ph)][1] else 1),
+    persist = {id(ph): (parts[id(ph)], bool(set(range(k, len(shape))) - set(ph.axes))) for ph in acc}
+    scratch = Scratch([(st.blocks * (ninner if persist[id(ph)][1] else 1),
                         acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in acc])
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
-        src, lay, kernel.phases, k, len(shape), threads, 1, ROW_CACHE_BYTES, persist), list(parts.values()))
-    out = [CudaKernel(name, body, bufs, nblocks, threads, scratch)]
-    for g, (kept, reduces) in enumerate(groups.items()):
+        src, lay, kernel.phases, k, len(shape), st.threads, 1, st.cache_bytes, persist), list(parts.values()))
+    out = [CudaKernel(name, body, bufs, st.blocks, st.threads, scratch)]
+    for g, ((kept, reduces), jt) in enumerate(zip(st.groups, st.join_threads)):
         nkept = ninner if kept else 1
-        jt = warps(nkept, MAP_THREADS)
-        label = f"{name}_join" if len(groups) == 1 else f"{name}_join{g}"
-        body2, bufs2 = _source(label, kernel, reduces, lambda src, lay: combine_body(
-            src, lay, reduces, sorted(inner) if kept else [], nblocks, [parts[id(ph)] for ph in reduces], jt),
-            list(parts.values()))
+        label = f"{name}_join" if len(st.groups) == 1 else f"{name}_join{g}"
+        body2, bufs2 = _source(label, kernel, list(reduces), lambda src, lay: combine_body(
+            src, lay, list(reduces), list(range(k, len(shape))) if kept else [], st.blocks,
+            [parts[id(ph)] for ph in reduces], jt), list(parts.values()))
         out.append(CudaKernel(label, body2, bufs2, min(-(-nkept // jt), MAX_GRID), jt, scratch))
     return out
 
 
-def _tiled(kernel, name):
-    """A reduce_acc kernel: launches for each distinct set of reduced axes (the map phases ride with
-    the first), none for reductions into empty outputs (their space is empty: so are the maps)."""
-    groups = {}
-    for ph in kernel.phases:
-        if ph.kind == "reduce" and not all(0 in v.shape for v, _ in ph.outputs):
-            groups.setdefault(tuple(sorted(ph.axes)), []).append(ph)
-    maps = [ph for ph in kernel.phases if ph.kind == "map"]
-    out = []
-    for g, (axes, reduces) in enumerate(groups.items()):
-        label = name if len(groups) == 1 else f"{name}_{g}"
-        out += tiled_launches(kernel, label, reduces, maps if g == 0 else [])
-    return out
-
-
-def tile_geometry(shape, axes, strides):
-    """(kept axes, reduced axes, BX, BY) of a tiled reduction over `axes` of a space of `shape`
-    whose largest operand has `strides`: each axis list in memory order (fastest last); BX > 1
-    when the unit-stride axis is kept (a tile of BX kept elements read side by side)."""
-    order = memory_order(shape, strides) if strides is not None else list(range(len(shape)))
-    kept = [d for d in order if d not in axes]
-    reduced = [d for d in order if d in axes]
-    nkept = math.prod(shape[d] for d in kept)
-    nred = math.prod(shape[d] for d in reduced)
-    u = unit_axis(shape, strides) if strides is not None else (len(shape) - 1 if shape else None)
-    if u is not None and u not in axes and nkept > 1:
-        bx = min(32, pow2(nkept))
-        return kept, reduced, bx, min(TILE_THREADS // bx, pow2(-(-nred // PER_THREAD)))
-    most = TILE_THREADS if nkept < 64 else ROW_THREADS
-    return kept, reduced, 1, min(most, max(32, pow2(-(-nred // PER_THREAD))))
-
-
-def slices_of(ntiles, nred, by):
-    """How many slices a tiled reduction splits its reduced elements into (1: none): enough blocks
-    to fill the GPU (FILL_BLOCKS), each thread still adding MIN_SLICE elements at least."""
-    want = min(-(-FILL_BLOCKS // ntiles), nred // (by * MIN_SLICE), MAX_SLICES)
-    if want < 2:
-        return 1, nred
-    chunk = -(-nred // want)
-    return -(-nred // chunk), chunk
-
-
-def tiled_launches(kernel, name, reduces, maps):
-    shape, axes = kernel.shape, set(reduces[0].axes)
-    reads = [ld for ph in reduces + maps for _, t in ph.outputs for ld in loads(t)]
-    big = max(reads, key=lambda ld: math.prod(ld.buf.shape) * ld.buf.dtype.itemsize, default=None)
-    kept, reduced, bx, by = tile_geometry(shape, axes, big.strides if big is not None else None)
-    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
-    ntiles = min(-(-nkept // bx), MAX_GRID)
-    slices, chunk = slices_of(ntiles, nred, by)
-    if slices == 1:
+def _tiled(kernel, name, st):
+    reduces, maps, kept, reduced = list(st.reduces), list(st.maps), list(st.kept), list(st.reduced)
+    if st.slices == 1:
         body, bufs = _source(name, kernel, maps + reduces,
-                             lambda src, lay: tiles_body(src, lay, reduces, maps, kept, reduced, bx, by))
-        return [CudaKernel(name, body, bufs, ntiles, bx * by)]
+                             lambda src, lay: tiles_body(src, lay, reduces, maps, kept, reduced, st.bx, st.by))
+        return [CudaKernel(name, body, bufs, st.ntiles, st.bx * st.by)]
+    nkept = math.prod(kernel.shape[d] for d in kept)
     parts = [f"p{j}" for j in range(len(reduces))]
-    scratch = Scratch([(slices * nkept, acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in reduces])
+    scratch = Scratch([(st.slices * nkept, acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in reduces])
     body, bufs = _source(name, kernel, maps + reduces, lambda src, lay: tiles_body(
-        src, lay, reduces, maps, kept, reduced, bx, by, (slices, chunk, parts)), parts)
-    threads = warps(nkept, MAP_THREADS)
+        src, lay, reduces, maps, kept, reduced, st.bx, st.by, (st.slices, st.chunk, parts)), parts)
     body2, bufs2 = _source(name + "_join", kernel, reduces, lambda src, lay: combine_body(
-        src, lay, reduces, kept, slices, parts, threads), parts)
+        src, lay, reduces, kept, st.slices, parts, st.join_threads), parts)
     # the second launch takes the buffers of the first's reductions (it reads only the partials)
-    return [CudaKernel(name, body, bufs, (ntiles, slices), bx * by, scratch),
-            CudaKernel(name + "_join", body2, bufs2, min(-(-nkept // threads), MAX_GRID), threads, scratch)]
+    return [CudaKernel(name, body, bufs, (st.ntiles, st.slices), st.bx * st.by, scratch),
+            CudaKernel(name + "_join", body2, bufs2, min(-(-nkept // st.join_threads), MAX_GRID), st.join_threads,
+                       scratch)]
+
+
+_EMIT = {Map: _map, Across: _across, Rows: _rows, Persistent: _persistent, Tiled: _tiled}

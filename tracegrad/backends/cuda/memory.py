@@ -9,10 +9,10 @@ import contextlib
 
 import numpy as np
 
-from .arrays import (error_flag, check_device_errors, copy_on_device, is_device_array,
-                    as_device_array, empty, maker, empty_cache, memory_stats, memory_allocated,
-                    memory_reserved, max_memory_allocated, reset_peak_memory_stats, strides_of,
-                    row_major, view, span, data_ptr, storage_offset, may_share_memory)  # noqa: F401
+from .arrays import (error_flag, check_device_errors, copy_on_device, is_device_array, as_device_array,  # noqa: F401
+                     empty, maker, empty_cache, memory_stats, memory_allocated, memory_reserved,
+                     max_memory_allocated, reset_peak_memory_stats, strides_of, row_major, view, span,
+                     data_ptr, storage_offset, may_share_memory)
 from .arrays import _cuda
 from .eager.kernels import contiguous  # noqa: F401  (memory.contiguous, as the other array functions)
 from .gpu import require, simulated

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..emit import eager
 from ..emit.expr import held
-from ..lower import slices_of
+from .. import plan
 from ..emit.reduce import acc_dtype
 from ....strides import contiguous_strides
 from ....ops import PRIMS
@@ -64,8 +64,8 @@ def _elementwise(p, arrays, shape, in_dtypes, out_dtype):
         return out
     rank = max(len(shape), 1)
     kernel, _ = eager.elementwise(p.name, p.lower, in_dtypes, out_dtype.name, rank)
-    threads = eager.block_threads(n)
-    kernel[eager.grid(n, threads), threads](_as_shape(out, shape), *[_as_shape(a, shape) for a in arrays])
+    threads = plan.eager_threads(n)
+    kernel[plan.eager_grid(n, threads), threads](_as_shape(out, shape), *[_as_shape(a, shape) for a in arrays])
     return out
 
 
@@ -78,13 +78,13 @@ def _reduction(p, x, attrs, shape, out_dtype):
         x, axes = _as_shape(x, (1,)), (0,)
     keep = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
     out = memory.empty(keep, out_dtype)
-    kept, reduced, bx, by = eager.reduction_geometry(x.shape, memory.strides_of(x), axes)
+    kept, reduced, bx, by = plan.eager_reduction(x.shape, memory.strides_of(x), axes)
     nkept = math.prod(keep)
     if nkept:
         cast = PRIMS["cast"].lower if np.dtype(x.dtype) != out_dtype else None
         key = (p.name, p.lower, np.dtype(x.dtype).name, out_dtype.name, nd, kept, reduced)
-        tiles = eager.grid(nkept, bx)
-        slices, chunk = slices_of(tiles, math.prod(x.shape[d] for d in reduced), by)
+        tiles = plan.eager_grid(nkept, bx)
+        slices, chunk = plan.slices_of(tiles, math.prod(x.shape[d] for d in reduced), by)
         if slices == 1:
             kernel, _ = eager.reduction(*key, bx, by, cast)
             kernel[tiles, bx * by](out, x)
@@ -93,6 +93,6 @@ def _reduction(p, x, attrs, shape, out_dtype):
             kernel, _ = eager.reduction(*key, bx, by, cast, True)
             kernel[(tiles, slices), bx * by](out, x, partials, chunk)
             join, _ = eager.reduction_join(*key, cast)
-            threads = eager.block_threads(nkept)
-            join[eager.grid(nkept, threads), threads](out, x, partials, slices)
+            threads = plan.eager_threads(nkept)
+            join[plan.eager_grid(nkept, threads), threads](out, x, partials, slices)
     return memory.view(out, shape, contiguous_strides(shape)) if keep != shape else out

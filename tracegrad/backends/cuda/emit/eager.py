@@ -7,16 +7,12 @@ Arrays are indexed as N-d arrays (numba applies their strides; a broadcast opera
 stride 0); the iteration space is the output's (elementwise) or the input's (reductions).
 """
 import functools
-import math
 
 from ....ir.kernels import Load, Op
 from .. import compile as build
 from .expr import Lines
-from ..lower import MAX_GRID, PER_THREAD, pow2, warps
 from .skeletons import combine_body, map_body, tiles_body
 
-THREADS = 256          # threads per block of an eager kernel
-TILE_X = 32            # kept elements side by side when a reduction keeps the unit-stride axis
 
 
 class _Buf:
@@ -74,7 +70,7 @@ def _function(name, args, layout, emit):
 @functools.lru_cache(maxsize=None)
 def elementwise(op, lower, in_dtypes, out_dtype, ndim):
     """(dispatcher, source) of `out[...] = lower(a, b, c)` over arrays of rank ndim (>= 1): launch
-    as `k[grid(n, threads), threads](out, *inputs)` with threads = block_threads(n)."""
+    as `k[grid, threads](out, *inputs)` (plan.eager_grid, plan.eager_threads)."""
     ins = [_Buf(f"a{j}", d, ndim) for j, d in enumerate(in_dtypes)]
     out = _Buf("out", out_dtype, ndim)
     tree = Op(op, [Load(b, (0,) * ndim) for b in ins], out.dtype, lower, None)
@@ -85,21 +81,12 @@ def elementwise(op, lower, in_dtypes, out_dtype, ndim):
     return build.kernel(body, name), body
 
 
-def grid(n, threads=THREADS):
-    return max(1, min(-(-n // threads), MAX_GRID))
-
-
-def block_threads(n):
-    """Threads per block of an elementwise kernel over n elements."""
-    return warps(n, THREADS)
-
-
 @functools.lru_cache(maxsize=None)
 def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, by, cast_lower=None, split=False):
     """(dispatcher, source) reducing an array x of rank ndim over the axes `reduced` into `out` (the
-    same rank, reduced axes of size 1): `k[grid(nkept, bx), bx * by](out, x)`. `kept`/`reduced`
+    same rank, reduced axes of size 1): `k[blocks, bx * by](out, x)`. `kept`/`reduced`
     list the axes in memory order (fastest last); bx kept elements side by side, by threads
-    splitting each one's reduced elements (reduction_geometry). An input of another dtype than
+    splitting each one's reduced elements (plan.eager_reduction). An input of another dtype than
     the result is converted with `cast_lower` first (sum of bools). split: the grid's y blocks
     take `chunk` reduced elements each and write partials: `k[(tiles, slices), bx * by](out, x,
     partials, chunk)`, then `reduction_join`'s kernel finishes."""
@@ -114,7 +101,7 @@ def reduction(op, lower, in_dtype, out_dtype, ndim, kept, reduced, bx, by, cast_
 
 @functools.lru_cache(maxsize=None)
 def reduction_join(op, lower, in_dtype, out_dtype, ndim, kept, reduced, cast_lower=None):
-    """(dispatcher, source) of a split reduction's second launch: `k[grid(nkept, t), t](out, x,
+    """(dispatcher, source) of a split reduction's second launch: `k[blocks, t](out, x,
     partials, slices)` (x gives the shape only)."""
     ph, lay = _reduce_phase(op, lower, in_dtype, out_dtype, ndim, reduced, cast_lower)
     name = f"eager_{op}_{in_dtype}_{ndim}d_r{''.join(map(str, reduced))}_k{''.join(map(str, kept))}_join"
@@ -129,20 +116,3 @@ def _reduce_phase(op, lower, in_dtype, out_dtype, ndim, reduced, cast_lower):
     if in_dtype != out_dtype:
         elem = Op("cast", [elem], out.dtype, cast_lower, None)
     return _Phase("reduce", [(out, elem)], lower, tuple(reduced)), NdArrays("x", ndim)
-
-
-def reduction_geometry(shape, strides, axes):
-    """(kept, reduced, bx, by) for reducing an array of `shape` and element `strides` over `axes`:
-    the axes in memory order (fastest last); TILE_X kept elements side by side when the unit-stride
-    axis is kept, else one per block; by: threads per kept element (powers of two, THREADS in all
-    at most, a warp at least when bx is 1: it combines with warp shuffles)."""
-    order = sorted(range(len(shape)), key=lambda d: (-abs(strides[d]) if shape[d] > 1 else 0, d))
-    kept = tuple(d for d in order if d not in axes)
-    reduced = tuple(d for d in order if d in axes)
-    live = [d for d in range(len(shape)) if shape[d] > 1 and strides[d]]
-    unit = min(live, key=lambda d: abs(strides[d])) if live else None
-    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
-    per = -(-nred // PER_THREAD)
-    if unit is not None and unit not in axes and nkept > 1:
-        return kept, reduced, TILE_X, min(THREADS // TILE_X, pow2(per))
-    return kept, reduced, 1, min(THREADS, max(32, pow2(per)))

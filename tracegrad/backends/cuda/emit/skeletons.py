@@ -180,25 +180,6 @@ def map_body(src, layout, phases, order, threads, declared=False):
         src.emit("i += step")
 
 
-def vector_width(layout, phases, n):
-    """Elements per vector access (4 of 4 bytes, 2 of 8: 16-byte loads) for a map kernel whose every
-    buffer is read and written element for element in one contiguous layout (or, for a read, at one
-    element: a broadcast scalar), all of one itemsize, over `n` elements a multiple of it; else 1."""
-    bufs, sizes = [], set()
-    for ph in phases:
-        for v, t in ph.outputs:
-            bufs.append(v)
-            for ld in loads(t):
-                if not (layout.same_element(ld, v) or not any(ld.strides)):
-                    return 1
-                bufs.append(ld.buf)
-    sizes = {b.dtype.itemsize for b in bufs}
-    if len(sizes) != 1 or sizes.pop() not in (4, 8) or any(b.dtype.name == "bool" for b in bufs):
-        return 1
-    width = 16 // bufs[0].dtype.itemsize
-    return width if n % width == 0 else 1
-
-
 def vector_map_body(src, layout, phases, order, threads, width):
     """map_body with `width` consecutive elements a thread, read and written by vector accesses
     (vector.py) when every buffer's address is aligned to 16 bytes (else map_body's loop)."""
