@@ -1,6 +1,6 @@
 """`tg.cuda`, as `torch.cuda`: the public face of the cuda backend, whose code lives in
 tracegrad/backends/cuda/ (gpu.py: whether a device is usable; memory.py: device memory and
-synchronization; info.py: backend_info; eager/: eager kernels; lower.py, emit/, program.py: the
+synchronization; info.py: backend_info; eager/: eager kernels; plan.py, lower.py, emit/, program.py: the
 compiler). numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work
 without it.
 """

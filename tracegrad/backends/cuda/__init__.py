@@ -8,9 +8,10 @@ re-exports arrays.py), eager/ (eager primitives on the device, by kind: kernels.
 scatter-add, fill, random; matmul.py cuBLAS or a tiled kernel; argreduce.py, rounding.py, blockscan.py),
 info.py (`backend_info()`).
 
-Above the IR (the compiler): lower.py (a fused kernel -> its launch shape and geometry), emit/ (the
-numba.cuda source of each shape), compile.py (compiled once, cached), program.py (a compiled
-program's kernels and buffers), run.py (what a compiled call does with device tensors), ptxcheck.py
-(the PTX check of recorded launches), and eager/generated.py with pointwise.py and scan.py (the eager
-elementwise, reduction and scan kernels the compiler generates; tracegrad/cuda hands them to eager/).
+Above the IR (the compiler): plan.py (each kernel -> launches: one strategy and its geometry each),
+lower.py (emits each strategy), emit/ (the numba.cuda source of each shape), compile.py (compiled
+once, cached), program.py (a compiled program's kernels and buffers), run.py (what a compiled call
+does with device tensors), ptxcheck.py (the PTX check of recorded launches), and eager/generated.py
+with pointwise.py and scan.py (the eager elementwise, reduction and scan kernels the compiler
+generates; tracegrad/cuda hands them to eager/).
 """

@@ -30,7 +30,7 @@ from ...scalar import FUNCS
 from ...codegen import cache
 from ...locks import lock
 
-HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/codegen/cuda)\n"
+HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/backends/cuda)\n"
           "import math\n"
           "from numba import cuda, float32, float64, int32, int64, boolean\n"
           "shfl_xor_sync = cuda.shfl_xor_sync\n")

@@ -15,7 +15,7 @@ test and still fail to compile on a GPU. This module closes that gap in two step
    Where ptxas is at hand, a kernel launched with more than 256 threads per block or using shared
    memory is also assembled, and its registers and static shared memory checked against the most
    threads per block it was launched with (a launch a real GPU refuses, the simulator runs); a
-   generated kernel with its register cap (codegen/cuda/compile.py's max_registers).
+   generated kernel with its register cap (backends/cuda/compile.py's max_registers).
 
 The whole cuda suite and examples/gpu_check.py (tests/test_cuda_ptx.py checks a smaller set):
 

@@ -1,6 +1,6 @@
 """Where a compiled signature runs: the device of its inputs decides the backend (cuda tensors:
 "cuda", else "llvm"); mixing devices is the SPEC's device error. For the cuda backend: the device
-operations the program runner (codegen/cuda/program.py) is handed, and what a call does with device
+operations the program runner (program.py) is handed, and what a call does with device
 arrays (number inputs kept on the device, copies that keep results apart from inputs)."""
 import numpy as np
 
@@ -36,7 +36,7 @@ def choose_backend(requested, name, order):
 
 
 def cuda_ops():
-    """The device operations of tracegrad.cuda, as codegen/cuda/program.py takes them."""
+    """The device operations of tracegrad.cuda, as program.py takes them."""
     from numba import cuda
 
     from .program import DeviceOps, wall_timer

@@ -1,5 +1,5 @@
 """Eager elementwise and reduction primitives on the device, from the primitives' scalar lowerings
-(the same translation the compiled CUDA path uses: codegen/cuda). One kernel per primitive, dtypes
+(the same translation the compiled CUDA path uses: emit/). One kernel per primitive, dtypes
 and rank (reductions: also per reduced axes and memory order), generated, compiled and cached once.
 
 Inputs are device arrays of any strides (views stay views; a broadcast operand is read through a
