@@ -15,8 +15,8 @@ LAYERS = [
     ("ops", ["ops", "ops."]),
     # device memory and the eager device kernels that eager tensors hold and call (no compiler)
     ("device arrays", ["backends", "backends.mps", "backends.cuda", "backends.cuda.gpu", "backends.cuda.arrays",
-                       "backends.cuda.memory", "backends.cuda.allocator", "backends.cuda.eager", "backends.cuda.eager.kernels",
-                       "backends.cuda.eager.matmul", "backends.cuda.eager.argreduce",
+                       "backends.cuda.memory", "backends.cuda.allocator", "backends.cuda.eager",
+                       "backends.cuda.eager.kernels", "backends.cuda.eager.matmul", "backends.cuda.eager.argreduce",
                        "backends.cuda.eager.rounding", "backends.cuda.eager.blockscan", "backends.cuda.info"]),
     ("autograd", ["autograd", "forward"]),
     ("eager tensors", ["tensor.base", "tensor.dispatch", "tensor.factories", "tensor.functions", "tensor.indexing",
@@ -27,8 +27,8 @@ LAYERS = [
                       "torch_format", "serialization"]),
     ("ir", ["ir", "ir."]),
     ("viz", ["viz", "viz."]),           # draws eager graphs and the IR; jit's introspection uses it
-    ("lowering", ["codegen", "codegen."]),
-    ("backends", ["backends.cuda.lower", "backends.cuda.compile", "backends.cuda.program", "backends.cuda.run",
+    ("lowering", ["codegen", "codegen.", "lowering", "lowering."]),
+    ("backends", ["backends.cpu", "backends.cpu.", "backends.cuda.lower", "backends.cuda.compile", "backends.cuda.program", "backends.cuda.run",
                   "backends.cuda.ptxcheck", "backends.cuda.plan", "backends.cuda.emit", "backends.cuda.emit.",
                   "backends.cuda.eager.pointwise", "backends.cuda.eager.scan", "backends.cuda.eager.generated"]),
     ("jit", ["jit", "jit."]),
