@@ -24,8 +24,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 
 import tracegrad as tg  # noqa: E402
 from tracegrad import scalar  # noqa: E402
-from tracegrad.backends.cuda import lower  # noqa: E402
-from tracegrad.backends.cuda.emit import eager  # noqa: E402
+from tracegrad.backends.cuda import plan  # noqa: E402
 from tracegrad.backends.cuda import memory  # noqa: E402
 from tracegrad.backends.cuda.eager import pointwise  # noqa: E402
 from tracegrad.ops import PRIMS  # noqa: E402

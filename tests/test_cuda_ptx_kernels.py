@@ -17,7 +17,7 @@ from tracegrad.backends.cuda import ptxcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
-COMPILE = ("import json, sys\nfrom tracegrad.cuda import ptxcheck\n"
+COMPILE = ("import json, sys\nfrom tracegrad.backends.cuda import ptxcheck\n"
            "recs = [json.loads(line) for line in open(sys.argv[1])]\n"
            "json.dump([dict(r, ptx=ptxcheck.compile_one(r['fn'], r['args'])) for r in recs], open(sys.argv[2], 'w'))\n")
 
