@@ -34,7 +34,7 @@ def cases():
     from numba.cuda.simulator import kernel as sim
 
     import tracegrad as tg
-    from .workloads import _chain, w5_inputs
+    from tracegrad.bench.workloads import _chain, w5_inputs
 
     launches = [0]
 
@@ -67,7 +67,7 @@ def cases():
 
 
 def main(argv):
-    from .load import Load
+    from tracegrad.bench.load import Load
     n = int(argv[0]) if argv else 5000
     table = cases()
     samples = {name: [] for name in table}

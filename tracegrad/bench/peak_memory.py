@@ -34,7 +34,7 @@ if __name__ == "__main__":
     import numpy as np
 
     import tracegrad as tg
-    from . import workloads
+    from tracegrad.bench import workloads
     tg.compile(lambda x: (x * 2.0).sum())(tg.from_numpy(np.ones(4, np.float32)))   # modules imported first
     M = 2 ** 20
     for wid in sys.argv[1:]:
