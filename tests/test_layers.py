@@ -179,3 +179,18 @@ def test_leaves_import_nothing_from_tracegrad():
     """Modules every layer may use: symexpr imports no tracegrad module, symint only symexpr."""
     assert imports("symexpr") == set()
     assert imports("symint") <= {"symexpr"}, imports("symint")
+
+
+def test_import_tracegrad_loads_neither_numba_cuda_nor_the_cuda_compiler():
+    """The cuda backend's lower layer is imported with tracegrad; numba.cuda and the compiler on first use."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, tracegrad\n"
+            "print(sorted(m for m in ('numba.cuda', 'tracegrad.backends.cuda.plan', 'tracegrad.backends.cuda.lower',"
+            " 'tracegrad.backends.cuda.eager.kernels') if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, env=dict(env, PYTHONPATH=str(ROOT.parent)),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[]", r.stdout

@@ -14,7 +14,6 @@ from .arrays import (error_flag, check_device_errors, copy_on_device, is_device_
                      max_memory_allocated, reset_peak_memory_stats, strides_of, row_major, view, span,
                      data_ptr, storage_offset, may_share_memory)
 from .arrays import _cuda
-from .eager.kernels import contiguous  # noqa: F401  (memory.contiguous, as the other array functions)
 from .gpu import require, simulated
 
 _STATS = {"to_device": 0, "to_host": 0, "bytes": 0}
@@ -121,3 +120,10 @@ def _to_device(host, dst):
     elif host.nbytes:
         from numba.cuda.cudadrv import driver
         driver.host_to_device(dst, host, host.nbytes)
+
+
+def contiguous(arr):
+    """A row-major copy of the device array arr, made on the device (eager/kernels.py's copy kernel:
+    numba.cuda is imported on first use, not with tracegrad)."""
+    from .eager.kernels import contiguous as copy
+    return copy(arr)
