@@ -6,11 +6,12 @@ from functools import partial
 from .. import logs
 from ..ir.passes.schedule import settle
 from .driver import (body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot, segment_function,
-                     step_function, table_size)
+                     sizes_slot, step_function, table_size)
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
 from .runtime import Program
+from .sizes import Symbols, driver_operand
 from .slots import per_graph
 from .stream import streamed
 
@@ -20,13 +21,13 @@ def build_programs(graphs, fused, inplace_pairs=None):
     engine. fused[g]: graph g's (kernels, aliases) as ir/passes/fusion.py's `fuse` returns them.
     inplace_pairs[g]: (output index, input index) pairs of graph g that may share memory (see
     slots.inplace_slots)."""
-    mb = ModuleBuilder()
+    mb = ModuleBuilder(Symbols(graphs))
     plans = per_graph(partial(_add_graph, mb), graphs, fused, inplace_pairs)
     text = mb.text()
     logs.lap("emit LLVM")
     engine = compile_module(text)
     logs.lap("LLVM", "object code from the disk cache" if engine.disk_hit else "optimized and compiled")
-    progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine) for p in plans]
+    progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine, mb.symbols.names) for p in plans]
     return progs, text, engine
 
 
@@ -44,18 +45,23 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     shared = {run[0]: run for run in groups(kernels, split, in_memory)}
     first = sorted(split + list(shared))            # each region's first kernel, in order
     size = table_size(len(slots), len(first))
+    sizes = sizes_slot(len(slots))
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
-            body, args = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
-            calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
+            body, args, sized = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
+            lines = []
+            hi = driver_operand(lines, c, k.parallel_extent(), mb.symbols.index, sizes)
+            calls[j] = body_call(c, body, args, hi=hi, sizes=sizes if sized else None, lines=lines)
             if j in split:          # a parallel region: an entry for the threads' chunks
                 name, regions[j] = f"{label}_k{j}", cut[j]
-                mb.function(entry_function(name, body, args))
+                regions[j].entry = name
+                mb.function(entry_function(name, body, args, sizes if sized else None))
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := gemm_plan(k)) is not None:
-            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
+            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0], mb.symbols.index,
+                                           sizes), plan
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))

@@ -30,8 +30,10 @@ import math
 from .. import scalar as S
 from ..scalar import head
 from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
+from ..symint import hint
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
+from .sizes import symbolic
 
 HOIST_BYTES = 1 << 16    # stack bytes of a kernel's per-column arrays
 HOIST_ROWS = 8           # rows a kernel needs before its per-column values are computed apart
@@ -77,7 +79,8 @@ def hoisted(kernel, k):
     inner = shape[k:]
     n = math.prod(inner)
     everywhere = k == len(shape)
-    if not k or (n < 2 and not everywhere) or math.prod(shape[:k]) < (2 if everywhere else HOIST_ROWS):
+    if not k or symbolic(inner) or (n < 2 and not everywhere) or \
+            math.prod(map(hint, shape[:k])) < (2 if everywhere else HOIST_ROWS):     # (stack arrays: sized)
         return kernel, []
     fixed = _fixed(kernel, k, {id(v) for ph in kernel.phases for v, _ in ph.outputs})
     strides = (0,) * k + contiguous_strides(inner)

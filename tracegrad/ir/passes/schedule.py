@@ -46,7 +46,8 @@ import math
 
 from ... import scalar as S
 from ...scalar import head
-from ..kernels import Schedule, applies, contiguous_strides, loads, nbytes
+from ...symint import Expr, SymInt, hint, is_sym
+from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes, pinned
 
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
@@ -62,20 +63,85 @@ TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled abov
 
 
 def schedule(kernels):
-    """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them."""
-    for k in kernels:
-        if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
-            k.schedule = sch
-        elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
-            k.schedule = choose(k)
-            if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
-                k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
-        if k.kind == "loop" and k.split and k.schedule is None:
-            pairs = online_pairs(k)
-            groups = walks(k, pairs)
-            if pairs or groups:
-                k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs, walks=groups)
+    """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them. A kernel
+    with symbolic sizes keeps only a schedule whose lowering holds for every size (`generic`), chosen on
+    its hints; else natural order."""
+    for j in reversed(range(len(kernels))):
+        k = kernels[j]
+        _schedule(k)
+        if k.schedule is not None and k.symbolic() and not generic(k.schedule):
+            pinned = pin(k, _strategy(k.schedule))
+            if pinned is not None:
+                kernels[j] = pinned
+                _schedule(pinned)
+            elif k.kind == "reduce_acc" and k.schedule.online:    # maxima, then the sums that read them
+                kernels[j:j + 1] = k.online_apart()
+            else:
+                k.schedule = None
+                _walks(k)
     return kernels
+
+
+def pin(k, why):
+    """The ONE place where a symbolic kernel's sizes become constants: the symbols a strategy needs fixed
+    are specialized to their hints, recording the guards `S == hint` in the active ShapeEnv (a call with
+    another size fails one and retraces, with that reason), and the kernel is rebuilt with those sizes
+    as ints (ir/kernels.py's `pinned`). For the strategies whose code is sized by the space (`why`):
+    by-rows vectors over a whole kept axis fix the kept axes' symbols only (the rows stay symbolic);
+    register transposes and online column walks fix all. Natural order would run them several times
+    slower (W7's column centering 9x). None where a symbol's hint is not read from a plain dim."""
+    hints = {}
+    for d in k.sizes():
+        if is_sym(d) and len(d.expr.terms) == 1 and d.expr.terms[0][1] == 1 and len(d.expr.terms[0][0]) == 1 \
+                and d.expr.terms[0][0][0][1] == 1:
+            hints[d.expr.terms[0][0][0][0]] = hint(d)
+    sizes = [k.shape[d] for d in range(k.split)] if k.schedule.rows and k.kind == "loop" else k.sizes()
+    names = sorted(set().union(*(d.expr.symbols() for d in sizes if is_sym(d))))
+    if any(s not in hints for s in names):
+        return None
+    fixed = {s: Expr.const(hints[s]) for s in names}
+    for s in names:
+        int(SymInt(Expr.symbol(s), hints[s]))           # records s == hint
+
+    def fix(d):
+        if not is_sym(d):
+            return d
+        e = d.expr.subs(fixed)
+        return e.constant() if e.is_const() else SymInt(e, hint(d))
+    out = pinned(k, fix)
+    out.pinned_for = f"{why} compiled in: {', '.join(f'{s} == {hints[s]}' for s in names)}"
+    return out
+
+
+def _strategy(sch):
+    return "vectors over the kept axis" if sch.rows else "register transposes" if sch.transposed else \
+        "an online column walk"
+
+
+def generic(sch):
+    """Whether the LLVM lowering of Schedule `sch` reads no size as a constant: any loop order and tiling,
+    reductions across a kept axis by tiles, row walks and online pairs (tile counts and ends are computed
+    at the call); not by rows (a vector over the whole kept axis), register transposes or online
+    column walks (their stack arrays and register tiles are sized by the space)."""
+    return not (sch.rows or sch.transposed or sch.online and sch.across is not None)
+
+
+def _walks(k):
+    if k.kind == "loop" and k.split and k.schedule is None:
+        pairs = online_pairs(k)
+        groups = walks(k, pairs)
+        if pairs or groups:
+            k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs, walks=groups)
+
+
+def _schedule(k):
+    if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
+        k.schedule = sch
+    elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
+        k.schedule = choose(k)
+        if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
+            k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
+    _walks(k)
 
 
 def walks(k, pairs=()):
@@ -171,6 +237,7 @@ def online_columns(k):
     blocks of 1 MiB against tiles of 256 columns in blocks of 64 KiB, (2048, 1000) 2.2 against 3.9
     ms, (2000, 2048) 4.9 against 7.7, (256, 16384) 5.4 against 6.3; tiles of half a row 3.6 ms for
     (2048, 1000); its two walks before (max, then the sum of exp) 2.6 ms."""
+    k = hinted(k)                   # heuristics on the hints: they change speed only
     n = len(k.shape)
     if k.kind != "reduce_acc" or n < 2 or 0 in k.shape or any(ph.kind != "reduce" for ph in k.phases):
         return None
@@ -228,7 +295,7 @@ def operands(k):
 def read_bytes(shape, ld):
     """The bytes load ld reads over a space of `shape`: its buffer's, or fewer for a view of part of
     it (a slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
-    walked = math.prod(n for n, s in zip(shape, ld.strides) if s) * ld.dtype.itemsize
+    walked = math.prod(hint(n) for n, s in zip(shape, ld.strides) if is_sym(s) or s) * ld.dtype.itemsize
     return min(nbytes(ld.buf), walked)
 
 
@@ -354,6 +421,7 @@ def settle(kernels, streamed):
 
 def choose(k):
     """The Schedule of one kernel, or None when natural order already walks memory in order."""
+    k = hinted(k)                   # heuristics on the hints: they change speed only
     ops = [(b, st) for b, st in operands(k) if unit_axis(k.shape, st) is not None]
     if not ops:
         return None
@@ -415,6 +483,7 @@ def columns_first(shape, axes, tree):
     online column walk (online_columns). A total over all axes is permuted into the memory order its
     heavy reads agree on (the loss of such a softmax then joins the kernel over x's space that
     writes dx). Else None."""
+    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
     reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
@@ -450,6 +519,7 @@ def rows_first(shape, axes, tree):
     as an accumulation over tiles (CPU time, a loaded machine), 2.5 ms as mixed rows, (x * z).sum(1)
     1.6 ms. A kept axis between reduced ones in memory (a batch norm's sum over (0, 2, 3)) stays an
     accumulation: as rows, (256, 16, 8, 8) took 3x."""
+    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
