@@ -15,6 +15,7 @@ import tracegrad as tg
 from tracegrad.codegen import build
 from tracegrad.ir.kernels import Kernel, Load, Phase
 from tracegrad.ir.passes.schedule import schedule
+from tracegrad.ops import PRIMS
 from tracegrad.symint import ShapeEnv, using
 
 RNG = np.random.default_rng(0)
@@ -146,7 +147,8 @@ def test_symbolic_kernel_ir_and_no_guards():
         g = Graph("f")
         x = g.add_input("x", (B, T), D.float32)
         out = g.add("neg", [x], {}, (B,), D.float32)
-        k = Kernel("loop", (B, T), 1, [Phase("reduce", [(out, Load(x, (T, 1)))], "sum", (1,), "a + b", "cheap")])
+        k = Kernel("loop", (B, T), 1, [Phase("reduce", [(out, Load(x, (T, 1)))], "sum", (1,), PRIMS["sum"].lower,
+                                             "cheap")])
         schedule([k])
         mb = ModuleBuilder(Symbols([g]))
         _, _, sized = mb.kernel(k, {id(x): 0, id(out): 1}, "k")
