@@ -18,33 +18,7 @@ def reshape_strides(shape, strides, new):
         return _symbolic_reshape_strides(shape, strides, new)
     if 0 in shape or 0 in new:
         return [0] * len(new)
-    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    nz = [i for i, n in enumerate(new) if n != 1]
-    od, os_ = [n for n, _ in old], [s for _, s in old]
-    nd = [new[i] for i in nz]
-    res = [0] * len(nd)
-    oi = ni = 0
-    while ni < len(nd) and oi < len(od):
-        np_, op_ = nd[ni], od[oi]
-        nj, oj = ni + 1, oi + 1
-        while np_ != op_:
-            if np_ < op_:
-                np_ *= nd[nj]
-                nj += 1
-            else:
-                op_ *= od[oj]
-                oj += 1
-        for k in range(oi, oj - 1):
-            if os_[k] != od[k + 1] * os_[k + 1]:
-                return None
-        res[nj - 1] = os_[oj - 1]
-        for k in range(nj - 1, ni, -1):
-            res[k - 1] = res[k] * nd[k]
-        ni, oi = nj, oj
-    out = [0] * len(new)
-    for k, i in enumerate(nz):
-        out[i] = res[k]
-    return out
+    return _grouped(shape, strides, new, lambda a, b: a == b, lambda n, o: n > o, lambda n: n == 1)
 
 
 def _symbolic_reshape_strides(shape, strides, new):
@@ -61,8 +35,17 @@ def _symbolic_reshape_strides(shape, strides, new):
             return reshape_strides(fixed[:n], fixed[n:n + m], fixed[n + m:])
         if any(e.is_const() and e.constant() == 0 for e in fixed[:n]):
             return [0] * len(new)           # empty under the guards: no element to address
-    old = [(n, s) for n, s in zip(shape, strides) if not same_size(n, 1)]
-    nz = [i for i, n in enumerate(new) if not same_size(n, 1)]
+    return _grouped(shape, strides, new, lambda a, b: same_size(a, b) or _pinned_equal(a, b), _grows_old,
+                    lambda n: same_size(n, 1))
+
+
+def _grouped(shape, strides, new, same, grows_old, is_one):
+    """NumPy's rule: the axes of length 1 (`is_one`) dropped, consecutive axes of the old and the new shape grouped
+    where their products are `same` (the side whose product `grows_old(new, old)` says is short takes its
+    next axis); a group views where its old strides chain; the new strides from the group's last; None
+    where no grouping or no chain exists."""
+    old = [(n, s) for n, s in zip(shape, strides) if not is_one(n)]
+    nz = [i for i, n in enumerate(new) if not is_one(n)]
     od, os_ = [n for n, _ in old], [s for _, s in old]
     nd = [new[i] for i in nz]
     res = [0] * len(nd)
@@ -70,8 +53,8 @@ def _symbolic_reshape_strides(shape, strides, new):
     while ni < len(nd) and oi < len(od):
         np_, op_ = nd[ni], od[oi]
         nj, oj = ni + 1, oi + 1
-        while not (same_size(np_, op_) or _pinned_equal(np_, op_)):
-            if not _grows_old(np_, op_) and nj < len(nd):
+        while not same(np_, op_):
+            if not grows_old(np_, op_) and nj < len(nd):
                 np_ *= nd[nj]
                 nj += 1
             elif oj < len(od):
@@ -79,7 +62,7 @@ def _symbolic_reshape_strides(shape, strides, new):
                 oj += 1
             else:
                 return None
-        if any(not same_size(os_[k], od[k + 1] * os_[k + 1]) for k in range(oi, oj - 1)):
+        if any(not same(os_[k], od[k + 1] * os_[k + 1]) for k in range(oi, oj - 1)):
             return None
         res[nj - 1] = os_[oj - 1]
         for k in range(nj - 1, ni, -1):
