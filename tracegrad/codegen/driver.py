@@ -29,8 +29,9 @@ import os
 
 import numpy as np
 
+from ..ir.kernels import known
 from ..symint import hint, is_sym
-from .sizes import driver_operand, known, symbolic
+from .sizes import driver_operand, symbolic
 from .threads import _PARK as PARK_WORD
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112

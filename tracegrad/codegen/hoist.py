@@ -30,7 +30,7 @@ import math
 from .. import scalar as S
 from ..scalar import head
 from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
-from ..symint import hint
+from ..symint import hint, is_sym
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
 from .sizes import symbolic
@@ -48,6 +48,11 @@ class Column:
         self.dtype, self.shape = dtype, tuple(shape)
 
 
+def _moves(strides):
+    """Whether some of `strides` is not 0 (a symbolic stride may be: no guard)."""
+    return any(is_sym(s) or s for s in strides)
+
+
 def _fixed(kernel, k, made):
     """{id(node): whether it reads only values constant along axes [0, k)} over the kernel's trees (a
     Gather, a checked index, a buffer the kernel writes, an Iota along those axes: not)."""
@@ -60,9 +65,9 @@ def _fixed(kernel, k, made):
                 if isinstance(t, (Gather, Checked)):
                     out[id(t)] = False
                 elif isinstance(t, Load):
-                    out[id(t)] = id(t.buf) not in made and not any(t.strides[:k])
+                    out[id(t)] = id(t.buf) not in made and not _moves(t.strides[:k])
                 elif isinstance(t, Iota):
-                    out[id(t)] = not any(t.strides[:k])
+                    out[id(t)] = not _moves(t.strides[:k])
                 elif isinstance(t, Op):
                     out[id(t)] = all(out[id(a)] for a in t.args)
                 else:
@@ -87,8 +92,8 @@ def hoisted(kernel, k):
     plan, made, new, budget = [], {}, {}, [HOIST_BYTES]
 
     def varies(t):                   # along the columns (a scalar is hoisted with k = len(shape))
-        return everywhere or any(any(ld.strides[k:]) for ld in loads(t)) or any(
-            isinstance(x, Iota) and any(x.strides[k:]) for x in postorder(t))
+        return everywhere or any(_moves(ld.strides[k:]) for ld in loads(t)) or any(
+            isinstance(x, Iota) and _moves(x.strides[k:]) for x in postorder(t))
 
     def costly(t):
         return any(isinstance(x, Op) and (x.cost == "transcendental" or head(x.lower) in COSTLY) for x in postorder(t))

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from ..ir.kernels import loads
-from ..symint import hint, is_sym
+from ..symint import hint
 from . import mathlib
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen

@@ -7,11 +7,11 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import scalar as S
-from ..ir.kernels import Checked, Const, Gather, Iota, Load
+from ..ir.kernels import Checked, Const, Gather, Iota, Load, known
 from ..symint import is_sym
 from . import mathlib
 from .sizes import NAME as SIZES
-from .sizes import known, operand
+from .sizes import operand
 
 # float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
 # constants of them; their arithmetic runs in NumPy host kernels, rounding as eager does.

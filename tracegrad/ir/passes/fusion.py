@@ -63,7 +63,7 @@ import math
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
 from ...symint import hint, is_sym
-from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, known, loads, nbytes, postorder,
+from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, known, loads, postorder,
                        remap, same_shape, shape_key, size)
 from .columns import order_walks
 from .copies import copy_tree
@@ -210,8 +210,9 @@ def fuse(graph, enabled=True, half=False):
         tree = expr[id(v)]
         if isinstance(tree, Load) and tree.buf is v or v in graph.inputs:
             continue
-        if isinstance(tree, Load) and tree.buf not in graph.inputs and not tree.offset and \
-                tuple(tree.strides) == contiguous_strides(v.shape) and nbytes(v) == nbytes(tree.buf):
+        if isinstance(tree, Load) and tree.buf not in graph.inputs and known(tree.offset, 0) and \
+                same_shape(tree.strides, contiguous_strides(v.shape)) and v.dtype.itemsize == tree.buf.dtype.itemsize \
+                and same_shape((math.prod(v.shape),), (math.prod(tree.buf.shape),)):     # (for every size)
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
@@ -302,12 +303,12 @@ def _row_read(ld, kernel_shape, split, produced):
         return True
     if kind == "acc":                 # a sum over the rows is complete only after the last row
         return False
-    if ld.offset:
+    if not known(ld.offset, 0):      # (symbolic sizes: only what holds for every size)
         return False
     if kind == "reduce":
         nat = contiguous_strides(kernel_shape[:split])
-        return tuple(ld.strides[:split]) == tuple(nat) and not any(ld.strides[split:])
-    return tuple(ld.strides) == contiguous_strides(kernel_shape)
+        return same_shape(ld.strides[:split], nat) and all(known(s, 0) for s in ld.strides[split:])
+    return same_shape(ld.strides, contiguous_strides(kernel_shape))
 
 
 def hoist(kernels):
@@ -371,7 +372,7 @@ def merge_rows(kernels):
             continue
         if k.kind == "reduce_acc" and out and out[-1].kind == "loop" and same_shape(out[-1].shape, k.shape) \
                 and all(ph.kind == "map" for ph in out[-1].phases) \
-                and all(ld.offset == 0 and same_shape(ld.strides, contiguous_strides(k.shape))
+                and all(known(ld.offset, 0) and same_shape(ld.strides, contiguous_strides(k.shape))
                         for ld in k.reads if ld.buf in out[-1].outputs) and not k.reads_own_reductions():
             prev = out.pop()                      # the reduction reads the map's values where they are made
             k.phases[:0] = prev.phases
@@ -407,7 +408,8 @@ def _same_element(k, acc):
         return True
     full = contiguous_strides(k.shape)
     scalars = all(len(ph.axes) == len(acc.shape) for ph in acc.phases if ph.kind == "reduce")
-    return scalars and all(made[id(ld.buf)] == "map" and not ld.offset and tuple(ld.strides) == full for ld in reads)
+    return scalars and all(made[id(ld.buf)] == "map" and known(ld.offset, 0) and same_shape(ld.strides, full)
+                           for ld in reads)
 
 
 def linked(kernels):
@@ -497,7 +499,7 @@ def keep_in_rows(kernels, keep):
             for v, tree in list(ph.outputs) if ph.kind == "map" else ():
                 later = [ld for q in k.phases[pi + 1:] for _, t in q.outputs for ld in loads(t) if ld.buf is v]
                 if id(v) in keep or readers.get(id(v), set()) != {j} or not isinstance(tree, Op) or \
-                        any(ld.offset or tuple(ld.strides) != full for ld in later):
+                        any(not known(ld.offset, 0) or not same_shape(ld.strides, full) for ld in later):
                     continue
                 memo = {}
                 for q in k.phases[pi + 1:]:
