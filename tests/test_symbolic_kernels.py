@@ -173,3 +173,43 @@ def test_sized_strategies_pin_their_kernel_with_a_guard(modules):
     assert s["traces"] == 2 and len(modules) == 2, s
     assert any(g.endswith("== 64") for d in s["dynamic"] for g in d["guards"]), s
     assert any("== 64 failed" in r for r in s["retrace_reasons"]), s
+
+
+def test_transformer_step_compiles_once(modules):
+    """An attention block's training step (embedding, layer norm, causal attention over heads, an MLP,
+    cross entropy over B*T rows, backward, SGD) over batches and sequence lengths with 1 among them: one
+    LLVM module; losses and parameters as eager's."""
+    C, H, V = 8, 2, 7
+
+    def params():
+        r = np.random.default_rng(2)
+        return [tg.tensor(r.standard_normal(s).astype(np.float32) * 0.3, requires_grad=True)
+                for s in ((V, C), (C, C), (C, C), (C, C), (C, 2 * C), (2 * C, C), (C,), (C,))]
+
+    def step(ps, idx, tgt):
+        emb, wq, wk, wv, w1, w2, g, b = ps
+        B, T = idx.shape
+        x = tg.nn.functional.layer_norm(emb[idx], (C,), g, b)
+        q, k, v = ((x @ w).reshape(B, T, H, C // H).transpose(1, 2) for w in (wq, wk, wv))
+        att = (q @ k.transpose(-2, -1)) * (C // H) ** -0.5
+        att = att.masked_fill(tg.tril(tg.ones(T, T)) == 0, float("-inf")).softmax(-1)
+        x = x + (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + (x @ w1).relu() @ w2
+        loss = tg.nn.functional.cross_entropy((x @ emb.T).reshape(B * T, V), tgt.reshape(B * T))
+        loss.backward()
+        with tg.no_grad():
+            for p in ps:
+                p -= 0.05 * p.grad
+                p.grad = None
+        return loss
+    compiled, eager = params(), params()
+    f = tg.compile(step, dynamic=True)
+    modules.clear()
+    for B, T in [(3, 5), (4, 8), (2, 17), (5, 2), (1, 9), (4, 1), (1, 1), (2, 12)]:   # (first: no size of a weight)
+        idx, tgt = RNG.integers(0, V, (B, T)), RNG.integers(0, V, (B, T))
+        lc = f(compiled, tg.tensor(idx), tg.tensor(tgt))
+        le = step(eager, tg.tensor(idx), tg.tensor(tgt))
+        np.testing.assert_allclose(lc.detach().numpy(), le.detach().numpy(), rtol=1e-4, atol=1e-5)
+        for p, q in zip(compiled, eager):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-3, atol=1e-5)
+    assert len(modules) == 1, (f.stats()["retrace_reasons"], f.stats()["dynamic"])
