@@ -104,6 +104,16 @@ def test_matmuls_reshapes_and_slices(bs, ts, modules):
     _same(f, [[(3, 5, 4), (3, 5, 4)]] + seq, modules, compiles=None)
 
 
+def _sgd(loss, params, lr):
+    """loss.backward(), then an SGD update of `params`; the loss."""
+    loss.backward()
+    with tg.no_grad():
+        for p in params:
+            p -= lr * p.grad
+            p.grad = None
+    return loss
+
+
 def test_mlp_training_step_compiles_once(modules):
     """forward, cross entropy, backward and an SGD update over batches of 24 sizes, 1 and 0 among them:
     one trace, one LLVM module, the parameters as eager's after every step."""
@@ -115,13 +125,7 @@ def test_mlp_training_step_compiles_once(modules):
 
     def step(ps, x, y):
         w1, b1, w2, b2 = ps
-        loss = tg.nn.functional.cross_entropy((x @ w1 + b1).relu() @ w2 + b2, y)
-        loss.backward()
-        with tg.no_grad():
-            for p in ps:
-                p -= 0.1 * p.grad
-                p.grad = None
-        return loss
+        return _sgd(tg.nn.functional.cross_entropy((x @ w1 + b1).relu() @ w2 + b2, y), ps, 0.1)
     f = tg.compile(step, dynamic=True)
     modules.clear()
     for b in [32, 17, 1, 5, 64, 2, 3, 40, 9, 33, 7, 12, 25, 50, 4, 6, 11, 13, 19, 8, 21, 30, 16, 10]:
@@ -159,7 +163,7 @@ def test_symbolic_kernel_ir_and_no_guards():
 
 def test_sized_strategies_pin_their_kernel_with_a_guard(modules):
     """Sums over the rows of a transposed view keep a vector over the whole kept axis (Schedule.rows): the
-    kept axis's symbol is compiled in at ONE place (schedule.pin), with the guard `S == hint` in the
+    kept axis's symbol is compiled in at ONE place (ir/passes/sized.py's pin), with the guard `S == hint` in the
     entry's ShapeEnv, while the rows stay symbolic: another batch runs the same module, another width
     fails the guard and retraces, naming it; values as eager's."""
     def f(x):
@@ -195,13 +199,7 @@ def test_transformer_step_compiles_once(modules):
         att = att.masked_fill(tg.tril(tg.ones(T, T)) == 0, float("-inf")).softmax(-1)
         x = x + (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + (x @ w1).relu() @ w2
-        loss = tg.nn.functional.cross_entropy((x @ emb.T).reshape(B * T, V), tgt.reshape(B * T))
-        loss.backward()
-        with tg.no_grad():
-            for p in ps:
-                p -= 0.05 * p.grad
-                p.grad = None
-        return loss
+        return _sgd(tg.nn.functional.cross_entropy((x @ emb.T).reshape(B * T, V), tgt.reshape(B * T)), ps, 0.05)
     compiled, eager = params(), params()
     f = tg.compile(step, dynamic=True)
     modules.clear()

@@ -26,8 +26,7 @@ from .online_columns import online_columns
 from .rowcache import RowCache, capacity
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
-from .sizes import NAME as SIZES
-from .sizes import Symbols, symbolic
+from .sizes import NAME as SIZES, Symbols, symbolic
 from ..symint import hint, is_sym
 from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
@@ -88,13 +87,12 @@ class ModuleBuilder:
         does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
         is kernel k3 of the forward program."""
         f = Fn(self.symbols.index)
-        pinned = getattr(kernel, "pinned_for", None)    # ir/passes/schedule.py's pin
+        pinned = getattr(kernel, "pinned_for", None)    # ir/passes/sized.py's pin
         lowered = coalesce(kernel)                # axes every operand walks as one: one loop
         rows = scale(kernel, lowered)             # its axis 0 absorbed others: [lo, hi) scaled
         scaled = is_sym(rows) or rows > 1
-        if scaled:
-            f.emit(f"%lo = mul nsw i64 %lo.rows, {f.size(rows)}")
-            f.emit(f"%hi = mul nsw i64 %hi.rows, {f.size(rows)}")
+        for end in ("lo", "hi") if scaled else ():
+            f.emit(f"%{end} = mul nsw i64 %{end}.rows, {f.size(rows)}")
         kernel = lowered
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}

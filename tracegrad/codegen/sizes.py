@@ -13,7 +13,7 @@ Emitters must never format a SymInt into LLVM text (str gives `B*T`: invalid LLV
 decide on one with a comparison (that records a guard, pinning the program to a size range): they ask
 `known(d, value)` (a plain int equal to value) or `hint(d)` (a heuristic's guess that changes speed, never
 results). A strategy that needs a size compiled in is chosen on symbolic kernels only through
-ir/passes/schedule.py's `pin`, which records the guards `S == hint` and substitutes the hints.
+ir/passes/sized.py's `pin`, which records the guards `S == hint` and substitutes the hints.
 """
 from ..ir.kernels import Tiles
 from ..symint import evaluate, free_symbols, hint, is_sym

@@ -46,8 +46,9 @@ import math
 
 from ... import scalar as S
 from ...scalar import head
-from ...symint import Expr, SymInt, hint, is_sym
-from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes, pinned
+from ...symint import hint, is_sym
+from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes
+from .sized import generic, pin, strategy
 
 TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
 ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
@@ -64,13 +65,12 @@ TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled abov
 
 def schedule(kernels):
     """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them. A kernel
-    with symbolic sizes keeps only a schedule whose lowering holds for every size (`generic`), chosen on
-    its hints; else natural order."""
+    with symbolic sizes whose best schedule, chosen on its hints, is not `generic` is pinned (sized.py),
+    else split (online columns) or run in natural order."""
     for j in reversed(range(len(kernels))):
-        k = kernels[j]
-        _schedule(k)
+        _schedule(k := kernels[j])
         if k.schedule is not None and k.symbolic() and not generic(k.schedule):
-            pinned = pin(k, _strategy(k.schedule))
+            pinned = pin(k, strategy(k.schedule))
             if pinned is not None:
                 kernels[j] = pinned
                 _schedule(pinned)
@@ -80,50 +80,6 @@ def schedule(kernels):
                 k.schedule = None
                 _walks(k)
     return kernels
-
-
-def pin(k, why):
-    """The ONE place where a symbolic kernel's sizes become constants: the symbols a strategy needs fixed
-    are specialized to their hints, recording the guards `S == hint` in the active ShapeEnv (a call with
-    another size fails one and retraces, with that reason), and the kernel is rebuilt with those sizes
-    as ints (ir/kernels.py's `pinned`). For the strategies whose code is sized by the space (`why`):
-    by-rows vectors over a whole kept axis fix the kept axes' symbols only (the rows stay symbolic);
-    register transposes and online column walks fix all. Natural order would run them several times
-    slower (W7's column centering 9x). None where a symbol's hint is not read from a plain dim."""
-    hints = {}
-    for d in k.sizes():
-        if is_sym(d) and len(d.expr.terms) == 1 and d.expr.terms[0][1] == 1 and len(d.expr.terms[0][0]) == 1 \
-                and d.expr.terms[0][0][0][1] == 1:
-            hints[d.expr.terms[0][0][0][0]] = hint(d)
-    sizes = [k.shape[d] for d in range(k.split)] if k.schedule.rows and k.kind == "loop" else k.sizes()
-    names = sorted(set().union(*(d.expr.symbols() for d in sizes if is_sym(d))))
-    if any(s not in hints for s in names):
-        return None
-    fixed = {s: Expr.const(hints[s]) for s in names}
-    for s in names:
-        int(SymInt(Expr.symbol(s), hints[s]))           # records s == hint
-
-    def fix(d):
-        if not is_sym(d):
-            return d
-        e = d.expr.subs(fixed)
-        return e.constant() if e.is_const() else SymInt(e, hint(d))
-    out = pinned(k, fix)
-    out.pinned_for = f"{why} compiled in: {', '.join(f'{s} == {hints[s]}' for s in names)}"
-    return out
-
-
-def _strategy(sch):
-    return "vectors over the kept axis" if sch.rows else "register transposes" if sch.transposed else \
-        "an online column walk"
-
-
-def generic(sch):
-    """Whether the LLVM lowering of Schedule `sch` reads no size as a constant: any loop order and tiling,
-    reductions across a kept axis by tiles, row walks and online pairs (tile counts and ends are computed
-    at the call); not by rows (a vector over the whole kept axis), register transposes or online
-    column walks (their stack arrays and register tiles are sized by the space)."""
-    return not (sch.rows or sch.transposed or sch.online and sch.across is not None)
 
 
 def _walks(k):
