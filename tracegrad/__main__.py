@@ -2,6 +2,8 @@
 
     python -m tracegrad bench                    # W1-W8: numpy, tracegrad eager/compiled, peers if installed
     python -m tracegrad bench --quick --workload W5
+    python -m tracegrad bench --dynamic          # adds the column tg dynamic=True beside tg compiled
+    python -m tracegrad bench --workload R1      # the ragged MLP training sequence, every column cold
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad bench --cpu x86-64-v3    # compiled code built for an AVX2 CPU (TRACEGRAD_CPU)
     python -m tracegrad bench --cpu native --cpu x86-64-v3   # the bench once per build, one after the other
@@ -41,7 +43,8 @@ def _bench_once(args):
         from .bench import eager_overhead
         return eager_overhead.main(quick=args.quick, repeats=args.repeats)
     from . import bench
-    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats, plot=args.plot)
+    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats, plot=args.plot,
+                      dynamic=args.dynamic)
 
 
 def _dump(args):
@@ -102,7 +105,10 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("bench", help="run the reference workloads W1-W13 (or --eager: eager op overhead)")
-    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W13 or its name, e.g. softmax_fwd")
+    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W13 or its name, e.g. softmax_fwd; "
+                   "R1/R2 (ragged, seqlen): a cold sequence of changing batch sizes or sequence lengths")
+    b.add_argument("--dynamic", action="store_true",
+                   help="add the column 'tg dynamic=True' (every tg.compile given dynamic=True) beside tg compiled")
     b.add_argument("--quick", action="store_true",
                    help="fewer, shorter rounds (about 1-2 minutes with torch's columns, most of it compiling)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
@@ -149,9 +155,10 @@ def main(argv=None):
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
         ap.error("--repeats must be >= 1")
     if getattr(args, "workload", None):
+        from .bench.ragged import find_sequence
         from .bench.workloads import find
         try:
-            find(args.workload)
+            find_sequence(args.workload) or find(args.workload)
         except KeyError as e:
             ap.error(e.args[0])
     return args.func(args)
