@@ -10,6 +10,7 @@
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
+    python -m tracegrad fuzz --n 200 --sizes     # each across a sequence of sizes, compiled once (dynamic)
 """
 import argparse
 import os
@@ -88,7 +89,7 @@ def _fuzz(args):
     try:
         s = fuzz(args.n, args.seed, backends=backends, out=args.out, start=args.start,
                  kinds=args.kind.split(",") if args.kind else None, dtype=args.dtype, do_shrink=not args.no_shrink,
-                 log=print if args.verbose else (lambda *a: None))
+                 log=print if args.verbose else (lambda *a: None), sizes=args.sizes)
     except ValueError as e:
         print(f"tracegrad fuzz: {e}", file=sys.stderr)
         return 2
@@ -97,7 +98,7 @@ def _fuzz(args):
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(s, fh, indent=1)
-    return 1 if s["mismatch_programs"] or s["error_programs"] else 0
+    return 1 if s["mismatch_programs"] or s["error_programs"] or s.get("traces_programs") else 0
 
 
 def main(argv=None):
@@ -143,6 +144,10 @@ def main(argv=None):
     fz.add_argument("--out", default="fuzz-failures", help="folder for the failing programs' .py files")
     fz.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     fz.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    fz.add_argument("--sizes", action="store_true",
+                    help="run each program across a sequence of input sizes (1, 0 and others in each dimension), "
+                         "compiled once with dynamic=True and with the default, against eager: values, gradients "
+                         "and the traces")
     fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
     fz.add_argument("--merge", nargs="+", metavar="JSON", help="print one summary of several --json files and exit")
     fz.set_defaults(func=_fuzz)
