@@ -88,7 +88,7 @@ def use_sizes(sizes):
     record = []
     for name, _, snaps in _COMPILED:
         calls = [(t1 - t0, r1[len(r0):] if r1[:len(r0)] == r0 else r1) for (t0, r0), (t1, r1) in zip(snaps, snaps[1:])]
-        record.append((name, [(traced, reasons or (["after a raise"] if k and _RAISED[k - 1] else []))
+        record.append((name, [(traced, reasons or (["after a raise"] if traced and k and _RAISED[k - 1] else []))
                               for k, (traced, reasons) in enumerate(calls)]))
     return record
 

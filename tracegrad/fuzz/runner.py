@@ -137,7 +137,7 @@ def write_repro(program, problems, out):
     """Write the program as a runnable file named after its first problem; return its path."""
     backend, cat, _ = problems[0]
     slug = cat.replace(":", "-").replace(".", "_")
-    path = os.path.join(out, f"{program.kind}-{backend}-{slug}-s{program.seed}-n{program.index}.py")
+    path = os.path.join(out, f"{program.kind}-{backend.replace('/', '-')}-{slug}-s{program.seed}-n{program.index}.py")
     head = "".join(f"# {b}: {c}: {t}\n" for b, c, t in problems[:8])
     with open(path, "w") as fh:
         fh.write(head + program.source())

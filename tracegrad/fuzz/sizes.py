@@ -12,9 +12,9 @@ What is checked, per mode:
 - values, gradients, shapes and errors at every size, as the default fuzz checks them (a wrong cache hit, a
   call that reused an entry it should not have, shows here: a stale shape or value);
 - traces (`traces:` problems): every trace after a compiled function's first must come with a retrace
-  reason, and in dynamic=True mode a size that only changes the value of a size above 1 (the same 0 / 1 / >1
-  class as a size already traced) must not retrace for a reason that names no failed guard. Retraces a
-  guard explains are counted in the summary (`sizes_traces`), not failures.
+  reason ("unexplained"), and in dynamic=True mode a call in the 0 / 1 / >1 class of an earlier call that ran
+  must not retrace for sizes alone ("same-class": a reason that names no failed guard and no state change).
+  Retraces a guard or a state change explains are counted in the summary (`sizes_traces`), not failures.
 """
 import re
 
@@ -143,26 +143,27 @@ def _at(obs, k):
 
 def trace_problems(program, obs, mode):
     """`traces:` problems of one compiled observation (see the module's text); obs.traces is
-    harness.use_sizes(None)'s record: per compiled function, per size, (traced, the new retrace reasons)."""
+    harness.use_sizes(None)'s record: per compiled function, per size, (traces made, retrace reasons added)."""
     if obs.error is not None or not getattr(obs, "traces", None):
         return []
+    raised = {_size_of(label) for label, _ in obs.items if label.endswith(".raised")}
     problems = []
     for name, calls in obs.traces:
-        seen = set()
+        seen = set()            # the size classes of the calls so far that ran (traced or not) without raising
         for k, (traced, reasons) in enumerate(calls):
-            where = f"{name}: size{k} ({_describe(program.plan[k])})"
-            if traced and seen and not reasons:
-                problems.append(("traces:unexplained", f"{where} traced again with no retrace reason"))
+            where = f"size{k}. {name} ({_describe(program.plan[k])})"
             cls = size_class(program.plan[k])
-            if traced and mode.endswith(DYNAMIC) and cls in seen and any(map(_unguarded, reasons)):
-                problems.append(("traces:same-class", f"{where} retraced in the 0/1/>1 class of an earlier call "
-                                                      f"for a shape change no guard names: {reasons}"))
-            if traced or seen:
+            if traced and k and not reasons:
+                problems.append(("traces:unexplained", f"{where} traced again with no retrace reason"))
+            elif traced and mode.endswith(DYNAMIC) and cls in seen and reasons and all(map(_shape_only, reasons)):
+                problems.append(("traces:same-class", f"{where} retraced in the 0/1/>1 class of an earlier call, "
+                                                      f"for sizes alone: {reasons}"))
+            if k not in raised:
                 seen.add(cls)
     return problems
 
 
-def _unguarded(reason):
-    """A retrace reason that is a plain shape change (e.g. "x: shape (3, 5) -> (3, 7)"): one dynamic=True
-    should have made symbolic."""
-    return bool(re.search(r"shape \(.*\) -> \(", reason)) and "guard" not in reason
+def _shape_only(reason):
+    """A retrace reason that names only sizes (e.g. "x: shape (3, 5) -> (3, 7)", "x: dim 0 became symbolic B
+    (5 -> 7)"), no failed guard and no state change: dynamic=True should have made those sizes symbolic."""
+    return bool(re.search(r"shape \(.*\) -> \(|became symbolic", reason)) and "guard" not in reason
