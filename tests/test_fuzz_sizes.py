@@ -61,7 +61,7 @@ def test_a_wrong_cache_hit_is_reported(monkeypatch):
     """squeeze(0) decides on the size (B != 1): with the shape guards made to always pass, the entry traced
     at 3 serves size 1 and returns (1, 4) where eager gives (4,): the fuzzer reports it."""
     from tracegrad.jit import dynamic
-    sp = SizedProgram(_program(["v0 = x0.squeeze(0) * 2.0"], [("x0", (3, 4), {"grad": True})]),
+    sp = SizedProgram(_program(["v0 = x0.squeeze(0) * 2.0"], [("x0", (3, 4), {})]),
                       [{3: 3}, {3: 5}, {3: 1}, {3: 7}])
     assert runner.check(sp, MODES) == (None, [])
     monkeypatch.setattr(dynamic.SymbolicEntry, "shape_failure", lambda self, leaves: None)
