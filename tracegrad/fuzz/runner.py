@@ -3,7 +3,9 @@ import collections
 import contextlib
 import linecache
 import os
+import pickle
 import re
+import signal
 import time
 import warnings
 
@@ -100,6 +102,38 @@ def check(program, backends=BACKENDS, tally=None):
                 tally[b] = tally.get(b, 0) + sum(t for _, calls in got.traces for t, _ in calls)
         problems += [(b, cat, text) for cat, text in found]
     return eager.error, problems
+
+
+def check_forked(program, backends, tally):
+    """check() in a forked child (--sizes): a program whose compiled code kills the process (a segfault)
+    is a `crash:<signal>` problem, and the run goes on."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                               # the child: check, send the result, exit without cleanup
+        os.close(r)
+        child_tally = {}
+        try:
+            result = pickle.dumps((check(program, backends, child_tally), child_tally))
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the parent as the fuzzer's own error
+            result = pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
+        with os.fdopen(w, "wb") as fh:
+            fh.write(result)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return None, [("any", f"crash:{name}", f"the process died ({name}) running the program in one of "
+                                               f"{', '.join(backends)}: run its repro file to see which")]
+    got = pickle.loads(data)
+    if isinstance(got, Exception):
+        raise got
+    (eager_error, problems), child_tally = got
+    for k, v in child_tally.items():
+        tally[k] = tally.get(k, 0) + v
+    return eager_error, problems
 
 
 def _eager(run, dtype, *device):
@@ -200,7 +234,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
             program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
             program = SizedProgram(program) if sizes else program
             by_kind[program.kind] += 1
-            eager_error, problems = check(program, modes_run, tally)
+            eager_error, problems = (check_forked if sizes else check)(program, modes_run, tally)
         except Exception as e:  # noqa: BLE001 -- a fuzzer bug must not end the run: count it, go on
             internal[type(e).__name__] += 1
             log(f"  program {i}: the fuzzer itself failed: {type(e).__name__}: {e}")
@@ -214,9 +248,10 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
         entry["programs"] += 1
         entry["backends"].update(shown_by)
         small = program
-        if do_shrink and entry["programs"] <= SHRINK_PER_CLASS:
+        if do_shrink and entry["programs"] <= SHRINK_PER_CLASS and not problems[0][1].startswith("crash:"):
             small = shrink(program, problems[0][0], problems[0][1])
-        _, small_problems = check(small, modes_run) if small is not program else (None, problems)
+        _, small_problems = (check_forked if sizes else check)(small, modes_run, {}) if small is not program \
+            else (None, problems)
         path = write_repro(small, small_problems or problems, out)
         entry["example"] = entry["example"] or path
         log(f"  program {i} ({program.kind}, {program.dtype}): {' | '.join(key)} [{', '.join(shown_by)}] -> {path}")
