@@ -85,7 +85,7 @@ def test_retraces_without_a_guard_are_reported():
 
 
 def test_a_size_where_only_eager_raises_is_accepted_there():
-    raised = np.array("IndexError", object)
+    raised = np.array(["IndexError", "IndexError: index 3 is out of bounds"], object)
     eager = Observation([("size0.out0", np.ones(2)), ("size1.raised", raised), ("size2.out0", np.ones(2))])
     same = Observation([("size0.out0", np.ones(2)), ("size1.raised", raised), ("size2.out0", np.ones(2))])
     other = Observation([("size0.out0", np.ones(2)), ("size1.out0", np.ones(2)), ("size2.out0", np.ones(2))])

@@ -107,9 +107,11 @@ class Recorder:
         self.items.append((self.prefix + label, value))
 
     def raised(self, e):
-        """An error a call raised, as its nearest built-in class (the size-sequence mode records it and
-        goes on with the next size)."""
-        self("raised", np.array(next(c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"), object))
+        """An error a call raised: its nearest built-in class (what is compared) and its own type and first
+        line (the size-sequence mode records it and goes on with the next size)."""
+        builtin = next(c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins")
+        text = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        self("raised", np.array([builtin, text], object))
         if _RAISED:
             _RAISED[-1] = True
 

@@ -136,8 +136,8 @@ def _at(obs, k):
         return obs
     items = [(label, v) for label, v in obs.items if _size_of(label) == k]
     if items and items[-1][0].endswith(".raised"):
-        name = str(items[-1][1])
-        return Observation(error=(name, f"at size{k}"), kinds=[name])
+        name, text = items[-1][1]
+        return Observation(error=(name, f"at size{k}: {text}"), kinds=[name])
     return Observation(items)
 
 
