@@ -34,7 +34,8 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
     dims = _squeezed(inner) or [1]
     ones = ["0"] * (len(inner) - len(dims))
     *rest, n = dims
-    nb = tiles(f, n, machine.value("online_block"))          # an operand (a register where n is symbolic)
+    block = machine.value("online_block")
+    nb = tiles(f, n, block)          # an operand (a register where n is symbolic)
     n = f.size(n)
     dt, at = m.dtype, _acc_dtype(sum_lower, s.dtype)
     ty, aty = regtype(dt), regtype(at)

@@ -9,21 +9,12 @@ import signal
 import time
 import warnings
 
-from .compare import compare_runs
+from .compare import Observation, compare_runs
 from .programs import KINDS, generate
 from .sizes import CALLS, SizedProgram, compare_sized, modes, trace_problems
 
 BACKENDS = ("interpret", "llvm")
 SHRINK_PER_CLASS = 2   # failing programs shrunk per class (kind, backend, category); later ones are written as is
-
-
-class Observation:
-    """What one run recorded: items [(label, array)], or the error it raised (type name, message);
-    `kinds`: the names of the error's classes (its MRO), so that a subclass counts as the same error."""
-
-    def __init__(self, items=(), error=None, kinds=(), traces=None):
-        self.items, self.error, self.traces = list(items), error, traces     # traces: the --sizes record
-        self.kinds = set(kinds) or ({error[0]} if error else set())
 
 
 def observe(run, mode, dtype, device=None):

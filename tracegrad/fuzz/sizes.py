@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from .compare import compare_runs
+from .compare import Observation, compare_runs
 from .source import Program
 
 CALLS = 6
@@ -131,7 +131,6 @@ def _size_of(label):
 
 def _at(obs, k):
     """The observation of size k alone: its items, or the error it raised there."""
-    from .runner import Observation
     if obs.error is not None:
         return obs
     items = [(label, v) for label, v in obs.items if _size_of(label) == k]

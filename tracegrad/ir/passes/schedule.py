@@ -47,6 +47,7 @@ import math
 from ... import scalar as S
 from ...scalar import head
 from ...symint import hint, is_sym
+from ..layout import memory_order, unit_axis
 from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes
 from .sized import generic, pin, strategy
 
@@ -315,20 +316,6 @@ def _unit_along(k, a, b):
             seen.add(key)
             out.append(ld)
     return tuple(out[:TRANSPOSED])
-
-
-def unit_axis(shape, strides):
-    """The axis an operand walks fastest: the smallest nonzero |stride| among axes longer than 1."""
-    best = None
-    for d, (n, s) in enumerate(zip(shape, strides)):
-        if n > 1 and s and (best is None or abs(s) <= abs(strides[best])):
-            best = d
-    return best
-
-
-def memory_order(shape, strides):
-    """Axes by |stride| of one operand, largest first (ties and broadcast axes keep logical order)."""
-    return sorted(range(len(shape)), key=lambda d: (-abs(strides[d]) if shape[d] > 1 else 0, d))
 
 
 def transposed(k, a, b):
