@@ -77,7 +77,8 @@ def start_sizes():
 def use_sizes(sizes):
     """Make the following calls' inputs at `sizes` ({size as generated: size}); None ends the sequence and
     returns, per compiled function, per size, (the traces it made, the retrace reasons it added), with the
-    reasons of a size after one that raised dropped from the check (its trace started over)."""
+    reasons of a size after one that raised dropped from the check (its trace started over); the symbolic
+    compiles that failed are read with symbolic_failures() before the next start_sizes."""
     for entry in _COMPILED:
         entry[2].append(_counts(entry[1]))
     _SIZES.clear()
@@ -91,6 +92,13 @@ def use_sizes(sizes):
         record.append((name, [(traced, reasons or (["after a raise"] if traced and k and _RAISED[k - 1] else []))
                               for k, (traced, reasons) in enumerate(calls)]))
     return record
+
+
+def symbolic_failures():
+    """Per compiled function of the sequence, the symbolic compiles that failed (stats()["symbolic_failures"]:
+    each fell back to a per-size static compile, so its values are right but a symbolic compile was lost)."""
+    fs = [(name, [f] + ([f._twin] if getattr(f, "_twin", None) is not None else [])) for name, f, _ in _COMPILED]
+    return [(name, [w for g in gs for w in g.stats()["symbolic_failures"]]) for name, gs in fs]
 
 
 class Recorder:

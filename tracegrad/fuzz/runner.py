@@ -27,7 +27,9 @@ def observe(run, mode, dtype, device=None):
         warnings.simplefilter("ignore")
         try:
             rec = run(mode, dtype)
-            return Observation(rec.items, traces=getattr(rec, "traces", None))
+            obs = Observation(rec.items, traces=getattr(rec, "traces", None))
+            obs.symbolic_failures = getattr(rec, "symbolic_failures", [])
+            return obs
         except Exception as e:  # noqa: BLE001 -- any error is an observation to compare
             return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]),
                                kinds=[c.__name__ for c in type(e).__mro__])

@@ -15,6 +15,8 @@ What is checked, per mode:
   reason ("unexplained"), and in dynamic=True mode a call in the 0 / 1 / >1 class of an earlier call that ran
   must not retrace for sizes alone ("same-class": a reason that names no failed guard and no state change).
   Retraces a guard or a state change explains are counted in the summary (`sizes_traces`), not failures.
+- symbolic compiles that failed (`traces:symbolic-failure`): the jit fell back to compiling per size (right
+  values, a retrace per size): each is a limit of the symbolic pipeline to fix.
 """
 import re
 
@@ -72,7 +74,7 @@ class SizedProgram(Program):
                      self.base.source())
         src = re.sub(r"\blabels\(rng, (\d+),", r"labels(rng, resize(\1),", src)
         src = src.replace("from tracegrad.fuzz.harness import", "from tracegrad.fuzz.harness import compiled, resize, "
-                          "start_sizes, use_sizes,").replace('"""tracegrad fuzz:', '"""tracegrad fuzz --sizes:', 1)
+                          "start_sizes, symbolic_failures, use_sizes,").replace('"""tracegrad fuzz:', '"""tracegrad fuzz --sizes:', 1)
         start = src.index("def run(mode, dtype=DTYPE):")
         end = src.index("    return rec\n", start)
         lines = src[start:end].splitlines()
@@ -82,7 +84,7 @@ class SizedProgram(Program):
                 "        except Exception as e:  # noqa: BLE001 -- recorded; the next size is called",
                 "            rec.raised(e)"]
         run = lines[:3] + ["    start_sizes()"] + [line.replace("tg.compile(", "compiled(") for line in before + loop] + \
-            ["    rec.traces = use_sizes(None)", ""]
+            ["    rec.symbolic_failures = symbolic_failures()", "    rec.traces = use_sizes(None)", ""]
         return src[:start] + "\n".join(run) + src[end:].replace("main(run)", "main(run, sizes=True)")
 
 
@@ -145,8 +147,9 @@ def trace_problems(program, obs, mode):
     harness.use_sizes(None)'s record: per compiled function, per size, (traces made, retrace reasons added)."""
     if obs.error is not None or not getattr(obs, "traces", None):
         return []
+    problems = [("traces:symbolic-failure", f"{name}: {why}") for name, whys in getattr(obs, "symbolic_failures", [])
+                for why in dict.fromkeys(whys)]
     raised = {_size_of(label) for label, _ in obs.items if label.endswith(".raised")}
-    problems = []
     for name, calls in obs.traces:
         seen = set()            # the size classes of the calls so far that ran (traced or not) without raising
         for k, (traced, reasons) in enumerate(calls):

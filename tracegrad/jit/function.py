@@ -277,25 +277,28 @@ class CompiledFunction:
         return choose_dims(leaves, self.dynamic, changed), None
 
     def _symbolic(self, args, kwargs, leaves, paths, key, dims, before, shape_reason):
-        """A SymbolicEntry for `dims`, or None where compiling it failed: the signature is then compiled
-        per size (a static entry, as dynamic=False) — correct, only retraced for each new size — with a
-        RuntimeWarning naming the failure (a limit of tracegrad's symbolic sizes: please report it).
-        Where the static compile fails too, its error is the one raised (the user's program is at fault)."""
+        """A SymbolicEntry for `dims`, or the text of why compiling it failed: _build then compiles the
+        signature per size (a static entry, as dynamic=False) — correct, only retraced for each new size."""
         try:
             entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
             newly = describe(entry, leaves, *(before or ({}, frozenset())))
             entry.program_for(leaves)
         except Exception as e:          # noqa: BLE001  (any failure: the static compile decides)
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            self._static_only[sizeless_key(key)] = why
-            self._stats["symbolic_failures"].append(why)
-            warnings.warn(f"{self.__name__}: compiling with symbolic sizes failed ({why}); compiling for these "
-                          f"sizes instead (each new size retraces). Please report it with the function.",
-                          RuntimeWarning, stacklevel=5)
-            return None
+            return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if shape_reason is None and self._stats["traces"] and newly:    # else noted at the lookup
             self._note_retrace(newly)
         return entry
+
+    def _symbolic_failed(self, key, why):
+        """The symbolic compile of a signature failed where the static one worked: a limit of tracegrad's
+        symbolic sizes (please report it). The signature is compiled per size from now on, with a
+        RuntimeWarning and stats()["symbolic_failures"] naming why. (Where the static compile fails too,
+        the error is the user's: it is raised, and the next call tries symbolic sizes again.)"""
+        self._static_only[sizeless_key(key)] = why
+        self._stats["symbolic_failures"].append(why)
+        warnings.warn(f"{self.__name__}: compiling with symbolic sizes failed ({why}); compiling for these "
+                      f"sizes instead (each new size retraces). Please report it with the function.",
+                      RuntimeWarning, stacklevel=6)
 
     def _note_retrace(self, reasons):
         logs.retrace(self.__name__, self._stats["traces"] + 1, reasons)
@@ -314,9 +317,11 @@ class CompiledFunction:
         t0 = time.perf_counter()
         with _gc_paused(), logs.compiling(self.__name__):
             entry = self._symbolic(args, kwargs, leaves, paths, key, dims, before, shape_reason) if dims else None
-            if entry is None:
-                dims = frozenset()
-                entry = Entry(self, args, kwargs, leaves, paths)
+            if entry is None or isinstance(entry, str):
+                why, dims = entry, frozenset()
+                entry = Entry(self, args, kwargs, leaves, paths)     # a user's error raises here, as static
+                if why is not None:
+                    self._symbolic_failed(key, why)
         self._sizes[sizeless_key(key)] = ({k: x._shape for k, x in tensor_dims(leaves)}, dims)
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0
