@@ -97,8 +97,8 @@ class Program:
         for run in (c.members for c in chunks.values() if c.members):
             steps[run[0]:run[-1] + 1] = [run[0]] * len(run)
         self.symbols = list(symbols)        # sizes known at the call (sizes.py): bound per call (_resize)
-        self.symbolic = any(symbolic(v.shape) for v in graph.inputs) or any(
-            symbolic(v.shape) for k in kernels for v in k.outputs)
+        self.symbolic = any(symbolic(v.shape) for v in (*graph.inputs, *graph.outputs)) or any(
+            symbolic(v.shape) for k in kernels for v in k.outputs)     # an output no kernel writes too
         if self.symbolic:
             self.sizes, self.env, self._key = np.zeros(max(1, len(self.symbols)), np.int64), None, None
             self.binder = Binder(graph.inputs)
