@@ -77,3 +77,25 @@ def test_an_error_at_one_size_keeps_the_symbolic_compile(ns):
 @pytest.mark.parametrize("backend", ["interpret"])
 def test_the_interpret_backend_agrees_too(backend):
     agree(lambda x, y: (x.sum(2) @ y) * 3.0, [[(0, 0, m), (0,)] for m in (2, 5, 1, 0, 5)], backend)
+
+
+@SETTINGS
+@given(ns=SIZES)
+def test_calls_under_jvp_take_symbolic_sizes(ns):
+    """Calls under tg.jvp trace the function with its tangents (a twin compiled function): with
+    dynamic=True its sizes are symbolic too, so sizes of one 0/1/>1 class share one trace (was: a trace
+    per size, the twin compiled with dynamic=False). Values and tangents == eager's."""
+    def f(x, w):
+        return (x @ w).tanh() * 2.0 + x.sum(1, keepdim=True)
+    g = tg.compile(f, dynamic=True)
+    rng = np.random.default_rng(1)
+    w = tg.tensor(rng.standard_normal((4, 3)))
+    seq = [5, 7, *[n for n in ns if n > 1]]
+    for n in seq:
+        x, t = (tg.tensor(rng.standard_normal((n, 4))) for _ in range(2))
+        tw = tg.tensor(rng.standard_normal((4, 3)))
+        want, got = tg.jvp(f, (x, w), (t, tw)), tg.jvp(g, (x, w), (t, tw))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
+    twin = g._forward_mode().stats()
+    assert twin["traces"] == 1 and twin["symbolic_failures"] == [], twin

@@ -204,7 +204,7 @@ class CompiledFunction:
             with self._lock:
                 if self._twin is None:
                     twin = CompiledFunction(self.fn, self.backend, self.fuse, self.check, self.cache_size,
-                                            runs=TangentsOf(self.fn, self.__name__), dynamic=False)
+                                            runs=TangentsOf(self.fn, self.__name__), dynamic=self.dynamic)
                     twin.__name__ = f"{self.__name__}_jvp"
                     self._twin = twin
         return self._twin
