@@ -121,6 +121,7 @@ class CompiledFunction:
         self._sizes = {}     # signature without sizes -> (tensor shapes, symbolic dims) of its latest trace
         self._miss = None    # (symbolic dims, reason) of the latest call a symbolic entry's shape guards refused
         self._static_only = {}   # signature without sizes -> why its symbolic compile failed (compiled per size)
+        self._dropped = {}   # (signature without sizes, symbolic dims) -> the state change that dropped its entry
         if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -249,6 +250,7 @@ class CompiledFunction:
                 if reason is not None:
                     with self._lock:
                         entries.remove(entry)
+                        self._dropped[sizeless_key(key), dims] = reason
                         self._forget_fast()
                         self._note_retrace([reason])
                         self._last_desc = None
@@ -285,8 +287,9 @@ class CompiledFunction:
             entry.program_for(leaves)
         except Exception as e:          # noqa: BLE001  (any failure: the static compile decides)
             return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        if shape_reason is None and self._stats["traces"] and newly:    # else noted at the lookup
-            self._note_retrace(newly)
+        dropped = self._dropped.pop((sizeless_key(key), dims), None)
+        if shape_reason is None and before is not None and newly:     # else noted at the lookup or by _build
+            self._note_retrace(newly + ([f"the entry of these sizes was dropped earlier ({dropped})"] if dropped else []))
         return entry
 
     def _symbolic_failed(self, key, why):
@@ -311,7 +314,7 @@ class CompiledFunction:
         before = self._sizes.get(sizeless_key(key))
         if shape_reason is not None:
             self._note_retrace(shape_reason)
-        elif self._last_desc is not None and not dims:
+        elif self._last_desc is not None and (not dims or before is None):   # a new signature: what changed
             self._note_retrace(changes(self._last_desc, desc))
         self._last_desc = desc
         t0 = time.perf_counter()
