@@ -127,3 +127,16 @@ def test_a_retrace_names_the_signature_change_not_the_sizes(ns):
     shape_only = [r for r in reasons if "became symbolic" in r]
     assert all(any("dropped" in s or "replaced" in s for s in reasons) for _ in shape_only), reasons
     assert g.stats()["symbolic_failures"] == []
+
+
+@SETTINGS
+@given(ns=SIZES)
+def test_an_index_error_never_outlives_its_call(ns):
+    """A gather past the end (eager: IndexError) in a call whose later step raises too: the call raises
+    eager's IndexError, and the next call at a size where the index is in range runs (was: the kernel's
+    out-of-range record outlived the failed call and the next call raised it, stale)."""
+    def f(x):
+        v = x[tg.arange(3).reshape(3, 1), tg.tensor([[0, 0], [0, -1], [-1, 0]])]
+        (g,) = tg.autograd.grad(v.sum(), [x], create_graph=True)
+        return v.sum() + (g * g).sum()
+    agree(f, [[(n, 1, n)] for n in [3, 1, 5, *ns]])

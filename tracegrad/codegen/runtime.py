@@ -308,13 +308,14 @@ def _index_checked(prog, run, engine):
     flags = [(ctypes.c_int64 * 4).from_address(engine.global_address(INDEX_ERROR))]
 
     def checked(arrays, timings=None, capture=None, sizes=None):
-        out = run(arrays, timings, capture) if sizes is None else run(arrays, timings, capture, sizes)
-        if len(flags) == 1 and getattr(prog, "step_engine", None) is not None:
-            flags.append((ctypes.c_int64 * 4).from_address(prog.step_engine.global_address(INDEX_ERROR)))
-        for flag in flags:
-            if flag[0]:
-                _, i, dim, size = list(flag)
+        try:
+            return run(arrays, timings, capture) if sizes is None else run(arrays, timings, capture, sizes)
+        finally:    # also where a later step raised: the index error came first, and no flag outlives its call
+            if len(flags) == 1 and getattr(prog, "step_engine", None) is not None:
+                flags.append((ctypes.c_int64 * 4).from_address(prog.step_engine.global_address(INDEX_ERROR)))
+            hit = next((list(flag) for flag in flags if flag[0]), None)
+            for flag in flags:
                 flag[0] = 0
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-        return out
+            if hit is not None:
+                raise IndexError(f"index {hit[1]} is out of bounds for dimension {hit[2]} with size {hit[3]}")
     return checked
