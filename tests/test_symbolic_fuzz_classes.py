@@ -140,3 +140,15 @@ def test_an_index_error_never_outlives_its_call(ns):
         (g,) = tg.autograd.grad(v.sum(), [x], create_graph=True)
         return v.sum() + (g * g).sum()
     agree(f, [[(n, 1, n)] for n in [3, 1, 5, *ns]])
+
+
+@SETTINGS
+@given(ns=SIZES)
+def test_an_output_that_views_an_input_takes_the_calls_sizes(ns):
+    """An output that is a view of an input is rebuilt at the call by replaying the views: their
+    attributes (a reshape to (B, 1)) bound to the call's sizes (was: RuntimeError 'a decision on
+    symbolic sizes (B == 17) outside any ShapeEnv' at the first call)."""
+    def f(x, y):
+        return x[..., None], x.reshape(-1, 1)[1:], y.t(), x * 2.0
+    for backend in ("llvm", "interpret"):
+        agree(f, [[(n,), (n, 3)] for n in [17, 4, *ns]], backend)

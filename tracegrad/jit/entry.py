@@ -60,7 +60,8 @@ class Entry:
         muts = [(m, j, cap.bumps[j]) for j, m in enumerate(self.mutations)]
         self.mutated_fixed = [(m[1], j, k) for m, j, k in muts if m[0][0] == "captured"]
         self.mutated_per_call = [(m, j, k) for m, j, k in muts if m[0][0] != "captured"]
-        self.aliases = [(k, kind, where, [(p, bind_sizes(a, self.sizes)) for p, a in ops], how)
+        self.aliases = [(k, kind, where, [(p, {n: bind_sizes(v, self.sizes) for n, v in a.items()})
+                                          for p, a in ops], how)
                         for k, kind, where, ops, how in cap.aliases] if self.sizes else cap.aliases
         self.updates = cap.updates
         self.updated = [(ii, self.guards.input_names[ii]) for _, ii in cap.updates]
