@@ -71,6 +71,22 @@ def test_a_wrong_cache_hit_is_reported(monkeypatch):
     assert runner.classify(sp, problems)[0][2] == "sizes 3->1"
 
 
+def test_a_lost_symbolic_compile_is_reported(monkeypatch):
+    """A symbolic compile that fails falls back to a compile per size (values right): the fuzzer still
+    reports it, once per mode, as traces:symbolic-failure naming why."""
+    from tracegrad.jit import dynamic
+    sp = SizedProgram(_program(["v0 = x0 * 2.0"], [("x0", (3, 4), {})]), [{3: 3}, {3: 5}, {3: 7}])
+    assert runner.check(sp, MODES) == (None, [])
+
+    def fail(self, leaves):
+        raise KeyError("symbol B is not bound")
+    monkeypatch.setattr(dynamic.SymbolicEntry, "program_for", fail)
+    err, problems = runner.check(sp, MODES)
+    failures = [(b, text) for b, cat, text in problems if cat == "traces:symbolic-failure"]
+    assert sorted(b for b, _ in failures) == sorted(MODES) and all("KeyError" in t for _, t in failures), problems
+    assert all(cat != "traces:unexplained" for _, cat, _ in problems), problems     # each retrace says why
+
+
 def test_retraces_without_a_guard_are_reported():
     sp = SizedProgram(_program(["v0 = x0 * 2.0"], [("x0", (3, 4), {})]), [{3: 3}, {3: 5}, {3: 7}])
     items = [(f"size{k}.out0", np.zeros(1)) for k in range(3)]

@@ -63,8 +63,12 @@ def compiled(fn, backend):
     return f
 
 
+def _with_twin(f):
+    return [f] + ([f._twin] if getattr(f, "_twin", None) is not None else [])      # calls under tg.jvp
+
+
 def _counts(f):
-    fs = [f] + ([f._twin] if getattr(f, "_twin", None) is not None else [])      # calls under tg.jvp
+    fs = _with_twin(f)
     return sum(g.stats()["traces"] for g in fs), [r for g in fs for r in g.stats()["retrace_reasons"]]
 
 
@@ -97,8 +101,7 @@ def use_sizes(sizes):
 def symbolic_failures():
     """Per compiled function of the sequence, the symbolic compiles that failed (stats()["symbolic_failures"]:
     each fell back to a per-size static compile, so its values are right but a symbolic compile was lost)."""
-    fs = [(name, [f] + ([f._twin] if getattr(f, "_twin", None) is not None else [])) for name, f, _ in _COMPILED]
-    return [(name, [w for g in gs for w in g.stats()["symbolic_failures"]]) for name, gs in fs]
+    return [(name, [w for g in _with_twin(f) for w in g.stats()["symbolic_failures"]]) for name, f, _ in _COMPILED]
 
 
 class Recorder:

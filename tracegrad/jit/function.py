@@ -316,7 +316,7 @@ class CompiledFunction:
             self._note_retrace(shape_reason)
         elif self._last_desc is not None and (not dims or before is None):   # a new signature: what changed
             self._note_retrace(changes(self._last_desc, desc))
-        self._last_desc = desc
+        last, self._last_desc = self._last_desc, desc
         t0 = time.perf_counter()
         with _gc_paused(), logs.compiling(self.__name__):
             entry = self._symbolic(args, kwargs, leaves, paths, key, dims, before, shape_reason) if dims else None
@@ -325,6 +325,8 @@ class CompiledFunction:
                 entry = Entry(self, args, kwargs, leaves, paths)     # a user's error raises here, as static
                 if why is not None:
                     self._symbolic_failed(key, why)
+                    if shape_reason is None and before is not None and last is not None:   # (else noted above)
+                        self._note_retrace(changes(last, desc))
         self._sizes[sizeless_key(key)] = ({k: x._shape for k, x in tensor_dims(leaves)}, dims)
         self._stats["traces"] += 1
         self._stats["compile_seconds"] += time.perf_counter() - t0
