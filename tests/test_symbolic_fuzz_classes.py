@@ -152,3 +152,13 @@ def test_an_output_that_views_an_input_takes_the_calls_sizes(ns):
         return x[..., None], x.reshape(-1, 1)[1:], y.t(), x * 2.0
     for backend in ("llvm", "interpret"):
         agree(f, [[(n,), (n, 3)] for n in [17, 4, *ns]], backend)
+
+
+@SETTINGS
+@given(ns=SIZES)
+def test_a_gather_past_the_end_raises_eagers_index_error(ns):
+    """x[rows, cols] with a column past the end at size 1: the compiled call raises IndexError as eager
+    does (was: ValueError 'invalid entry in coordinates array' from the gradient's scatter-add)."""
+    def f(x):
+        return x.unsqueeze(0)[tg.tensor([0, 0, 0, 0]), tg.tensor([0, 1, 0, 1])] * 2.0
+    agree(f, [[(n,)] for n in [1, 3, 4, *ns]])

@@ -52,6 +52,10 @@ def _index_add_impl(g, *idx, shape, axes):
     """Scatter-add g into zeros of `shape`; repeated indices accumulate."""
     if len(axes) == len(shape) and g.size:     # every axis indexed: one bincount over flat positions
         idx = [np.where(i < 0, i + n, i) for i, n in zip(np.broadcast_arrays(*idx), shape)]
+        for d, (i, n) in enumerate(zip(idx, shape)):     # as eager's gather says it (NumPy: a ValueError)
+            if i.size and (i.min() < 0 or i.max() >= n):
+                bad = i.min() if i.min() < 0 else i.max()
+                raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {n}")
         flat = np.ravel_multi_index(idx, shape).ravel()
         return np.bincount(flat, weights=g.ravel(), minlength=math.prod(shape)).astype(g.dtype).reshape(shape)
     out = np.zeros(shape, g.dtype)
