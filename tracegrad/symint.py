@@ -1,12 +1,13 @@
 """Symbolic sizes: an int that records every decision made on it (imports only symexpr.py, a leaf).
 
-A `SymInt` is an `int` whose value is the hint (the size seen when traced) and whose `expr` is an integer
-polynomial over symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the
-hints and, unless it holds for every value in the symbols' ranges, recorded as a guard in the active
-`ShapeEnv`. Concretizing (`int()`, `float()`, `hash()`, a number format) specializes: it records
-`sym == hint`. C code that reads the int directly (range(), NumPy shapes) sees the hint with no guard, so
-code that must stay general reads sizes through this module (its callers pin such a size with int()).
+A `SymInt` is a size with a hint (the size seen when traced) and an `expr`, an integer polynomial over
+symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the hints and, unless it
+holds for every value in the symbols' ranges, recorded as a guard in the active `ShapeEnv`. Concretizing
+(`int()`, `float()`, `hash()`, `__index__`: range(n), [0] * n, NumPy shapes, "%d") specializes: it records
+`sym == hint`. A SymInt is NOT an `int` subclass (as torch's), so no C code reads its value unguarded; code
+that accepts sizes tests `is_size(d)`, and code that wants the number for speed only reads `hint(d)`.
 """
+import numbers
 import operator
 import threading
 
@@ -14,7 +15,12 @@ from .symexpr import Expr, parse_expr
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
-           "parse_expr", "as_expr"]
+           "parse_expr", "as_expr", "is_size"]
+
+
+def is_size(d):
+    """Whether `d` is an integer usable as a size or an index: an int (not a bool), a NumPy integer, a SymInt."""
+    return isinstance(d, (SymInt, numbers.Integral)) and not isinstance(d, bool)
 
 
 def as_expr(d):
@@ -31,9 +37,11 @@ def _make(expr, hint_value):
 def _arith(op, reflected=False):
     """A SymInt method applying `op` (+ - *) to the expressions and to the hints."""
     def method(self, other):
-        if not isinstance(other, int):
-            return NotImplemented
         a, b = (other, self) if reflected else (self, other)
+        if isinstance(other, float):            # a float result: the size's value, specialized
+            return op(float(a), float(b))
+        if not is_size(other):
+            return NotImplemented
         return _make(op(as_expr(a), as_expr(b)), op(hint(a), hint(b)))
     return method
 
@@ -42,16 +50,15 @@ def _comparison(op):
     return lambda self, other: _compare(self, other, op)
 
 
-class SymInt(int):
-    """A size: an int valued at its hint, carrying the polynomial `expr` over symbol names."""
+class SymInt:
+    """A size: the polynomial `expr` over symbol names and its value at the traced sizes (the hint)."""
+    __slots__ = ("expr", "_hint")
 
-    def __new__(cls, expr, hint_value):
-        self = int.__new__(cls, hint_value)
-        self.expr = expr
-        return self
+    def __init__(self, expr, hint_value):
+        self.expr, self._hint = expr, int(hint_value)
 
     def __reduce__(self):
-        return (SymInt, (self.expr, int.__int__(self)))
+        return (SymInt, (self.expr, self._hint))
 
     # arithmetic: the expression and the hint alike
     __add__, __radd__ = _arith(operator.add), _arith(operator.add, True)
@@ -71,13 +78,16 @@ class SymInt(int):
         return _divide(self, o, False)
 
     def __rfloordiv__(self, o):
-        return _divide(o, self, False) if isinstance(o, int) else NotImplemented
+        return _divide(o, self, False) if is_size(o) else NotImplemented
 
     def __mod__(self, o):
         return _divide(self, o, True)
 
     def __rmod__(self, o):
-        return _divide(o, self, True) if isinstance(o, int) else NotImplemented
+        return _divide(o, self, True) if is_size(o) else NotImplemented
+
+    def __divmod__(self, o):
+        return self // o, self % o
 
     def __truediv__(self, o):
         return float(self) / o
@@ -86,12 +96,15 @@ class SymInt(int):
         return o / float(self)
 
     def __pow__(self, o):
-        if isinstance(o, int) and not isinstance(o, SymInt) and o >= 0:
+        if isinstance(o, numbers.Integral) and o >= 0:
             out = Expr.const(1)
             for _ in range(o):
                 out = out * self.expr
             return _make(out, hint(self) ** o)
         return int(self) ** o
+
+    def __rpow__(self, o):
+        return o ** int(self)
 
     # comparisons: decided on the hints, recorded as guards unless provable
     __eq__, __ne__, __lt__ = _comparison("=="), _comparison("!="), _comparison("<")
@@ -104,7 +117,9 @@ class SymInt(int):
     def __int__(self):
         return _specialize(self)
 
-    __index__ = __int__
+    def __index__(self):
+        return _specialize(self)
+
     __trunc__ = __int__
     __floor__ = __int__
     __ceil__ = __int__
@@ -129,7 +144,7 @@ class SymInt(int):
 
 def hint(d):
     """The plain int value of a size (its hint for a SymInt); no guard recorded."""
-    return int.__int__(d) if isinstance(d, SymInt) else int(d)
+    return d._hint if isinstance(d, SymInt) else int(d)
 
 
 def is_sym(d):
@@ -182,7 +197,7 @@ def same_shape(a, b):
 def hints(x):
     """A size, shape or attribute (tuples and lists item by item) with each SymInt as its hint."""
     if isinstance(x, SymInt):
-        return int.__int__(x)
+        return x._hint
     if type(x) in (tuple, list):
         return type(x)(hints(a) for a in x)
     if type(x) is dict:
@@ -200,7 +215,7 @@ def _divide(a, b, mod):
     ea, eb = as_expr(a), as_expr(b)
     if hint(b) == 0:
         raise ZeroDivisionError("integer division or modulo by zero")
-    if not isinstance(b, SymInt) and b < 0:
+    if not isinstance(b, SymInt) and int(b) < 0:
         return int(a) % b if mod else int(a) // b
     q = ea.exact_div(eb)
     if q is not None and (not isinstance(b, SymInt) or b > 0):
@@ -215,7 +230,7 @@ _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _compare(a, b, op):
-    if not isinstance(b, int):
+    if not is_size(b):
         if isinstance(b, float):
             return _OPS[op](float(a) - b)
         return NotImplemented

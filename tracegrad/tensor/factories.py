@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..symint import is_sym
+from ..symint import is_size, is_sym
 
 from .. import dtypes as D
 from .. import ops
@@ -13,7 +13,7 @@ from ..device import CPU, get_default_device, to_device
 from .. import modes
 from .base import TensorBase, _ArgError, new
 from ..cuda import memory, require
-from .dispatch import _P, _SCALARS, _is_int, _shape_arg, dispatch
+from .dispatch import _P, _SCALARS, _shape_arg, dispatch
 
 _rng = ops.RNG
 
@@ -147,7 +147,7 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    shape = _sizes((size,) if is_size(size) else tuple(size))
     if not isinstance(fill_value, _SCALARS):
         raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
     dt, dev = _factory_args(dtype, device, D.scalar_dtype(fill_value))
@@ -185,7 +185,7 @@ def legacy_tensor(args, device=None, dtype=None):
     dtype = dtype or D.default_float
     if not args:
         return empty(0, dtype=dtype, device=device)
-    if len(args) == 1 and not _is_int(args[0]):
+    if len(args) == 1 and not is_size(args[0]):
         return tensor(args[0], dtype=dtype, device=device)
     return zeros(*args, dtype=dtype, device=device)
 
@@ -198,7 +198,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             raise TypeError(f"arange expects numbers, got {v!r}")
     if step == 0:
         raise ValueError("arange: step must be nonzero")
-    all_int = all(_is_int(v) for v in (start, end, step))
+    all_int = all(is_size(v) for v in (start, end, step))
     dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
     if any(map(is_sym, (start, end, step))) and all_int and not is_sym(step):   # arange(B) while traced
         n = (end - start + step - (1 if step > 0 else -1)) // step
@@ -253,7 +253,7 @@ def randint(low, high=None, size=(), dtype=None, device=None):
     low, high = int(low), int(high)
     if low >= high:
         raise ValueError(f"randint: low ({low}) must be below high ({high})")
-    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    shape = _sizes((size,) if is_size(size) else tuple(size))
     return dispatch(_P["randint"], (), {"low": low, "high": high, "shape": shape, "dtype": dt}, dev)
 
 
