@@ -17,6 +17,7 @@ from . import dtypes as D
 from . import return_types
 from .broadcast import broadcast_shapes
 from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
+from .symint import is_size
 from .tensor.base import TensorBase, _ArgError
 from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named, in_float32
 from .tensor.factories import arange, ones, zeros
@@ -50,7 +51,7 @@ def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=Non
     n = math.prod(x._shape[a] for a in axis)
     m = x.mean(axis, keepdims=True)
     d = x - (m + (x - m).mean(axis, keepdims=True))
-    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / float(max(n - ddof, 0)),
+    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / max(n - ddof, 0),   # B: no pin
                   "VarBackward")
 
 
@@ -237,7 +238,7 @@ def erf(x):
 
 @_float32_for_half
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    if isinstance(normalized_shape, int):
+    if is_size(normalized_shape):
         normalized_shape = (normalized_shape,)
     normalized_shape = tuple(normalized_shape)
     k = len(normalized_shape)
@@ -565,8 +566,8 @@ def roll(x, shifts, dims=None):
     """Elements shifted by `shifts` along `dims`, wrapping around; no dims: over the flattened tensor."""
     if dims is None:
         return _named(roll(x.reshape(-1), shifts, 0).reshape(x.shape), "RollBackward")
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    shifts = (shifts,) if is_size(shifts) else tuple(shifts)
+    dims = (dims,) if is_size(dims) else tuple(dims)
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
     out = x

@@ -90,10 +90,10 @@ class SymInt:
         return self // o, self % o
 
     def __truediv__(self, o):
-        return float(self) / o
+        return float(self) / o if isinstance(o, (numbers.Number, SymInt)) else NotImplemented
 
     def __rtruediv__(self, o):
-        return o / float(self)
+        return o / float(self) if isinstance(o, numbers.Number) else NotImplemented
 
     def __pow__(self, o):
         if isinstance(o, numbers.Integral) and o >= 0:
@@ -101,10 +101,10 @@ class SymInt:
             for _ in range(o):
                 out = out * self.expr
             return _make(out, hint(self) ** o)
-        return int(self) ** o
+        return int(self) ** o if isinstance(o, (numbers.Number, SymInt)) else NotImplemented
 
     def __rpow__(self, o):
-        return o ** int(self)
+        return o ** int(self) if isinstance(o, numbers.Number) else NotImplemented
 
     # comparisons: decided on the hints, recorded as guards unless provable
     __eq__, __ne__, __lt__ = _comparison("=="), _comparison("!="), _comparison("<")
@@ -212,7 +212,8 @@ def _specialize(s):
 
 
 def _divide(a, b, mod):
-    ea, eb = as_expr(a), as_expr(b)
+    env = active()
+    ea, eb = (e if env is None else env.simplify(e) for e in (as_expr(a), as_expr(b)))   # B*T // 2*B with T == 6
     if hint(b) == 0:
         raise ZeroDivisionError("integer division or modulo by zero")
     if not isinstance(b, SymInt) and int(b) < 0:

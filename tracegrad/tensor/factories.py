@@ -14,6 +14,7 @@ from .. import modes
 from .base import TensorBase, _ArgError, new
 from ..cuda import memory, require
 from .dispatch import _P, _SCALARS, _shape_arg, dispatch
+from .functions import stack
 
 _rng = ops.RNG
 
@@ -43,6 +44,13 @@ def _filled(shape, fill, dtype, dev, requires_grad):
     if requires_grad:
         t.requires_grad = True
     return t
+
+
+def _of_sizes(arr, dtype, device, requires_grad):
+    """tg.tensor of a nested list holding symbolic sizes: each element a graph constant (no pin)."""
+    dt = dtype or (D.int64 if all(map(is_size, arr.flat)) else D.default_float)
+    flat = stack([tensor(v, dtype=dt, device=device) for v in arr.flat]).reshape(arr.shape)
+    return flat.requires_grad_(requires_grad) if requires_grad else flat
 
 
 def _alloc(shape, fill, dtype, dev):
@@ -90,6 +98,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         except ValueError as e:
             raise ValueError(f"tg.tensor(): data is ragged or malformed (every row must have the same length): "
                              f"{e}") from None
+        if arr.dtype == object and any(map(is_sym, arr.flat)):   # tg.tensor([x.shape[0], 2]) while traced
+            return _of_sizes(arr, dtype, device, requires_grad)
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, got data of type "
                             f"{type(data).__name__} (NumPy kind {arr.dtype})")
@@ -219,6 +229,9 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dt, dev = _factory_args(dtype, device, D.default_float)
     _sizes((n,) if m is None else (n, m))
+    if is_sym(n) or is_sym(m):          # symbolic sizes (traced): ones where two iotas meet, no NumPy pin
+        t = (arange(n, device=dev).unsqueeze(1) == arange(n if m is None else m, device=dev).unsqueeze(0)).to(dt)
+        return t.requires_grad_(requires_grad)
     return _make(np.eye(n, m, dtype=dt.np), dt, dev, requires_grad)
 
 
