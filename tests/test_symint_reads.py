@@ -90,3 +90,15 @@ def test_symint_is_not_an_int():
         assert not isinstance(n, int) and symint.is_size(n) and symint.is_size(3)
         assert not symint.is_size(True) and not symint.is_size(2.0)
         assert str(n * 2 + 1) == "2*B+1" and symint.hint(n * 2 + 1) == 9
+
+
+@pytest.mark.parametrize("name", ["range", "np_zeros", "percent", "compare"])
+def test_reads_under_llvm_match_eager(name):
+    """The same reads through the LLVM backend: a size the read pinned traces apart, values and
+    gradients == eager."""
+    f = READS[name]
+    cf = tg.compile(f, dynamic=True)
+    for i, n in enumerate([4, 1, 6, 0, 4]):
+        xv = np.random.default_rng(i).standard_normal((n, 2)).astype(np.float32)
+        for got, want in zip(_grad_of(cf, xv), _grad_of(f, xv)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} at n={n}")
