@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
+import tracegrad.nn as nn
 from tracegrad import symint
 from tracegrad.symint import ShapeEnv, using
 
@@ -102,3 +103,37 @@ def test_reads_under_llvm_match_eager(name):
         xv = np.random.default_rng(i).standard_normal((n, 2)).astype(np.float32)
         for got, want in zip(_grad_of(cf, xv), _grad_of(f, xv)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} at n={n}")
+
+
+def _batch_norm():
+    bn = nn.BatchNorm1d(4)        # one per caller: the running statistics are updated by each call
+    return lambda x: bn(x) + bn.running_var
+
+
+_gn = nn.GroupNorm(2, 4)
+OWN = {        # tracegrad's own code reading a symbolic size: stays symbolic (no B == value guard)
+    "stack": lambda x: tg.stack([x, x * 2], 0).sum(0),
+    "var_std": lambda x: x.var(0) + x.std(1).sum(),
+    "batch_norm": _batch_norm,
+    "group_norm": lambda x: _gn(x),
+    "eye": lambda x: tg.eye(x.shape[0]) @ x,
+    "tensor_of_sizes": lambda x: x * tg.tensor([x.shape[0], 2.5, 1.0, 0.0]),
+    "split_sizes": lambda x: x.split([x.shape[0] - 1, 1], 0)[0].sum(0),
+    "repeat": lambda x: x.sum(0, keepdim=True).repeat(x.shape[0], 1) + x,
+    "flip": lambda x: x.flip(0) * tg.arange(x.shape[0], 0, -1).unsqueeze(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_own_code_keeps_sizes_symbolic(name):
+    f, cf = OWN[name], OWN[name]
+    if name == "batch_norm":
+        f, cf = f(), f()
+    cf = tg.compile(cf, backend="interpret", dynamic=True)
+    for n in (5, 3, 7, 2):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        for got, want in zip(_grad_of(cf, x), _grad_of(f, x)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} at n={n}")
+    s = cf.stats()
+    assert s["traces"] == 1, s["retrace_reasons"]
+    assert not [g for d in s["dynamic"] for g in d["guards"] if g.startswith("B ==")], s["dynamic"]

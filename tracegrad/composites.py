@@ -17,7 +17,7 @@ from . import dtypes as D
 from . import return_types
 from .broadcast import broadcast_shapes
 from .ops import _norm_axis, _reduce_shape, bind, normalize_axes
-from .symint import is_size
+from .symint import as_size, is_size
 from .tensor.base import TensorBase, _ArgError
 from .tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named, in_float32
 from .tensor.factories import arange, ones, zeros
@@ -189,7 +189,7 @@ def split(x, split_size_or_sections, dim=0):
     a = _norm_axis(dim, x.ndim)
     n = x._shape[a]
     if isinstance(split_size_or_sections, (list, tuple)):
-        sizes = [int(s) for s in split_size_or_sections]
+        sizes = [as_size(s) for s in split_size_or_sections]
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                f"at dimension {a}), but got split_sizes={sizes}")
@@ -584,7 +584,7 @@ def roll(x, shifts, dims=None):
 
 def repeat(x, sizes):
     """x tiled sizes[i] times along each axis (extra leading sizes add axes), as Tensor.repeat."""
-    sizes = tuple(int(s) for s in sizes)
+    sizes = tuple(as_size(s) for s in sizes)
     if len(sizes) < x.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
                            "of tensor")

@@ -15,7 +15,12 @@ from .symexpr import Expr, parse_expr
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
-           "parse_expr", "as_expr", "is_size"]
+           "parse_expr", "as_expr", "is_size", "as_size"]
+
+
+def as_size(d):
+    """`d` as a size: a SymInt as it is, any other integer as an int (TypeError if it is none)."""
+    return d if isinstance(d, SymInt) else operator.index(d)
 
 
 def is_size(d):
@@ -216,8 +221,9 @@ def _divide(a, b, mod):
     ea, eb = (e if env is None else env.simplify(e) for e in (as_expr(a), as_expr(b)))   # B*T // 2*B with T == 6
     if hint(b) == 0:
         raise ZeroDivisionError("integer division or modulo by zero")
-    if not isinstance(b, SymInt) and int(b) < 0:
-        return int(a) % b if mod else int(a) // b
+    if not isinstance(b, SymInt) and int(b) < 0:         # a // -c == -a // c, a % -c == -(-a % c)
+        r = _divide(-a, -int(b), mod)
+        return -r if mod else r
     q = ea.exact_div(eb)
     if q is not None and (not isinstance(b, SymInt) or b > 0):
         return 0 if mod else _make(q, hint(a) // hint(b))

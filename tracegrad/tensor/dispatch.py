@@ -15,7 +15,7 @@ from ..cuda import eager as cuda_eager
 from ..cuda import memory
 from .. import core, modes
 from ..autograd import Node
-from ..symint import SymInt, is_size, is_sym
+from ..symint import SymInt, as_size, is_size
 from ..device import CPU, mismatch_error
 from ..modes import _thread
 from ..ops import PRIMS
@@ -334,7 +334,7 @@ def _shape_arg(args, what="shape"):
             s = int(s.item())
         if not is_size(s):
             raise TypeError(f"{what} must be a sequence of ints, got {args!r}")
-        out.append(s if is_sym(s) else int(s))
+        out.append(as_size(s))
     return tuple(out)
 
 
