@@ -7,6 +7,7 @@ holds for every value in the symbols' ranges, recorded as a guard in the active 
 `sym == hint`. A SymInt is NOT an `int` subclass (as torch's), so no C code reads its value unguarded; code
 that accepts sizes tests `is_size(d)`, and code that wants the number for speed only reads `hint(d)`.
 """
+import math
 import numbers
 import operator
 import threading
@@ -237,9 +238,13 @@ _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _compare(a, b, op):
+    if isinstance(b, float) and math.isfinite(b):     # an int against a float: the int bound it means
+        if b != math.floor(b) and op in ("==", "!="):
+            return op == "!="
+        b = math.floor(b) if op in (">", "<=") else math.ceil(b)
+    elif isinstance(b, float):
+        return _OPS[op](0.0 - b) if not math.isnan(b) else op == "!="      # +-inf, nan: whatever the size
     if not is_size(b):
-        if isinstance(b, float):
-            return _OPS[op](float(a) - b)
         return NotImplemented
     ea, eb = as_expr(a), as_expr(b)
     answer = _OPS[op](hint(a) - hint(b))
