@@ -44,7 +44,8 @@ def _shapes(f, rows, w):
 
 
 def _fn(cache_size):
-    return tg.compile(lambda x, w: ((x @ w).tanh() * 2.0 + 1.0).sum(), cache_size=cache_size)
+    """Static signatures (dynamic=False): each shape is its own entry, so eviction is what is measured."""
+    return tg.compile(lambda x, w: ((x @ w).tanh() * 2.0 + 1.0).sum(), cache_size=cache_size, dynamic=False)
 
 
 def test_evicted_signatures_free_their_entries_and_engines(monkeypatch):
