@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import regions
+from tracegrad.codegen import machine
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_ACROSS_EXAMPLES", "20"))
 
@@ -88,12 +88,8 @@ def test_compiled_matches_numpy_and_interpret(rows, cols, name, dtype, layout, s
 
     def g(x, w):
         return fn(view(x), w)
-    saved = regions.PARALLEL_MIN_WORK
-    regions.PARALLEL_MIN_WORK = 1 if split else saved
-    try:
+    with machine.override(**({"parallel_min_work": 1} if split else {})):
         got = tg.compile(g)(*args)
-    finally:
-        regions.PARALLEL_MIN_WORK = saved
     got = [t.numpy() for t in (got if isinstance(got, tuple) else (got,))]
     ref = tg.compile(g, backend="interpret")(*args)
     ref = [t.numpy() for t in (ref if isinstance(ref, tuple) else (ref,))]

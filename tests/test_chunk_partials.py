@@ -13,7 +13,7 @@ from tracegrad.codegen import regions
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=1")
 
 
 def _chunked(f, *args):

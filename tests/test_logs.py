@@ -92,7 +92,7 @@ def test_recompiles_name_each_retrace_and_its_reason(monkeypatch, capsys):
     assert len(lines) == 2 and len(reasons) == 2
     for (fn, text), n, reason in zip(lines, (2, 3), reasons):
         assert fn == "Scale" and text == f"retrace (trace {n}): {reason}"
-    assert "(3, 4) -> (5, 4)" in lines[0][1] and "k" in lines[1][1]
+    assert "x: dim 0 became symbolic B (3 -> 5)" in lines[0][1] and "k" in lines[1][1]
 
 
 def _kernel_lines(capsys, fn, *args):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad import scalar as S
-from tracegrad.codegen.online import ONLINE_BLOCK
+from tracegrad.codegen.machine import FIELDS
 from tracegrad.ir.kernels import Const, Kernel, Load, Op, Phase
 from tracegrad.ir.passes.schedule import online_pairs
 
@@ -111,7 +111,7 @@ def _special_rows(x, rng):
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=st.integers(1, 9), cols=st.sampled_from([1, 2, 7, 33, 127, 129, 300, ONLINE_BLOCK + 37, 8193]),
+@given(rows=st.integers(1, 9), cols=st.sampled_from([1, 2, 7, 33, 127, 129, 300, FIELDS["online_block"].default + 37, 8193]),
        lead=st.sampled_from([(), (3,)]), name=st.sampled_from(sorted(ROWS)),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2 ** 16))
 def test_compiled_matches_interpret_and_numpy(rows, cols, lead, name, dtype, seed):

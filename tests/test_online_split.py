@@ -2,7 +2,7 @@
 them: softmax, log_softmax, logsumexp over leading axes, their backward's sums) is split over the
 rows (`threads=d0`): each chunk of rows keeps its own maxima and sums relative to them, and the
 region's join rescales each chunk's sums to the joined maximum (regions._online_join). Read from
-`stage="kernels"`, and checked with every kernel split (regions.PARALLEL_MIN_WORK patched to 1):
+`stage="kernels"`, and checked with every kernel split (TRACEGRAD_THRESHOLDS=parallel_min_work=1):
 compiled (apart and joined) == eager == interpret == NumPy in float64 on odd sizes, float32 and
 float64, transposed, sliced and permuted inputs (hypothesis); infinities and NaN as eager; the same
 bits on every call whichever mode (threads or one) the region's Judge picks."""
@@ -41,7 +41,7 @@ ORACLES = {     # NumPy float64 losses
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=1")
     monkeypatch.setattr(joined, "JOIN_MIN_BYTES", 0)
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import hangs
 import tracegrad as tg
-from tracegrad.codegen import regions, threads
+from tracegrad.codegen import gemm, machine, regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_AT = 4096       # element-ops: kernels of these tests' sizes split, their small ones do not
@@ -24,7 +24,7 @@ SPLIT_AT = 4096       # element-ops: kernels of these tests' sizes split, their 
 
 @pytest.fixture
 def split_small(monkeypatch):
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", SPLIT_AT)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={SPLIT_AT}")
 
 
 def _programs(f, *args):
@@ -50,8 +50,7 @@ def _close(got, want, tol):
 @given(rows=st.integers(5, 203), cols=st.integers(3, 97), seed=st.integers(0, 2 ** 31 - 1),
        dtype=st.sampled_from([np.float32, np.float64]))
 def test_mixed_programs_match_eager_and_interpret(rows, cols, seed, dtype):
-    saved, regions.PARALLEL_MIN_WORK = regions.PARALLEL_MIN_WORK, SPLIT_AT
-    try:
+    with machine.override(parallel_min_work=SPLIT_AT):
         rng = np.random.default_rng(seed)
         arrays = [rng.standard_normal(s).astype(dtype) for s in ((rows, cols), (cols,), (cols,), (cols,), (cols, cols))]
         args = [tg.tensor(a) for a in arrays]
@@ -65,11 +64,10 @@ def test_mixed_programs_match_eager_and_interpret(rows, cols, seed, dtype):
         progs = _programs(compiled, *args)
         if rows * cols * 8 >= SPLIT_AT:          # the tanh map splits at least
             assert any(p.regions for p in progs)
-    finally:
-        regions.PARALLEL_MIN_WORK = saved
 
 
-def test_split_and_small_kernels_are_one_native_call(split_small):
+def test_split_and_small_kernels_are_one_native_call(split_small, monkeypatch):
+    monkeypatch.setattr(gemm, "SPLIT_WORK", 1 << 62)       # the products: BLAS calls between regions
     rng = np.random.default_rng(0)
     args = [tg.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((301, 67), (67,), (67,), (67,), (67, 67))]
     f = tg.compile(_mixed)
@@ -108,12 +106,11 @@ def _python(script, timeout=None, env=None, args=()):
 
 
 TRAIN = """
-    import sys
+    import os, sys
     import numpy as np
     import tracegrad as tg
     import tracegrad.nn.functional as F
-    from tracegrad.codegen import regions
-    regions.PARALLEL_MIN_WORK = 4096
+    os.environ["TRACEGRAD_THRESHOLDS"] = "parallel_min_work=4096"
     tg.manual_seed(0)
     model = tg.nn.Sequential(tg.nn.Linear(61, 129), tg.nn.Tanh(), tg.nn.Linear(129, 129), tg.nn.ReLU(),
                              tg.nn.Linear(129, 7))
@@ -156,7 +153,7 @@ FORK = """
     import numpy as np
     import tracegrad as tg
     from tracegrad.codegen import regions, threads
-    regions.PARALLEL_MIN_WORK = 4096
+    os.environ["TRACEGRAD_THRESHOLDS"] = "parallel_min_work=4096"
     threads.Judge.parallel = lambda self: True          # every region on the workers
     x = tg.from_numpy(np.random.default_rng(0).standard_normal((513, 129)).astype(np.float32))
     f = tg.compile(lambda x: ((x * 2.0).tanh().sum(axis=0), (x + 1.0).exp() * 0.5))
@@ -261,12 +258,12 @@ def test_small_independent_kernels_share_one_region(monkeypatch):
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(s) for s in ((301,), (7, 41), (253,), (3, 97))]
     args = [tg.tensor(a) for a in arrays]
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1 << 40)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={1 << 40}")
     alone = tg.compile(_independent)
     want = [o.numpy() for o in alone(*args)]
     works = _kernel_works(alone, *args)
     assert len(works) >= 3 and not _programs(alone, *args)[0].regions
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", max(works) + 1)   # none splits; together they are worth it
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={max(works) + 1}")   # none splits; together they are worth it
     shared = tg.compile(_independent)
     for parallel in (True, False, True):
         monkeypatch.setattr(threads.Judge, "parallel", lambda self, p=parallel: p)
@@ -283,7 +280,7 @@ def test_small_independent_kernels_share_one_region(monkeypatch):
 
 def test_an_optimizer_step_with_shared_regions_matches_eager(monkeypatch):
     """SGD with momentum over several small parameters: one update kernel each, sharing regions."""
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 400)      # the last updates: 364 + 28 + 20 + 12
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=400")      # the last updates: 364 + 28 + 20 + 12
     rng = np.random.default_rng(6)
     shapes = ((13, 7), (7,), (7, 5), (5,), (5, 3), (3,))
 

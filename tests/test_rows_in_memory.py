@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.ir.passes import schedule
-from tracegrad.ir.passes.schedule import MIXED_TILE, TILE
+from tracegrad.codegen.machine import FIELDS
+from tracegrad.ir.passes.schedule import MIXED_TILE
+
+TILE = FIELDS["tile"].default        # TRACEGRAD_CALIBRATION=off (conftest.py)
 
 RNG = np.random.default_rng(5)
 

@@ -12,7 +12,7 @@ import pytest
 
 import hangs
 import tracegrad as tg
-from tracegrad.codegen import regions, threads
+from tracegrad.codegen import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,11 +75,10 @@ def test_fork_while_other_threads_run_and_compile():
 
 
 THREAD_COUNT = """
-    import sys
+    import os, sys
     import numpy as np
     import tracegrad as tg
-    from tracegrad.codegen import regions
-    regions.PARALLEL_MIN_WORK = 1        # split every kernel, however small
+    os.environ["TRACEGRAD_THRESHOLDS"] = "parallel_min_work=1"   # split every kernel, however small
     rng = np.random.default_rng(0)
     x = tg.from_numpy(rng.standard_normal((257, 129)).astype(np.float32))
     w = tg.from_numpy(rng.standard_normal(129).astype(np.float32))
@@ -106,7 +105,7 @@ def test_results_do_not_depend_on_the_thread_count(tmp_path):
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=1")
 
 
 def _outputs(f, *args):

@@ -4,7 +4,7 @@ stream (read from the LLVM text), the marking of the optimized IR, and values: c
 vectors), unaligned input views, transposed views, row kernels (softmax, layer norm and its
 gradients), float64, kernels split over threads (chunks starting anywhere), in-place updates.
 
-The size rule is lowered (STREAM_MIN_BYTES patched) so that small arrays exercise the same code."""
+The size rule is lowered (TRACEGRAD_THRESHOLDS=stream_min_bytes=...) so that small arrays exercise the same code."""
 import os
 import re
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import stream
+from tracegrad.codegen import machine, stream
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "12"))
 RNG = np.random.default_rng(5)
@@ -22,7 +22,7 @@ RNG = np.random.default_rng(5)
 
 @pytest.fixture
 def small_rule(monkeypatch):
-    monkeypatch.setattr(stream, "STREAM_MIN_BYTES", 1024)
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "stream_min_bytes=1024")
 
 
 def streamed_lines(fn, *tensors):
@@ -49,7 +49,7 @@ def test_the_rule_reads_in_the_llvm_text(small_rule):
 
 def test_small_outputs_never_stream():
     x = tg.tensor(RNG.standard_normal((37, 64)).astype(np.float32))
-    assert stream.STREAM_MIN_BYTES >= 1 << 20
+    assert machine.value("stream_min_bytes") >= 1 << 20
     assert streamed_lines(lambda x: (x * 2.0).exp(), x) == []
 
 
@@ -126,8 +126,7 @@ def reference(name, x):
        start=st.integers(0, 2), dtype=st.sampled_from([np.float32, np.float64]), flat=st.booleans())
 def test_values_match_interpret_and_numpy(name, rows, cols, start, dtype, flat):
     """Starting the input at element `start` of its buffer (a slice: unaligned), 1-D or 2-D."""
-    stream.STREAM_MIN_BYTES, saved = 256, stream.STREAM_MIN_BYTES
-    try:
+    with machine.override(stream_min_bytes=256):
         base = RNG.standard_normal(rows * cols + start).astype(dtype)
         a = base[start:] if flat and name in ("gelu", "two_outputs") else base[start:].reshape(rows, cols)
         x = tg.tensor(base)[start:]
@@ -135,8 +134,6 @@ def test_values_match_interpret_and_numpy(name, rows, cols, start, dtype, flat):
             x = x.reshape(rows, cols)
         got = tg.compile(PROGRAMS[name])(x)
         oracle = tg.compile(PROGRAMS[name], backend="interpret")(x)
-    finally:
-        stream.STREAM_MIN_BYTES = saved
     got, oracle = (list(v) if isinstance(v, tuple) else [v] for v in (got, oracle))
     tol = 2e-6 if dtype == np.float32 else 1e-12
     for g, o, r in zip(got, oracle, reference(name, a)):
@@ -219,7 +216,7 @@ def test_mark_streams_whole_aligned_vectors_through_streamed_pointers_only():
 
 def test_the_streaming_bench_measures_both_kinds_of_store():
     from tracegrad.bench.streaming import measure
-    saved = stream.STREAM_MIN_BYTES
+    saved = machine.value("stream_min_bytes")
     r = measure(0.05, rounds=1)
-    assert stream.STREAM_MIN_BYTES == saved
+    assert machine.value("stream_min_bytes") == saved
     assert set(r) == {"normal", "stream"} and all(t > 0 for pair in r.values() for t in pair)

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 import tracegrad.jit.joined as joined
-from tracegrad.codegen import regions
 
 
 def _view(x, nd):
@@ -82,7 +81,7 @@ def test_a_plain_row_sum_of_a_transposed_view_keeps_its_tiles():
 def test_compiled_joined_eager_interpret_numpy_agree(monkeypatch, name, rows, cols, mid, dtype, sliced, split, seed):
     monkeypatch.setattr(joined, "JOIN_MIN_BYTES", 0)
     if split:
-        monkeypatch.setattr(regions, "PARALLEL_MIN_WORK", 1)
+        monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=1")
     fn, oracle = FNS[name]
     rng = np.random.default_rng(seed)
     shape = (rows, cols) if mid == 0 else (rows, mid, cols)

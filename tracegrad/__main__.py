@@ -5,9 +5,11 @@
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad bench --cpu x86-64-v3    # compiled code built for an AVX2 CPU (TRACEGRAD_CPU)
     python -m tracegrad bench --cpu native --cpu x86-64-v3   # the bench once per build, one after the other
+    python -m tracegrad bench --cpu native,x86-64-v3         # one table: a compiled column per build
     python -m tracegrad dump examples/mlp_train.py --quick
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
+    python -m tracegrad calibrate                # measure this machine's code-generation thresholds again
 """
 import argparse
 import os
@@ -18,15 +20,25 @@ DUMP_STAGES = "traced,forward,backward,kernels"
 
 
 def _bench(args):
-    """The bench once per --cpu build (each name checked before any runs), else once as it is."""
+    """The bench once per --cpu build (each name checked before any runs), else once as it is;
+    `--cpu a,b`: one table with a compiled column per build, each build in a process of its own."""
     from .codegen import host
-    for cpu in args.cpu or []:
+    builds = [c for spec in args.cpu or [] for c in _builds(spec)]
+    if builds and (len(args.cpu) > 1 or args.eager or args.plot):
+        print("tracegrad bench --cpu: give several builds as one comma-separated list of CPU names, without "
+              "--eager or --plot", file=sys.stderr)
+        return 2
+    for cpu in builds or args.cpu or []:
         os.environ["TRACEGRAD_CPU"] = cpu
         try:
             host.current()
         except ValueError as e:
             print(f"tracegrad bench --cpu: {e}", file=sys.stderr)
             return 2
+    if builds:
+        from .bench.builds import main as bench_builds
+        os.environ.pop("TRACEGRAD_CPU", None)
+        return bench_builds(builds, workload=args.workload, quick=args.quick, repeats=args.repeats)
     rc = 0
     for k, cpu in enumerate(args.cpu or [None]):
         if cpu is not None:
@@ -34,6 +46,13 @@ def _bench(args):
             print(("\n" if k else "") + f"== build {cpu}", flush=True)
         rc = max(rc, _bench_once(args))
     return rc
+
+
+def _builds(spec):
+    """The builds of a --cpu value that lists CPU names (native,x86-64-v3); [] for one build (a name,
+    or a name and feature changes such as skylake,-avx512f)."""
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    return items if len(items) > 1 and not any(s[0] in "+-" for s in items) else []
 
 
 def _bench_once(args):
@@ -97,6 +116,16 @@ def _fuzz(args):
     return 1 if s["mismatch_programs"] or s["error_programs"] else 0
 
 
+def _calibrate(args):
+    from .codegen import machine
+    try:
+        print(machine.describe(remeasure=not args.show))
+    except ValueError as e:
+        print(f"tracegrad calibrate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tracegrad", description="tracegrad command line")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -111,7 +140,8 @@ def main(argv=None):
     b.add_argument("--cpu", metavar="NAME", action="append",
                    help="build compiled code for this CPU (TRACEGRAD_CPU): native (default), an LLVM CPU name such "
                         "as x86-64-v3 (AVX2, no AVX-512), or features such as +avx2,+fma,-avx512f; repeat it to run "
-                        "the bench once per build")
+                        "the bench once per build, or list CPU names (native,x86-64-v3) for one table with a compiled column "
+                        "per build, each timed in a process of its own")
     b.set_defaults(func=_bench)
 
     d = sub.add_parser("dump", help="run a script with every compiled function's IR stages printed to stderr")
@@ -140,6 +170,10 @@ def main(argv=None):
     fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
     fz.add_argument("--merge", nargs="+", metavar="JSON", help="print one summary of several --json files and exit")
     fz.set_defaults(func=_fuzz)
+
+    c = sub.add_parser("calibrate", help="measure this machine's code-generation thresholds again and show them")
+    c.add_argument("--show", action="store_true", help="show the values in use without measuring again")
+    c.set_defaults(func=_calibrate)
 
     args = ap.parse_args(argv)
     if getattr(args, "plot", None) and args.eager:

@@ -170,7 +170,7 @@ def print_table(rows, columns, out=print, floors=None, loads=None):
            for c in columns]
     out(f"{'geomean ratio':24s}" + "".join(f"{g:>{width}s}" for g in geo))
 
-    compiled = [c for c in columns if c in ("tg compiled", "torch.compile", "jax.jit")]
+    compiled = [c for c in columns if c.startswith("tg compiled") or c in ("torch.compile", "jax.jit")]
     if compiled:
         out("")
         out(f"{'first call, s':24s}" + "".join(f"{c:>{width}s}" for c in compiled) + "   (trace + compile + run)")

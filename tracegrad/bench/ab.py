@@ -10,7 +10,7 @@ new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (workloads.py,
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
 and adam (the survey's), SOFTMAX_T
-(softmax over the rows of a transposed view, fwd+bwd); MLP,
+(softmax over the rows of a transposed view, fwd+bwd); W12 (transformer.py's training step); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from . import transformer as T
 from . import workloads as W
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -127,6 +128,7 @@ def programs():
                  "mixed_layout_rowsum", "sgd_momentum", "adam"):            # reads that disagree; optimizer steps
         out[name] = lambda tg, name=name: _survey_fwd(tg, name)
     out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
+    out["W12"] = lambda tg: T.tg_step(T.inputs(), True)        # the GPT-style training step
     return out
 
 

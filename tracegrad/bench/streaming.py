@@ -2,7 +2,7 @@
 and a NumPy reduction reading the output right after it (a consumer that would find a normally
 stored output in cache if it stayed there). The inputs are evicted between rounds (as a large input
 of a real step would be). The size from which streaming wins both together is the rule of
-codegen/stream.py's STREAM_MIN_BYTES.
+codegen/stream.py's stream_min_bytes (codegen/machine.py).
 
     python -m tracegrad.bench.streaming [MiB ...]
 """
@@ -15,17 +15,14 @@ import numpy as np
 def measure(mib, rounds=15):
     """{"normal"|"stream": (median map seconds, median read seconds)} for an output of `mib` MiB."""
     import tracegrad as tg
-    from tracegrad.codegen import stream
+    from tracegrad.codegen import machine
     n = int(mib * (1 << 20)) // 4
     x = tg.from_numpy(np.random.default_rng(0).standard_normal(n).astype(np.float32))
-    saved, fns = stream.STREAM_MIN_BYTES, {}
-    try:
-        for label, rule in (("normal", float("inf")), ("stream", 0)):
-            stream.STREAM_MIN_BYTES = rule
+    fns = {}
+    for label, rule in (("normal", 1 << 40), ("stream", 1)):
+        with machine.override(stream_min_bytes=rule):
             fns[label] = tg.compile(lambda x: x * 2.0 + 1.0)
             fns[label](x)
-    finally:
-        stream.STREAM_MIN_BYTES = saved
     evict = np.ones(16 << 20, np.float32)          # 64 MiB touched between rounds
     times = {k: ([], []) for k in fns}
     for _ in range(rounds):

@@ -5,8 +5,10 @@ from functools import partial
 
 from .. import logs
 from ..ir.passes.schedule import settle
-from .driver import (body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot, segment_function,
-                     step_function, table_size)
+from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
+                     segment_function, step_function, table_size)
+from .gemm import one_thread, operand_slots, region_entry
+from .gemm import split as gemm_split
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
@@ -40,6 +42,8 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     stream = streamed(g, kernels, aliases, slots, inplace)
     settle(kernels, stream)         # register transposes where the outputs stream (ir/passes/schedule.py)
     cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
+    plans = {j: p for j, k in enumerate(kernels) if (p := gemm_plan(k)) is not None}
+    cut.update({j: ch for j, p in plans.items() if (ch := gemm_split(p, blas()[1])) is not None})   # gemm.py
     split = [j for j, c in cut.items() if c.n > 1]
     shared = {run[0]: run for run in groups(kernels, split, in_memory)}
     first = sorted(split + list(shared))            # each region's first kernel, in order
@@ -54,8 +58,14 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 mb.function(entry_function(name, body, args))
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
-        elif (plan := gemm_plan(k)) is not None:
+        elif (plan := plans.get(j)) is not None:
             calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
+            if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
+                name, regions[j] = f"{label}_k{j}", cut[j]
+                mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))
+                mb.function(region_functions(mb, name, regions[j]))
+                seg[j] = one_thread(c, gemm, region_call(c, name, regions[j], region_slot(len(slots), first.index(j)),
+                                                         pool, size))
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))
@@ -84,7 +94,7 @@ def _say_kernels(mb, kernels, label, gemms, cut, split, shared):
             how = "host step (NumPy)" if p is None else \
                 (f"BLAS {dict(float32='s', float64='d')[p['dtype']]}gemm {p['m']}x{p['n']}x{p['k']}"
                  + (f", batch {'x'.join(map(str, p['batch']))}" if p["batch"] else ""))
-        elif j in split:
+        if j in split:
             how += f"; {cut[j].n} chunks over threads"
         elif j in grouped:
             how += f"; one region with {len(grouped[j]) - 1} other small kernel(s), a chunk each"

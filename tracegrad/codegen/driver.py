@@ -17,10 +17,12 @@ bench machine, OpenBLAS's sgemm beats straightforward generated loop nests by 4-
 128x32x32 (W8's layers) and a native call costs ~0.1 us, so every float32/float64 product goes to
 BLAS; NumPy's own np.matmul adds 1-2 us of Python per call on top of the same BLAS. Before each
 product the segment sets the pool's park flag (when the program has a pool), so workers spinning
-after a region step aside for BLAS's threads.
+after a region step aside for BLAS's threads; large products run as regions of the pool instead,
+BLAS on one thread per chunk (gemm.py).
 
-The pointer table: the program's buffers (slots.py), then the two gemm addresses, the pool's shared
-words and its `tg_region` function (`pool_slots`), then one descriptor per region (`region_slot`).
+The pointer table: the program's buffers (slots.py), then the two gemm addresses and the BLAS's
+thread count functions (gemm.py), the pool's shared words and its `tg_region` function
+(`pool_slots`), then one descriptor per region (`region_slot`).
 """
 import ctypes
 import glob
@@ -29,9 +31,10 @@ import os
 
 import numpy as np
 
+from .gemm import NO_TRANS, contiguous, fold_rows, gemm_lines, operand_slots, pointer_lines, thread_functions
+from .gemm import operand as _operand
 from .threads import _PARK as PARK_WORD
 
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _BLAS = []
 
 
@@ -58,39 +61,30 @@ def _find_blas():
                 fns = {"float32": getattr(lib, f"{prefix}sgemm{suffix}"), "float64": getattr(lib, f"{prefix}dgemm{suffix}")}
             except AttributeError:
                 continue
-            return itype, {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in fns.items()}
+            return itype, {**{k: ctypes.cast(f, ctypes.c_void_p).value for k, f in fns.items()},
+                           **thread_functions(lib, prefix.replace("cblas_", ""), suffix)}
     return None
 
 
 def gemm_slots(n_slots):
-    """{dtype name: table slot holding its gemm's address}: the slots after a program's buffers."""
-    return {"float32": n_slots, "float64": n_slots + 1}
+    """{dtype name: table slot holding its gemm's address, and those of the BLAS's thread count
+    functions (gemm.thread_functions)}: the slots after a program's buffers."""
+    return {"float32": n_slots, "float64": n_slots + 1, "set_threads": n_slots + 2, "get_threads": n_slots + 3}
 
 
 def pool_slots(n_slots):
     """(slot of the pool's shared words, slot of its tg_region function) after the gemm slots; 0
     (null) while the program has not met a pool."""
-    return n_slots + 2, n_slots + 3
+    return n_slots + 4, n_slots + 5
 
 
 def region_slot(n_slots, r):
     """The slot of the descriptor of the program's region r (its r-th split kernel)."""
-    return n_slots + 4 + r
+    return n_slots + 6 + r
 
 
 def table_size(n_slots, n_regions):
-    return n_slots + 4 + n_regions
-
-
-def _operand(shape, strides):
-    """How BLAS reads a matrix of `shape` (rows, cols) with element `strides`: (transposed, leading
-    dimension), or None when neither axis has unit stride (or the other's stride is too small)."""
-    (r, c), (sr, sc) = shape, strides
-    if (c == 1 or sc == 1) and (r == 1 or sr >= max(1, c)):
-        return NO_TRANS, sr if r > 1 else max(1, c)
-    if (r == 1 or sr == 1) and (c == 1 or sc >= max(1, r)):
-        return TRANS, sc if c > 1 else max(1, r)
-    return None
+    return n_slots + 6 + n_regions
 
 
 def _batch_strides(shape, strides, batch):
@@ -119,9 +113,11 @@ def gemm_plan(kernel):
     if ta is None or tb is None:
         return None
     batch = out.shape[:-2]
+    abatch, bbatch = _batch_strides(sa, a.strides, batch), _batch_strides(sb, b.strides, batch)
+    if (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
+        m, ta, batch, abatch, bbatch = folded
     plan = dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
-                a=(a.offset, _batch_strides(sa, a.strides, batch)),
-                b=(b.offset, _batch_strides(sb, b.strides, batch)))
+                a=(a.offset, abatch), b=(b.offset, bbatch))
     _check_extents(kernel, plan)
     return plan
 
@@ -133,7 +129,7 @@ def _check_extents(kernel, plan):
     (a, b), out = kernel.args, kernel.node.out
     batch, m, n, k = plan["batch"], plan["m"], plan["n"], plan["k"]
     spans = [("a", a.buf, plan["a"], (m, k), plan["ta"]), ("b", b.buf, plan["b"], (k, n), plan["tb"]),
-             ("out", out, (0, list(_contiguous(batch, plan))), (m, n), (NO_TRANS, n))]
+             ("out", out, (0, contiguous(batch, m * n)), (m, n), (NO_TRANS, n))]
     if min(m, n, k, *batch) < 1:        # gemm_call calls BLAS at least once
         raise RuntimeError(f"internal error: a BLAS call planned for an empty matmul -> {out.dtype.name}"
                            f"{list(out.shape)} (m={m} n={n} k={k}, batch {list(batch)}); please report it")
@@ -156,51 +152,12 @@ def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot):
     """LLVM lines running matmul `kernel` by BLAS (batches in a loop), after setting the pool's park
     flag (its shared words in table slot `park_slot`, if not null); registers and labels start
     with `c`."""
-    itype = blas()[0]
-    ty = "float" if plan["dtype"] == "float32" else "double"
-    a, b = kernel.args
     lines = [f"  %{c}kp = getelementptr ptr, ptr %table, i64 {park_slot}", f"  %{c}k = load ptr, ptr %{c}kp",
              f"  %{c}kn = icmp eq ptr %{c}k, null", f"  br i1 %{c}kn, label %{c}go, label %{c}park", f"{c}park:",
              f"  %{c}kf = getelementptr i64, ptr %{c}k, i64 {PARK_WORD}", f"  store atomic i64 1, ptr %{c}kf monotonic, align 8",
              f"  br label %{c}go", f"{c}go:"]
-    for reg, slot in (("a", slots[id(a.buf)]), ("b", slots[id(b.buf)]), ("c", slots[id(kernel.node.out)]),
-                      ("fn", gemm_slot)):
-        lines += [f"  %{c}{reg}p = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}{reg} = load ptr, ptr %{c}{reg}p"]
-    batch = plan["batch"]
-    nb = math.prod(batch)
-    if nb > 1:
-        lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
-                  f"  %{c}i = phi i64 [0, %{c}pre], [%{c}i1, %{c}loop]"]
-    offs = {}
-    for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, list(_contiguous(batch, plan))))):
-        acc, inner = str(offset), 1
-        for d in range(len(batch) - 1, -1, -1):
-            if bstrides[d] and batch[d] > 1:
-                q = f"%{c}{reg}q{d}"
-                lines += [f"  {q}a = udiv i64 %{c}i, {inner}", f"  {q}b = urem i64 {q}a, {batch[d]}",
-                          f"  {q}c = mul i64 {q}b, {bstrides[d]}", f"  {q} = add i64 {acc}, {q}c"]
-                acc = q
-            inner *= batch[d]
-        lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr %{c}{reg}, i64 {acc}")
-        offs[reg] = f"%{c}{reg}x"
-    (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
-    args = (f"i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {plan['m']}, {itype} {plan['n']}, {itype} {plan['k']}, "
-            f"{ty} 1.0, ptr {offs['a']}, {itype} {lda}, ptr {offs['b']}, {itype} {ldb}, {ty} 0.0, "
-            f"ptr {offs['c']}, {itype} {plan['n']}")
-    lines.append(f"  call void %{c}fn({args})")
-    if nb > 1:
-        lines += [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp ult i64 %{c}i1, {nb}",
-                  f"  br i1 %{c}more, label %{c}loop, label %{c}done", f"{c}done:"]
-    return lines
-
-
-def _contiguous(batch, plan):
-    """The output's batch strides (a fresh contiguous array)."""
-    step, out = plan["m"] * plan["n"], []
-    for s in reversed(batch):
-        out.append(step)
-        step *= s
-    return reversed(out)
+    lines, ptrs = pointer_lines(c, operand_slots(kernel, slots, gemm_slot), lines)
+    return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"])))
 
 
 def body_call(c, body, arg_slots, lo="0", hi="1"):

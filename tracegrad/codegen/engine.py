@@ -9,7 +9,7 @@ from llvmlite.binding import ffi
 from llvmlite.binding.newpassmanagers import NewPassManager
 
 from .. import _version
-from . import cache, forksafe, host, stream
+from . import cache, forksafe, host, machine, stream
 
 _LOCK = forksafe.lock()
 _READY = []
@@ -38,10 +38,10 @@ def target_machine():
 
 def target_id():
     """What compiled code depends on besides its IR: the target's CPU and features (TRACEGRAD_CPU),
-    LLVM and tracegrad versions."""
+    the thresholds that shape generated code (machine.py), LLVM and tracegrad versions."""
     t = host.current()
     return (f"{t.cpu}|{t.features}|llvmlite {llvmlite.__version__}"
-            f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {_version.__version__}")
+            f"|llvm {'.'.join(map(str, llvm.llvm_version_info))}|tracegrad {_version.__version__}|{machine.fingerprint()}")
 
 
 def optimize(text):

@@ -30,10 +30,10 @@ import math
 from .. import scalar as S
 from ..scalar import head
 from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
+from . import machine
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
 
-HOIST_BYTES = 1 << 16    # stack bytes of a kernel's per-column arrays
 HOIST_ROWS = 8           # rows a kernel needs before its per-column values are computed apart
 COSTLY = (S.DIV, S.sqrt)
 
@@ -81,7 +81,7 @@ def hoisted(kernel, k):
         return kernel, []
     fixed = _fixed(kernel, k, {id(v) for ph in kernel.phases for v, _ in ph.outputs})
     strides = (0,) * k + contiguous_strides(inner)
-    plan, made, new, budget = [], {}, {}, [HOIST_BYTES]
+    plan, made, new, budget = [], {}, {}, [machine.value("hoist_bytes")]
 
     def varies(t):                   # along the columns (a scalar is hoisted with k = len(shape))
         return everywhere or any(any(ld.strides[k:]) for ld in loads(t)) or any(

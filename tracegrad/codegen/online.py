@@ -1,7 +1,7 @@
 """One walk over a row for a maximum m and a sum of exp(a - g(m)) (Schedule.online): a running
 maximum M, and a running sum rescaled by exp(g(M_old) - g(M_new)) when M grows.
 
-The row's innermost axis runs in blocks of ONLINE_BLOCK elements (a row of W2's length is one
+The row's innermost axis runs in blocks of online_block elements (machine.py) (a row of W2's length is one
 block). Per block, a vectorized loop finds the block's maximum (its values are then in L1 for the
 next loop), the running maximum and the float64 total are updated, and a second vectorized loop sums
 exp(a - g(M)) in runs of BLOCK elements in the values' type, each run's partial joined into the
@@ -15,12 +15,11 @@ recomputed where its maximum over another axis is taken and where it is subtract
 import math
 
 from ..ir.kernels import contiguous_strides, loads
-from . import mathlib
+from . import machine, mathlib
 from .loops import _loops
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
-ONLINE_BLOCK = 2048     # elements walked twice while in L1 (8 KiB of float32): the max, then the sums
 
 
 def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
@@ -35,7 +34,8 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
     dims = _squeezed(inner) or [1]
     ones = ["0"] * (len(inner) - len(dims))
     *rest, n = dims
-    nb = -(-n // ONLINE_BLOCK)
+    block = machine.value("online_block")
+    nb = -(-n // block)
     dt, at = m.dtype, _acc_dtype(sum_lower, s.dtype)
     ty, aty = regtype(dt), regtype(at)
     inner_strides = contiguous_strides(inner)
@@ -64,8 +64,8 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
         """body(f, ridx, block index, start, stop) for each block of each row of the rest axes."""
         def per_rest(f, ridx):
             def per_block(f, b):
-                start = f.assign(f"mul nsw i64 {b[0]}, {ONLINE_BLOCK}")
-                end = f.assign(f"add nsw i64 {start}, {ONLINE_BLOCK}")
+                start = f.assign(f"mul nsw i64 {b[0]}, {block}")
+                end = f.assign(f"add nsw i64 {start}, {block}")
                 stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
                 bi = f.assign(f"add nsw i64 {f.assign(f'mul nsw i64 {linear(f, ridx, contiguous_strides(rest))}, {nb}')}"
                               f", {b[0]}")

@@ -3,7 +3,7 @@ kernel with Schedule.online: ir/passes/schedule.py's online_columns), beside red
 
 Per tile of the unit-stride kept axis u (long rows: threads split the tiles, each owns its columns;
 whole rows, Schedule.rows: threads split the rows, each chunk's [lo, hi) its own maxima and sums
-relative to them, which the region's join rescales: regions._online_join), the rows run in blocks of at most BLOCK_BYTES of the tile (and at most
+relative to them, which the region's join rescales: regions._online_join), the rows run in blocks of at most block_bytes (machine.py) of the tile (and at most
 reductions.BLOCK rows), each read twice while in cache: a vectorized loop
 finds the block's maxima, the running maxima M grow and each sum's running total is rescaled by
 exp(g(M_old) - g(M_new)) (a factor of 0 drops the old terms: they may be exp(-inf - -inf) = nan; a
@@ -16,12 +16,11 @@ import math
 
 from .. import scalar as S
 from ..ir.kernels import Load, applies, contiguous_strides, loads
-from . import mathlib
+from . import machine, mathlib
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
-BLOCK_BYTES = 1 << 20       # a tile's rows read twice while in cache: the maxima, then the sums
 
 
 def _shift(tree, m):
@@ -41,7 +40,7 @@ def online_columns(mb, f, kernel, ptrs):
         outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
     r0, others = inner[0][0], math.prod(shape[d] for d, _ in inner[1:-1])
     itemsize = max([ld.dtype.itemsize for ld in kernel.reads] + [4])
-    rows = max(1, min(BLOCK_BYTES // (tile * others * itemsize), BLOCK // others))
+    rows = max(1, min(machine.value("block_bytes") // (tile * others * itemsize), BLOCK // others))
     keep = [d for d in range(len(shape)) if d not in set(kernel.phases[0].axes)]
     ostrides = contiguous_strides([shape[d] for d in keep])
     maxima = {i for i, _ in sch.online}

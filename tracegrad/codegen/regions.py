@@ -30,7 +30,7 @@ table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region use
 Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
 the privates) and the partials' addresses. After each native call, `Region.learn` hands the time to
 the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
-Python per region and call (a region is >= PARALLEL_MIN_WORK element-ops: hundreds of us).
+Python per region and call (a region is >= parallel_min_work element-ops (machine.py): hundreds of us).
 """
 import ctypes
 import math
@@ -38,15 +38,14 @@ import math
 import numpy as np
 
 from ..ir.kernels import loads
-from . import mathlib
+from . import machine, mathlib
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
-PARALLEL_MIN_WORK = 1 << 20   # element-ops: a sleeping worker takes ~80 us to wake, a spinning one ~5 us
-MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of PARALLEL_MIN_WORK each, at least)
+MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of parallel_min_work each, at least)
 ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see the module's text)
 JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's join adds
 # chunks of an online column walk split by rows: each costs its own start (one thread, joined
@@ -64,19 +63,19 @@ def work(kernel):
 def splits(kernel):
     """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
     partial results, if any, of a dtype the join adds)."""
-    return (kernel.parallel_extent() > 1 and work(kernel) >= PARALLEL_MIN_WORK
+    return (kernel.parallel_extent() > 1 and work(kernel) >= machine.value("parallel_min_work")
             and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
 
 
 def groups(kernels, split, slots):
     """[[kernel index, ...]]: runs of consecutive small loop kernels (not in `split`) that read and
     write nothing another of the run writes (`slots`: a value's buffer slot, an in-place output its
-    input's), at least two, together worth a region (PARALLEL_MIN_WORK): each runs whole as one
+    input's), at least two, together worth a region (parallel_min_work): each runs whole as one
     chunk of a shared region (one update per parameter tensor of an optimizer)."""
     out, run, seen = [], [], [set(), set()]         # the run's (read, written) slots
 
     def close():
-        if len(run) >= 2 and sum(work(kernels[j]) for j in run) >= PARALLEL_MIN_WORK:
+        if len(run) >= 2 and sum(work(kernels[j]) for j in run) >= machine.value("parallel_min_work"):
             out.append(list(run))
     for j, k in enumerate(kernels):
         if k.kind not in ("loop", "reduce_acc") or j in split:
@@ -105,7 +104,7 @@ class Chunks:
             self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
         extent = kernel.parallel_extent()
-        n = max(2, work(kernel) * 4 // PARALLEL_MIN_WORK)
+        n = max(2, work(kernel) * 4 // machine.value("parallel_min_work"))
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         if self.outs:                     # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for _, v, _ in self.outs)))

@@ -4,9 +4,9 @@ and nothing goes to memory for them."""
 import math
 
 from ..ir.kernels import Op, postorder, size
+from . import machine
 from .scalar import linear, regtype
 
-SCRATCH_LIMIT = 8192   # elements of a row kept in a per-thread scratch buffer
 MAX_KEPT = 8           # row buffers per kernel at most (stack: 8 x 32 KiB of float32)
 MIN_OPS = 2            # a shared value of fewer ops is recomputed instead
 
@@ -20,7 +20,7 @@ class RowCache:
         self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, {}   # done: ids in the order kept
         inner = kernel.shape[kernel.split:]
         self.strides = [math.prod(inner[d + 1:]) for d in range(len(inner))]
-        if not kernel.split or not 0 < math.prod(inner) <= SCRATCH_LIMIT:
+        if not kernel.split or not 0 < math.prod(inner) <= machine.value("scratch_limit"):
             return
         later = set()
         for w in range(len(groups) - 1, -1, -1):

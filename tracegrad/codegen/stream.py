@@ -10,7 +10,7 @@ The rule (`streamed`): a value's stores stream when it is
     intermediate or a recycled small output),
   - written by a map phase of a loop or reduce_acc kernel,
   - read by no kernel of the same program (nothing rereads it while it may still be in cache),
-  - at least STREAM_MIN_BYTES large: measured by `python -m tracegrad.bench.streaming` (a map and a
+  - at least stream_min_bytes large (machine.py): measured by `python -m tracegrad.bench.streaming` (a map and a
     NumPy reduction reading its output right after it, inputs evicted between rounds) on the 2-core
     bench machine (2 MiB L2 per core), one thread: streaming took 0.89x the time of both together
     at 4 MiB, 0.78x at 16 MiB, 1.02x at 2 MiB and 1.12x at 1 MiB (below that the reader finds a
@@ -32,9 +32,9 @@ import re
 import numpy as np
 
 from ..ir.kernels import nbytes
+from . import machine
 from .slots import roles
 
-STREAM_MIN_BYTES = 4 << 20
 ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
 NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
 VERSION = 3                 # in the module's text, so the disk cache never mixes two versions of `mark`
@@ -47,7 +47,7 @@ def streamed(graph, kernels, aliases, slots, inplace):
     mapped = {id(v) for k in kernels if k.kind in ("loop", "reduce_acc")
               for ph in k.phases if ph.kind == "map" for v, _ in ph.outputs}
     return {id(v) for _, v in fresh
-            if id(v) in mapped and id(v) not in read and nbytes(v) >= STREAM_MIN_BYTES}
+            if id(v) in mapped and id(v) not in read and nbytes(v) >= machine.value("stream_min_bytes")}
 
 
 def comment(name, values):

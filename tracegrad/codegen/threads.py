@@ -22,7 +22,7 @@ Judge's choice from its descriptor (`desc[0]`: 1 = the workers) and writes back 
 and its nanoseconds (clock_gettime, by address); Python hands those to the Judge after the call.
 
 Waking a sleeping thread costs tens of microseconds, so a worker, after its last chunk, keeps
-watching the job word in native code (GIL released) for SPIN_BUDGET pause iterations before it
+watching the job word in native code (GIL released) for spin_budget pause iterations (machine.py) before it
 goes back to sleep on its semaphore; a waiting caller spins briefly, then yields its core.
 
 Shared words (int64, one cache line each): the job word `gen << 32 | chunks << 16 | next`, the count
@@ -42,9 +42,8 @@ import time
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import forksafe
+from . import forksafe, machine
 
-SPIN_BUDGET = 20000       # pause iterations a worker watches for the next job (about a millisecond)
 WAIT_SPINS = 2000         # pause iterations a waiting caller spins before it yields its core
 MAX_CHUNKS = 0xFFFF
 _LINE = 8                 # int64s per cache line
@@ -319,7 +318,7 @@ class Pool:
 
     def __init__(self, n):
         from .engine import compile_module
-        self.n = n
+        self.n, self.spin = n, machine.value("spin_budget")       # read here, never in a worker
         self.engine = compile_module(_ir())
         a = self.engine.address
         self.region = a("tg_region")             # what a program's pointer table holds (regions.py)
@@ -364,7 +363,7 @@ class Pool:
         state = self.ctl + 8 * self._state(i)
         while True:
             self._sleep(i)
-            self._spin(self.ctl, state, SPIN_BUDGET)
+            self._spin(self.ctl, state, self.spin)
 
     def park(self):
         """Ask spinning workers to sleep now (before a step that uses other threads, e.g. BLAS)."""

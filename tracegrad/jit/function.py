@@ -291,8 +291,9 @@ class CompiledFunction:
         with _gc_paused(), logs.compiling(self.__name__):
             if dims:
                 entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
-                if shape_reason is None and self._stats["traces"]:
-                    self._note_retrace(describe(entry, leaves, *(before or ({}, frozenset()))))
+                newly = describe(entry, leaves, *(before or ({}, frozenset())))
+                if shape_reason is None and self._stats["traces"] and newly:    # else noted at the lookup
+                    self._note_retrace(newly)
                 entry.program_for(leaves)
             else:
                 entry = Entry(self, args, kwargs, leaves, paths)

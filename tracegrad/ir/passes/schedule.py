@@ -10,7 +10,7 @@ not the memory order:
   largest outermost, its unit-stride axis innermost (a permuted view iterates in storage order;
   the outermost loop, which threads split, then gives each thread a contiguous slab);
 - map and reduce_acc kernels whose largest operands disagree on the unit-stride axis (a 2-D
-  transpose; (x.T * z).sum(0)): tile both axes by TILE so that the tile's reads and writes both stay
+  transpose; (x.T * z).sum(0)): tile both axes by TILE (tiles(): codegen/machine.py's, calibrated) so that the tile's reads and writes both stay
   in cache ((2048, 2048) float32 (x.T * z).sum(0), one thread: 56 ms in x's memory order, 24 ms
   tiled, torch.compile's 35 ms in the same run). An accumulation is tiled only when it moves more
   than TILED_ACC_BYTES: below, its operands stay in L2 in any order, and the tiled loop nest costs
@@ -21,7 +21,7 @@ not the memory order:
   tiles outermost for large outputs that the target does not stream);
 - row-reduction kernels whose largest input's unit-stride axis is a kept one (a sum or softmax
   over a transposed view's rows = over columns of memory): reduce *across* the kept axis, a
-  vector of ACROSS_TILE partial results per tile while the rows stream by (threads split the
+  vector of ACROSS_TILE (tiles(): calibrated) partial results per tile while the rows stream by (threads split the
   tiles); a kernel of independent reductions only, whose vectors of partial results over the
   whole kept axis are small (by_rows), instead walks memory in order, whole rows, and threads
   split the rows, each chunk with its own vectors (`rows`); where other heavy reads walk a reduced
@@ -48,8 +48,6 @@ from ... import scalar as S
 from ...scalar import head
 from ..kernels import Schedule, applies, contiguous_strides, loads, nbytes
 
-TILE = 32            # elements per side of a transpose tile (32 x 32 float32: 4 KiB)
-ACROSS_TILE = 256    # kept-axis elements per vector of partial results (1 KiB of float32)
 MIXED_TILE = 32      # the same, where other heavy reads walk a reduced axis with unit stride (mixed)
 ONLINE_LIMIT = 16384  # kept-axis elements times reductions of an online walk's vectors (online_columns)
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
@@ -202,7 +200,7 @@ def online_columns(k):
     if k.shape[u] * len(k.phases) <= ONLINE_LIMIT and math.prod(k.shape[r:u]) == 1:
         return Schedule([(d, 0) for d in range(r)] + [(u, 0)], across=u, online=pairs, rows=True)
     tile = k.shape[u] if k.shape[u] * len(k.phases) <= ONLINE_LIMIT else \
-        max(ACROSS_TILE, ONLINE_LIMIT // len(k.phases) // 64 * 64)
+        max(tiles()[1], ONLINE_LIMIT // len(k.phases) // 64 * 64)
     return Schedule([(d, 0) for d in range(r, u)] + [(u, tile)] + [(d, 0) for d in range(r)] + [(u, 0)],
                     across=u, online=pairs)
 
@@ -336,6 +334,13 @@ def transposed(k, a, b):
     return _unit_along(k, a, b)
 
 
+def tiles():
+    """(TILE, ACROSS_TILE) of the CPU target compiled for now: thresholds of the machine at hand,
+    calibrated (codegen/machine.py; read here until the CPU planner moves below codegen's runtime)."""
+    from ...codegen import machine
+    return machine.value("tile"), machine.value("across_tile")
+
+
 def settle(kernels, streamed):
     """Once a target knows which outputs it streams (`streamed`: their ids; codegen/stream.py): a
     transposing map whose outputs exceed REGS_CACHED bytes and do not all stream (written into an
@@ -387,11 +392,12 @@ def choose(k):
                             across=u, rows=True)
         last = len(k.shape) - 1                              # a map phase's unit-stride axis
         maps = any(ph.kind == "map" for ph in k.phases)
-        tile = MIXED_TILE if across is not None else ACROSS_TILE
+        side, tile = tiles()
+        tile = MIXED_TILE if across is not None else tile
         walk = sorted((d for d in order if d in reduced), key=lambda d: k.shape[d] > 1)   # unit axes outermost
         return Schedule([(d, 0) for d in kept] + [(u, tile)] + [(d, 0) for d in walk] + [(u, 0)], across=u,
                         map_levels=[(d, 0) for d in order if d in reduced and d != last]
-                        + [(last, TILE), (u, 0), (last, 0)] if maps else None,
+                        + [(last, side), (u, 0), (last, 0)] if maps else None,
                         transposed=across_transposed(k, u, walk[-1]) if across is not None else ())
     if len(units) > 1 and (k.kind == "loop" or k.bytes_moved() > TILED_ACC_BYTES):  # a transpose: tile both
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
@@ -400,8 +406,8 @@ def choose(k):
         regs = transposed(k, a + b - last, last) if last in (a, b) and k.kind == "loop" else ()
         if regs:                                             # b's tiles outermost: regs read in memory order
             a, b = a + b - last, last
-            return Schedule(outer + [(b, TILE), (a, TILE), (a, 0), (b, 0)], transposed=regs)
-        return Schedule(outer + [(a, TILE), (b, TILE), (a, 0), (b, 0)])
+            return Schedule(outer + [(b, tiles()[0]), (a, tiles()[0]), (a, 0), (b, 0)], transposed=regs)
+        return Schedule(outer + [(a, tiles()[0]), (b, tiles()[0]), (a, 0), (b, 0)])
     if tuple(order) == tuple(range(len(k.shape))):
         return None
     return Schedule([(d, 0) for d in order])

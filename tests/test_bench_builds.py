@@ -1,0 +1,29 @@
+"""`python -m tracegrad bench --cpu native,x86-64-v3`: one table, a compiled column per build, each
+build run in a process of its own (bench/builds.py); a list of CPU names is several builds, a name
+with feature changes one."""
+import pytest
+
+from tracegrad.__main__ import _builds
+from tracegrad.bench import builds
+from tracegrad.codegen import engine
+
+X86 = "x86_64" in engine.llvm.get_default_triple()
+
+
+def test_a_list_of_cpu_names_is_several_builds():
+    assert _builds("native,x86-64-v3") == ["native", "x86-64-v3"]
+    assert _builds(" native , x86-64-v3 ,") == ["native", "x86-64-v3"]
+    assert _builds("x86-64-v3") == [] and _builds("skylake,-avx512f") == [] and _builds("+avx2,+fma") == []
+
+
+@pytest.mark.skipif(not X86, reason="x86-64 CPU names")
+def test_each_build_gets_a_checked_column(monkeypatch):
+    monkeypatch.setattr(builds, "available_columns", lambda: ["numpy", "tg eager", "tg compiled"])
+    lines = []
+    assert builds.main(["native", "x86-64-v3"], workload="W6", quick=True, repeats=1, out=lines.append) == 0
+    text = "\n".join(lines)
+    head = next(line for line in lines if line.startswith("workload"))
+    assert head.split()[1:] == ["numpy", "tg", "eager", "tg", "compiled", "native", "tg", "compiled", "x86-64-v3"]
+    row = next(line for line in lines if line.startswith("W6 ") and "(" in line)
+    assert "FAILED" not in row and len(row.split()) == 2 + 2 * 4, row
+    assert "x86-64-v3: x86-64-v3 (LLVM CPU x86-64-v3, 32-byte vectors)" in text
