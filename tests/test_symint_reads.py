@@ -122,6 +122,7 @@ OWN = {        # tracegrad's own code reading a symbolic size: stays symbolic (n
     "split_sizes": lambda x: x.split([x.shape[0] - 1, 1], 0)[0].sum(0),
     "repeat": lambda x: x.sum(0, keepdim=True).repeat(x.shape[0], 1) + x,
     "flip": lambda x: x.flip(0) * tg.arange(x.shape[0], 0, -1).unsqueeze(1),
+    "roll": lambda x: x.roll(1, 0) * 2 + x.roll(-1, 0),
 }
 
 
@@ -138,3 +139,11 @@ def test_own_code_keeps_sizes_symbolic(name):
     s = cf.stats()
     assert s["traces"] == 1, s["retrace_reasons"]
     assert not [g for d in s["dynamic"] for g in d["guards"] if g.startswith("B ==")], s["dynamic"]
+
+
+def test_a_constant_modulo_a_larger_size_stays_symbolic():
+    env = ShapeEnv()
+    with using(env):
+        n = env.sym("B", 5)
+        assert (2 % n, 2 // n, str(-1 % n), -1 // n, str(-7 % n)) == (2, 0, "B-1", -1, "3")
+    assert [g.text for g in env.guards] == ["B > 2", "B == 5"]      # B > 1 follows from B > 2

@@ -228,6 +228,10 @@ def _divide(a, b, mod):
     q = ea.exact_div(eb)
     if q is not None and (not isinstance(b, SymInt) or b > 0):
         return 0 if mod else _make(q, hint(a) // hint(b))
+    if isinstance(b, SymInt) and 0 <= hint(a) < hint(b) and a >= 0 and a < b:     # guards: roll(2) of B rows
+        return a if mod else 0
+    if isinstance(b, SymInt) and -hint(b) < hint(a) < 0 and a < 0 and a + b > 0:   # roll(-1): -1 % B == B-1
+        return a + b if mod else -1
     a, b = (int(a) if isinstance(a, SymInt) else a), (int(b) if isinstance(b, SymInt) else b)
     return a % b if mod else a // b
 
