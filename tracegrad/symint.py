@@ -52,6 +52,15 @@ def _arith(op, reflected=False):
     return method
 
 
+def _on_int(op, reflected=False):
+    """A SymInt method applying `op` to its specialized value (a guard sym == hint)."""
+    def method(self, other):
+        if not is_size(other):
+            return NotImplemented
+        return op(int(other), int(self)) if reflected else op(int(self), int(other))
+    return method
+
+
 def _comparison(op):
     return lambda self, other: _compare(self, other, op)
 
@@ -129,6 +138,19 @@ class SymInt:
     __trunc__ = __int__
     __floor__ = __int__
     __ceil__ = __int__
+
+    # bitwise operators and bit_length: on the number, specialized
+    __and__, __rand__ = _on_int(operator.and_), _on_int(operator.and_, True)
+    __or__, __ror__ = _on_int(operator.or_), _on_int(operator.or_, True)
+    __xor__, __rxor__ = _on_int(operator.xor), _on_int(operator.xor, True)
+    __lshift__, __rlshift__ = _on_int(operator.lshift), _on_int(operator.lshift, True)
+    __rshift__, __rrshift__ = _on_int(operator.rshift), _on_int(operator.rshift, True)
+
+    def __invert__(self):
+        return ~int(self)
+
+    def bit_length(self):
+        return int(self).bit_length()
 
     def __round__(self, ndigits=None):
         return _specialize(self)
