@@ -287,7 +287,8 @@ def _provable(diff, op, ranges):
     if op == "==":
         return False
     if op == "!=":
-        return (lo is not None and lo > 0) or (hi is not None and hi < 0)
+        step = math.gcd(*(c for m, c in diff.terms if m))      # 2*B - 1 is odd: never 0
+        return (lo is not None and lo > 0) or (hi is not None and hi < 0) or diff.constant() % step != 0
     if op in (">", ">="):
         return lo is not None and _OPS[op](lo)
     return hi is not None and _OPS[op](hi)
