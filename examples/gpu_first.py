@@ -67,7 +67,7 @@ def _env():
     from numba import cuda
     print("  numba.cuda:", cuda.__file__, getattr(cuda, "implementation", "?"))
     import tracegrad as tg
-    from tracegrad.cuda import matmul
+    from tracegrad.backends.cuda.eager import matmul
     print("  libcublas candidates:", matmul.candidates())
     info = tg.cuda.backend_info()
     for key, value in info.items():

@@ -1,5 +1,5 @@
 """The programs whose kernels tests/test_cuda_ptx.py compiles to PTX: run under numba's simulator with
-TRACEGRAD_RECORD_KERNELS=<file> (tracegrad/cuda/ptxcheck.py records each distinct launch), at tiny
+TRACEGRAD_RECORD_KERNELS=<file> (tracegrad/backends/cuda/ptxcheck.py records each distinct launch), at tiny
 sizes. They launch every kind of kernel tracegrad has:
 
 - eager: every primitive with a scalar lowering, for every dtype it covers (elementwise; reductions
@@ -24,8 +24,9 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 
 import tracegrad as tg  # noqa: E402
 from tracegrad import scalar  # noqa: E402
-from tracegrad.codegen.cuda import eager, lower  # noqa: E402
-from tracegrad.cuda import memory, pointwise  # noqa: E402
+from tracegrad.backends.cuda import plan  # noqa: E402
+from tracegrad.backends.cuda import memory  # noqa: E402
+from tracegrad.backends.cuda.eager import pointwise  # noqa: E402
 from tracegrad.ops import PRIMS  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -72,14 +73,14 @@ def eager_primitives():
 
 def split_reductions():
     """Reductions with too few tiles to fill the GPU: split over blocks, then joined."""
-    saved = lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS
-    lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = 1, 4, 32
+    saved = plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS
+    plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS = 1, 4, 32
     try:
         for dtype in ("float32", "float64", "int64"):
             x = tg.tensor(sample(dtype, (2, 70)), device="cuda")
             x.sum(1), x.sum(), x.amax(0)
     finally:
-        lower.MIN_SLICE, lower.FILL_BLOCKS, eager.THREADS = saved
+        plan.MIN_SLICE, plan.FILL_BLOCKS, plan.EAGER_THREADS = saved
 
 
 def eager_library():
@@ -138,7 +139,7 @@ def long_scans():
     accumulator dtype (float64, float32, int64, int32): rows of two tiles (all three kernels) and
     rows of 20 let through as long (one tile: finish alone)."""
     from tracegrad.core import bind
-    from tracegrad.cuda import blockscan
+    from tracegrad.backends.cuda.eager import blockscan
     saved, blockscan.LONG_ROW = blockscan.LONG_ROW, 10
     two_tiles = blockscan.THREADS * blockscan.ITEMS + 1
     try:
@@ -161,12 +162,12 @@ def float16_compiled():
         return (F.layer_norm(x, (40,), w, b) * F.softmax(x, -1)).sum(0) + F.gelu(x * w).amax(0)
     tg.compile(layer)(x, w, b).sum().backward()
     tg.compile(lambda x, w: ((x.float() * w.float()).tanh().sum(0)).half() * w)(x.detach(), w.detach())
-    saved = lower.MIN_SLICE, lower.FILL_BLOCKS
-    lower.MIN_SLICE, lower.FILL_BLOCKS = 1, 4
+    saved = plan.MIN_SLICE, plan.FILL_BLOCKS
+    plan.MIN_SLICE, plan.FILL_BLOCKS = 1, 4
     try:
         tg.compile(lambda x: (x * x).sum(0) + x.amin(1).sum())(tg.tensor(sample("float16", (70, 2)), device="cuda"))
     finally:
-        lower.MIN_SLICE, lower.FILL_BLOCKS = saved
+        plan.MIN_SLICE, plan.FILL_BLOCKS = saved
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.codegen import cache, engine
-from tracegrad.codegen.cuda import compile as build
+from tracegrad.backends.cuda import compile as build
 
 OTHER_UID = 54321
 ROOT_ONLY = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="os.chown needs root")

@@ -16,7 +16,7 @@ def test_backend_info_without_a_gpu_reports_instead_of_raising():
 def test_products_without_cublas_on_a_gpu_say_so_on_stderr(monkeypatch, capsys):
     """On a GPU (here pretended: simulated() is False) where no libcublas loaded, the first product prints an
     ERROR line that no warning filter hides, besides the warning."""
-    from tracegrad.cuda import matmul
+    from tracegrad.backends.cuda.eager import matmul
     monkeypatch.setattr(matmul, "simulated", lambda: False)
     monkeypatch.setattr(matmul, "_WARNED", [])
     with pytest.warns(RuntimeWarning, match="libcublas was not found"):
@@ -28,7 +28,7 @@ def test_products_without_cublas_on_a_gpu_say_so_on_stderr(monkeypatch, capsys):
 
 
 def test_an_integer_product_without_cublas_is_only_a_warning(monkeypatch, capsys):
-    from tracegrad.cuda import matmul
+    from tracegrad.backends.cuda.eager import matmul
     monkeypatch.setattr(matmul, "simulated", lambda: False)
     monkeypatch.setattr(matmul, "_WARNED", [])
     with pytest.warns(RuntimeWarning, match="no cuBLAS for int64"):

@@ -2,7 +2,7 @@
 toolkit's NVVM, without a GPU: the simulator tests run kernels as Python and never type them.
 
 tests/cuda_ptx_programs.py runs under the simulator recording each distinct launch
-(TRACEGRAD_RECORD_KERNELS); tracegrad/cuda/ptxcheck.py then compiles each with numba.cuda's
+(TRACEGRAD_RECORD_KERNELS); tracegrad/backends/cuda/ptxcheck.py then compiles each with numba.cuda's
 compile_ptx in a process without the simulator. Skipped where no NVVM is found (CUDA_HOME, or a
 toolkit under /usr/local/cuda*). The whole cuda suite's kernels: see ptxcheck's docstring. Those
 steps start as soon as collection selects their test, so that they run beside the other tests
@@ -19,17 +19,17 @@ import numpy as np
 import pytest
 
 import background
-from tracegrad.cuda import ptxcheck
+from tracegrad.backends.cuda import ptxcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
-NVVM_PROBE = "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"
+NVVM_PROBE = "from tracegrad.backends.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"
 RECORDED = Path(tempfile.mkdtemp(prefix="tracegrad-ptx-")) / "kernels.jsonl"
 PTX = background.Job([      # is there NVVM; the programs under the simulator, recording; their kernels compiled
     background.Step(background.python("-c", NVVM_PROBE), HOST_ENV, quiet=True),
     background.Step(background.python("tests/cuda_ptx_programs.py"),
                     dict(HOST_ENV, NUMBA_ENABLE_CUDASIM="1", **{ptxcheck.RECORD_ENV: str(RECORDED)})),
-    background.Step(background.python("-m", "tracegrad.cuda.ptxcheck", "--jobs", "2", str(RECORDED)), HOST_ENV)])
+    background.Step(background.python("-m", "tracegrad.backends.cuda.ptxcheck", "--jobs", "2", str(RECORDED)), HOST_ENV)])
 
 
 def _python(args, env):
@@ -87,7 +87,7 @@ def test_the_check_reports_a_kernel_numba_cuda_cannot_compile(nvvm, tmp_path):
     rec.write_text("".join(json.dumps({"fn": {"module": f"tracegrad_cuda_{name}", "qualname": "k", "line": 2,
                                               "cells": [], "source": src}, "args": args, "block": 1024}) + "\n"
                            for name, src in (("bad", bad), ("good", good))))
-    r = _python(["-m", "tracegrad.cuda.ptxcheck", str(rec)], HOST_ENV)
+    r = _python(["-m", "tracegrad.backends.cuda.ptxcheck", str(rec)], HOST_ENV)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAILED tracegrad_cuda_bad.k(int64[1dC],int64)" in r.stdout and "good" not in r.stdout
     last = r.stdout.splitlines()[-1]
@@ -122,7 +122,7 @@ def test_generated_kernels_of_blocks_past_256_threads_cap_their_registers():
     numba.cuda (max_registers) and, as the generated file's last line, to the PTX check's ptxas."""
     import re
 
-    from tracegrad.codegen.cuda import compile as build
+    from tracegrad.backends.cuda import compile as build
     assert [build.max_registers(t) for t in (32, 256, 288, 512, 768, 1024)] == [None, None, 224, 128, 80, 64]
     body = "def k(out):\n    out[0] = 1.0"
     big, small = build.kernel(body, "k", 1024), build.kernel(body, "k", 256)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tracegrad.cuda import ptxcheck
+from tracegrad.backends.cuda import ptxcheck
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_ENV = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", ptxcheck.RECORD_ENV)}
-COMPILE = ("import json, sys\nfrom tracegrad.cuda import ptxcheck\n"
+COMPILE = ("import json, sys\nfrom tracegrad.backends.cuda import ptxcheck\n"
            "recs = [json.loads(line) for line in open(sys.argv[1])]\n"
            "json.dump([dict(r, ptx=ptxcheck.compile_one(r['fn'], r['args'])) for r in recs], open(sys.argv[2], 'w'))\n")
 
@@ -30,7 +30,7 @@ def _python(args, env):
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     """[{"kind", "name", "fn" (with the generated "source"), "ptx"}] of every launch."""
-    probe = _python(["-c", "from tracegrad.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"], HOST_ENV)
+    probe = _python(["-c", "from tracegrad.backends.cuda.ptxcheck import nvvm_missing as m; print(m() or '')"], HOST_ENV)
     if probe.stdout.strip() or probe.returncode:
         pytest.skip(f"no PTX check here: {probe.stdout.strip() or probe.stderr[-500:]}")
     d = tmp_path_factory.mktemp("ptx")

@@ -1,4 +1,4 @@
-"""More of PyTorch's names (composites.py): F.silu, leaky_relu, elu, softplus, normalize,
+"""More of PyTorch's names (composites/): F.silu, leaky_relu, elu, softplus, normalize,
 cosine_similarity, smooth_l1_loss, huber_loss, kl_div; nn.SiLU, LeakyReLU, ELU, Softplus;
 flip, roll, repeat, index_select, tril, triu as methods and tg functions. Oracles: NumPy float64
 formulas (PyTorch's definitions), central differences in float64 (tg.gradcheck), and compiled ==

@@ -1,9 +1,9 @@
-"""jit/device.overlapping: which arrays may share memory, found by sorting extents, is what comparing
+"""backends/cuda/run.overlapping: which arrays may share memory, found by sorting extents, is what comparing
 every pair with np.may_share_memory says (views with steps, negative strides, empty, 0-d, apart)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from tracegrad.jit.device import overlapping
+from tracegrad.backends.cuda.run import overlapping
 
 
 @st.composite

@@ -12,7 +12,7 @@ import tracegrad as tg
 from tracegrad import core, scalar
 from tracegrad.codegen import mathlib
 from tracegrad.codegen import scalar as llvm_scalar
-from tracegrad.codegen.cuda import expr as cuda_expr
+from tracegrad.backends.cuda.emit import expr as cuda_expr
 from tracegrad.codegen.scalar import Emitter
 from tracegrad.ops import PRIMS, bind
 

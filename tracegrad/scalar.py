@@ -7,7 +7,7 @@ vocabulary function `Fn` built with Python's operators and calls (`a + b`, `exp(
 instructions; "transcendental": a math-library polynomial) and how the targets compute it:
 `routine`, the name of its float32 and float64 math-library routines (codegen/mathlib: `_<routine>_f32`
 and `_<routine>_f64`; None for the inline functions every generator writes itself), `cuda`, its
-numba.cuda name (`math.<cuda>`; None: written inline, a `_fn_<name>` of codegen/cuda/expr.py), and `host`, the NumPy (or scalar) function
+numba.cuda name (`math.<cuda>`; None: written inline, a `_fn_<name>` of backends/cuda/emit/expr.py), and `host`, the NumPy (or scalar) function
 the cuda simulator stands in with. The LLVM and cuda expression lowerings walk these trees; the
 scheduler matches them (`head`). `str(expr)` is the expression as Python would write it.
 

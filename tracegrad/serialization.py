@@ -13,7 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import dtypes as D
-from .cuda import is_available as cuda_available
+from .backends.cuda.gpu import is_available as cuda_available
 from .device import device as Device
 from .tensor import Tensor, tensor as make_tensor
 

@@ -21,7 +21,9 @@ def of_array(arr):
     return tuple(s // size for s in arr.strides)
 
 
-def row_major(shape):
+def contiguous_strides(shape):
+    """The strides of a row-major (C-contiguous) layout of `shape`, in elements; an axis of size 0
+    counts as 1 (PyTorch's strides). The one definition: tensors, the IR and every backend use it."""
     out, acc = [], 1
     for n in reversed(shape):
         out.insert(0, acc)
@@ -68,14 +70,14 @@ def is_row_major(shape, strides):
 
 def shown(shape, strides):
     """What `stride()` returns (PyTorch's strides for a row-major layout, as tensor/base.py)."""
-    return row_major(shape) if is_row_major(shape, strides) else tuple(strides)
+    return contiguous_strides(shape) if is_row_major(shape, strides) else tuple(strides)
 
 
 def of_result(p, inputs, shape, attrs):
     """The strides of a non-view primitive's result (None: unknown); `inputs` are (shape, strides
     or None, NumPy dtype)."""
     if all(s is not None and is_row_major(sh, s) for sh, s, _ in inputs):
-        return row_major(shape)
+        return contiguous_strides(shape)
     if any(s is None for _, s, _ in inputs):
         return None
     try:
@@ -88,7 +90,7 @@ def of_result(p, inputs, shape, attrs):
     if out.ndim != len(shape) or any(min(n, 2) != min(m, 2) for n, m in zip(shape, out.shape)):
         return None          # (cat's result is larger than the stand-ins; its axes are as many and as empty)
     if out.flags.c_contiguous:
-        return row_major(shape)
+        return contiguous_strides(shape)
     # the axes from the largest stride to the smallest, then dense strides in that order
     order = sorted(range(len(shape)), key=lambda i: (-abs(out.strides[i]) if out.shape[i] > 1 else 0, i))
     strides, acc = [0] * len(shape), 1

@@ -8,18 +8,12 @@ traced stand-in, read at call time, never baked in. Tensors created inside the t
 of the graph. In-place updates of real tensors and assignments to `.grad` are recorded
 (functionalized) and written back after each call by the compiled function.
 """
-import dis
-import os
-import random
-import sys
-import types
-import warnings
 
 import numpy as np
 
 from . import dtypes as D
 from . import strides as L
-from .broadcast import in_package, user_frame
+from .broadcast import user_frame
 from .modes import interpreter, interpreters
 from .ops.layout import reshape_strides
 from .symint import hints, is_sym, same_size
@@ -47,7 +41,7 @@ class Traced(Tensor):
     def of(cls, shape, dtype, dev, ir, strides=()):
         t = cls._wrap(None, dtype, dev)
         t._shape, t._ir = tuple(shape), ir
-        t._strides = L.row_major(hints(t._shape)) if strides == () else strides
+        t._strides = L.contiguous_strides(hints(t._shape)) if strides == () else strides
         return t
 
     @property
@@ -363,7 +357,7 @@ class Tracer:
             s = inputs[0]._layout()
             remapped = None if s is None else p.remap(hints(inputs[0]._shape), hints(shape), list(s), 0,
                                                       **hints(attrs))
-            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.row_major(hints(shape))
+            strides = None if s is None else tuple(remapped[0]) if remapped is not None else L.contiguous_strides(hints(shape))
             view = s is None or remapped is not None
         else:
             strides = L.of_result(p, [(hints(t._shape), t._layout(), t._dtype.np) for t in inputs], hints(shape),
@@ -502,92 +496,3 @@ def values_key(t):
 def tracing():
     """Whether this thread is tracing a function (for a compiled function called inside another)."""
     return any(isinstance(i, Tracer) for i in interpreters())
-
-
-# ---------------------------------------------------------------------- random draws while tracing
-
-_RANDOM_FILE = os.path.abspath(random.__file__)
-_NP_GLOBAL = np.random.mtrand._rand
-
-
-class watch_draws:
-    """`with watch_draws(name):` around the trace of compiled function `name`: warn, naming the
-    line, when the function draws from Python's random module or NumPy's global generator while it
-    is traced. Python code runs only while tracing, so such a draw is frozen into the graph and
-    every call repeats it.
-
-    The generators' states are compared before and after. A profile hook of this thread names the
-    line of each draw from a `random.Random` (C calls are visible to it) and records the code that
-    ran, with its globals (`code`: what the compiled function's guards read), whose lines reading
-    NumPy's global generator are named when its state changed (NumPy's methods are invisible to the
-    hook). A Python-level profile function already set is called from the hook; a C-level one
-    (cProfile) keeps its place, and then no code is recorded (`hooked` is False)."""
-
-    def __init__(self, name):
-        self.name, self.draws, self.code = name, {}, {}
-
-    def __enter__(self):
-        self.states = _global_states()
-        self.previous = sys.getprofile()
-        self.hooked = self.previous is None or callable(self.previous)
-        if self.hooked:
-            sys.setprofile(self._hook)
-        return self
-
-    def _hook(self, frame, event, arg):
-        if self.previous is not None:
-            self.previous(frame, event, arg)
-        if event == "call":
-            self.code[frame.f_code] = frame.f_globals
-        elif event == "c_call" and isinstance(getattr(arg, "__self__", None), random.Random):
-            f = frame
-            while f is not None and f.f_code.co_filename == _RANDOM_FILE:
-                f = f.f_back
-            if f is not None:
-                self.draws.setdefault((f.f_code.co_filename, f.f_lineno), "Python's random module")
-
-    def __exit__(self, *exc):
-        if self.hooked:
-            sys.setprofile(self.previous)
-        python_now, numpy_now = _global_states()
-        if python_now != self.states[0] and not self.hooked:
-            self.draws[(None, None)] = "Python's random module"
-        if numpy_now != self.states[1]:     # (with the hook, no line found: another thread drew)
-            lines = [where for code, g in self.code.items() for where in _numpy_global_reads(code, g)]
-            for where in lines if self.hooked else [(None, None)]:
-                self.draws.setdefault(where, "NumPy's global random generator")
-        for (filename, line), source in self.draws.items():
-            at = f" at {filename}:{line}" if filename else ""
-            msg = (f"compiled function {self.name} used {source}{at} while it was traced: the numbers drawn "
-                   f"are frozen into the compiled graph, and every call repeats them (Python code runs only "
-                   f"while tracing). Use tracegrad's random functions (tg.rand, tg.randn, nn.Dropout), which "
-                   f"draw fresh values at each call, or draw outside and pass the values in as arguments.")
-            if filename:
-                warnings.warn_explicit(msg, RuntimeWarning, filename, line)
-            else:
-                warnings.warn(msg, RuntimeWarning, stacklevel=2)
-
-
-def _global_states():
-    """(Python's random state, NumPy's global generator state), each comparable with ==."""
-    np_state = np.random.get_state()
-    return random.getstate(), (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:])
-
-
-def _numpy_global_reads(code, globals_):
-    """(file, line) of each place in user `code` that reads a method of NumPy's global generator
-    (np.random.rand, numpy.random.randint, a `from numpy.random import choice` name)."""
-    if in_package(code.co_filename):
-        return []
-    out, cur = [], None
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-            cur = globals_.get(ins.argval)
-        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(cur, types.ModuleType):
-            cur = getattr(cur, ins.argval, None)
-        else:
-            cur = None
-            continue
-        if getattr(cur, "__self__", None) is _NP_GLOBAL and ins.positions.lineno is not None:
-            out.append((code.co_filename, ins.positions.lineno))
-    return out

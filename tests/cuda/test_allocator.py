@@ -1,4 +1,4 @@
-"""The caching device allocator (tracegrad/cuda/allocator.py) under the simulator: generated
+"""The caching device allocator (tracegrad/backends/cuda/allocator.py) under the simulator: generated
 sequences of allocations, views and frees, each live array filled with a pattern of its own and
 checked after every step (a block handed out while an array or a view still references it would be
 overwritten), no two live allocations overlapping, blocks reused by size class, the stats (allocated
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.cuda import allocator, memory
+from tracegrad.backends.cuda import allocator, memory
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.float16, np.bool_]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.cuda import argreduce
+from tracegrad.backends.cuda.eager import argreduce
 
 DTYPES = [tg.float32, tg.float64, tg.int64, tg.int32, tg.float16]
 

@@ -6,7 +6,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.cuda import memory
+from tracegrad.backends.cuda import memory
 
 pytestmark = pytest.mark.filterwarnings("ignore:tracegrad. matrix products on cuda run a tiled")
 

@@ -1,4 +1,4 @@
-"""The block-level scans of long rows (tracegrad/cuda/blockscan.py) against NumPy under the simulator:
+"""The block-level scans of long rows (tracegrad/backends/cuda/eager/blockscan.py) against NumPy under the simulator:
 cumsum forward and reverse and prod_others, with tiles shrunk to 4 threads x 2 elements so that tiny
 rows span many tiles (lengths that are not multiples of a tile, rows of more tiles than a tile of
 carries holds), contiguous and transposed inputs, one and two scanned axes, every dtype. The values
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.core import bind
-from tracegrad.cuda import blockscan
+from tracegrad.backends.cuda.eager import blockscan
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "bool"]

@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tracegrad.codegen.cuda import compile as build
+from tracegrad.backends.cuda import compile as build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_one_dispatcher_per_source_text():
 def test_on_a_gpu_the_compiled_code_is_cached_next_to_the_generated_file(tmp_path):
     script = textwrap.dedent("""
         from numba import config
-        from tracegrad.codegen.cuda import compile as build
+        from tracegrad.backends.cuda import compile as build
         assert not config.ENABLE_CUDASIM
         d = build.kernel("def k(b0):\\n    b0[0] = float32(1.0)\\n", "k")
         print(type(d).__name__, d._cache._cache_path, d.py_func.__code__.co_filename)

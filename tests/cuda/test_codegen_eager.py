@@ -1,4 +1,4 @@
-"""Eager elementwise and reduction kernels (tracegrad/cuda/pointwise.py) against each primitive's
+"""Eager elementwise and reduction kernels (tracegrad/backends/cuda/eager/pointwise.py) against each primitive's
 own NumPy implementation: every lowered elementwise primitive for every dtype its lowering covers
 (walking the table, as tests/test_table.py does), on transposed, broadcast and strided device
 arrays of odd sizes; reductions over any axes of permuted views. Runs under numba's simulator."""
@@ -11,7 +11,8 @@ from numba import cuda
 
 import tracegrad as tg
 from tracegrad import core, scalar
-from tracegrad.cuda import memory, pointwise
+from tracegrad.backends.cuda import memory
+from tracegrad.backends.cuda.eager import pointwise
 from tracegrad.ops import PRIMS
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "6"))
@@ -130,10 +131,11 @@ def test_primitives_the_lowering_does_not_cover_name_op_dtype_and_device():
 def test_reductions_split_across_blocks(monkeypatch):
     """A reduction with too few tiles to fill the GPU splits its reduced elements over blocks and
     joins the partials in a second launch (forced here on small shapes)."""
-    from tracegrad.codegen.cuda import eager, lower
-    monkeypatch.setattr(lower, "MIN_SLICE", 1)
-    monkeypatch.setattr(lower, "FILL_BLOCKS", 4)
-    monkeypatch.setattr(eager, "THREADS", 32)
+    from tracegrad.backends.cuda import plan
+    from tracegrad.backends.cuda.emit import eager
+    monkeypatch.setattr(plan, "MIN_SLICE", 1)
+    monkeypatch.setattr(plan, "FILL_BLOCKS", 4)
+    monkeypatch.setattr(plan, "EAGER_THREADS", 32)
     joins, join = [], eager.reduction_join
     monkeypatch.setattr(eager, "reduction_join", lambda *a: joins.append(a) or join(*a))
     x = np.random.default_rng(2).standard_normal((70, 3)).astype(np.float32)

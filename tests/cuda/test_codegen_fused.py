@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from numba import cuda
 
 import tracegrad as tg
-from tracegrad.codegen.cuda import compile_kernels
+from tracegrad.backends.cuda.lower import compile_kernels
 from tracegrad.ir.interpret import run as interpret
 from tracegrad.ir.passes.fusion import fuse
 from tracegrad.ir.passes.schedule import schedule
@@ -173,10 +173,10 @@ def test_generated_reductions_of_permuted_inputs(shape, data):
 def test_reductions_split_across_blocks_join_their_partials(monkeypatch):
     """Too few tiles to fill the GPU: the reduced elements split over the grid's y blocks, a second
     launch joins the partial results (here forced on small shapes)."""
-    from tracegrad.codegen.cuda import lower
-    monkeypatch.setattr(lower, "MIN_SLICE", 1)
-    monkeypatch.setattr(lower, "FILL_BLOCKS", 4)
-    monkeypatch.setattr(lower, "TILE_THREADS", 32)
+    from tracegrad.backends.cuda import plan
+    monkeypatch.setattr(plan, "MIN_SLICE", 1)
+    monkeypatch.setattr(plan, "FILL_BLOCKS", 4)
+    monkeypatch.setattr(plan, "TILE_THREADS", 32)
     x, y = rng_array((70, 3)), rng_array((70, 3), "int64")
     fwd, _ = graphs(lambda x, y: (x.sum(), x.sum(0), (x * 2).amax(0), y.sum(0), y.amin()), x, y)
     launches, _ = check(fwd, [x, y])
@@ -231,8 +231,8 @@ def test_a_row_kernel_accumulating_sums_over_its_rows_keeps_them_per_block():
 def test_persistent_row_kernels_join_the_partials_of_blocks_taking_several_rows(monkeypatch, shape):
     """Fewer blocks than rows (FILL_BLOCKS forced small): each block adds several rows into its
     accumulators; the layer norm's loss and its dW, db still equal the interpreter's."""
-    from tracegrad.codegen.cuda import lower
-    monkeypatch.setattr(lower, "FILL_BLOCKS", 2)
+    from tracegrad.backends.cuda import plan
+    monkeypatch.setattr(plan, "FILL_BLOCKS", 2)
     x, w, b = rng_array(shape), rng_array(shape[1:], seed=1), rng_array(shape[1:], seed=2)
     ts = [tg.from_numpy(a).requires_grad_() for a in (x, w, b)]
     fwd, bwd = graphs(lambda x, w, b: layernorm(x, w, b).sum(), *ts)

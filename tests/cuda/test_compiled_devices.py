@@ -72,7 +72,7 @@ def test_interpret_backend_on_cuda_tensors_returns_cuda_tensors():
 def test_an_op_without_a_cuda_implementation_is_refused_at_compile_time(monkeypatch):
     """tracegrad.cuda says it has no kernel for cumsum (whether it has one or not): the compiled
     function refuses at compile time, naming the op, its operands and the device; nothing runs."""
-    from tracegrad.cuda import eager
+    from tracegrad.backends.cuda import eager
     real = eager.run
 
     def run(p, arrays, attrs, shape, dtype):

@@ -6,7 +6,7 @@ import pytest
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.cuda.memory import count_transfers
+from tracegrad.backends.cuda.memory import count_transfers
 
 RNG = np.random.default_rng(5)
 X = RNG.standard_normal((6, 5)).astype(np.float32)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.core import bind
-from tracegrad.cuda import matmul as cuda_matmul
-from tracegrad.cuda import memory
+from tracegrad.backends.cuda.eager import matmul as cuda_matmul
+from tracegrad.backends.cuda import memory
 
 pytestmark = pytest.mark.filterwarnings("ignore:tracegrad. matrix products on cuda run a tiled")
 

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.cuda import scan
+from tracegrad.backends.cuda.eager import scan
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "10"))
 DTYPES = [tg.float32, tg.float64, tg.float16, tg.int32, tg.int64, tg.bool]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tracegrad as tg
-from tracegrad.cuda import memory
+from tracegrad.backends.cuda import memory
 
 DTYPES = [tg.float16, tg.float32, tg.float64, tg.int8, tg.int16, tg.int32, tg.int64, tg.uint8, tg.bool]
 NP = {tg.float16: np.float16, tg.float32: np.float32, tg.float64: np.float64, tg.int8: np.int8,
@@ -160,7 +160,7 @@ def test_missing_device_kernels_name_the_op_and_the_way_out():
     with pytest.raises(NotImplementedError, match=r"^matmul on cuda:0 \(tracegrad.bool\): .*\.cpu\(\)"):
         tg.ones(2, 2, dtype=tg.bool, device="cuda") @ tg.ones(2, 2, dtype=tg.bool, device="cuda")
     from tracegrad.core import Prim
-    from tracegrad.cuda import eager
+    from tracegrad.backends.cuda import eager
     odd = Prim("frobnicate", "copy", None, None, vjp=None, jvp=None, save=(), save_out=False, lower=None,
                dtypes=(), cost=None)
     with pytest.raises(NotImplementedError, match=r"frobnicate on cuda:0 .*move its operands to the cpu with "):
@@ -203,7 +203,7 @@ def test_device_arrays_become_tensors_without_a_copy():
 
 @pytest.mark.filterwarnings("default")
 def test_the_tiled_matmul_warns_once():
-    from tracegrad.cuda import matmul
+    from tracegrad.backends.cuda.eager import matmul
     matmul._WARNED.clear()
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")

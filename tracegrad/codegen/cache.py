@@ -13,7 +13,7 @@ computable checksum, or copied from another user's cache, fails its signature.
 
 The cache holds at most TRACEGRAD_CACHE_SIZE bytes (default 1G; a number of bytes with an optional
 K, M, G or T suffix; 0 keeps nothing), the numba.cuda kernels under `<dir>/cuda` included
-(codegen/cuda/compile.py: `<sha256>.py` files and numba's `__pycache__/<sha256>.*.nbi|nbc`). After
+(backends/cuda/compile.py: `<sha256>.py` files and numba's `__pycache__/<sha256>.*.nbi|nbc`). After
 each write, the least recently used entries (oldest modification time; a load touches its entry)
 are deleted until the rest fits, and temporary files that writers left behind more than an hour
 ago go too. Only tracegrad's own files are ever deleted: this user's, named as above, whose
@@ -33,7 +33,7 @@ import warnings
 MAGIC = b"TGOBJ2\n"
 FAMILY = b"TGOBJ"                    # every version's header: an older version's entry is a quiet miss
 KEY_MAGIC = b"TGKEY1\n"
-CUDA = "cuda"                        # the subdirectory of numba.cuda kernels (codegen/cuda/compile.py)
+CUDA = "cuda"                        # the subdirectory of numba.cuda kernels (backends/cuda/compile.py)
 CUDA_MARK = b"# tracegrad: "         # the first bytes of every kernel file there
 PICKLE = b"\x80"                     # the first byte of numba's index and data files
 DEFAULT_SIZE = 1 << 30

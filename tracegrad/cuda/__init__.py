@@ -1,140 +1,29 @@
-"""`tg.cuda`, as `torch.cuda`: whether a CUDA device is usable (a GPU through numba.cuda, or numba's
-simulator with NUMBA_ENABLE_CUDASIM=1), how many, and waiting for it.
-
-numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work without it.
-The package's modules: memory.py (device arrays, the counted host<->device copies; allocator.py, the
-caching allocator behind them: `tg.cuda.empty_cache()`, `memory_allocated()`, ...), eager.py (eager
-primitives on the device, by kind), kernels.py (copy, gather, scatter-add, fill), random.py,
-matmul.py (cuBLAS or a tiled kernel), pointwise.py (elementwise and reduction kernels), argreduce.py,
-rounding.py and scan.py (primitives without a scalar lowering: argmax, floor, prod, cumsum, ...), info.py
-(`tg.cuda.backend_info()`: versions, toolkit paths, the cuBLAS loaded).
+"""`tg.cuda`, as `torch.cuda`: the public face of the cuda backend, whose code lives in
+tracegrad/backends/cuda/ (gpu.py: whether a device is usable; memory.py: device memory and
+synchronization; info.py: backend_info; eager/: eager kernels; plan.py, lower.py, emit/, program.py: the
+compiler). numba.cuda is imported on first use, so `import tracegrad` and every CPU feature work
+without it.
 """
 import os
 
-INSTALL_HINT = ("Install the GPU dependencies with `pip install -e '.[gpu]'` (numba-cuda and the cuBLAS "
-                "runtime); without a GPU, set NUMBA_ENABLE_CUDASIM=1 (numba's CUDA simulator, slow: small "
-                "tensors only) before importing tracegrad.")
+from ..backends.cuda import eager
+from ..backends.cuda import memory  # noqa: F401  (tg.cuda.memory.transfer_stats(), count_transfers())
+from ..backends.cuda.gpu import (current_device, device_count, get_device_name, is_available,  # noqa: F401
+                                 manual_seed, manual_seed_all, require, simulated)
+from ..backends.cuda.info import backend_info  # noqa: F401
+from ..backends.cuda.memory import (empty_cache, max_memory_allocated, memory_allocated,  # noqa: F401
+                                    memory_reserved, memory_stats, synchronize)
 
 
-def _numba_cuda():
-    """The numba.cuda module, or None when numba has no CUDA support installed."""
-    try:
-        from numba import cuda
-    except ImportError:
-        return None
-    return cuda
+
+def _generated(p, arrays, attrs, shape, dtype):
+    """The eager cuda kernels the compiler generates, imported on first use (numba.cuda with them)."""
+    from ..backends.cuda.eager import generated
+    return generated.run(p, arrays, attrs, shape, dtype)
 
 
-def simulated():
-    """True when numba.cuda is its simulator (NUMBA_ENABLE_CUDASIM=1): no GPU, kernels run in Python."""
-    from numba import config
-    return bool(config.ENABLE_CUDASIM)
-
-
-def is_available():
-    """True when numba.cuda finds a GPU or runs its simulator (NUMBA_ENABLE_CUDASIM=1)."""
-    cuda = _numba_cuda()
-    if cuda is None:
-        return False
-    try:
-        return bool(cuda.is_available())
-    except Exception:  # numba raises several driver errors when no GPU is present
-        return False
-
-
-def require(dev):
-    """Raise the SPEC's error when `dev` is a cuda device that cannot be used."""
-    if dev.type != "cuda":
-        return
-    if not is_available():
-        hint = "" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else " " + INSTALL_HINT
-        raise RuntimeError(f"CUDA is not available: numba.cuda found no usable GPU for device {dev}.{hint}")
-    if dev.index >= device_count():
-        raise RuntimeError(f"CUDA error: invalid device ordinal: {dev} (this machine has {device_count()} "
-                           f"CUDA device(s); tracegrad uses cuda:0)")
-    if dev.index != 0:
-        raise RuntimeError(f"{dev}: tracegrad uses one CUDA device, cuda:0")
-
-
-def device_count():
-    """The number of CUDA devices numba.cuda sees (0 when none)."""
-    if not is_available():
-        return 0
-    return len(_numba_cuda().gpus)
-
-
-def current_device():
-    """The index of the device tensors go to with device="cuda" (always 0)."""
-    _check()
-    return 0
-
-
-def get_device_name(device=None):
-    """The name of the GPU ("numba CUDA simulator" under NUMBA_ENABLE_CUDASIM=1)."""
-    _check()
-    if simulated():
-        return "numba CUDA simulator"
-    name = _numba_cuda().get_current_device().name
-    return name.decode() if isinstance(name, bytes) else name
-
-
-def synchronize(device=None):
-    """Wait until every kernel and copy queued on the device has finished; raises a device-side error
-    (an index out of range in an indexing kernel) that happened since the last synchronization."""
-    _check()
-    _numba_cuda().synchronize()
-    from . import memory
-    memory.check_device_errors()
-
-
-def manual_seed(seed):
-    """Seed random draws, as tg.manual_seed: cpu and cuda draws share one generator (core.RNG; a cuda
-    draw takes its key from it), so this seeds both."""
-    import numpy as np
-    from ..core import RNG
-    RNG[0] = np.random.default_rng(int(seed))
-
-
-manual_seed_all = manual_seed
-
-
-def backend_info():
-    """What the cuda backend runs on: versions, device, NVVM/NVRTC paths, the cuBLAS loaded (cuda/info.py)."""
-    from .info import backend_info as info
-    return info()
-
-
-def _check():
-    from ..device import device
-    require(device("cuda"))
-
-
-def _memory():
-    from . import memory
-    return memory
-
-
-def empty_cache():
-    """Give the cached device memory back to the driver (as torch.cuda.empty_cache)."""
-    _memory().empty_cache()
-
-
-def memory_allocated(device=None):
-    return _memory().memory_allocated()
-
-
-def memory_reserved(device=None):
-    return _memory().memory_reserved()
-
-
-def max_memory_allocated(device=None):
-    return _memory().max_memory_allocated()
-
-
-def memory_stats(device=None):
-    return _memory().memory_stats()
-
+eager.install_generated(_generated)     # the eager dispatcher is below the compiler: it is handed them
 
 if os.environ.get("TRACEGRAD_RECORD_KERNELS") and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-    from .ptxcheck import record_launches     # what tracegrad launches, for the PTX check (ptxcheck.py)
+    from ..backends.cuda.ptxcheck import record_launches     # what tracegrad launches, for the PTX check
     record_launches(os.environ["TRACEGRAD_RECORD_KERNELS"])

@@ -71,7 +71,7 @@ def _backend_class(name):
 
 
 def _gpu_with_nccl():
-    from .. import cuda
+    from ..backends.cuda import gpu as cuda
     if not cuda.is_available() or cuda.simulated():
         return False
     try:

@@ -24,7 +24,7 @@ class NCCLBackend(MPIBackend):
             raise RuntimeError("the nccl backend needs CuPy's NCCL binding: pip install cupy-cuda12x (or "
                                "cupy-cuda13x), on a machine with NVIDIA GPUs") from None
         from numba import cuda
-        from ..cuda import memory
+        from ..backends.cuda import memory
         self.cuda, self.memory = cuda, memory
         uid = np.array(nccl.get_unique_id(), np.int8) if self.rank == 0 else np.empty(NCCL_ID_BYTES, np.int8)
         self.wait(self.comm.Ibcast(uid, root=0), "sharing the NCCL id")

@@ -334,3 +334,23 @@ class Builder:
             self.inputs.append((name, (s[0],), dict(labels=s[1])))
             red = self.pick(["mean", "sum", "none"])
             self.emit(f"{F}.cross_entropy({n}, {name}, reduction={red!r})", (s[0],) if red == "none" else ())
+
+
+def graph_builder(rng, n_inputs=None, same_shape=False):
+    """A Builder with one or two inputs (of one shape when same_shape), a quarter of the time special values."""
+    b = Builder(rng)
+    special = rng.random() < 0.25
+    first = b.shape(int(rng.choice([1, 2, 2, 3])) if same_shape else None)
+    for k in range(n_inputs or int(rng.integers(1, 3))):
+        b.add_input(first if (k == 0 or same_shape) else b.partner(b.pool[0]).shape, special=special and k == 0)
+    return b
+
+
+def returns(b, rng):
+    """The names a graph program returns: its last value, those it must keep, and a few more."""
+    computed = [v for v in b.pool if v.name.startswith("v")]
+    if not computed:           # nothing computed (every step too large): a sum always fits
+        computed = [b.emit(f"{b.pool[0].name}.tanh()", b.pool[0].shape) or b.emit(f"{b.pool[0].name}.sum()", ())]
+    k = int(rng.integers(1, 3))
+    picks = {computed[-1].name, *b.keep} | {computed[int(i)].name for i in rng.integers(0, len(computed), k - 1)}
+    return sorted(picks, key=lambda n: int(n[1:]))

@@ -5,7 +5,7 @@
 - penalty: graph code whose compiled function takes the gradient of one of its values with
            create_graph=True (as a gradient penalty does) and returns that value plus the squared
            gradients; called twice; outputs and the gradients of the outer backward."""
-from .programs import _graph_builder, _returns
+from .expressions import graph_builder as _graph_builder, returns as _returns
 from .source import Program
 
 

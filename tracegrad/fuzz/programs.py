@@ -24,7 +24,8 @@ program eagerly (mode "eager") or compiled with a backend, and records what a us
 """
 import numpy as np
 
-from .expressions import Builder, bshape
+from .expressions import bshape, graph_builder as _graph_builder, returns as _returns
+from .modes import _jvp, _penalty  # noqa: F401  (generate() finds each kind's maker by name)
 from .numeric import numeric as _numeric
 from .reads import reads_program
 from .source import Program
@@ -48,24 +49,6 @@ def generate(index, seed, dtype=None, kind=None):
 
 
 # ---------------------------------------------------------------- graph-based kinds
-
-def _graph_builder(rng, n_inputs=None, same_shape=False):
-    b = Builder(rng)
-    special = rng.random() < 0.25
-    first = b.shape(int(rng.choice([1, 2, 2, 3])) if same_shape else None)
-    for k in range(n_inputs or int(rng.integers(1, 3))):
-        b.add_input(first if (k == 0 or same_shape) else b.partner(b.pool[0]).shape, special=special and k == 0)
-    return b
-
-
-def _returns(b, rng):
-    computed = [v for v in b.pool if v.name.startswith("v")]
-    if not computed:           # nothing computed (every step too large): a sum always fits
-        computed = [b.emit(f"{b.pool[0].name}.tanh()", b.pool[0].shape) or b.emit(f"{b.pool[0].name}.sum()", ())]
-    k = int(rng.integers(1, 3))
-    picks = {computed[-1].name, *b.keep} | {computed[int(i)].name for i in rng.integers(0, len(computed), k - 1)}
-    return sorted(picks, key=lambda n: int(n[1:]))
-
 
 GRAPH_RUN = ["xs = inputs(dtype)", "fn = f if mode == 'eager' else tg.compile(f, backend=mode)",
              "rec.backward_steps(fn, xs)", "rec.grads(rec.outputs(fn(*xs)), xs)"]
@@ -213,5 +196,3 @@ def _state(rng, index, seed, dtype):
 def _reads(rng, index, seed, dtype):
     return reads_program(_graph_builder(rng, 1), rng, index, seed, dtype)
 
-
-from .modes import _jvp, _penalty  # noqa: E402,F401  (they build on the graph builders above)

@@ -14,14 +14,7 @@ their input buffers. Nothing here depends on a target or on the primitive table.
 import math
 
 from ..scalar import head
-
-
-def contiguous_strides(shape):
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
+from ..strides import contiguous_strides  # noqa: F401  (the kernel IR's row-major strides; codegen imports it here)
 
 
 class Load:

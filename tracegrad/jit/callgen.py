@@ -13,7 +13,7 @@ outside that common case (in-place updates and .grad assignments written back, a
 read per call, results that may alias an input) gets `straight_general_call(entry)`: Entry.call's
 general steps with the entry's plan written out as constants, one line per input and per update
 (`entry.general_source`); on cuda, not the general call. Check-mode entries keep the general methods
-(a cuda entry's runs copy host inputs to the device: jit/device.py's device_run); the paths build
+(a cuda entry's runs copy host inputs to the device: backends/cuda/run.py's device_run); the paths build
 the same node and the same tensors
 (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
 `entry.call_source`, `entry.apply_source` and `entry.backward_source`.

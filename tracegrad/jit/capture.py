@@ -16,9 +16,10 @@ from ..ir import Graph
 from ..modes import interpreting
 from ..pytree import flatten, object_state, unflatten
 from ..tensor import Tensor, TraceError
-from ..trace import Tracer, watch_draws
+from ..frozen_draws import watch_draws
+from ..trace import Tracer
 from .aliases import plan_aliases
-from .device import overlapping
+from ..backends.cuda.run import overlapping
 from .free_vars import code_reads, free_objects, global_bindings, is_user_code
 from .guards import Guards
 from .signature import STATIC

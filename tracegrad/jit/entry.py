@@ -13,7 +13,7 @@ from ..tensor import Tensor
 from .aliases import rebuild_aliases
 from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
 from .check import checked_run
-from .device import DeviceFresh, DeviceInputs, expanded, to_host
+from ..backends.cuda.run import DeviceFresh, DeviceInputs, expanded, to_host
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, finish, partial_backward

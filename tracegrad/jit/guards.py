@@ -34,7 +34,7 @@ import numpy as np
 from ..tensor import Tensor
 from ..trace import Traced, values_key
 from ..strides import dense_order, of_array
-from .device import shares_memory
+from ..backends.cuda.run import shares_memory
 from .free_vars import MISSING, cell_value, defaults
 from .signature import same_value
 from .state import state_change, watched
@@ -279,7 +279,7 @@ def layout_of(x):
     """A real tensor's memory layout, as the guards compare it."""
     a = x._data
     if not isinstance(a, np.ndarray):         # a device array
-        from ..cuda import memory
+        from ..backends.cuda import memory
         return "row-major" if memory.row_major(a) else f"strides {memory.strides_of(a)}"
     if a.flags.c_contiguous:
         return "row-major"

@@ -5,7 +5,7 @@ from ..autograd import GraphNode, _Mode
 from ..ops import PRIMS
 from ..tensor import Tensor
 from .check import checked_run
-from .device import DeviceFresh, to_host
+from ..backends.cuda.run import DeviceFresh, to_host
 from .writeback import Fresh
 
 _data_of = attrgetter("_data")

@@ -12,7 +12,7 @@ from ..autograd import FREED_MESSAGE, is_grad_enabled
 from ..ops import PRIMS
 from ..tensor import TraceError
 from .capture import Capture
-from .device import choose_backend
+from ..backends.cuda.run import choose_backend
 from .writeback import protect_reads
 
 
@@ -121,8 +121,8 @@ def lower(graphs, backend, device, fuse, inplace):
         programs, text, engine = build_programs(graphs, fused, inplace)
         disk_hit = engine.disk_hit
     else:
-        from ..codegen.cuda.program import build_device_programs
-        from .device import cuda_ops, device_run
+        from ..backends.cuda.program import build_device_programs
+        from ..backends.cuda.run import cuda_ops, device_run
         programs = build_device_programs(graphs, fused, inplace, cuda_ops())
         logs.lap("cuda kernels")
         if logs.enabled("kernels"):
@@ -215,7 +215,7 @@ def executable(graph, backend, device=None):
     """The callable running `graph` on a list of arrays with the chosen backend (interpret on cuda
     arrays: the oracle runs on host copies, its results go back to the device)."""
     if backend == "interpret" and device is not None and device.type == "cuda":
-        from .device import interpret_on_host
+        from ..backends.cuda.run import interpret_on_host
         return lambda arrays: interpret_on_host(graph, arrays)
     if backend == "interpret":
         return lambda arrays: interpret_run(graph, *arrays)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..tensor import Tensor
-from .device import copy_into
+from ..backends.cuda.run import copy_into
 
 
 # graph-input sources resolved per call to a tensor the caller holds: an argument, its .grad, the

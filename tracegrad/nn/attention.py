@@ -3,7 +3,7 @@ their initialization, masks and returned weights."""
 import math
 
 from .. import dtypes as D
-from ..composites_nn import attention, masked_scores
+from ..composites.nn import attention, masked_scores
 from ..tensor import zeros
 from . import functional as F
 from .modules import Linear, Module, _uniform

@@ -3,7 +3,7 @@ from ..composites import (binary_cross_entropy, binary_cross_entropy_with_logits
                           cross_entropy, elu, embedding, erf, gelu, huber_loss, kl_div, l1_loss, layer_norm,
                           leaky_relu, legacy_reduction, log_softmax, mse_loss, nll_loss, normalize, silu,
                           smooth_l1_loss, softmax, softplus)
-from ..composites_nn import one_hot, scaled_dot_product_attention  # noqa: F401
+from ..composites.nn import one_hot, scaled_dot_product_attention  # noqa: F401
 from ..convolution import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, fold, pad, unfold  # noqa: F401
 from ..pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d,  # noqa: F401
                        avg_pool2d, avg_pool3d, max_pool1d, max_pool2d, max_pool3d)

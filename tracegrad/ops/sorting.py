@@ -1,6 +1,6 @@
 """argsort: the order of the elements along an axis (a NumPy host kernel in compiled code). sort,
 topk, kthvalue and the values of each are composites that gather by these indices, so their
-gradients are the gather's (tracegrad/composites_sort.py)."""
+gradients are the gather's (tracegrad/composites/sort.py)."""
 import numpy as np
 
 from .. import dtypes as D

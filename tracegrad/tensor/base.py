@@ -3,19 +3,19 @@
 `TensorBase` has no operations; the `Tensor` class (tensor_class.py) adds them as thin calls into
 the modules of this package. Modules below the class make eager tensors with `new`.
 """
-import builtins
 import math
 
 import numpy as np
 
 from .. import dtypes as D
 from .. import ops
-from ..cuda import memory
+from ..backends.cuda import memory
 from ..device import CPU, get_default_device
 from ..autograd import add_hook, retain
 from ..modes import _thread, interpreter
 from ..printing import format_tensor
 from ..size import Size
+from ..strides import contiguous_strides
 
 
 class TraceError(RuntimeError):
@@ -87,7 +87,7 @@ class TensorBase:
     def _zeros(cls, shape, dtype, dev):
         """A new tensor of zeros on `dev` (made there: no copy)."""
         if dev.type == "cuda":
-            from ..cuda.kernels import zeros
+            from ..backends.cuda.eager.kernels import zeros
             return cls._wrap(zeros(shape, dtype.np), dtype, dev)
         return cls._wrap(np.zeros(shape, dtype.np), dtype, dev)
 
@@ -159,11 +159,7 @@ class TensorBase:
     def stride(self, dim=None):
         arr = self._concrete("stride()")
         if self._row_major():  # PyTorch's strides (NumPy's differ for size-0 and size-1 dims)
-            s, acc = [], 1
-            for n in reversed(self._shape):
-                s.insert(0, acc)
-                acc *= builtins.max(n, 1)
-            s = tuple(s)
+            s = contiguous_strides(self._shape)
         else:
             s = tuple(b // self.itemsize for b in arr.strides)
         return s if dim is None else s[ops._norm_axis(dim, self.ndim)]

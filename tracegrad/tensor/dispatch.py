@@ -9,10 +9,10 @@ import numbers
 
 import numpy as np
 
-from .. import cuda
+from ..backends.cuda import gpu as cuda
 from .. import dtypes as D
-from ..cuda import eager as cuda_eager
-from ..cuda import memory
+from ..backends.cuda import eager as cuda_eager
+from ..backends.cuda import memory
 from .. import core, modes
 from ..autograd import Node
 from ..symint import SymInt, as_size, is_size
@@ -156,7 +156,7 @@ EAGER = modes.eager = Eager()
 
 
 def _apply_cuda(p, inputs, attrs, shape, dtype, dev):
-    """Eager.apply on the device: cuda/eager.py computes; views share their input's version counter."""
+    """Eager.apply on the device: backends/cuda/eager/ computes; views share their input's version counter."""
     arr = cuda_eager.run(p, [t._concrete(p.name) for t in inputs], attrs, shape, dtype)
     out = _EAGER[0]._wrap(arr, dtype, dev)
     if p.kind == "view" and (math.prod(shape) == 0 or memory.may_share_memory(arr, inputs[0]._data)):
@@ -183,7 +183,7 @@ def _mutate_cuda(t, new):
             src = memory.view(src, dst.shape, (0,) * dst.ndim)
     elif memory.may_share_memory(src, dst):       # overlapping source and destination: read first
         src = memory.contiguous(src)
-    from ..cuda.kernels import copy_strided
+    from ..backends.cuda.eager.kernels import copy_strided
     copy_strided(src, dst)
     t._ver[0] += 1
     return t

@@ -12,7 +12,8 @@ from .. import ops
 from ..device import CPU, get_default_device, to_device
 from .. import modes
 from .base import TensorBase, _ArgError, new
-from ..cuda import memory, require
+from ..backends.cuda import memory
+from ..backends.cuda.gpu import require
 from .dispatch import _P, _SCALARS, _shape_arg, dispatch
 from .functions import stack
 
@@ -57,7 +58,8 @@ def _alloc(shape, fill, dtype, dev):
     """An array of `shape` on `dev` holding `fill` everywhere (None: uninitialised)."""
     try:
         if dev.type == "cuda":
-            from ..cuda import kernels, memory
+            from ..backends.cuda import memory
+            from ..backends.cuda.eager import kernels
             arr = memory.empty(shape, dtype.np)
             return arr if fill is None else kernels.fill(arr, fill)
         return np.empty(shape, dtype.np) if fill is None else np.full(shape, fill, dtype.np)
@@ -215,7 +217,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         return modes.interpreter().iota(n if n >= 0 else 0, start, step, dt, dev, requires_grad)
     n = builtins.max(0, math.ceil((end - start) / step))
     if dev.type == "cuda":
-        from ..cuda import kernels
+        from ..backends.cuda.eager import kernels
         return _make(kernels.arange(n, start, step, dt.np, all_int), dt, dev, requires_grad)
     arr = (np.arange(n, dtype=np.float64 if not all_int else np.int64) * step + start).astype(dt.np)
     return _make(arr, dt, dev, requires_grad)

@@ -147,7 +147,7 @@ def _scatter_into(x, index, v):
     if x._device.type == "cuda":
         if v._device != x._device and v._shape:
             raise mismatch_error(x._device, v._device)
-        from ..cuda.kernels import put
+        from ..backends.cuda.eager.kernels import put
         put(x._data, pos._data, v.to(x._device).expand(*pos._shape)._data)
     elif coords is None:
         x._data[np.unravel_index(pos._data.ravel(), x._shape)] = np.broadcast_to(v._data, shape).ravel()

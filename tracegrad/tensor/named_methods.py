@@ -3,9 +3,9 @@ operations, sorting and selecting, cross/diagonal/trace, random fills, in-place 
 in-place shape changes unsqueeze_/squeeze_/t_/transpose_, and type(). Tensor inherits them
 (tensor_class.py).
 """
-from .. import composites_linalg as L
-from .. import composites_random as R
-from .. import composites_sort as S
+from ..composites import linalg as L
+from ..composites import random as R
+from ..composites import sort as S
 from .. import dtypes as D
 from ..modes import interpreter, is_grad_enabled
 from .base import TraceError

@@ -1,8 +1,9 @@
 """The Tensor class: the operations a tensor offers, each a thin call into this package's modules
-(dispatch, indexing, inplace, factories, functions) or into tracegrad.composites.
+(dispatch, indexing, inplace, factories, functions) or into tracegrad.composites; the reductions are
+in reduce_methods.py, the everyday named methods in named_methods.py.
 
 Where a new method goes: a primitive's method calls `dispatch(_P[name], ...)` in the section of its
-kind below; a composite is a function in tracegrad/composites.py with a one-line method here; a
+kind below; a composite is a function in tracegrad/composites/ with a one-line method here; a
 new in-place method is a one-line `inplace(self, ...)` call in the "in place" section.
 """
 import math
@@ -18,8 +19,8 @@ from ..device import device as Device
 from ..ops import normalize_axes
 from ..symint import same_shape, same_size
 from .base import TensorBase, _row_major_copy, register
-from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _infer_shape, _keep_kw, _named, _promote,
-                       _shape_arg, _to_device, dispatch, in_float32)
+from .dispatch import (_P, _SCALARS, _axis_kw, _binary, _infer_shape, _named, _promote,
+                       _shape_arg, _to_device, dispatch)
 from .factories import _implicit_gradient, _rebuild, empty, full, legacy_tensor, ones, tensor, zeros
 from .functions import bmm, div_rounded, dot, matmul, mm, mv, where
 from .indexing import _getitem, _setitem
@@ -27,15 +28,8 @@ from .direct import (ADD, ADD_SCALED, CLAMP, DIV, EXP, MUL, NEG, POW, RELU, SUB,
                      scaled)
 from .inplace import copy_from, fill_with, inplace
 from .named_methods import NamedMethods
+from .reduce_methods import ReduceMethods, _dim_arg
 from .declared import install
-
-
-def _dim_arg(name, axis, dim):
-    """A required dim, given as dim or as its alias axis=."""
-    dim = _axis_kw(axis, dim)
-    if dim is None:
-        raise TypeError(f"{name}() missing required argument 'dim'")
-    return dim
 
 
 def _or_nan(cond, bound):
@@ -45,7 +39,7 @@ def _or_nan(cond, bound):
 
 @install
 @register
-class Tensor(NamedMethods, TensorBase):
+class Tensor(NamedMethods, ReduceMethods, TensorBase):
     """An n-dimensional array with autograd, like torch.Tensor."""
 
     __slots__ = ()
@@ -241,112 +235,6 @@ class Tensor(NamedMethods, TensorBase):
     def isnan(self): return C.isnan(self)
     def isinf(self): return C.isinf(self)
     def isfinite(self): return C.isfinite(self)
-
-    # ------------------------------------------------------------ reductions
-    def _reduce(self, name, axis, keepdims):
-        return dispatch(_P[name], (self,), {"axis": normalize_axes(axis, self.ndim), "keepdims": keepdims})
-
-    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None, dtype=None):
-        x = self if dtype is None else self.to(dtype)
-        if x._dtype in D.SMALL_INTS:
-            x = x.to(D.int64)
-        return x._reduce("sum", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
-
-    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None, dtype=None):
-        x = self if dtype is None else self.to(dtype)
-        if not x._dtype.is_floating_point:
-            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
-                               f"or complex dtype. Got: {x._dtype}")
-        axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
-        n = math.prod(x._shape[a] for a in axis)
-        return in_float32(lambda t: _named(t._reduce("sum", axis, _keep_kw(keepdims, keepdim)) /
-                                           (n if n else float("nan")), "MeanBackward"), x)
-
-    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """x.max(): the largest element; x.max(dim): the named tuple (values, indices); x.max(other)."""
-        if isinstance(axis, Tensor):
-            return self.maximum(axis)
-        axis = _axis_kw(axis, dim)
-        if axis is None:
-            return self._reduce("max", None, False)
-        return C.extreme_along(self, axis, _keep_kw(keepdims, keepdim), "max")
-
-    def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        if isinstance(axis, Tensor):
-            return self.minimum(axis)
-        axis = _axis_kw(axis, dim)
-        if axis is None:
-            return self._reduce("min", None, False)
-        return C.extreme_along(self, axis, _keep_kw(keepdims, keepdim), "min")
-
-    def amax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """The largest values over an int or a tuple of axes (all when None or ()); the gradient is
-        split evenly among ties, as PyTorch's."""
-        axis = _axis_kw(axis, dim)
-        return _named(self._reduce("max", axis if axis != () else None, _keep_kw(keepdims, keepdim)),
-                      "AmaxBackward", self)
-
-    def amin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        axis = _axis_kw(axis, dim)
-        return _named(self._reduce("min", axis if axis != () else None, _keep_kw(keepdims, keepdim)),
-                      "AminBackward", self)
-
-    def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        if self._dtype in D.SMALL_INTS:   # as sum: small integer types multiply in int64
-            return self.to(D.int64).prod(axis, keepdims, dim=dim, keepdim=keepdim)
-        return self._reduce("prod", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
-
-    def var(self, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
-        """Unbiased (N - 1) by default, as PyTorch; `unbiased=False` or `correction=k` (N - k)."""
-        return C.var(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
-                     keepdim=keepdim)
-
-    def std(self, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):
-        return C.std(self, axis, keepdims=keepdims, unbiased=unbiased, correction=correction, dim=dim,
-                     keepdim=keepdim)
-
-    def norm(self, p="fro", dim=None, keepdim=False, dtype=None, *, axis=None):
-        return C.norm(self, p, _axis_kw(axis, dim), keepdim, dtype)
-
-    def cumsum(self, dim=None, *, dtype=None, axis=None):
-        """Running sums along `dim` (required, as PyTorch's); differentiable and compiled."""
-        return C.cumsum(self, _axis_kw(axis, dim), dtype)
-
-    def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return C.logsumexp(self, axis, keepdims, dim=dim, keepdim=keepdim)
-
-    def softmax(self, axis=None, *, dim=None):
-        return C.softmax(self, axis, dim=dim)
-
-    def gather(self, dim=None, index=None, *, axis=None):
-        return C.gather(self, _dim_arg("gather", axis, dim), index)
-
-    def take_along_dim(self, indices, dim=None):
-        return C.take_along_dim(self, indices, dim)
-
-    def log_softmax(self, axis=None, *, dim=None):
-        return C.log_softmax(self, axis, dim=dim)
-
-    def _arg(self, name, axis, keepdims):
-        if axis is not None:
-            axis = ops._norm_axis(axis, self.ndim) if self.ndim else None
-        return dispatch(_P[name], (self,), {"axis": axis, "keepdims": keepdims})
-
-    def argmax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return self._arg("argmax", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
-
-    def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return self._arg("argmin", _axis_kw(axis, dim), _keep_kw(keepdims, keepdim))
-
-    def all(self, dim=None, keepdim=False, *, axis=None):
-        """Whether every element (along `dim`: an int or a tuple; all when None) is nonzero."""
-        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
-        n = math.prod(self._shape[a] for a in axis)
-        return (self != 0).to(D.int64).sum(axis, keepdim) == n
-
-    def any(self, dim=None, keepdim=False, *, axis=None):
-        axis = normalize_axes(_axis_kw(axis, dim), self.ndim)
-        return (self != 0).to(D.int64).sum(axis, keepdim) > 0
 
     # ------------------------------------------------------------ shapes and views
     def reshape(self, *shape):

@@ -1,0 +1,277 @@
+"""The cuda planner: each kernel of the kernel IR (ir/kernels.py) -> the launches that compute it,
+each a kernel and one strategy of a closed set, with its launch geometry; every cuda threshold lives
+here. The emitters (lower.py with emit/) write what a strategy says and decide nothing. This module
+imports nothing from the CPU code generator (codegen/).
+
+The strategies:
+- Map: a thread per `width` consecutive elements (width > 1: 16-byte vector accesses), grid-stride;
+- Rows: a block per row (a warp per row, `per_block` rows a block, when rows are short) running a
+  row kernel's phases, inputs several phases read kept in shared memory (`cache_bytes`);
+- Across: a thread per row, walking the row's elements along axis `across` (a column walk);
+- Persistent: `blocks` blocks taking the rows in turn, the sums over all rows (a layer norm's loss,
+  dW, db) added per block, then a join launch per set of kept axes adds the blocks' partials;
+- Tiled: a reduction in tiles of `bx` kept x `by` reduced elements a block; split into `slices`
+  when there are too few tiles to fill the GPU, then a join launch adds the slices' partials.
+
+Facts read from the kernel: its phases, split and outputs, the operands' strides (memory order and
+unit-stride axis: ir/passes/schedule.py's fact functions), and from the shared Schedule the online
+softmax statistics (`online`), the column walk (`across`) and the element order (`levels`).
+"""
+import math
+from dataclasses import dataclass
+
+from ...ir.kernels import loads
+from ...ir.passes.schedule import choose, memory_order, unit_axis
+from ...strides import contiguous_strides
+from .emit.reduce import join_of
+
+MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
+ROW_THREADS = 256      # threads per block walking one row
+TILE_THREADS = 1024    # most threads of a block of a tiled reduction
+MAX_GRID = 65535       # blocks of one launch; larger spaces loop (grid-stride)
+PER_THREAD = 8         # reduced elements per thread a reduction's block is sized for (fewer threads on short rows)
+WARP_ROWS = 8          # rows a block takes at once when each row needs a warp only
+ROW_CACHE_BYTES = 32768  # shared memory a row kernel keeps inputs in that several of its phases read
+FILL_BLOCKS = 264      # blocks that keep a large GPU busy (2 per SM of an H100/H200)
+MIN_SLICE = 16         # elements each thread adds, at least, in one slice of a split reduction
+MAX_SLICES = 1024      # slices of a split reduction (partial results per kept element)
+VECTOR_BYTES = 16      # bytes of one vector access of a map
+EAGER_THREADS = 256    # threads per block of an eager kernel
+TILE_X = 32            # kept elements side by side when an eager reduction keeps the unit-stride axis
+
+
+@dataclass(frozen=True)
+class Map:
+    order: tuple       # the axes walked, outermost first
+    width: int         # elements a thread reads and writes at once
+    threads: int
+    grid: int
+
+
+@dataclass(frozen=True)
+class Rows:
+    threads: int       # threads of a block (per_block rows of threads / per_block each)
+    per_block: int
+    grid: int
+    cache_bytes: int
+
+
+@dataclass(frozen=True)
+class Across:
+    across: int
+    threads: int
+    grid: int
+
+
+@dataclass(frozen=True, eq=False)
+class Persistent:
+    threads: int
+    blocks: int
+    groups: tuple      # (keeps the row's axes: bool, the accumulated phases) per join launch
+    join_threads: tuple
+    cache_bytes: int
+
+
+@dataclass(frozen=True, eq=False)
+class Tiled:
+    reduces: tuple     # the reduce phases over these axes
+    maps: tuple        # map phases riding with the first tile launch
+    kept: tuple        # axes, memory order (fastest last)
+    reduced: tuple
+    bx: int
+    by: int
+    ntiles: int
+    slices: int        # 1: no split
+    chunk: int         # reduced elements a slice adds
+    join_threads: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: object
+    name: str
+    strategy: object
+
+
+def pow2(n):
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def warps(n, most):
+    """Threads for n parallel items: a multiple of 32, at most `most`."""
+    return min(most, max(32, -(-int(n) // 32) * 32))
+
+
+def plan(kernel, name):
+    """The Launches computing one loop or reduce_acc kernel, in order (none when it writes no
+    element; a reduction over no elements writes its identity)."""
+    if all(0 in v.shape for v in kernel.outputs):
+        return []
+    if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
+        maxima, rest = kernel.online_apart()          # the maxima, then the sums that read them
+        return plan(maxima, name) + plan(rest, f"{name}_sums")
+    if kernel.kind == "loop" and kernel.accumulated():
+        persistent = _persistent(kernel)
+        if persistent is not None:
+            return [Launch(kernel, name, persistent)]
+        rows, sums = kernel.apart()                      # a row kernel's sums over its rows: a launch after
+        rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk
+        return plan(rows, name) + plan(sums, f"{name}_sums")
+    if kernel.kind == "reduce_acc":
+        return _tiled(kernel, name)
+    if all(ph.kind == "map" for ph in kernel.phases):
+        return [Launch(kernel, name, _map(kernel))]
+    return [Launch(kernel, name, _rows(kernel))]
+
+
+def element_order(kernel):
+    """The axes a map kernel walks, outermost first: its schedule's element loops, else natural."""
+    if kernel.schedule is None:
+        return tuple(range(len(kernel.shape)))
+    order = []
+    for d, _ in kernel.schedule.levels:
+        if d not in order:
+            order.append(d)
+    return tuple(order)
+
+
+def vector_width(kernel, n):
+    """Elements per vector access (4 of 4 bytes, 2 of 8: 16-byte loads) for a map kernel whose every
+    buffer is read and written element for element in one contiguous layout (or, for a read, at one
+    element: a broadcast scalar), all of one itemsize, over `n` elements a multiple of it; else 1."""
+    full = contiguous_strides(kernel.shape)
+    bufs = []
+    for ph in kernel.phases:
+        for v, t in ph.outputs:
+            bufs.append(v)
+            for ld in loads(t):
+                if not (not ld.offset and tuple(ld.strides) == full or not any(ld.strides)):
+                    return 1
+                bufs.append(ld.buf)
+    sizes = {b.dtype.itemsize for b in bufs}
+    if len(sizes) != 1 or sizes.pop() not in (4, 8) or any(b.dtype.name == "bool" for b in bufs):
+        return 1
+    width = VECTOR_BYTES // bufs[0].dtype.itemsize
+    return width if n % width == 0 else 1
+
+
+def _map(kernel):
+    n = math.prod(kernel.shape)
+    width = vector_width(kernel, n)
+    threads = warps(-(-n // width), MAP_THREADS)
+    return Map(element_order(kernel), width, threads, min(-(-n // (threads * width)), MAX_GRID))
+
+
+def _row_threads(ninner):
+    return min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
+
+
+def _rows(kernel):
+    k, shape = kernel.split, kernel.shape
+    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
+    sch = kernel.schedule
+    if sch is not None and sch.across is not None:
+        threads = warps(nrows, MAP_THREADS)
+        return Across(sch.across, threads, min(-(-nrows // threads), MAX_GRID))
+    threads = _row_threads(ninner)
+    per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
+    return Rows(threads * per_block, per_block, min(-(-nrows // per_block), MAX_GRID), ROW_CACHE_BYTES)
+
+
+def _persistent(kernel):
+    """Persistent for a row kernel whose sums over all its rows are float sums that keep all the
+    row's axes or none; None otherwise, or where the kernel walks columns (schedule.across)."""
+    k, shape = kernel.split, kernel.shape
+    if kernel.schedule is not None and kernel.schedule.across is not None:
+        return None
+    nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
+    inner, groups = set(range(k, len(shape))), {}
+    for ph in kernel.accumulated():
+        kept = inner - set(ph.axes)
+        if join_of(ph.lower) != "+" or ph.outputs[0][0].dtype.name not in ("float16", "float32", "float64") \
+                or kept not in (set(), inner) or len(ph.outputs) != 1:
+            return None
+        groups.setdefault(bool(kept), []).append(ph)
+    joins = tuple(warps(ninner if kept else 1, MAP_THREADS) for kept in groups)
+    return Persistent(_row_threads(ninner), min(nrows, FILL_BLOCKS),
+                      tuple((kept, tuple(phs)) for kept, phs in groups.items()), joins, ROW_CACHE_BYTES)
+
+
+def _tiled(kernel, name):
+    """Launches for each distinct set of reduced axes of a reduce_acc kernel (the map phases ride
+    with the first), none for reductions into empty outputs (their space is empty: so are the maps)."""
+    groups = {}
+    for ph in kernel.phases:
+        if ph.kind == "reduce" and not all(0 in v.shape for v, _ in ph.outputs):
+            groups.setdefault(tuple(sorted(ph.axes)), []).append(ph)
+    maps = [ph for ph in kernel.phases if ph.kind == "map"]
+    return [Launch(kernel, name if len(groups) == 1 else f"{name}_{g}", tiled(kernel, reduces, maps if g == 0 else []))
+            for g, (axes, reduces) in enumerate(groups.items())]
+
+
+def tiled(kernel, reduces, maps):
+    """The Tiled strategy of reductions `reduces` (one set of axes) with `maps` riding along."""
+    shape, axes = kernel.shape, set(reduces[0].axes)
+    reads = [ld for ph in list(reduces) + list(maps) for _, t in ph.outputs for ld in loads(t)]
+    big = max(reads, key=lambda ld: math.prod(ld.buf.shape) * ld.buf.dtype.itemsize, default=None)
+    kept, reduced, bx, by = tile_geometry(shape, axes, big.strides if big is not None else None)
+    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
+    ntiles = min(-(-nkept // bx), MAX_GRID)
+    slices, chunk = slices_of(ntiles, nred, by)
+    return Tiled(tuple(reduces), tuple(maps), tuple(kept), tuple(reduced), bx, by, ntiles, slices, chunk,
+                 warps(nkept, MAP_THREADS))
+
+
+def tile_geometry(shape, axes, strides):
+    """(kept axes, reduced axes, BX, BY) of a tiled reduction over `axes` of a space of `shape`
+    whose largest operand has `strides`: each axis list in memory order (fastest last); BX > 1
+    when the unit-stride axis is kept (a tile of BX kept elements read side by side)."""
+    order = memory_order(shape, strides) if strides is not None else list(range(len(shape)))
+    kept = [d for d in order if d not in axes]
+    reduced = [d for d in order if d in axes]
+    nkept = math.prod(shape[d] for d in kept)
+    nred = math.prod(shape[d] for d in reduced)
+    u = unit_axis(shape, strides) if strides is not None else (len(shape) - 1 if shape else None)
+    if u is not None and u not in axes and nkept > 1:
+        bx = min(32, pow2(nkept))
+        return kept, reduced, bx, min(TILE_THREADS // bx, pow2(-(-nred // PER_THREAD)))
+    most = TILE_THREADS if nkept < 64 else ROW_THREADS
+    return kept, reduced, 1, min(most, max(32, pow2(-(-nred // PER_THREAD))))
+
+
+def slices_of(ntiles, nred, by):
+    """How many slices a tiled reduction splits its reduced elements into (1: none): enough blocks
+    to fill the GPU (FILL_BLOCKS), each thread still adding MIN_SLICE elements at least."""
+    want = min(-(-FILL_BLOCKS // ntiles), nred // (by * MIN_SLICE), MAX_SLICES)
+    if want < 2:
+        return 1, nred
+    chunk = -(-nred // want)
+    return -(-nred // chunk), chunk
+
+
+# ------------------------------------------------------------ eager kernels (eager/pointwise.py)
+def eager_grid(n, threads=None):
+    """Blocks of an eager kernel over n items, `threads` (default EAGER_THREADS) a block."""
+    return max(1, min(-(-n // (threads or EAGER_THREADS)), MAX_GRID))
+
+
+def eager_threads(n):
+    """Threads per block of an eager elementwise kernel over n elements."""
+    return warps(n, EAGER_THREADS)
+
+
+def eager_reduction(shape, strides, axes):
+    """(kept, reduced, bx, by) for reducing an array of `shape` and element `strides` over `axes`:
+    the axes in memory order (fastest last); TILE_X kept elements side by side when the unit-stride
+    axis is kept, else one per block; by: threads per kept element (powers of two, EAGER_THREADS in
+    all at most, a warp at least when bx is 1: it combines with warp shuffles)."""
+    order = memory_order(shape, strides)
+    kept = tuple(d for d in order if d not in axes)
+    reduced = tuple(d for d in order if d in axes)
+    live = [d for d in range(len(shape)) if shape[d] > 1 and strides[d]]
+    unit = min(live, key=lambda d: abs(strides[d])) if live else None
+    nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
+    per = -(-nred // PER_THREAD)
+    if unit is not None and unit not in axes and nkept > 1:
+        return kept, reduced, TILE_X, min(EAGER_THREADS // TILE_X, pow2(per))
+    return kept, reduced, 1, min(EAGER_THREADS, max(32, pow2(per)))
