@@ -2,6 +2,8 @@
 
     python -m tracegrad bench                    # W1-W8: numpy, tracegrad eager/compiled, peers if installed
     python -m tracegrad bench --quick --workload W5
+    python -m tracegrad bench --dynamic          # adds the column tg dynamic=True beside tg compiled
+    python -m tracegrad bench --workload R1      # the ragged MLP training sequence, every column cold
     python -m tracegrad bench --eager            # eager op overhead vs NumPy (1M elements, 8 elements)
     python -m tracegrad bench --cpu x86-64-v3    # compiled code built for an AVX2 CPU (TRACEGRAD_CPU)
     python -m tracegrad bench --cpu native --cpu x86-64-v3   # the bench once per build, one after the other
@@ -10,6 +12,7 @@
     python -m tracegrad broadcast 3,1 4          # how the shapes line up (exit status 1 if they do not)
     python -m tracegrad fuzz --n 500 --seed 1    # random programs: eager vs interpret vs llvm (tracegrad/fuzz)
     python -m tracegrad calibrate                # measure this machine's code-generation thresholds again
+    python -m tracegrad fuzz --n 200 --sizes     # each across a sequence of sizes, compiled once (dynamic)
 """
 import argparse
 import os
@@ -60,7 +63,8 @@ def _bench_once(args):
         from .bench import eager_overhead
         return eager_overhead.main(quick=args.quick, repeats=args.repeats)
     from . import bench
-    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats, plot=args.plot)
+    return bench.main(workload=args.workload, quick=args.quick, repeats=args.repeats, plot=args.plot,
+                      dynamic=args.dynamic)
 
 
 def _dump(args):
@@ -104,7 +108,7 @@ def _fuzz(args):
     try:
         s = fuzz(args.n, args.seed, backends=backends, out=args.out, start=args.start,
                  kinds=args.kind.split(",") if args.kind else None, dtype=args.dtype, do_shrink=not args.no_shrink,
-                 log=print if args.verbose else (lambda *a: None))
+                 log=print if args.verbose else (lambda *a: None), sizes=args.sizes)
     except ValueError as e:
         print(f"tracegrad fuzz: {e}", file=sys.stderr)
         return 2
@@ -113,7 +117,7 @@ def _fuzz(args):
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(s, fh, indent=1)
-    return 1 if s["mismatch_programs"] or s["error_programs"] else 0
+    return 1 if s["mismatch_programs"] or s["error_programs"] or s.get("traces_programs") else 0
 
 
 def _calibrate(args):
@@ -131,7 +135,10 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("bench", help="run the reference workloads W1-W13 (or --eager: eager op overhead)")
-    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W13 or its name, e.g. softmax_fwd")
+    b.add_argument("--workload", metavar="NAME", help="only this workload: W1..W13 or its name, e.g. softmax_fwd; "
+                   "R1/R2 (ragged, seqlen): a cold sequence of changing batch sizes or sequence lengths")
+    b.add_argument("--dynamic", action="store_true",
+                   help="add the column 'tg dynamic=True' (every tg.compile given dynamic=True) beside tg compiled")
     b.add_argument("--quick", action="store_true",
                    help="fewer, shorter rounds (about 1-2 minutes with torch's columns, most of it compiling)")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
@@ -167,6 +174,10 @@ def main(argv=None):
     fz.add_argument("--out", default="fuzz-failures", help="folder for the failing programs' .py files")
     fz.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     fz.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    fz.add_argument("--sizes", action="store_true",
+                    help="run each program across a sequence of input sizes (1, 0 and others in each dimension), "
+                         "compiled once with dynamic=True and with the default, against eager: values, gradients "
+                         "and the traces")
     fz.add_argument("-v", "--verbose", action="store_true", help="print each failing program as it is found")
     fz.add_argument("--merge", nargs="+", metavar="JSON", help="print one summary of several --json files and exit")
     fz.set_defaults(func=_fuzz)
@@ -183,9 +194,10 @@ def main(argv=None):
     if getattr(args, "repeats", None) is not None and args.repeats < 1:
         ap.error("--repeats must be >= 1")
     if getattr(args, "workload", None):
+        from .bench.ragged import find_sequence
         from .bench.workloads import find
         try:
-            find(args.workload)
+            find_sequence(args.workload) or find(args.workload)
         except KeyError as e:
             ap.error(e.args[0])
     return args.func(args)

@@ -10,6 +10,8 @@ import warnings
 
 import numpy as np
 
+from .symint import is_sym
+
 _PROBE = 2      # each axis of a stand-in array: 0 or 1 as the real one, else this size
 
 
@@ -23,11 +25,12 @@ def of_array(arr):
 
 def contiguous_strides(shape):
     """The strides of a row-major (C-contiguous) layout of `shape`, in elements; an axis of size 0
-    counts as 1 (PyTorch's strides). The one definition: tensors, the IR and every backend use it."""
+    counts as 1 (PyTorch's strides), a symbolic size as itself (where it is 0 there is no element to
+    address; no guard is recorded). The one definition: tensors, the IR and every backend use it."""
     out, acc = [], 1
     for n in reversed(shape):
         out.insert(0, acc)
-        acc *= max(n, 1)
+        acc *= n if is_sym(n) else max(n, 1)
     return tuple(out)
 
 

@@ -195,7 +195,7 @@ def slice_bounds(sl, size):
         if v < 0:
             v = v + size
             return lower if v < lower else v
-        return upper if v >= upper else v
+        return upper if v > upper else v   # v == upper slices the same: the guard is v <= upper
     return adjust(sl.start, upper if step < 0 else lower), adjust(sl.stop, lower if step < 0 else upper), step
 
 

@@ -10,8 +10,13 @@ reported with its ratio to NumPy's median in the same run. A column whose result
 raises, fails the run (exit status 1) after the table; a column without a version of a workload (a
 peer's built-in op) shows "-". The floors (floor.py) are measured before any workload; the share of
 the machine other processes used while each workload was timed (load.py) is printed, with a warning
-where it passed 10 %.
+where it passed 10 %. `dynamic=True` adds the column "tg dynamic=True": the "tg compiled" setup with
+every tg.compile it makes given dynamic=True, timed in the same rounds.
+
+After the table, the cold sequences R1 and R2 (ragged.py, cold.py): training over changing batch
+sizes and sequence lengths, each column timed cold in a fresh process, with its number of traces.
 """
+import functools
 import importlib.util
 import math
 import os
@@ -30,11 +35,14 @@ from .workloads import WORKLOADS, _np, find
 TOLERANCE = 1e-3    # max |out - ref| / max |ref|, per output, for float32 results
 
 
-def available_columns():
+DYNAMIC = "tg dynamic=True"
+
+
+def available_columns(dynamic=False):
     import tracegrad as tg
     cols = ["numpy", "tg eager"]
     if hasattr(tg, "compile"):
-        cols.append("tg compiled")
+        cols += ["tg compiled"] + ([DYNAMIC] if dynamic else [])
     if importlib.util.find_spec("torch") is not None:
         cols += ["torch eager", "torch built-in", "torch.compile"]
     if importlib.util.find_spec("jax") is not None:
@@ -114,7 +122,7 @@ def bench_workload(w, columns, repeats, target_s, log=print):
     for col in columns:
         res = results[col] = Result()
         try:
-            run = w.columns[col](inp)
+            run = (compiled_dynamic(w.columns["tg compiled"]) if col == DYNAMIC else w.columns[col])(inp)
             if run is None:                                   # no such op in this column's library
                 res.absent = True
                 continue
@@ -139,6 +147,19 @@ def bench_workload(w, columns, repeats, target_s, log=print):
             for col, (run, inner) in runs.items():
                 results[col].times.append(_sample(run, inner))
     return results, load
+
+
+def compiled_dynamic(setup):
+    """A "tg compiled" setup whose tg.compile calls all get dynamic=True (the --dynamic column)."""
+    def dynamic_setup(inp):
+        import tracegrad as tg
+        real = tg.compile
+        tg.compile = functools.partial(real, dynamic=True)
+        try:
+            return setup(inp)
+        finally:
+            tg.compile = real
+    return dynamic_setup
 
 
 def _fmt_ms(s):
@@ -170,7 +191,12 @@ def print_table(rows, columns, out=print, floors=None, loads=None):
            for c in columns]
     out(f"{'geomean ratio':24s}" + "".join(f"{g:>{width}s}" for g in geo))
 
-    compiled = [c for c in columns if c.startswith("tg compiled") or c in ("torch.compile", "jax.jit")]
+    if DYNAMIC in columns:
+        out("")
+        out("tg dynamic=True / tg compiled, median per call in the same rounds: " + ", ".join(
+            f"{w.id} {res[DYNAMIC].median / res['tg compiled'].median:.2f}" for w, res in rows
+            if res[DYNAMIC].median and "tg compiled" in res and res["tg compiled"].median))
+    compiled = [c for c in columns if c.startswith("tg compiled") or c in (DYNAMIC, "torch.compile", "jax.jit")]
     if compiled:
         out("")
         out(f"{'first call, s':24s}" + "".join(f"{c:>{width}s}" for c in compiled) + "   (trace + compile + run)")
@@ -219,9 +245,23 @@ def target():
     return f"{t.spec} (LLVM CPU {t.cpu}, {t.vector_bytes}-byte vectors)"
 
 
-def main(workload=None, quick=False, repeats=None, out=print, plot=None):
+def main(workload=None, quick=False, repeats=None, out=print, plot=None, dynamic=False):
+    from . import cold
+    from .ragged import SEQUENCES, find_sequence
+    if workload and find_sequence(workload):
+        return cold.main([workload], quick=quick, repeats=repeats, out=out)
+    rc = steady(workload, quick, repeats, out, plot, dynamic)
+    if not workload:
+        out("")
+        out("cold sequences:")
+        rc |= cold.main([s.id for s in SEQUENCES], quick=quick, out=out)
+    return rc
+
+
+def steady(workload=None, quick=False, repeats=None, out=print, plot=None, dynamic=False):
+    """The table of W1-W13 (or one of them): median per call in interleaved rounds."""
     import tracegrad as tg
-    columns = available_columns()
+    columns = available_columns(dynamic)
     selected = [find(workload)] if workload else WORKLOADS
     repeats = repeats or (5 if quick else 9)
     target_s = 0.005 if quick else 0.02

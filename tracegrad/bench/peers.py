@@ -65,23 +65,35 @@ def torch_train_setup(params, x, y, opt, compiled):
 def torch_step(loss_fn, params, x, y, opt, compiled):
     """run() of one training step: loss_fn(x, y, *params) (wrapped in torch.compile when compiled),
     backward, then SGD(LR) or Adam(**ADAM). Returns [loss] + params."""
+    step = torch_steps(loss_fn, params, opt, compiled)
+    return lambda: step(x, y)
+
+
+def torch_steps(loss_fn, params, opt, compiled):
+    """step(x, y) of torch_step, for batches that change from call to call (bench/ragged.py)."""
     import torch
     params = [p.requires_grad_() for p in params]
     f = torch.compile(loss_fn) if compiled else loss_fn
     opt = torch.optim.SGD(params, lr=LR) if opt == "SGD" else torch.optim.Adam(params, **ADAM)
 
-    def run():
+    def step(x, y):
         opt.zero_grad()
         loss = f(x, y, *params)
         loss.backward()
         opt.step()
         return [loss] + params
-    return run
+    return step
 
 
 def jax_train_setup(params, x, y, opt):
     """run() of the same training step under jax.jit: the loss, its gradients and the SGD or Adam
     update (PyTorch's formulation) in one jitted function carrying the parameters and Adam's state."""
+    step = jax_train_steps(params, opt)
+    return lambda: step(x, y)
+
+
+def jax_train_steps(params, opt):
+    """step(x, y) of jax_train_setup, for batches that change from call to call (bench/ragged.py)."""
     import jax
     import jax.numpy as jnp
     block = jax.block_until_ready
@@ -106,9 +118,10 @@ def jax_train_setup(params, x, y, opt):
     state = [list(params), ([jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params],
                             jnp.zeros((), params[0].dtype))]
 
-    def run():
+    def run(x, y):
         loss, state[0], state[1] = block(step(state[0], state[1], x, y))
         return [loss] + state[0]
+    run.traces = step._cache_size          # the shapes jax.jit has traced and compiled for
     return run
 
 

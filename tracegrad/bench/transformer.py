@@ -33,15 +33,17 @@ def inputs(seed=9):
 
 def forward(p, idx, tgt, F, causal):
     """The loss, for tracegrad or torch tensors `p` (F: the framework's nn.functional; causal: (T, T)
-    additive mask, 0 on and below the diagonal, -inf above)."""
-    x = p["wte"][idx] + p["wpe"]
+    additive mask, 0 on and below the diagonal, -inf above). The batch and sequence length are idx's
+    (B, T), at most the T rows of wpe and of the mask (the sequence-length workload, ragged.py)."""
+    B, T = idx.shape
+    x = p["wte"][idx] + p["wpe"][:T]
     for i in range(L):
         w = {n: p[f"{i}.{n}"] for n in ("ln1.w", "ln1.b", "attn.w", "attn.b", "proj.w", "proj.b", "ln2.w", "ln2.b",
                                         "fc.w", "fc.b", "fc2.w", "fc2.b")}
         h = F.layer_norm(x, (D,), w["ln1.w"], w["ln1.b"], LN_EPS)
         qkv = (h @ w["attn.w"] + w["attn.b"]).reshape(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        att = F.softmax(q @ k.transpose(-1, -2) * (1.0 / math.sqrt(D // H)) + causal, dim=-1)
+        att = F.softmax(q @ k.transpose(-1, -2) * (1.0 / math.sqrt(D // H)) + causal[:T, :T], dim=-1)
         y = (att @ v).permute(0, 2, 1, 3).reshape(B, T, D)
         x = x + y @ w["proj.w"] + w["proj.b"]
         h = F.layer_norm(x, (D,), w["ln2.w"], w["ln2.b"], LN_EPS)
@@ -146,9 +148,18 @@ def numpy_step(inp):
 # ------------------------------------------------------------------ tracegrad and torch
 def tg_step(inp, compiled):
     import tracegrad as tg
+    step, p = tg_steps(inp, tg.compile if compiled else None)
+    idx, tgt = tg.from_numpy(inp["idx"]), tg.from_numpy(inp["tgt"])
+    return lambda: [step(idx, tgt)] + [p[k].grad for k in NAMES]
+
+
+def tg_steps(inp, compile=None):
+    """(step(idx, tgt) -> loss, the parameters by name): one Adam step on batches that may change from
+    call to call (ragged.py), wrapped in `compile` (e.g. tg.compile) where given."""
+    import tracegrad as tg
     import tracegrad.nn.functional as F
     p = {k: tg.tensor(inp[k], requires_grad=True) for k in NAMES}
-    idx, tgt, mask = tg.from_numpy(inp["idx"]), tg.from_numpy(inp["tgt"]), tg.from_numpy(causal_mask())
+    mask = tg.from_numpy(causal_mask())
     opt = tg.optim.Adam(list(p.values()), lr=ADAM_LR, betas=BETAS, eps=EPS)
 
     def step(idx, tgt):
@@ -157,22 +168,29 @@ def tg_step(inp, compiled):
         loss.backward()
         opt.step()
         return loss
-    f = tg.compile(step) if compiled else step
-    return lambda: [f(idx, tgt)] + [p[k].grad for k in NAMES]
+    return (compile(step) if compile else step), p
 
 
 def torch_step(inp, compiled):
     import torch
+    step, p = torch_steps(inp, compiled)
+    idx, tgt = torch.from_numpy(inp["idx"]), torch.from_numpy(inp["tgt"])
+    return lambda: [step(idx, tgt)] + [p[k].grad for k in NAMES]
+
+
+def torch_steps(inp, compiled):
+    """tg_steps' torch twin: torch.compile (compiled) wraps the loss; backward and Adam run as torch runs them."""
+    import torch
     import torch.nn.functional as F
     p = {k: torch.tensor(inp[k], requires_grad=True) for k in NAMES}
-    idx, tgt, mask = torch.from_numpy(inp["idx"]), torch.from_numpy(inp["tgt"]), torch.from_numpy(causal_mask())
+    mask = torch.from_numpy(causal_mask())
     opt = torch.optim.Adam(list(p.values()), lr=ADAM_LR, betas=BETAS, eps=EPS)
     loss_fn = torch.compile(forward) if compiled else forward
 
-    def run():
+    def step(idx, tgt):
         opt.zero_grad()
         loss = loss_fn(p, idx, tgt, F, mask)
         loss.backward()
         opt.step()
-        return [loss] + [p[k].grad for k in NAMES]
-    return run
+        return loss
+    return step, p

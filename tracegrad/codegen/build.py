@@ -6,13 +6,14 @@ from functools import partial
 from .. import logs
 from ..ir.passes.schedule import settle
 from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
-                     segment_function, step_function, table_size)
+                     segment_function, sized_plan, sizes_slot, step_function, table_size)
 from .gemm import one_thread, operand_slots, region_entry
 from .gemm import split as gemm_split
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
 from .runtime import Program
+from .sizes import Symbols, driver_operand
 from .slots import per_graph
 from .stream import streamed
 
@@ -22,13 +23,13 @@ def build_programs(graphs, fused, inplace_pairs=None):
     engine. fused[g]: graph g's (kernels, aliases) as ir/passes/fusion.py's `fuse` returns them.
     inplace_pairs[g]: (output index, input index) pairs of graph g that may share memory (see
     slots.inplace_slots)."""
-    mb = ModuleBuilder()
+    mb = ModuleBuilder(Symbols(graphs))
     plans = per_graph(partial(_add_graph, mb), graphs, fused, inplace_pairs)
     text = mb.text()
     logs.lap("emit LLVM")
     engine = compile_module(text)
     logs.lap("LLVM", "object code from the disk cache" if engine.disk_hit else "optimized and compiled")
-    progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine) for p in plans]
+    progs = [None if p is None else Program(*p[:7], (text, *p[7:]), engine, mb.symbols.names) for p in plans]
     return progs, text, engine
 
 
@@ -43,23 +44,29 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     settle(kernels, stream)         # register transposes where the outputs stream (ir/passes/schedule.py)
     cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
     plans = {j: p for j, k in enumerate(kernels) if (p := gemm_plan(k)) is not None}
-    cut.update({j: ch for j, p in plans.items() if (ch := gemm_split(p, blas()[1])) is not None})   # gemm.py
+    cut.update({j: ch for j, p in plans.items()                                   # gemm.py (known sizes)
+                if not sized_plan(p) and (ch := gemm_split(p, blas()[1])) is not None})
     split = [j for j, c in cut.items() if c.n > 1]
     shared = {run[0]: run for run in groups(kernels, split, in_memory)}
     first = sorted(split + list(shared))            # each region's first kernel, in order
     size = table_size(len(slots), len(first))
+    sizes = sizes_slot(len(slots))
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
-            body, args = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
-            calls[j] = body_call(c, body, args, hi=str(k.parallel_extent()))
+            body, args, sized = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
+            lines = []
+            hi = driver_operand(lines, c, k.parallel_extent(), mb.symbols.index, sizes)
+            calls[j] = body_call(c, body, args, hi=hi, sizes=sizes if sized else None, lines=lines)
             if j in split:          # a parallel region: an entry for the threads' chunks
                 name, regions[j] = f"{label}_k{j}", cut[j]
-                mb.function(entry_function(name, body, args))
+                regions[j].entry = name
+                mb.function(entry_function(name, body, args, sizes if sized else None))
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := plans.get(j)) is not None:
-            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0]), plan
+            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0], mb.symbols.index,
+                                           sizes), plan
             if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))

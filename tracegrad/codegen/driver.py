@@ -31,8 +31,12 @@ import os
 
 import numpy as np
 
+from ..ir.kernels import known
+from ..symint import hint, is_sym
 from .gemm import NO_TRANS, contiguous, fold_rows, gemm_lines, operand_slots, pointer_lines, thread_functions
 from .gemm import operand as _operand
+from .gemm_sized import sized_gemm_lines
+from .sizes import symbolic
 from .threads import _PARK as PARK_WORD
 
 _BLAS = []
@@ -78,13 +82,18 @@ def pool_slots(n_slots):
     return n_slots + 4, n_slots + 5
 
 
+def sizes_slot(n_slots):
+    """The slot of the call's sizes array (the symbols' values, sizes.py)."""
+    return n_slots + 6
+
+
 def region_slot(n_slots, r):
     """The slot of the descriptor of the program's region r (its r-th split kernel)."""
-    return n_slots + 6 + r
+    return n_slots + 7 + r
 
 
 def table_size(n_slots, n_regions):
-    return n_slots + 6 + n_regions
+    return n_slots + 7 + n_regions
 
 
 def _batch_strides(shape, strides, batch):
@@ -93,7 +102,7 @@ def _batch_strides(shape, strides, batch):
     out = [0] * len(batch)
     for d in range(lead):
         e = len(batch) - lead + d
-        out[e] = strides[d] if shape[d] != 1 else 0
+        out[e] = strides[d] if is_sym(shape[d]) or shape[d] != 1 else 0
     return out
 
 
@@ -106,15 +115,16 @@ def gemm_plan(kernel):
     if out.dtype.name not in ("float32", "float64") or a.dtype is not out.dtype or b.dtype is not out.dtype:
         return None
     m, n, k = out.shape[-2], out.shape[-1], sa[-1]
-    if 0 in out.shape or k == 0:        # an empty batch too: the call below would still run once
-        return None
+    if any(known(d, 0) for d in out.shape) or known(k, 0):   # an empty batch too: the call below would still
+        return None                                          # run once (a symbolic size of 0: see gemm_call)
     ta = _operand((m, k), a.strides[-2:])
     tb = _operand((k, n), b.strides[-2:])
     if ta is None or tb is None:
         return None
     batch = out.shape[:-2]
     abatch, bbatch = _batch_strides(sa, a.strides, batch), _batch_strides(sb, b.strides, batch)
-    if (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
+    sized = symbolic((*batch, m, n, k, *a.strides, *b.strides))
+    if not sized and (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
         m, ta, batch, abatch, bbatch = folded
     plan = dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
                 a=(a.offset, abatch), b=(b.offset, bbatch))
@@ -127,50 +137,65 @@ def _check_extents(kernel, plan):
     write (the output) lies inside that buffer, of the plan's dtype. Raises RuntimeError (a compiler
     bug, never a user's) instead of emitting a call that reads or writes outside its memory."""
     (a, b), out = kernel.args, kernel.node.out
-    batch, m, n, k = plan["batch"], plan["m"], plan["n"], plan["k"]
+    batch, m, n, k = [hint(d) for d in plan["batch"]], hint(plan["m"]), hint(plan["n"]), hint(plan["k"])
     spans = [("a", a.buf, plan["a"], (m, k), plan["ta"]), ("b", b.buf, plan["b"], (k, n), plan["tb"]),
              ("out", out, (0, contiguous(batch, m * n)), (m, n), (NO_TRANS, n))]
-    if min(m, n, k, *batch) < 1:        # gemm_call calls BLAS at least once
+    if min(m, n, k, *batch) < 1 and not sized_plan(plan):     # gemm_call calls BLAS at least once
         raise RuntimeError(f"internal error: a BLAS call planned for an empty matmul -> {out.dtype.name}"
                            f"{list(out.shape)} (m={m} n={n} k={k}, batch {list(batch)}); please report it")
     for name, buf, (offset, bstrides), (r, c), (trans, ld) in spans:
-        lo = hi = offset
-        for size, stride in zip(batch, bstrides):
+        lo = hi = hint(offset)
+        ld = hint(ld)
+        for size, stride in zip(batch, map(hint, bstrides)):
             if stride > 0:
                 hi += (size - 1) * stride
             else:
                 lo += (size - 1) * stride
         hi += (r - 1) * ld + c if trans == NO_TRANS else (c - 1) * ld + r
-        if buf.dtype.name != plan["dtype"] or lo < 0 or hi > math.prod(buf.shape):
+        if min(r, c, *batch, 1) < 1:
+            continue                    # symbolic sizes whose hints are empty: no element reached
+        if buf.dtype.name != plan["dtype"] or lo < 0 or hi > math.prod(map(hint, buf.shape)):
             raise RuntimeError(f"internal error: the BLAS call of matmul -> {out.dtype.name}{list(out.shape)} "
                                f"would reach {name} elements [{lo}, {hi}) of a {buf.dtype.name}"
                                f"{list(buf.shape)} buffer (m={m} n={n} k={k}, leading dimension {ld}, "
                                f"batch {list(batch)} strides {list(bstrides)}); please report it")
 
 
-def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot):
+def sized_plan(plan):
+    """Whether a BLAS plan has symbolic sizes, strides or offsets (read from the call's sizes array)."""
+    return symbolic((*plan["batch"], plan["m"], plan["n"], plan["k"], plan["a"][0], *plan["a"][1], plan["b"][0],
+                     *plan["b"][1], plan["ta"][1], plan["tb"][1]))
+
+
+def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot, symbol_index=None, sizes=None):
     """LLVM lines running matmul `kernel` by BLAS (batches in a loop), after setting the pool's park
     flag (its shared words in table slot `park_slot`, if not null); registers and labels start
-    with `c`."""
+    with `c`. A plan with symbolic sizes reads them from the call's sizes array (table slot `sizes`,
+    `symbol_index` its order, sizes.py): sized_gemm_lines."""
     lines = [f"  %{c}kp = getelementptr ptr, ptr %table, i64 {park_slot}", f"  %{c}k = load ptr, ptr %{c}kp",
              f"  %{c}kn = icmp eq ptr %{c}k, null", f"  br i1 %{c}kn, label %{c}go, label %{c}park", f"{c}park:",
              f"  %{c}kf = getelementptr i64, ptr %{c}k, i64 {PARK_WORD}", f"  store atomic i64 1, ptr %{c}kf monotonic, align 8",
              f"  br label %{c}go", f"{c}go:"]
+    if sized_plan(plan):
+        return sized_gemm_lines(c, kernel, plan, slots, gemm_slot, lines, symbol_index, sizes, blas)
     lines, ptrs = pointer_lines(c, operand_slots(kernel, slots, gemm_slot), lines)
     return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"])))
 
 
-def body_call(c, body, arg_slots, lo="0", hi="1"):
-    """LLVM lines calling kernel body `body` on the buffers of table slots `arg_slots` over rows [lo, hi)."""
-    lines = [line for i, slot in enumerate(arg_slots) for line in
-             (f"  %{c}p{i} = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}a{i} = load ptr, ptr %{c}p{i}")]
-    args = "".join(f"ptr %{c}a{i}, " for i in range(len(arg_slots)))
+def body_call(c, body, arg_slots, lo="0", hi="1", sizes=None, lines=()):
+    """LLVM lines calling kernel body `body` on the buffers of table slots `arg_slots` over rows [lo, hi);
+    `sizes`: the table slot of the call's sizes array, for a body that takes it (sizes.py); `lines`: lines
+    computing lo or hi, first."""
+    slots = list(arg_slots) + ([] if sizes is None else [sizes])
+    lines = list(lines) + [line for i, slot in enumerate(slots) for line in
+                           (f"  %{c}p{i} = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}a{i} = load ptr, ptr %{c}p{i}")]
+    args = "".join(f"ptr %{c}a{i}, " for i in range(len(slots)))
     return lines + [f"  call void @{body}({args}i64 {lo}, i64 {hi})"]
 
 
-def entry_function(name, body, arg_slots):
+def entry_function(name, body, arg_slots, sizes=None):
     """`void @name(ptr %table, i64 %lo, i64 %hi)`: a kernel's rows [lo, hi) (a chunk, for the threads)."""
-    lines = body_call("c", body, arg_slots, "%lo", "%hi")
+    lines = body_call("c", body, arg_slots, "%lo", "%hi", sizes)
     return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
             + "\n".join(lines) + "\n  ret void\n}")
 

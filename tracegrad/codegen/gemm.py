@@ -21,6 +21,9 @@ that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps Ope
 import ctypes
 import math
 
+from ..ir.kernels import known
+from ..symint import is_sym
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
 MIN_ROWS = 64             # rows (or columns) per chunk of an unbatched product, at least
@@ -30,13 +33,20 @@ MAX_CHUNKS = 16
 
 def operand(shape, strides):
     """How BLAS reads a matrix of `shape` (rows, cols) with element `strides`: (transposed, leading
-    dimension), or None when neither axis has unit stride (or the other's stride is too small)."""
+    dimension), or None when neither axis has unit stride (or the other's stride is too small). Sizes
+    may be symbolic: only what holds for every size is relied on (no guard is recorded for a choice
+    that a size of 1 would also allow)."""
     (r, c), (sr, sc) = shape, strides
-    if (c == 1 or sc == 1) and (r == 1 or sr >= max(1, c)):
-        return NO_TRANS, sr if r > 1 else max(1, c)
-    if (r == 1 or sr == 1) and (c == 1 or sc >= max(1, r)):
-        return TRANS, sc if c > 1 else max(1, r)
+    if (known(c, 1) or known(sc, 1)) and (known(r, 1) or sr >= _at_least_1(c)):
+        return NO_TRANS, sr if is_sym(r) or r > 1 else _at_least_1(c)
+    if (known(r, 1) or known(sr, 1)) and (known(c, 1) or sc >= _at_least_1(r)):
+        return TRANS, sc if is_sym(c) or c > 1 else _at_least_1(r)
     return None
+
+
+def _at_least_1(n):
+    """max(1, n) of a size; a symbolic size as it is (where it is 0 the product is empty and BLAS is not called)."""
+    return n if is_sym(n) else max(1, n)
 
 
 def fold_rows(m, k, a_strides, batch, a_batch, b_batch):
@@ -150,7 +160,11 @@ class Chunks:
     more), or where it has too few rows its columns so; no partial results. `axis`: None (batch
     entries), "rows" or "cols". Measured one thread, CPU time, 1024^3 float32: 16 chunks of 64 rows
     ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b)."""
-    outs, online, members = (), (), None
+    outs, online, members, entry = (), (), None, None
+
+    def symbolic(self):
+        """A product is split only where its sizes are known (its bounds are constants)."""
+        return False
 
     def __init__(self, plan):
         if plan["batch"]:

@@ -31,8 +31,10 @@ from .. import scalar as S
 from ..scalar import head
 from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
 from . import machine
+from ..symint import hint, is_sym
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
+from .sizes import symbolic
 
 HOIST_ROWS = 8           # rows a kernel needs before its per-column values are computed apart
 COSTLY = (S.DIV, S.sqrt)
@@ -44,6 +46,11 @@ class Column:
 
     def __init__(self, dtype, shape):
         self.dtype, self.shape = dtype, tuple(shape)
+
+
+def _moves(strides):
+    """Whether some of `strides` is not 0 (a symbolic stride may be: no guard)."""
+    return any(is_sym(s) or s for s in strides)
 
 
 def _fixed(kernel, k, made):
@@ -58,9 +65,9 @@ def _fixed(kernel, k, made):
                 if isinstance(t, (Gather, Checked)):
                     out[id(t)] = False
                 elif isinstance(t, Load):
-                    out[id(t)] = id(t.buf) not in made and not any(t.strides[:k])
+                    out[id(t)] = id(t.buf) not in made and not _moves(t.strides[:k])
                 elif isinstance(t, Iota):
-                    out[id(t)] = not any(t.strides[:k])
+                    out[id(t)] = not _moves(t.strides[:k])
                 elif isinstance(t, Op):
                     out[id(t)] = all(out[id(a)] for a in t.args)
                 else:
@@ -77,15 +84,16 @@ def hoisted(kernel, k):
     inner = shape[k:]
     n = math.prod(inner)
     everywhere = k == len(shape)
-    if not k or (n < 2 and not everywhere) or math.prod(shape[:k]) < (2 if everywhere else HOIST_ROWS):
+    if not k or symbolic(inner) or (n < 2 and not everywhere) or \
+            math.prod(map(hint, shape[:k])) < (2 if everywhere else HOIST_ROWS):     # (stack arrays: sized)
         return kernel, []
     fixed = _fixed(kernel, k, {id(v) for ph in kernel.phases for v, _ in ph.outputs})
     strides = (0,) * k + contiguous_strides(inner)
     plan, made, new, budget = [], {}, {}, [machine.value("hoist_bytes")]
 
     def varies(t):                   # along the columns (a scalar is hoisted with k = len(shape))
-        return everywhere or any(any(ld.strides[k:]) for ld in loads(t)) or any(
-            isinstance(x, Iota) and any(x.strides[k:]) for x in postorder(t))
+        return everywhere or any(_moves(ld.strides[k:]) for ld in loads(t)) or any(
+            isinstance(x, Iota) and _moves(x.strides[k:]) for x in postorder(t))
 
     def costly(t):
         return any(isinstance(x, Op) and (x.cost == "transcendental" or head(x.lower) in COSTLY) for x in postorder(t))

@@ -14,7 +14,7 @@ the rows that the inner loop reads, are computed once per call (hoist.py).
 """
 import math
 
-from ..ir.kernels import contiguous_strides
+from ..ir.kernels import contiguous_strides, known
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
@@ -23,9 +23,11 @@ from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, RO
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
 from .online_columns import online_columns
-from .rowcache import RowCache
+from .rowcache import RowCache, capacity
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
+from .sizes import NAME as SIZES, Symbols, symbolic
+from ..symint import hint, is_sym
 from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
 from .stream import NAME as STREAM
@@ -45,8 +47,9 @@ class ModuleBuilder:
     one optimizer update per parameter of a shape) share one body, named after the first: it is
     optimized and compiled once. So compile time follows the number of distinct kernels."""
 
-    def __init__(self):
+    def __init__(self, symbols=None):
         self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
+        self.symbols = symbols or Symbols(())   # the symbolic sizes' order in a call's sizes array (sizes.py)
         self.index_error = False      # a kernel checks gathered indices (scalar.py's Emitter.checked)
         self.lowerings = {}           # kernel name -> how it was lowered, in words (TRACEGRAD_LOG=kernels)
 
@@ -57,7 +60,8 @@ class ModuleBuilder:
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
                  *(f"declare {t} @llvm.{fn}.{s}({t})" for fn in "floor ceil trunc".split()
                    for t, s in (("float", "f32"), ("double", "f64"))),
-                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
+                 "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+                 "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
         bodies = [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"
                   for (params, body, attrs), name in self.bodies.items()]
         if self.index_error:
@@ -72,7 +76,8 @@ class ModuleBuilder:
     def kernel(self, kernel, slots, name, stream=frozenset()):
         """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`
         the ids of the outputs whose stores stream (stream.py: their pointer argument is `align 64
-        %stream<i>`). Returns (its body function's name, the table slots of the body's pointer arguments).
+        %stream<i>`). Returns (its body function's name, the table slots of the body's pointer arguments,
+        whether it takes the call's sizes array after them: `ptr %sizes`, sizes.py).
 
         The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
         alias checks: values sharing a slot (an output written into its input's memory, slots.py's
@@ -81,12 +86,13 @@ class ModuleBuilder:
         W8 (a deep narrow network, all kernels small) that halves LLVM's time and its steady state
         does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
         is kernel k3 of the forward program."""
-        f = Fn()
+        f = Fn(self.symbols.index)
+        pinned = getattr(kernel, "pinned_for", None)    # ir/passes/sized.py's pin
         lowered = coalesce(kernel)                # axes every operand walks as one: one loop
         rows = scale(kernel, lowered)             # its axis 0 absorbed others: [lo, hi) scaled
-        if rows > 1:
-            f.emit(f"%lo = mul nsw i64 %lo.rows, {rows}")
-            f.emit(f"%hi = mul nsw i64 %hi.rows, {rows}")
+        scaled = is_sym(rows) or rows > 1
+        for end in ("lo", "hi") if scaled else ():
+            f.emit(f"%{end} = mul nsw i64 %{end}.rows, {f.size(rows)}")
         kernel = lowered
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
@@ -119,17 +125,29 @@ class ModuleBuilder:
                 f", {w}" for w, on in (("walks", sch and sch.walks), ("online rows", sch and sch.online)) if on)
             kernel, plan = hoisted(kernel, kernel.split)
             prelude(self, f, kernel, kernel.split, ptrs, plan)
+            cap = capacity(kernel)
+            if cap is not None:         # symbolic rows: cached where they fit its buffers, else recomputed
+                how += f", row cache for rows up to {cap}"
+                n = f.size(math.prod(kernel.shape[kernel.split:]))
+                fits, longer = f.label(), f.label()
+                last = f.assign(f"sub i64 {n}, 1")       # unsigned: an empty row takes the general path
+                f.emit(f"br i1 {f.assign(f'icmp ule i64 {last}, {cap - 1}')}, label %{fits}, label %{longer}")
+                f.block(fits)
+                _loop_kernel(self, f, kernel, ptrs, cap)
+                f.emit("ret void")
+                f.block(longer)
             _loop_kernel(self, f, kernel, ptrs)
         f.emit("ret void")
-        self.lowerings[name] = how + (", streamed stores" if streams else "")
-        small = math.prod(kernel.shape) <= SMALL_KERNEL
+        self.lowerings[name] = how + (", streamed stores" if streams else "") + (f"; {pinned}" if pinned else "")
+        small = math.prod(map(hint, kernel.shape)) <= SMALL_KERNEL      # a guess: speed only
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
-               + ("i64 %lo.rows, i64 %hi.rows" if rows > 1 else "i64 %lo, i64 %hi"),
+               + (f"ptr noalias readonly %{SIZES}, " if f.uses_sizes() else "")
+               + ("i64 %lo.rows, i64 %hi.rows" if scaled else "i64 %lo, i64 %hi"),
                "\n".join(f.allocas + f.lines), " optsize" if small else "")
         body = self.bodies.setdefault(key, f"{name}_body")
         if streams and body == f"{name}_body":
             self.comments.append(stream_comment(body, sorted(streams.items())))
-        return body, order
+        return body, order, f.uses_sizes()
 
     def function(self, text):
         """Add a function written elsewhere (the driver's, driver.py)."""
@@ -145,7 +163,7 @@ WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's
 OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
 
 
-def _loop_kernel(mb, f, kernel, ptrs):
+def _loop_kernel(mb, f, kernel, ptrs, capacity=None):
     """Outer loop over rows; per row, one inner loop nest per walk of its schedule (Schedule.walks,
     else one per phase): the walk's elements computed by one Emitter, so the trees of its phases
     share their common subexpressions; a row reduction joins each element into its accumulator, an
@@ -160,7 +178,8 @@ def _loop_kernel(mb, f, kernel, ptrs):
     online = dict(sch.online) if sch is not None else {}
     groups = [list(w) for w in sch.walks] if sch is not None and sch.walks else \
         [[j, j + 1] if j in online else [j] for j in range(len(kernel.phases)) if j - 1 not in online]
-    cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online})
+    cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online},
+                     capacity=capacity)
     sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
     rebased = {}
 
@@ -232,8 +251,8 @@ def _aligned_rows(kernel, phases, ptrs, oidx, rebased):
     sizes = {dt.itemsize for dt in outs.values()}
     inner = list(kernel.shape[kernel.split:])
     dims = _squeezed(inner)
-    if len(sizes) != 1 or not dims or dims[-1] < 4 * ALIGN // min(sizes):
-        return None
+    if len(sizes) != 1 or not dims or hint(dims[-1]) < 4 * ALIGN // min(sizes):   # (a symbolic row: its
+        return None                                                               # head is clamped)
     vec, ones, full = ALIGN // min(sizes), len(inner) - len(dims), contiguous_strides(kernel.shape)
 
     row = {}
@@ -267,7 +286,7 @@ class _RowSums:
         dt = self.v.dtype
         self.acc = _Acc(f, ph.lower, dt, (_squeezed(shape) or [1])[-1]) if not self.kept else None
         at = _acc_dtype(ph.lower, dt)
-        self.at = at if self.kept and math.prod(self.oshape) <= WIDE_LIMIT else dt
+        self.at = at if self.kept and not symbolic(self.oshape) and math.prod(self.oshape) <= WIDE_LIMIT else dt
         self.wide = f.alloca(f"[{math.prod(self.oshape)} x {regtype(self.at)}]") if self.at is not dt else None
         self.part = f.alloca(f"[{math.prod(self.oshape)} x {regtype(dt)}]") if self.wide else None
         if self.kept:
@@ -342,12 +361,12 @@ def _reduce_acc(mb, f, kernel, ptrs):
     shape, sch = kernel.shape, kernel.schedule
     levels = list(sch.levels) if sch is not None else []
     # a scheduled nest blocks at its innermost element loop longer than 1 (tiled if it is not already)
-    j = max([i for i, (d, _) in enumerate(levels) if shape[d] > 1], default=None)
+    j = max([i for i, (d, _) in enumerate(levels) if is_sym(shape[d]) or shape[d] > 1], default=None)
     if sch is None:
         run = BLOCK if len(_squeezed(shape)) == 1 else (_squeezed(shape) or [1])[-1]
     else:
         run = shape[levels[j][0]] if j is not None and not levels[j][1] else None
-    if 0 in shape:                  # an empty space: no element, no block
+    if any(known(d, 0) for d in shape):     # an empty space: no element, no block
         run = None
     blockable = run is not None
     phases, maps, wide_left = [], [ph for ph in kernel.phases if ph.kind == "map"], WIDE_LIMIT
@@ -362,13 +381,13 @@ def _reduce_acc(mb, f, kernel, ptrs):
         for d, st in zip(keep, contiguous_strides(oshape)):
             ostrides[d] = st
         acc, wide = None, None
-        if math.prod(oshape) == 1:
+        if not symbolic(oshape) and math.prod(oshape) == 1:
             acc = _Acc(f, ph.lower, v.dtype, run)
         else:
             at = _acc_dtype(ph.lower, v.dtype)
             # float32 sums over the outermost axis (joined every OUTER_BLOCK rows) or along the
             # innermost loop: a float64 array; sums over middle axes add in order, as NumPy's do
-            if at is not v.dtype and wide_left >= math.prod(oshape) and \
+            if at is not v.dtype and not symbolic(oshape) and wide_left >= math.prod(oshape) and \
                     (sch is None and 0 in ph.axes or innermost in ph.axes):
                 wide_left -= math.prod(oshape)
                 wide = f.alloca(f"[{math.prod(oshape)} x {regtype(at)}]")

@@ -1,5 +1,7 @@
 """How a loop nest is emitted: in natural order over a shape (_loops) or in a Schedule's level order (_nest),
-both of counted loops (_counted), which are while loops (_while)."""
+both of counted loops (_counted), which are while loops (_while). Sizes may be symbolic (sizes.py): loop
+bounds are then registers."""
+from ..symint import is_sym
 
 
 SCALAR = "!llvm.loop !9000"       # a loop LLVM leaves as written: not vectorized, not unrolled
@@ -66,7 +68,7 @@ def _loops(f, dims, body, lo_hi=None, meta=None):
             idx.append(i)
             level(d + 1)
             idx.pop()
-        _counted(f, *(lo_hi if d == 0 and lo_hi else ("0", str(dims[d]))), trip, meta if d == 0 else None)
+        _counted(f, *(lo_hi if d == 0 and lo_hi else ("0", f.size(dims[d]))), trip, meta if d == 0 else None)
 
     level(0)
 
@@ -84,16 +86,16 @@ def _nest(f, shape, levels, body, lo_hi=None, idx=None, base=None):
             body(f, idx, base)
             return
         d, tile = levels[j]
-        n = shape[d]
+        n = f.size(shape[d])
         if j == 0 and lo_hi:
             start, stop = lo_hi
         elif tile:
-            start, stop = "0", str(-(-n // tile))
+            start, stop = "0", tiles(f, shape[d], tile)
         elif d in base:
             start, end = base[d]
             stop = f.assign(f"select i1 {f.assign(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
         else:
-            start, stop = "0", str(n)
+            start, stop = "0", n
 
         def trip(f, i):
             if tile:
@@ -105,3 +107,10 @@ def _nest(f, shape, levels, body, lo_hi=None, idx=None, base=None):
         _counted(f, start, stop, trip)
 
     level(0)
+
+
+def tiles(f, n, tile):
+    """The i64 operand of ceil(n / tile): the tiles of T elements covering size n (symbolic or not)."""
+    if not is_sym(n):
+        return str(-(-n // tile))
+    return f.assign(f"sdiv i64 {f.assign(f'add nsw i64 {f.size(n)}, {tile - 1}')}, {tile}")

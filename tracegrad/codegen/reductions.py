@@ -3,6 +3,8 @@ from .. import scalar as S
 from ..dtypes import float64
 from ..scalar import head
 from .loops import SCALAR, _loops, _while
+from ..ir.kernels import known
+from ..symint import hint, is_sym
 from .scalar import SHORT, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
@@ -74,7 +76,7 @@ class _Acc:
         self.f, self.lower, self.dtype, self.at = f, lower, dtype, _acc_dtype(lower, dtype)
         self.total = f.alloca(regtype(self.at))
         # run: the innermost loop's length (None: no block hooks); float64 values always block
-        blocked = run is not None and (self.at is dtype or run >= MIN_BLOCK)
+        blocked = run is not None and (self.at is dtype or hint(run) >= MIN_BLOCK)   # a guess where symbolic
         float_sum = _join(lower) == "+" and dtype.is_floating_point
         self.part = f.alloca(regtype(dtype)) if blocked and float_sum else None
         self.levels = None
@@ -164,7 +166,7 @@ class _Acc:
 def _squeezed(dims):
     """dims without its trailing axes of length 1."""
     dims = list(dims)
-    while dims and dims[-1] == 1:
+    while dims and known(dims[-1], 1):
         dims.pop()
     return dims
 
@@ -201,10 +203,12 @@ def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None):
             a.end(f)
 
     def row(f, oidx):
-        lo, hi = lo_hi if lo_hi and not outer else ("0", str(n))
+        lo, hi = lo_hi if lo_hi and not outer else ("0", f.size(n))
         if aligned:                        # (rows of at least a vector: the head ends inside the row)
             head, on_block = aligned(f, oidx)
             start = f.assign(f"add nsw i64 {lo}, {head}")
+            if is_sym(n):                  # a symbolic row may be shorter: the head ends at its end
+                start = f.assign(f"select i1 {f.assign(f'icmp slt i64 {start}, {hi}')}, i64 {start}, i64 {hi}")
             run(f, oidx, lo, start, SCALAR)
             lo = start
         blocks = f.assign(f"sdiv i64 {f.assign(f'sub nsw i64 {hi}, {lo}')}, {BLOCK}")

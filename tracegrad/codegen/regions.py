@@ -38,10 +38,12 @@ import math
 import numpy as np
 
 from ..ir.kernels import loads
+from ..symint import hint
 from . import machine, mathlib
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
+from .sizes import symbolic, value, varies
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
@@ -56,15 +58,16 @@ ONLINE_CHUNKS = 4
 
 def work(kernel):
     """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
-    counting 8."""
-    return math.prod(kernel.shape) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+    counting 8 (symbolic sizes at their hints: a guess, which changes speed only)."""
+    return math.prod(map(hint, kernel.shape)) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
 
 
 def splits(kernel):
     """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
-    partial results, if any, of a dtype the join adds)."""
-    return (kernel.parallel_extent() > 1 and work(kernel) >= machine.value("parallel_min_work")
-            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
+    partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
+    return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= machine.value("parallel_min_work")
+            and all(v.dtype.name in JOINED and (not symbolic(v.shape) or getattr(kernel, "pinned_for", None))
+                    for ph in kernel.partials() for v, _ in ph.outputs))   # (pinned: its sizes are the hints)
 
 
 def groups(kernels, split, slots):
@@ -99,20 +102,26 @@ class Chunks:
     None (a split kernel's chunks of its outer loop)."""
 
     def __init__(self, kernel, slots, members=None):
-        self.members = members
+        self.members, self.entry = members, None    # entry: its kernel's entry function (build.py)
         if members is not None:
             self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
-        extent = kernel.parallel_extent()
+        # the extent and the chunk count by its hint where symbolic: the bounds are then set per call (resize)
+        self.extent = extent = kernel.parallel_extent()
         n = max(2, work(kernel) * 4 // machine.value("parallel_min_work"))
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         if self.outs:                     # private partials: at most a sixteenth of the input's size
-            n = min(n, ACC_CHUNKS, 1 + math.prod(kernel.shape) // (16 * max(math.prod(v.shape) for _, v, _ in self.outs)))
+            n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //
+                    (16 * max(math.prod(map(hint, v.shape)) for _, v, _ in self.outs)))
         if kernel.schedule is not None and kernel.schedule.online:
             n = min(n, ONLINE_CHUNKS)
-        self.n = min(n, extent, MAX_CHUNKS, POOL_MAX_CHUNKS)
-        self.bounds = [extent * i // self.n for i in range(self.n + 1)]
+        self.n = min(n, hint(extent), MAX_CHUNKS, POOL_MAX_CHUNKS)
+        self.bounds = [hint(extent) * i // self.n for i in range(self.n + 1)]
         self.online = online_joins(kernel, self.outs)
+
+    def symbolic(self):
+        """Whether the bounds follow the call's sizes (Region.resize), not constants."""
+        return self.members is None and varies(self.extent)
 
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
@@ -161,8 +170,11 @@ def group_function(name, calls):
 def region_functions(mb, entry, chunks):
     """The module text a region needs besides its kernel's entry: its chunk bounds, and the join of
     its partials (a kernel that accumulates); `mb` the module (the joins of online sums call exp)."""
-    text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
-            f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
+    if chunks.symbolic():               # set per call (Region.resize)
+        text = f"@{entry}_bounds = global [{chunks.n + 1} x i64] zeroinitializer\n"
+    else:
+        text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
+                f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
     return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
@@ -212,7 +224,7 @@ def _join_function(mb, name, chunks):
                 for x in xs[1:]:
                     total = _combine(f, lower, total, x, at)
             f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
-        _loops(f, [math.prod(v.shape)], element, meta=ELEMENTS)
+        _loops(f, [math.prod(map(hint, v.shape))], element, meta=ELEMENTS)
     f.emit("ret void")
     return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
             + "\n".join(f.allocas + f.lines) + "\n}\n")
@@ -268,7 +280,7 @@ def _online_join(mb, f, chunks, m, sums):
                 term = f.assign(f"select i1 {gone}, {aty} {fconst(0, acc)}, {aty} {f.assign(f'fmul {aty} {s_i}, {wide}')}")
                 total = f.assign(f"fadd {aty} {total}, {term}")
             f.emit(f"store {ty} {_narrow(f, total, dt, acc)}, ptr {dst}, {ACCESS}")
-    _loops(f, [math.prod(mv.shape)], element, meta=DISJOINT)
+    _loops(f, [math.prod(map(hint, mv.shape))], element, meta=DISJOINT)
 
 
 def _compensated(f, xs, ty):
@@ -292,8 +304,9 @@ class Region:
     """A split kernel's run-time state: its descriptor (see the module's text), its private pointer
     tables and partial arrays, and its Judge."""
 
-    def __init__(self, chunks, table, table_slots):
+    def __init__(self, chunks, table, table_slots, bounds=None):
         n, outs = chunks.n, chunks.outs
+        self.bounds = None if bounds is None else (ctypes.c_int64 * (n + 1)).from_address(bounds)
         self.desc = np.zeros(DESC_TABLES + n + (n - 1) * len(outs), np.int64)
         self.partials = [_partials(n - 1, v) for _, v, _ in outs] if outs else []
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
@@ -305,6 +318,12 @@ class Region:
         self.chunks, self.judge = chunks, Judge()
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
         self.address = self.desc.ctypes.data
+
+    def resize(self, env):
+        """A region over a symbolic extent: its chunks' bounds for the call's sizes `env`."""
+        if self.bounds is not None:
+            extent, n = value(self.chunks.extent, env), self.chunks.n
+            self.bounds[:] = [extent * i // n for i in range(n + 1)]
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice."""
@@ -318,5 +337,6 @@ class Region:
 def _partials(n, v):
     """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
     cache line apart, so that threads writing neighbouring rows never share one."""
-    size, dtype = math.prod(v.shape), np.dtype(v.dtype.np)
-    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + tuple(v.shape))
+    shape = tuple(map(hint, v.shape))      # (a pinned kernel's symbolic outputs: their hints, by its guards)
+    size, dtype = math.prod(shape), np.dtype(v.dtype.np)
+    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + shape)

@@ -6,9 +6,21 @@ import math
 from ..ir.kernels import Op, postorder, size
 from . import machine
 from .scalar import linear, regtype
+from .sizes import symbolic
+from ..symint import hint
 
 MAX_KEPT = 8           # row buffers per kernel at most (stack: 8 x 32 KiB of float32)
 MIN_OPS = 2            # a shared value of fewer ops is recomputed instead
+
+
+def capacity(kernel):
+    """For a row kernel whose rows have symbolic sizes that the cache would take at their hint: the
+    elements its buffers hold (machine's scratch_limit; the lowering runs rows longer than that uncached, a
+    branch per call). Else None."""
+    inner = kernel.shape[kernel.split:]
+    if kernel.split and symbolic(inner) and 0 < math.prod(map(hint, inner)) <= machine.value("scratch_limit"):
+        return machine.value("scratch_limit")
+    return None
 
 
 class RowCache:
@@ -16,12 +28,19 @@ class RowCache:
     the outermost nodes of its phases' trees that a later walk also reads (only the trees themselves
     for `roots_only` walks, which lower their own loops: online.py)."""
 
-    def __init__(self, f, kernel, groups, roots_only=()):
+    def __init__(self, f, kernel, groups, roots_only=(), capacity=None):
+        """capacity: symbolic rows' buffers' elements (rows no longer: `capacity`), else None: no cache."""
         self.bufs, self.nodes, self.picked, self.done = {}, {}, {}, {}   # done: ids in the order kept
         inner = kernel.shape[kernel.split:]
         self.strides = [math.prod(inner[d + 1:]) for d in range(len(inner))]
-        if not kernel.split or not 0 < math.prod(inner) <= machine.value("scratch_limit"):
+        if symbolic(inner):
+            if not kernel.split or capacity is None:
+                return
+            elements = capacity
+        elif not kernel.split or not 0 < math.prod(inner) <= machine.value("scratch_limit"):
             return
+        else:
+            elements = math.prod(inner)
         later = set()
         for w in range(len(groups) - 1, -1, -1):
             trees = [t for j in groups[w] for _, t in kernel.phases[j].outputs]
@@ -31,7 +50,7 @@ class RowCache:
             for t in picked:
                 self.nodes[id(t)] = t
                 if id(t) not in self.bufs:
-                    self.bufs[id(t)] = f.alloca(f"[{math.prod(inner)} x {regtype(t.dtype)}]")
+                    self.bufs[id(t)] = f.alloca(f"[{elements} x {regtype(t.dtype)}]")
             self.picked[w] = picked
             for t in trees:
                 later.update(id(x) for x in postorder(t))

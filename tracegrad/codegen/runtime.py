@@ -16,12 +16,14 @@ import weakref
 
 import numpy as np
 
-from ..ir.kernels import Checked, contiguous_strides, postorder
+from ..ir.kernels import Checked, Load, contiguous_strides, postorder
+from ..symint import hint
 from . import buffers, forksafe
-from .driver import blas, gemm_slots, pool_slots, region_slot, table_size
+from .driver import blas, gemm_slots, pool_slots, region_slot, sizes_slot, table_size
 from .native_call import segment_caller
 from .regions import Region
 from .scalar import INDEX_ERROR
+from .sizes import Binder, at, shape_at, symbolic
 from .slots import roles
 from .stream import empty as aligned_empty
 from .stream import streamed
@@ -54,19 +56,23 @@ def _free(a, shape, dtype):
         a.dtype is dtype
 
 
-def viewer(ld, shape):
-    """How a host step sees buffer ld.buf through Load `ld` as an array of `shape`: None (the buffer
-    as it is) or (shape, dtype, byte offset, byte strides) of a strided view (no copy)."""
-    if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and ld.buf.shape == tuple(shape):
-        return None
+def viewer(ld, shape, buf_shape=None):
+    """How a host step sees buffer ld.buf (of `buf_shape`, default its own) through Load `ld` as an array
+    of `shape`: None (the buffer as it is) or (shape, dtype, byte offset, byte strides) of a strided view
+    (no copy)."""
+    buf_shape = ld.buf.shape if buf_shape is None else buf_shape
     dtype = np.dtype(ld.buf.dtype.np)
+    if 0 in shape:          # an empty view: its offset may lie past the buffer (a slice past the end)
+        return tuple(shape), dtype, 0, tuple(s * dtype.itemsize for s in contiguous_strides(shape))
+    if ld.offset == 0 and tuple(ld.strides) == contiguous_strides(shape) and buf_shape == tuple(shape):
+        return None
     return tuple(shape), dtype, ld.offset * dtype.itemsize, tuple(s * dtype.itemsize for s in ld.strides)
 
 
 class Program:
     """One graph's executable: `run(arrays) -> tuple of output arrays`."""
 
-    def __init__(self, graph, kernels, aliases, slots, chunks, inplace, plan, step_source, engine_ref):
+    def __init__(self, graph, kernels, aliases, slots, chunks, inplace, plan, step_source, engine_ref, symbols=()):
         self.graph, self.kernels, self.engine_ref, self.slots = graph, kernels, engine_ref, slots
         self.n_slots = table_size(len(slots), len(chunks))
         self.table = (ctypes.c_void_p * self.n_slots)()
@@ -77,32 +83,45 @@ class Program:
         self.template = [None] * self.n_slots
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
-        self.inputs = [[slots[id(v)], v.shape, np.dtype(v.dtype.np), _dead, 0] for v in graph.inputs]
+        self.inputs = [[slots[id(v)], None if symbolic(v.shape) else v.shape, np.dtype(v.dtype.np), _dead, 0]
+                       for v in graph.inputs]
         # per fresh output: slot, shape, dtype, whether recycled, (the array last used, its address),
         # how it is allocated (a streamed one on a cache line: its kernel's pointer says `align 64`),
         # then (the array used before it, its address)
         stream = streamed(graph, kernels, aliases, slots, inplace)
         self.fresh = [[slot, tuple(v.shape), np.dtype(v.dtype.np),
-                       math.prod(v.shape) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0,
+                       math.prod(map(hint, v.shape)) * np.dtype(v.dtype.np).itemsize <= RECYCLE_BYTES, None, 0,
                        aligned_empty if id(v) in stream else np.empty, None, 0] for slot, v in fresh]
         self.inplace = list(inplace.items())   # (output slot, input slot): written into the input
         steps = list(range(len(kernels)))          # a shared region's kernels run at once: one step
         for run in (c.members for c in chunks.values() if c.members):
             steps[run[0]:run[-1] + 1] = [run[0]] * len(run)
-        for slot, arr in buffers.plan(kernels, temps, steps).items():    # intermediates: shared when their lives allow
-            self.template[slot] = arr
-            self.table[slot] = arr.ctypes.data
+        self.symbols = list(symbols)        # sizes known at the call (sizes.py): bound per call (_resize)
+        self.symbolic = any(symbolic(v.shape) for v in graph.inputs) or any(
+            symbolic(v.shape) for k in kernels for v in k.outputs)
+        if self.symbolic:
+            self.sizes, self.env, self._key = np.zeros(max(1, len(self.symbols)), np.int64), None, None
+            self.binder = Binder(graph.inputs)
+            self.table[sizes_slot(len(slots))] = self.sizes.ctypes.data
+            self.blocks = [[None, users] for _, users in buffers.blocks(kernels, temps, steps)]
+            self.fresh_shapes = [v.shape for _, v in fresh]
+        else:
+            for slot, arr in buffers.plan(kernels, temps, steps).items():    # intermediates: shared when their lives allow
+                self.template[slot] = arr
+                self.table[slot] = arr.ctypes.data
         self.out_slots = [s for s, shape in self.outputs] if all(sh is None for _, sh in self.outputs) else None
         self.regions = []               # Regions (split kernels, shared runs of small ones) in kernel order
         for r, j in enumerate(sorted(chunks)):
-            self.regions.append(Region(chunks[j], self.table, self.n_slots))
+            bounds = engine_ref.global_address(f"{chunks[j].entry}_bounds") if chunks[j].symbolic() else None
+            self.regions.append(Region(chunks[j], self.table, self.n_slots, bounds))
             self.table[region_slot(len(slots), r)] = self.regions[-1].address
         self.pool_slots, self._pool = pool_slots(len(slots)), None
         self.other = {}                 # kernel index: its step run from Python (NumPy)
         for j, k in enumerate(kernels):
             if not any(j in step[2] for step in plan if step[0] == "native"):
                 n = k.node
-                ins = [(slots[id(ld.buf)], viewer(ld, i.shape)) for ld, i in zip(k.args, n.inputs)]
+                ins = [(slots[id(ld.buf)], (ld, i.shape) if self.symbolic else viewer(ld, i.shape))
+                       for ld, i in zip(k.args, n.inputs)]
                 self.other[j] = ("host", k, ins, slots[id(n.out)])
         self.plan = []                  # a normal call: each native segment at once
         for step in plan:
@@ -138,7 +157,7 @@ class Program:
                 self._steps = steps
             return self._steps
 
-    def run(self, arrays, timings=None, capture=None):
+    def run(self, arrays, timings=None, capture=None, sizes=None):
         """Outputs for `arrays`; with a `timings` list, appends each step's seconds to it; with a
         `capture` dict, fills it with {id(Value): array copy} for every kernel output as the kernel
         wrote it (check mode; intermediates share memory, so later steps overwrite them). Calls from
@@ -146,11 +165,11 @@ class Program:
         if timings is not None or capture is not None:
             steps = self.steps
             with self.lock:
-                cur = self._bind(arrays)
+                cur = self._bind(arrays, sizes)
                 self._kernel_by_kernel(steps, cur, timings, capture)
-                return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+                return self._results(cur)
         with self.lock:
-            cur = self._bind(arrays)
+            cur = self._bind(arrays, sizes)
             if self.regions:
                 self.use_pool()
             for step in self.plan:
@@ -164,7 +183,12 @@ class Program:
                 region.learn()
             if self.out_slots is not None:
                 return tuple(map(cur.__getitem__, self.out_slots))
-            return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+            return self._results(cur)
+
+    def _results(self, cur):
+        """The outputs of a call from its arrays by slot (an alias viewed in its own shape)."""
+        env = self.env if self.symbolic else {}
+        return tuple([cur[s] if shape is None else cur[s].reshape(shape_at(shape, env)) for s, shape in self.outputs])
 
     def use_pool(self):
         """Point the table at this process's thread pool (started on first use; a forked child's
@@ -174,7 +198,7 @@ class Program:
             self._pool = p
             self.table[self.pool_slots[0]], self.table[self.pool_slots[1]] = p.ctl, p.region
 
-    def _bind(self, arrays):
+    def _bind(self, arrays, sizes=None):
         """The arrays of this call by slot (inputs, fresh outputs, the planned intermediates), their
         addresses written into the pointer table (where it does not hold them already). A small fresh
         output reuses an array one of the two previous calls used for it when only this program still
@@ -182,10 +206,12 @@ class Program:
         hot loop of small calls allocates nothing, also where each call's result replaces the one
         before (a .grad set anew each step: the previous one is still held while this call runs); an
         output whose arrays are both held is a new array, as always."""
+        if self.symbolic:
+            self._resize(arrays, sizes)
         cur, table = self.template.copy(), self.table
         for spec, a in zip(self.inputs, arrays):
             slot, shape, dtype, ref, ptr = spec
-            if a.dtype is not dtype and a.dtype != dtype or a.shape != shape:
+            if a.dtype is not dtype and a.dtype != dtype or shape is not None and a.shape != shape:
                 raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
@@ -211,6 +237,31 @@ class Program:
             cur[slot] = a
         return cur
 
+    def _resize(self, arrays, sizes=None):
+        """A program with symbolic sizes: bind the symbols from the input arrays' shapes (sizes.Binder), or
+        take `sizes` {symbol: value} where the caller gives them (a graph whose inputs do not bind every
+        symbol: a backward's gradient of an input it does not read), and, where they changed since the
+        last call, write them into the sizes array and size the fresh outputs, the intermediates' blocks
+        and the regions' chunks for them."""
+        values = (self.binder.values(arrays) if sizes is None else
+                  (None, *[sizes[n] for n in self.symbols]))           # (None: not the binder's order)
+        if values == self._key:
+            self.binder.check(arrays, self.env)
+            return
+        env = self.binder.env(values) if sizes is None else sizes
+        self.binder.check(arrays, env)
+        self._key, self.env = values, env
+        self.sizes[:len(self.symbols)] = [env.get(n, 0) for n in self.symbols]
+        for f, shape in zip(self.fresh, self.fresh_shapes):
+            f[1] = shape_at(shape, env)
+        for block in self.blocks:
+            block[0], arrays_of = buffers.carve(block[1], env, block[0])
+            for slot, arr in arrays_of.items():
+                self.template[slot] = arr
+                self.table[slot] = arr.ctypes.data
+        for region in self.regions:
+            region.resize(env)
+
     def _kernel_by_kernel(self, steps, cur, timings, capture):
         if self.regions:
             self.use_pool()
@@ -231,17 +282,22 @@ class Program:
                 capture.update({vid: np.array(cur[slot]) for vid, slot in self.written[j]})
 
     def _other(self, step, cur):
-        """A step run from Python: a host kernel."""
+        """A step run from Python: a host kernel (symbolic sizes: its views and attributes at the call's)."""
         _, k, ins, out = step
+        attrs = k.node.attrs
+        if self.symbolic:
+            ins = [(s, viewer(Load(v[0].buf, *at(self.env, v[0].strides, v[0].offset)), shape_at(v[1], self.env),
+                              shape_at(v[0].buf.shape, self.env))) for s, v in ins]
+            attrs = at(self.env, attrs)
         args = [cur[s] if v is None else np.ndarray(v[0], v[1], buffer=cur[s], offset=v[2], strides=v[3])
                 for s, v in ins]
         if _POOLS:
             _POOLS[0].park()            # spinning workers leave the cores to NumPy
         if k.kind == "extern":
-            k.impl(*args, out=cur[out], **k.node.attrs)
+            k.impl(*args, out=cur[out], **attrs)
         else:
             with np.errstate(all="ignore"):
-                res = k.impl(*args, **k.node.attrs)
+                res = k.impl(*args, **attrs)
             np.copyto(cur[out], res, casting="unsafe")
 
 
@@ -251,8 +307,8 @@ def _index_checked(prog, run, engine):
     Check mode and profiles run the step module's copy of the kernels: its record too."""
     flags = [(ctypes.c_int64 * 4).from_address(engine.global_address(INDEX_ERROR))]
 
-    def checked(arrays, timings=None, capture=None):
-        out = run(arrays, timings, capture)
+    def checked(arrays, timings=None, capture=None, sizes=None):
+        out = run(arrays, timings, capture) if sizes is None else run(arrays, timings, capture, sizes)
         if len(flags) == 1 and getattr(prog, "step_engine", None) is not None:
             flags.append((ctypes.c_int64 * 4).from_address(prog.step_engine.global_address(INDEX_ERROR)))
         for flag in flags:

@@ -7,8 +7,11 @@ import numpy as np
 
 from .. import dtypes as D
 from .. import scalar as S
-from ..ir.kernels import Checked, Const, Gather, Iota, Load
+from ..ir.kernels import Checked, Const, Gather, Iota, Load, known
+from ..symint import is_sym
 from . import mathlib
+from .sizes import NAME as SIZES
+from .sizes import operand
 
 # float16 and the 8/16-bit integers have no lowerings (core.ALL): kernels only copy them and fill
 # constants of them; their arithmetic runs in NumPy host kernels, rounding as eager does.
@@ -53,8 +56,24 @@ def const_text(value, dtype):
 class Fn:
     """An LLVM function body under construction."""
 
-    def __init__(self):
+    def __init__(self, symbol_index=None):
         self.lines, self.n, self.allocas = [], 0, []
+        self.symbol_index, self.size_regs = symbol_index or {}, {}    # symbolic sizes (sizes.py)
+
+    def entry(self, line):
+        """An instruction of the entry block, before any other (a symbolic size's computation)."""
+        self.allocas.append(line)
+
+    def sizes_array(self):
+        """The function's argument holding the call's symbol values (sizes.py); it must take one."""
+        return f"%{SIZES}"
+
+    def uses_sizes(self):
+        return bool(self.size_regs)
+
+    def size(self, d):
+        """The i64 operand of size d: its literal, or a symbolic size's register (sizes.py)."""
+        return operand(self, d)
 
     def tmp(self):
         self.n += 1
@@ -84,10 +103,11 @@ class Fn:
 
 
 def linear(f, idx, strides, offset=0):
-    terms = [(i, s) for i, s in zip(idx, strides) if s]
-    acc = str(offset)
+    """The i64 offset + sum(idx[d] * strides[d]); strides and offset may be symbolic sizes."""
+    terms = [(i, s) for i, s in zip(idx, strides) if is_sym(s) or s]
+    acc = f.size(offset)
     for i, s in terms:
-        m = i if s == 1 else f.assign(f"mul nsw i64 {i}, {s}")
+        m = i if known(s, 1) else f.assign(f"mul nsw i64 {i}, {f.size(s)}")
         acc = m if acc == "0" else f.assign(f"add nsw i64 {acc}, {m}")
     return acc
 
@@ -138,6 +158,8 @@ class Emitter:
                 continue
             if isinstance(x, Load):
                 memo[id(x)] = self.read(x)
+            elif isinstance(x, Const) and is_sym(x.value):     # a size as a value (a mean's count)
+                memo[id(x)] = _cast(self.f, self.f.size(x.value), D.int64, x.dtype)
             elif isinstance(x, Const):
                 memo[id(x)] = const_text(x.value, x.dtype)
             elif isinstance(x, Iota):
@@ -155,7 +177,7 @@ class Emitter:
         f = self.f
         off = linear(f, self.idx, t.src.strides, t.src.offset)
         for a, s in zip(t.args, t.strides):
-            m = self.memo[id(a)] if s == 1 else f.assign(f"mul nsw i64 {self.memo[id(a)]}, {s}")
+            m = self.memo[id(a)] if known(s, 1) else f.assign(f"mul nsw i64 {self.memo[id(a)]}, {f.size(s)}")
             off = f.assign(f"add nsw i64 {off}, {m}")
         ty = lltype(t.dtype)
         v = f.assign(f"load {ty}, ptr {f.assign(f'getelementptr inbounds {ty}, ptr {self.ptrs[id(t.src.buf)]}, i64 {off}')}")
@@ -165,15 +187,15 @@ class Emitter:
         """A Checked index: wrapped when negative (t.wrap); out of [0, size) it records the error (INDEX_ERROR:
         flag, the index, its axis, the size; the runtime raises after the call) and reads 0."""
         f, (a,) = self.f, t.args
-        i = _cast(f, self.memo[id(a)], a.dtype, D.int64)
-        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {t.size}')}, "
+        i, size = _cast(f, self.memo[id(a)], a.dtype, D.int64), f.size(t.size)
+        w = f.assign(f"select i1 {f.assign(f'icmp slt i64 {i}, 0')}, i64 {f.assign(f'add nsw i64 {i}, {size}')}, "
                      f"i64 {i}") if t.wrap else i
-        ok = f.assign(f"icmp ult i64 {w}, {t.size}")
+        ok = f.assign(f"icmp ult i64 {w}, {size}")
         bad, good = f.label(), f.label()
         f.emit(f"br i1 {ok}, label %{good}, label %{bad}")
         f.block(bad)
         self.mb.index_error = True
-        for k, val in enumerate(("1", i, str(t.dim), str(t.size))):
+        for k, val in enumerate(("1", i, str(t.dim), size)):
             f.emit(f"store i64 {val}, ptr getelementptr inbounds ([4 x i64], ptr @{INDEX_ERROR}, i64 0, i64 {k})")
         f.emit(f"br label %{good}")
         f.block(good)

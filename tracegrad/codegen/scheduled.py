@@ -1,5 +1,6 @@
 """How a scheduled kernel (Schedule, ir/kernels.py) is lowered: maps in its order, reductions across u."""
 from ..ir.kernels import contiguous_strides, loads
+from ..symint import hint
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
 from .scalar import Emitter, linear, store, regtype
@@ -72,7 +73,7 @@ def _across_kernel(mb, f, kernel, ptrs):
                       idx=oidx, base=obase)
                 continue
             sums = [_join(ph.lower) == "+" and ph.outputs[0][0].dtype.is_floating_point for ph in stream]
-            blocked = shape[r0] > BLOCK and any(sums)
+            blocked = hint(shape[r0]) > BLOCK and any(sums)     # (a guess where symbolic: accuracy holds)
             accs = []   # (v, tree, lower, total vector (float64 for float sums), vector rows add into, its type)
             for ph, is_sum in zip(stream, sums):
                 (v, tree), = ph.outputs

@@ -1,7 +1,7 @@
 """Which buffer slot holds each value of a compiled graph, for the programs of every backend (build.py
 on the CPU, cuda/program.py on the device): the slots' numbering, outputs written into their inputs'
 memory, and what each slot holds in a call."""
-from ..ir.kernels import contiguous_strides, loads
+from ..ir.kernels import contiguous_strides, known, loads, same_shape
 
 
 def per_graph(build, graphs, fused, inplace_pairs):
@@ -42,7 +42,7 @@ def roles(graph, kernels, aliases, slots, inplace):
     outputs = []
     for v in graph.outputs:
         src = aliases.get(id(v), v)
-        outputs.append((slots[id(src)], v.shape if src.shape != v.shape else None))
+        outputs.append((slots[id(src)], v.shape if not same_shape(src.shape, v.shape) else None))
     fresh_slots = {slot for slot, _ in fresh}
     fresh_outputs = frozenset(j for j, (slot, _) in enumerate(outputs) if slot in fresh_slots)
     return fresh, temps, written, outputs, fresh_outputs
@@ -80,11 +80,11 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
     for oi, ii in pairs:
         v, u = graph.outputs[oi], graph.inputs[ii]
         j = producer.get(id(v))
-        if j is None or id(v) in aliases or returned[id(v)] != 1 or id(u) in returned or v.shape != u.shape \
+        if j is None or id(v) in aliases or returned[id(v)] != 1 or id(u) in returned or not same_shape(v.shape, u.shape) \
                 or v.dtype is not u.dtype:
             continue
         k = kernels[j]
-        if k.kind != "loop" or k.shape != u.shape:
+        if k.kind != "loop" or not same_shape(k.shape, u.shape):
             continue
         if last_read.get(id(u), -1) > j:
             continue
@@ -103,7 +103,8 @@ def inplace_slots(graph, kernels, aliases, slots, pairs):
         writer = writers[id(v)]
         if k.phases[writer].kind != "map":
             continue
-        if not any(p > writer or rank[p] > rank[writer] or ld.offset or tuple(ld.strides) != contiguous_strides(u.shape)
+        if not any(p > writer or rank[p] > rank[writer] or not known(ld.offset, 0)
+                   or not same_shape(ld.strides, contiguous_strides(u.shape))
                    for p, ld in reads.get(id(u), ())):
             out[slots[id(v)]] = slots[id(u)]
     return out

@@ -35,17 +35,22 @@ def straight_run(prog, general, address):
     """(run, its source): the generated `run(arrays, timings=None, capture=None)` of Program `prog`, or None when a
     step of its plan is not a native segment. `general(arrays, timings, capture)` is Program.run
     (check mode and profiles go there); `address(array)` the data address of a contiguous array."""
-    if any(step[0] != "call" for step in prog.plan):
+    if any(step[0] != "call" for step in prog.plan) or \
+            prog.symbolic and any(shape is not None for _, shape in prog.outputs):
         return None
+    sym = prog.symbolic         # sizes known at the call: bound first (Program._resize), shapes read per call
     env = {"general": general, "address": address, "empty": np.empty, "getrefcount": _getrefcount, "HELD": HELD,
            "table": prog.table, "lock": prog.lock, "bind": _binder(address)}
     names = {}                    # slot -> the local variable holding its array this call
-    lines = ["def run(arrays, timings=None, capture=None):",
+    lines = ["def run(arrays, timings=None, capture=None, sizes=None):",
              "    if timings is not None or capture is not None:",
-             "        return general(arrays, timings, capture)"]
+             "        return general(arrays, timings, capture, sizes)"]
     n = len(prog.inputs)
     lines.append(f"    ({''.join(f'a{i}, ' for i in range(n))}) = arrays" if n else "    () = arrays")
     lines.append("    with lock:")
+    if sym:
+        env["resize"] = prog._resize
+        lines.append("        resize(arrays, sizes)")
     into = {}                     # input slot -> the output slots written into it (its address too)
     for o, i in prog.inplace:
         into.setdefault(i, []).append(o)
@@ -59,6 +64,8 @@ def straight_run(prog, general, address):
         names[o] = names[i]
     for k, (slot, shape, dtype, recycled, _, _, make, _, _) in enumerate(prog.fresh):
         env[f"FSH{k}"], env[f"FDT{k}"], env[f"FR{k}"] = shape, dtype, prog.fresh[k]
+        if sym:                  # this call's shape (Program._resize sets it)
+            lines.append(f"        FSH{k} = FR{k}[1]")
         empty = "empty" if make is np.empty else f"EMPTY{k}"
         env[empty] = make
         names[slot] = f"o{k}"
@@ -94,6 +101,9 @@ def straight_run(prog, general, address):
         if slot not in names:                 # a planned intermediate returned (no copy, as Program.run)
             env[f"T{slot}"] = prog.template[slot]
             names[slot] = f"T{slot}"
+            if sym:                           # carved per call for the call's sizes
+                env["template"] = prog.template
+                lines.append(f"        T{slot} = template[{slot}]")
         if shape is None:
             outs.append(names[slot])
         else:
@@ -110,8 +120,8 @@ def _binder(address):
     not row-major) and its address written into the table; the array bound. A call passing the
     array bound last time skips this: an array object keeps its shape, dtype, strides and memory."""
     def bind(spec, a, table):
-        slot, shape, dtype = spec[0], spec[1], spec[2]
-        if a.shape != shape or a.dtype is not dtype and a.dtype != dtype:
+        slot, shape, dtype = spec[0], spec[1], spec[2]       # (shape None: symbolic, checked by the binder)
+        if shape is not None and a.shape != shape or a.dtype is not dtype and a.dtype != dtype:
             raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)

@@ -92,3 +92,12 @@ def _where(bad, e, c):
 
 def _desc(v):
     return "None" if v is None else f"array of shape {v.shape}"
+
+
+class Observation:
+    """What one run recorded: items [(label, array)], or the error it raised (type name, message);
+    `kinds`: the names of the error's classes (its MRO), so that a subclass counts as the same error."""
+
+    def __init__(self, items=(), error=None, kinds=(), traces=None):
+        self.items, self.error, self.traces = list(items), error, traces     # traces: the --sizes record
+        self.kinds = set(kinds) or ({error[0]} if error else set())

@@ -1,5 +1,6 @@
 """What a generated program (and the repro file written for it) calls: input data, the record of
-what a run observed, and `main` for running a repro file on its own."""
+what a run observed, and `main` for running a repro file on its own; for the size-sequence mode
+(sizes.py), the sizes of the current call and the functions compiled once across them."""
 import numpy as np
 
 import tracegrad as tg
@@ -42,18 +43,77 @@ def set_lr(opt, lr):
         opt.lr = lr
 
 
+_SIZES = {}         # the size-sequence mode: size as generated -> size at the current call
+_COMPILED = []      # [name, compiled function, [(traces, retrace reasons) at the start of each size]]
+_RAISED = []        # per size so far: whether a call raised
+
+
+def resize(shape):
+    """A size or a shape at the current call's sizes (use_sizes)."""
+    if isinstance(shape, int):
+        return _SIZES.get(shape, shape)
+    return tuple(_SIZES.get(s, s) for s in shape)
+
+
+def compiled(fn, backend):
+    """tg.compile(fn) for a mode such as "llvm" or "llvm/dynamic" (dynamic=True), kept for use_sizes."""
+    name, _, dynamic = backend.partition("/")
+    f = tg.compile(fn, backend=name, **({"dynamic": True} if dynamic else {}))
+    _COMPILED.append([getattr(fn, "__name__", "f"), f, []])
+    return f
+
+
+def _counts(f):
+    fs = [f] + ([f._twin] if getattr(f, "_twin", None) is not None else [])      # calls under tg.jvp
+    return sum(g.stats()["traces"] for g in fs), [r for g in fs for r in g.stats()["retrace_reasons"]]
+
+
+def start_sizes():
+    _SIZES.clear()
+    _COMPILED.clear()
+    _RAISED.clear()
+
+
+def use_sizes(sizes):
+    """Make the following calls' inputs at `sizes` ({size as generated: size}); None ends the sequence and
+    returns, per compiled function, per size, (the traces it made, the retrace reasons it added), with the
+    reasons of a size after one that raised dropped from the check (its trace started over)."""
+    for entry in _COMPILED:
+        entry[2].append(_counts(entry[1]))
+    _SIZES.clear()
+    if sizes is not None:
+        _SIZES.update(sizes)
+        _RAISED.append(False)
+        return None
+    record = []
+    for name, _, snaps in _COMPILED:
+        calls = [(t1 - t0, r1[len(r0):] if r1[:len(r0)] == r0 else r1) for (t0, r0), (t1, r1) in zip(snaps, snaps[1:])]
+        record.append((name, [(traced, reasons or (["after a raise"] if traced and k and _RAISED[k - 1] else []))
+                              for k, (traced, reasons) in enumerate(calls)]))
+    return record
+
+
 class Recorder:
     """The observations of one run, in order: (label, array or None)."""
 
     def __init__(self):
-        self.items = []
+        self.items, self.prefix = [], ""
 
     def __call__(self, label, value):
         if isinstance(value, tg.Tensor):
             value = np.array(value.detach().cpu().numpy(), copy=True)
         elif value is not None:
             value = np.asarray(value)
-        self.items.append((label, value))
+        self.items.append((self.prefix + label, value))
+
+    def raised(self, e):
+        """An error a call raised: its nearest built-in class (what is compared) and its own type and first
+        line (the size-sequence mode records it and goes on with the next size)."""
+        builtin = next(c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins")
+        text = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        self("raised", np.array([builtin, text], object))
+        if _RAISED:
+            _RAISED[-1] = True
 
     def outputs(self, outs, prefix="out"):
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -103,15 +163,18 @@ class Recorder:
             x.grad = b
 
 
-def main(run):
-    """Run a repro file: every backend (cuda too where tg.cuda.is_available()) against eager; print
-    the differences; exit status 1 if any."""
+def main(run, sizes=False):
+    """Run a repro file: every backend (cuda too where tg.cuda.is_available(); with `sizes`, each
+    compiled with dynamic=True and with the default) against eager; print the differences; exit status
+    1 if any."""
     import sys
 
     from .compare import compare_runs
     from .runner import observe
+    from .sizes import modes
     dtype = getattr(sys.modules["__main__"], "DTYPE", "float32")
     backends = ("interpret", "llvm") + (("cuda",) if tg.cuda.is_available() else ())
+    backends = tuple(modes(backends)) if sizes else backends
     obs = {m: observe(run, m, dtype) for m in ("eager",) + backends}
     ref = observe(run, "eager", "float64") if dtype == "float32" else obs["eager"]
     problems = []

@@ -3,24 +3,18 @@ import collections
 import contextlib
 import linecache
 import os
+import pickle
 import re
+import signal
 import time
 import warnings
 
-from .compare import compare_runs
+from .compare import Observation, compare_runs
 from .programs import KINDS, generate
+from .sizes import CALLS, SizedProgram, compare_sized, modes, trace_problems
 
 BACKENDS = ("interpret", "llvm")
 SHRINK_PER_CLASS = 2   # failing programs shrunk per class (kind, backend, category); later ones are written as is
-
-
-class Observation:
-    """What one run recorded: items [(label, array)], or the error it raised (type name, message);
-    `kinds`: the names of the error's classes (its MRO), so that a subclass counts as the same error."""
-
-    def __init__(self, items=(), error=None, kinds=()):
-        self.items, self.error = list(items), error
-        self.kinds = set(kinds) or ({error[0]} if error else set())
 
 
 def observe(run, mode, dtype, device=None):
@@ -28,10 +22,12 @@ def observe(run, mode, dtype, device=None):
     backend: cuda), so that its inputs, models and the tensors it makes live there. Calls may join
     their gradient whatever their size (jit/joined.py; by default only from 1 MiB), so the fuzzer's
     small programs exercise that path too."""
-    with warnings.catch_warnings(), on_device("cuda" if mode == "cuda" else device), joins_at_any_size():
+    cuda = mode.split("/")[0] == "cuda"
+    with warnings.catch_warnings(), on_device("cuda" if cuda else device), joins_at_any_size():
         warnings.simplefilter("ignore")
         try:
-            return Observation(run(mode, dtype).items)
+            rec = run(mode, dtype)
+            return Observation(rec.items, traces=getattr(rec, "traces", None))
         except Exception as e:  # noqa: BLE001 -- any error is an observation to compare
             return Observation(error=(type(e).__name__, (str(e).splitlines() or [""])[0][:300]),
                                kinds=[c.__name__ for c in type(e).__mro__])
@@ -72,25 +68,63 @@ def load(program):
     return ns["run"]
 
 
-def check(program, backends=BACKENDS):
+def check(program, backends=BACKENDS, tally=None):
     """(eager error or None, [(backend, category, text)]) for one program. The cuda backend is
     compared with eager on cuda (random draws on cuda differ from the cpu's, as in PyTorch; that
     eager cuda computes what eager cpu does is what tests/cuda check); where eager cuda fails on a
-    program the cpu runs and the backend does not fail the same way, with eager on the cpu."""
+    program the cpu runs and the backend does not fail the same way, with eager on the cpu. A SizedProgram
+    (--sizes) is also checked for its traces (sizes.trace_problems), counted per mode into `tally`."""
     run = load(program)
     eager, ref = _eager(run, program.dtype)
     problems = []
+    compare = compare_sized if isinstance(program, SizedProgram) else compare_runs
     for b in backends:
         got = observe(run, b, program.dtype)
-        if b != "cuda":
-            found = compare_runs(eager, got, ref, program.dtype)
+        if b.split("/")[0] != "cuda":
+            found = compare(eager, got, ref, program.dtype)
         else:
             e, r = _eager(run, program.dtype, "cuda")
-            found = compare_runs(e, got, r, program.dtype)
+            found = compare(e, got, r, program.dtype)
             if found and e.error is not None and eager.error is None:
-                found = compare_runs(eager, got, ref, program.dtype)
+                found = compare(eager, got, ref, program.dtype)
+        if isinstance(program, SizedProgram):
+            found += trace_problems(program, got, b)
+            if tally is not None and got.traces:
+                tally[b] = tally.get(b, 0) + sum(t for _, calls in got.traces for t, _ in calls)
         problems += [(b, cat, text) for cat, text in found]
     return eager.error, problems
+
+
+def check_forked(program, backends, tally):
+    """check() in a forked child (--sizes): a program whose compiled code kills the process (a segfault)
+    is a `crash:<signal>` problem, and the run goes on."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                               # the child: check, send the result, exit without cleanup
+        os.close(r)
+        child_tally = {}
+        try:
+            result = pickle.dumps((check(program, backends, child_tally), child_tally))
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the parent as the fuzzer's own error
+            result = pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
+        with os.fdopen(w, "wb") as fh:
+            fh.write(result)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return None, [("any", f"crash:{name}", f"the process died ({name}) running the program in one of "
+                                               f"{', '.join(backends)}: run its repro file to see which")]
+    got = pickle.loads(data)
+    if isinstance(got, Exception):
+        raise got
+    (eager_error, problems), child_tally = got
+    for k, v in child_tally.items():
+        tally[k] = tally.get(k, 0) + v
+    return eager_error, problems
 
 
 def _eager(run, dtype, *device):
@@ -128,7 +162,7 @@ def write_repro(program, problems, out):
     """Write the program as a runnable file named after its first problem; return its path."""
     backend, cat, _ = problems[0]
     slug = cat.replace(":", "-").replace(".", "_")
-    path = os.path.join(out, f"{program.kind}-{backend}-{slug}-s{program.seed}-n{program.index}.py")
+    path = os.path.join(out, f"{program.kind}-{backend.replace('/', '-')}-{slug}-s{program.seed}-n{program.index}.py")
     head = "".join(f"# {b}: {c}: {t}\n" for b, c, t in problems[:8])
     with open(path, "w") as fh:
         fh.write(head + program.source())
@@ -138,6 +172,10 @@ def write_repro(program, problems, out):
 def trigger(program, label):
     """What preceded the call whose observation `label` differs: the aliasing pattern of that call
     (alias), the latest state change (train), which call (mutate); "" for single-call programs."""
+    if isinstance(program, SizedProgram):
+        m = re.match(r"size(\d+)\.", label)
+        inner = trigger(program.base, label[m.end():]) if m else ""
+        return (program.notes[int(m.group(1))] + (f", {inner}" if inner else "")) if m else ""
     m = re.match(r"call(\d+)\.", label)
     if not m or not program.notes:
         return ""
@@ -159,9 +197,10 @@ def classify(program, problems):
 
 
 def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, dtype=None, do_shrink=True,
-         log=print):
+         log=print, sizes=False):
     """Generate and check programs start..start+n-1 of stream `seed`; write failing ones into `out`;
-    return the summary (a dict) and print it."""
+    return the summary (a dict) and print it. `sizes`: run each across a sequence of sizes, compiled
+    once with dynamic=True and with the default (sizes.py)."""
     from ..jit.function import ALL_BACKENDS as known
     for b in backends:
         if b not in known:
@@ -175,15 +214,18 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
         if k not in KINDS:
             raise ValueError(f"unknown program kind {k!r}; expected one of {', '.join(KINDS)}")
     os.makedirs(out, exist_ok=True)
+    modes_run = modes(backends) if sizes else list(backends)
     t0 = time.time()
+    tally = {}
     by_kind, eager_refused, internal, classes = collections.Counter(), collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):
         if (i - start) % 500 == 0 and i > start:
             log(f"  ... {i - start} programs, {time.time() - t0:.0f} s")
         try:
             program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
+            program = SizedProgram(program) if sizes else program
             by_kind[program.kind] += 1
-            eager_error, problems = check(program, backends)
+            eager_error, problems = (check_forked if sizes else check)(program, modes_run, tally)
         except Exception as e:  # noqa: BLE001 -- a fuzzer bug must not end the run: count it, go on
             internal[type(e).__name__] += 1
             log(f"  program {i}: the fuzzer itself failed: {type(e).__name__}: {e}")
@@ -197,17 +239,19 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
         entry["programs"] += 1
         entry["backends"].update(shown_by)
         small = program
-        if do_shrink and entry["programs"] <= SHRINK_PER_CLASS:
+        if do_shrink and entry["programs"] <= SHRINK_PER_CLASS and not problems[0][1].startswith("crash:"):
             small = shrink(program, problems[0][0], problems[0][1])
-        _, small_problems = check(small, backends) if small is not program else (None, problems)
+        _, small_problems = (check_forked if sizes else check)(small, modes_run, {}) if small is not program \
+            else (None, problems)
         path = write_repro(small, small_problems or problems, out)
         entry["example"] = entry["example"] or path
         log(f"  program {i} ({program.kind}, {program.dtype}): {' | '.join(key)} [{', '.join(shown_by)}] -> {path}")
-    summary = dict(seed=seed, start=start, programs=n, seconds=round(time.time() - t0, 1), backends=list(backends),
+    summary = dict(seed=seed, start=start, programs=n, seconds=round(time.time() - t0, 1), backends=modes_run,
                    by_kind=dict(by_kind), eager_refused=dict(eager_refused), fuzzer_errors=dict(internal),
                    classes={" | ".join(k): dict(v, backends=sorted(v["backends"])) for k, v in classes.items()})
-    for name, test in (("mismatch", _is_mismatch), ("error", lambda c: c.startswith("error:")),
-                       ("accepted", lambda c: c == "accepted")):
+    if sizes:
+        summary["sizes_traces"] = tally
+    for name, test in GROUPS:
         summary[f"{name}_programs"] = sum(v["programs"] for k, v in classes.items() if test(k[1]))
     log(format_summary(summary))
     return summary
@@ -227,15 +271,22 @@ def merge(summaries):
             e = out["classes"].setdefault(k, {"programs": 0, "backends": [], "example": v["example"]})
             e["programs"] += v["programs"]
             e["backends"] = sorted(set(e["backends"]) | set(v["backends"]))
-    for name in ("mismatch", "error", "accepted"):
-        out[f"{name}_programs"] = sum(s[f"{name}_programs"] for s in summaries)
+    for name, _ in GROUPS:
+        out[f"{name}_programs"] = sum(s.get(f"{name}_programs", 0) for s in summaries)
+    if any("sizes_traces" in s for s in summaries):
+        out["sizes_traces"] = dict(sum((collections.Counter(s.get("sizes_traces", {})) for s in summaries),
+                                       collections.Counter()))
     for k in ("by_kind", "eager_refused", "fuzzer_errors"):
         out[k] = dict(out[k])
     return out
 
 
 def _is_mismatch(cat):
-    return not cat.startswith("error:") and cat != "accepted"
+    return not cat.startswith(("error:", "traces:")) and cat != "accepted"
+
+
+GROUPS = (("mismatch", _is_mismatch), ("error", lambda c: c.startswith("error:")),
+          ("accepted", lambda c: c == "accepted"), ("traces", lambda c: c.startswith("traces:")))
 
 
 def format_summary(s):
@@ -245,10 +296,16 @@ def format_summary(s):
              f"  programs with a mismatch (silent wrong result): {s['mismatch_programs']}; "
              f"with an error (a backend raised, eager did not): {s['error_programs']}; "
              f"accepted (eager raised, a backend did not): {s['accepted_programs']}"]
-    groups = {"mismatches": [], "errors": [], "accepted": []}
+    if "sizes_traces" in s:
+        calls = s["programs"] * CALLS
+        lines.append(f"  across sizes ({CALLS} sizes a program): programs with a trace not explained by a guard: "
+                     f"{s.get('traces_programs', 0)}; traces per mode (of {calls} sized calls): " +
+                     ", ".join(f"{m} {t}" for m, t in sorted(s["sizes_traces"].items())))
+    groups = {"mismatches": [], "errors": [], "accepted": [], "traces": []}
     for k, v in s["classes"].items():
         cat = k.split(" | ")[1]
-        group = "errors" if cat.startswith("error:") else "accepted" if cat == "accepted" else "mismatches"
+        group = "errors" if cat.startswith("error:") else "accepted" if cat == "accepted" else \
+            "traces" if cat.startswith("traces:") else "mismatches"
         groups[group].append((k, v))
     for title, items in groups.items():
         if items:

@@ -15,6 +15,39 @@ import math
 
 from ..scalar import head
 from ..strides import contiguous_strides  # noqa: F401  (the kernel IR's row-major strides; codegen imports it here)
+from ..symint import hint, is_sym, same_size
+
+
+class Tiles:
+    """ceil(n / tile) for a symbolic size n: a tiled loop's trip count, known at the call (its int is
+    the hint's; codegen/sizes.py computes it from the call's sizes)."""
+    __slots__ = ("n", "tile")
+
+    def __init__(self, n, tile):
+        self.n, self.tile = n, tile
+
+    def __int__(self):
+        return -(-hint(self.n) // self.tile)
+
+    def __str__(self):
+        return f"ceil({self.n}/{self.tile})"
+
+
+def known(d, value):
+    """Whether size d is a plain int equal to `value` (a symbolic size is never known, and records no guard)."""
+    return not is_sym(d) and d == value
+
+
+def shape_key(shape):
+    """A shape as a dict key: a symbolic size by its expression (hashing a SymInt specializes it)."""
+    return tuple(str(d) if is_sym(d) else d for d in shape)
+
+
+def same_shape(a, b):
+    """Whether two shapes (or stride tuples) are the same for every value of their symbols: equal
+    expressions; choices of speed take unequal ones as different (no guard recorded)."""
+    return len(a) == len(b) and all(map(same_size, a, b))
+
 
 
 class Load:
@@ -230,6 +263,8 @@ class Schedule:
 
     def trips(self, shape, level):
         d, tile = level
+        if tile and is_sym(shape[d]):
+            return Tiles(shape[d], tile)
         return -(-shape[d] // tile) if tile else shape[d]
 
     def text(self):
@@ -299,6 +334,21 @@ class Kernel:
         sums = Kernel("reduce_acc", self.shape, 0, acc)
         return rows, sums
 
+    def sizes(self):
+        """Every size the kernel's code reads: its space, its outputs' and buffers' shapes, its reads'
+        strides and offsets, gathers' strides, index checks' sizes, size-valued constants."""
+        out = list(self.shape) + [d for v in self.outputs for d in v.shape]
+        for ld in self.reads:
+            out += [*ld.strides, ld.offset, *ld.buf.shape]
+        for ph in self.phases:
+            for _, t in ph.outputs:
+                out += _tree_sizes(t)
+        return out
+
+    def symbolic(self):
+        """Whether some size the kernel reads is symbolic (tracegrad/symint.py: known at the call)."""
+        return any(is_sym(d) for d in self.sizes())
+
     def parallel_extent(self):
         """The trip count of the outermost loop, which threads split (1: not splittable)."""
         if self.schedule is not None:
@@ -349,9 +399,10 @@ class Kernel:
                 for _, t in ph.outputs:
                     for g in postorder(t):
                         if isinstance(g, Gather):     # runs of unit stride, else a cache line each
-                            run = any(s == 1 and n > 1 for s, n in zip(g.src.strides, self.shape))
+                            run = any(not is_sym(s) and s == 1 and hint(n) > 1
+                                      for s, n in zip(g.src.strides, self.shape))
                             each = g.dtype.itemsize if run else 64
-                            picked[id(g.src.buf)] = picked.get(id(g.src.buf), 0) + each * math.prod(self.shape)
+                            picked[id(g.src.buf)] = picked.get(id(g.src.buf), 0) + each * math.prod(map(hint, self.shape))
             plain = {id(ld.buf) for ph in self.phases for _, t in ph.outputs for ld in _plain_loads(t)}
             for b, n in picked.items():
                 if b not in plain:
@@ -364,7 +415,67 @@ def _plain_loads(tree):
 
 
 def nbytes(v):
-    return math.prod(v.shape) * v.dtype.itemsize
+    """Bytes of Value v (symbolic sizes at their hints: an estimate for choices of speed)."""
+    return math.prod(map(hint, v.shape)) * v.dtype.itemsize
+
+
+def pinned(kernel, fn):
+    """`kernel` with every size it reads (its space, its reads' strides and offsets, gathers' strides, index
+    checks' sizes, size-valued constants) mapped by fn (codegen/sizes.py's `pin`: a symbolic size to its hint)."""
+    memo = {}
+    phases = [Phase(ph.kind, [(v, pinned_tree(t, fn, memo)) for v, t in ph.outputs], ph.op, ph.axes, ph.lower, ph.cost)
+              for ph in kernel.phases]
+    out = Kernel(kernel.kind, [fn(d) for d in kernel.shape], kernel.split, phases, kernel.node,
+                 [Load(ld.buf, [fn(s) for s in ld.strides], fn(ld.offset)) for ld in kernel.args], kernel.impl)
+    out.schedule = kernel.schedule
+    return out
+
+
+def hinted(kernel):
+    """`kernel` with its symbolic sizes at their hints (no guard recorded): what the planners' heuristics
+    (ir/passes/schedule.py) look at, since their choices change speed, never results. A kernel without
+    symbolic sizes comes back as it is."""
+    return pinned(kernel, hint) if kernel.symbolic() else kernel
+
+
+def hinted_tree(shape, tree):
+    """(shape, tree) with their symbolic sizes at their hints (see `hinted`)."""
+    if not any(is_sym(d) for d in shape) and not _tree_symbolic(tree):
+        return shape, tree
+    return tuple(map(hint, shape)), pinned_tree(tree, hint, {})
+
+
+def _tree_symbolic(tree):
+    return any(is_sym(d) for d in _tree_sizes(tree))
+
+
+def _tree_sizes(tree):
+    out = []
+    for x in postorder(tree):
+        if isinstance(x, (Load, Iota)):
+            out += [*x.strides, x.offset]
+        if isinstance(x, Gather):
+            out += [*x.strides, *x.src.strides, x.src.offset]
+        elif isinstance(x, Checked):
+            out.append(x.size)
+        elif isinstance(x, Const) and isinstance(x.value, int):
+            out.append(x.value)
+    return out
+
+
+def pinned_tree(tree, fn, memo):
+    def sizes(strides, offset):
+        return [fn(s) for s in strides], fn(offset)
+    for t in postorder(tree):           # leaves remap keeps as they are: new ones first
+        if isinstance(t, Const) and is_sym(t.value) and id(t) not in memo:
+            memo[id(t)] = Const(fn(t.value), t.dtype)
+    tree = remap(tree, sizes, memo)
+    for t in postorder(tree):           # the Checked and Gather nodes remap made anew (fn(fn(d)) == fn(d))
+        if isinstance(t, Checked):
+            t.size = fn(t.size)
+        elif isinstance(t, Gather):
+            t.strides = tuple(fn(s) for s in t.strides)
+    return tree
 
 
 def kernels_text(name, kernels):

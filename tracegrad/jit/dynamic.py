@@ -8,6 +8,7 @@ for its sizes, built on first use from the symbolic graphs (`program_for`, with 
 user's Python) and kept per set of sizes inside the entry.
 """
 import copy
+import functools
 import time
 import weakref
 
@@ -15,7 +16,7 @@ from ..ir.passes import optimize
 from ..symint import ShapeEnv, hint, using
 from ..tensor import Tensor
 from .entry import Entry, entry_name
-from .pipeline import instantiate, trace_call
+from .pipeline import finish, instantiate, trace_call
 
 _MARKS = {}     # id(tensor) -> (weak reference, {dim: True (dynamic) | False (static)})
 
@@ -132,6 +133,7 @@ class SymbolicEntry:
         self.state_failure = self.stages.capture.guards.failure
         self.guarded = True
         self.programs = {}          # sizes (by symbol, in ShapeEnv order) -> Entry
+        self.core = None            # the symbolic stages lowered once (llvm: _stages_for)
         self.traced = self.stages.traced
         self._optimized = None
         self.disk_hit, self.last_used = False, 0
@@ -187,10 +189,27 @@ class SymbolicEntry:
             if len(self.programs) >= self.cf.cache_size:       # the oldest sizes go first
                 del self.programs[next(iter(self.programs))]
             entry = self.programs[key] = Entry(self.cf, None, None, leaves, self.paths,
-                                               stages=instantiate(self.stages, sizes))
+                                               stages=self._stages_for(sizes))
             self.disk_hit = entry.disk_hit
             self.cf._stats["compile_seconds"] += time.perf_counter() - t0
         return entry
+
+    def _stages_for(self, sizes):
+        """The finished stages for one set of sizes. On the CPU (llvm) the symbolic graphs are lowered
+        once, into programs that take the sizes at each call (codegen/sizes.py): every set of sizes
+        shares them, with no LLVM work; a strategy that needs a size compiled in records its guard in
+        this entry's ShapeEnv. Other backends compile the graphs instantiated for the sizes."""
+        if self.stages.backend != "llvm":
+            return instantiate(self.stages, sizes)
+        if self.core is None:
+            with using(self.env):
+                self.core = finish(copy.copy(self.stages), self.cf.fuse)
+            self.core.shape_env, self.core.shared = self.env, {}
+        out = copy.copy(self.core)
+        out.sizes = dict(sizes)
+        out.run_fwd, out.run_bwd = (None if r is None else functools.partial(r, sizes=out.sizes)
+                                    for r in (self.core.run_fwd, self.core.run_bwd))
+        return out
 
     def call(self, leaves):
         return self.program_for(leaves).call(leaves)

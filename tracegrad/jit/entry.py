@@ -1,5 +1,6 @@
 """One compiled signature: its graphs and executables, and the plan of a call (where inputs come
 from, which outputs need the aliasing check, what the autograd node needs)."""
+import functools
 import re
 from operator import attrgetter
 
@@ -8,7 +9,7 @@ import numpy as np
 from ..autograd import _Mode
 from ..ir.graph import bind_sizes
 from ..pytree import unflatten
-from ..symint import substitute
+from ..symint import substitute, using
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
 from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
@@ -38,8 +39,8 @@ class Entry:
         self.name = entry_name(cf)
         self.n_leaves = len(leaves)
         s = compile_call(cf.fn, self.name, cf.backend, cf.fuse, args, kwargs, leaves, paths, cf.runs) \
-            if stages is None else finish(stages, cf.fuse)
-        self.sizes = s.sizes
+            if stages is None else stages if stages.finished else finish(stages, cf.fuse)
+        self.sizes, self.shape_env, self.shared = s.sizes, s.shape_env, s.shared
         cap = s.capture
         self.traced, self.fwd, self.bwd, self.saved_at = s.traced, s.fwd, s.bwd, s.saved_at
         self.programs, self.llvm_text, self.disk_hit = s.programs, s.llvm_text, s.disk_hit
@@ -186,9 +187,17 @@ class Entry:
         """(programs, graph, run, absent) of the backward for the cotangents `present[i]` True only,
         built on first use (pipeline.partial_backward; a race builds it twice, harmlessly)."""
         got = self._partial.get(present)
-        if got is None:
-            got = self._partial[present] = partial_backward(self.bwd, present, self.backend, self.device,
+        if got is None:         # a symbolic trace's entries share theirs (programs for every size)
+            cache = self._partial if self.shared is None else self.shared.setdefault("partial", {})
+            got = cache.get(present)
+            if got is None:
+                with using(self.shape_env):
+                    got = cache[present] = partial_backward(self.bwd, present, self.backend, self.device,
                                                             self.cf.fuse)
+            if self.shared is not None:     # a symbolic trace's program: this entry's sizes at each call
+                programs, graph, run, absent = got
+                got = programs, graph, functools.partial(run, sizes=self.sizes), absent
+            self._partial[present] = got
         return got
 
     def kernel_count(self):

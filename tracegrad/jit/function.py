@@ -120,6 +120,7 @@ class CompiledFunction:
         self.symbolic = {}   # (symbolic dims, signature with those sizes left out) -> [SymbolicEntry]
         self._sizes = {}     # signature without sizes -> (tensor shapes, symbolic dims) of its latest trace
         self._miss = None    # (symbolic dims, reason) of the latest call a symbolic entry's shape guards refused
+        self._static_only = {}   # signature without sizes -> why its symbolic compile failed (compiled per size)
         if backend is not None and backend not in ALL_BACKENDS:     # None: by the inputs' device
             raise ValueError(f"unknown or unavailable backend {backend!r}; available: {', '.join(ALL_BACKENDS)}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -129,7 +130,7 @@ class CompiledFunction:
         self._fast = {}      # hot-path signature (all-tensor/number arguments) -> entry
         self._last = None    # (LastCall, entry) of the latest hot-path call: checked first
         self._stats = {"traces": 0, "cache_hits": 0, "disk_hits": 0, "compile_seconds": 0.0, "kernels": 0,
-                       "retrace_reasons": deque(maxlen=RETRACE_REASONS)}
+                       "retrace_reasons": deque(maxlen=RETRACE_REASONS), "symbolic_failures": []}
         self._last_desc = None
         self._changes = Counter()
         self._warned = False
@@ -265,6 +266,8 @@ class CompiledFunction:
         call), from dynamic, the marks, and (dynamic=None) the sizes of the latest trace of this
         signature up to sizes."""
         miss, self._miss = self._miss, None
+        if sizeless_key(key) in self._static_only:
+            return frozenset(), None
         if miss is not None:
             return choose_dims(leaves, self.dynamic, miss[0]), [miss[1]]
         before = self._sizes.get(sizeless_key(key))
@@ -272,6 +275,27 @@ class CompiledFunction:
         if before is not None and self.dynamic is None:
             changed = (changed_dims(before[0], leaves) or frozenset()) | before[1]
         return choose_dims(leaves, self.dynamic, changed), None
+
+    def _symbolic(self, args, kwargs, leaves, paths, key, dims, before, shape_reason):
+        """A SymbolicEntry for `dims`, or None where compiling it failed: the signature is then compiled
+        per size (a static entry, as dynamic=False) — correct, only retraced for each new size — with a
+        RuntimeWarning naming the failure (a limit of tracegrad's symbolic sizes: please report it).
+        Where the static compile fails too, its error is the one raised (the user's program is at fault)."""
+        try:
+            entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
+            newly = describe(entry, leaves, *(before or ({}, frozenset())))
+            entry.program_for(leaves)
+        except Exception as e:          # noqa: BLE001  (any failure: the static compile decides)
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            self._static_only[sizeless_key(key)] = why
+            self._stats["symbolic_failures"].append(why)
+            warnings.warn(f"{self.__name__}: compiling with symbolic sizes failed ({why}); compiling for these "
+                          f"sizes instead (each new size retraces). Please report it with the function.",
+                          RuntimeWarning, stacklevel=5)
+            return None
+        if shape_reason is None and self._stats["traces"] and newly:    # else noted at the lookup
+            self._note_retrace(newly)
+        return entry
 
     def _note_retrace(self, reasons):
         logs.retrace(self.__name__, self._stats["traces"] + 1, reasons)
@@ -289,13 +313,9 @@ class CompiledFunction:
         self._last_desc = desc
         t0 = time.perf_counter()
         with _gc_paused(), logs.compiling(self.__name__):
-            if dims:
-                entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
-                newly = describe(entry, leaves, *(before or ({}, frozenset())))
-                if shape_reason is None and self._stats["traces"] and newly:    # else noted at the lookup
-                    self._note_retrace(newly)
-                entry.program_for(leaves)
-            else:
+            entry = self._symbolic(args, kwargs, leaves, paths, key, dims, before, shape_reason) if dims else None
+            if entry is None:
+                dims = frozenset()
                 entry = Entry(self, args, kwargs, leaves, paths)
         self._sizes[sizeless_key(key)] = ({k: x._shape for k, x in tensor_dims(leaves)}, dims)
         self._stats["traces"] += 1
@@ -363,11 +383,13 @@ class CompiledFunction:
     def stats(self):
         """traces, cache_hits, disk_hits, compile_seconds, kernels, retrace_reasons; and per symbolic
         trace ("dynamic"): its symbols (where each is read, its range), its guards and how many
-        programs it compiled, one per set of sizes ("size_programs": their total)."""
+        programs it compiled, one per set of sizes ("size_programs": their total); "symbolic_failures":
+        why a symbolic compile failed, for signatures then compiled per size (with a RuntimeWarning)."""
         entries = [e for es in self.symbolic.values() for e in es]
         dynamic = [{"symbols": e.symbols_text(), "guards": [g.text for g in e.env.guards],
                     "programs": len(e.programs)} for e in entries]
         return dict(self._stats, retrace_reasons=list(self._stats["retrace_reasons"]), dynamic=dynamic,
+                    symbolic_failures=list(self._stats["symbolic_failures"]),
                     size_programs=sum(d["programs"] for d in dynamic))
 
 

@@ -21,6 +21,8 @@ pipeline.JOIN_GAIN less than the two apart (built on the first switch; if it doe
 entry's calls go back to the plain call for good). Results and gradients are the same computation
 as apart; float sums may round differently.
 """
+import functools
+
 from ..autograd import _Mode
 from .callgen import straight_call
 from .pipeline import forward_with_gradient
@@ -56,9 +58,16 @@ def choosing_call(entry, plain):
 
 def _build(entry):
     """The joined call, or False where joining does not pay (a race builds it twice, harmlessly)."""
-    got = forward_with_gradient(entry)
+    if entry.shared is None:
+        got = forward_with_gradient(entry)
+    else:                   # a symbolic trace's entries share one (its program takes every size)
+        if "joined" not in entry.shared:
+            entry.shared["joined"] = forward_with_gradient(entry)
+        got = entry.shared["joined"]
     if got is None:
         return False
     entry.joined_program, run, keeps_saved = got
+    if entry.shared is not None:        # a symbolic trace's program: this entry's sizes at each call
+        run = functools.partial(run, sizes=entry.sizes)
     call, entry.joined_source = straight_call(entry, run, keeps_saved)
     return call

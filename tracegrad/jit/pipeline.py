@@ -10,6 +10,7 @@ from ..ir.passes.remat import rematerialize
 from .. import logs
 from ..autograd import FREED_MESSAGE, is_grad_enabled
 from ..ops import PRIMS
+from ..symint import using
 from ..tensor import TraceError
 from .capture import Capture
 from ..backends.cuda.run import choose_backend
@@ -22,8 +23,12 @@ REFUSED = ("one of the variables needed for gradient computation has been modifi
 
 class Stages:
     """What the pipeline produced: the capture, each stage's graphs, the executables; `sizes`: the
-    symbol values its graphs were instantiated with (empty: traced with plain sizes)."""
+    symbol values its graphs were instantiated with (empty: traced with plain sizes); `finished`:
+    lowered already (a symbolic trace's programs, shared by every set of sizes: dynamic.py)."""
     sizes = {}
+    finished = False
+    shape_env = None    # a symbolic trace's ShapeEnv: later compiles (joined, partial backward) record guards there
+    shared = None       # a symbolic trace's dict of those later compiles, shared by its entries per sizes
 
 
 def compile_call(fn, name, backend, fuse, args, kwargs, leaves, paths, runs=None):
@@ -83,6 +88,7 @@ def finish(s, fuse):
         g.n_saved = len(g.outputs) - s.saved_at
     s.programs, s.llvm_text, s.disk_hit, (s.run_fwd, s.run_bwd) = lower([fwd, bwd], s.backend, s.device, fuse,
                                                                      [cap.inplace, ()])
+    s.finished = True
     return s
 
 
@@ -161,7 +167,7 @@ def forward_with_gradient(entry):
     numbers, which a second run would draw anew: an activation's loss (tanh gelu's, fwd+bwd,
     (1000, 999) float32) then moves 12 MB per call, not 28. Decided without them, W6's broadcast
     loss joined into one accumulation of four sums over different axes, 2.7x slower than apart."""
-    with logs.compiling(entry.name, "forward with gradient"):
+    with logs.compiling(entry.name, "forward with gradient"), using(entry.shape_env):
         return _forward_with_gradient(entry)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..broadcast import unbroadcast
 from ..core import bind, prim
-from ..symint import same_size, slice_length
+from ..symint import active, as_expr, hint, is_sym, same_size, slice_length
 from .rules import same_dtype
 
 _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; copies run on the host
@@ -14,10 +14,38 @@ _NOT_LOWERED = dict(lower=None, dtypes=(), cost=None)   # views are strides; cop
 
 def reshape_strides(shape, strides, new):
     """Strides that view (shape, strides) as `new` without copying (NumPy's rule), or None."""
+    if any(map(is_sym, (*shape, *strides, *new))):
+        return _symbolic_reshape_strides(shape, strides, new)
     if 0 in shape or 0 in new:
         return [0] * len(new)
-    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    nz = [i for i, n in enumerate(new) if n != 1]
+    return _grouped(shape, strides, new, lambda a, b: a == b, lambda n, o: n > o, lambda n: n == 1)
+
+
+def _symbolic_reshape_strides(shape, strides, new):
+    """reshape_strides over symbolic sizes: axes group where their products are the same expression (B*T
+    as B, T), or equal sizes by a guard where the trace equated them (T against a literal 512 it had
+    specialized: the guard is already recorded); a group views only where its strides chain as the same
+    expressions, else None (a copy: right for every size). Sizes the guards fix (B == 0) are numbers."""
+    env = active()
+    if env is not None:
+        fixed = [env.simplify(as_expr(d)) for d in (*shape, *strides, *new)]
+        n, m = len(shape), len(strides)
+        if all(e.is_const() for e in fixed):
+            fixed = [e.constant() for e in fixed]
+            return reshape_strides(fixed[:n], fixed[n:n + m], fixed[n + m:])
+        if any(e.is_const() and e.constant() == 0 for e in fixed[:n]):
+            return [0] * len(new)           # empty under the guards: no element to address
+    return _grouped(shape, strides, new, lambda a, b: same_size(a, b) or _pinned_equal(a, b), _grows_old,
+                    lambda n: same_size(n, 1))
+
+
+def _grouped(shape, strides, new, same, grows_old, is_one):
+    """NumPy's rule: the axes of length 1 (`is_one`) dropped, consecutive axes of the old and the new shape grouped
+    where their products are `same` (the side whose product `grows_old(new, old)` says is short takes its
+    next axis); a group views where its old strides chain; the new strides from the group's last; None
+    where no grouping or no chain exists."""
+    old = [(n, s) for n, s in zip(shape, strides) if not is_one(n)]
+    nz = [i for i, n in enumerate(new) if not is_one(n)]
     od, os_ = [n for n, _ in old], [s for _, s in old]
     nd = [new[i] for i in nz]
     res = [0] * len(nd)
@@ -25,30 +53,59 @@ def reshape_strides(shape, strides, new):
     while ni < len(nd) and oi < len(od):
         np_, op_ = nd[ni], od[oi]
         nj, oj = ni + 1, oi + 1
-        while np_ != op_:
-            if np_ < op_:
+        while not same(np_, op_):
+            if not grows_old(np_, op_) and nj < len(nd):
                 np_ *= nd[nj]
                 nj += 1
-            else:
+            elif oj < len(od):
                 op_ *= od[oj]
                 oj += 1
-        for k in range(oi, oj - 1):
-            if os_[k] != od[k + 1] * os_[k + 1]:
+            else:
                 return None
+        if any(not same(os_[k], od[k + 1] * os_[k + 1]) for k in range(oi, oj - 1)):
+            return None
         res[nj - 1] = os_[oj - 1]
         for k in range(nj - 1, ni, -1):
             res[k - 1] = res[k] * nd[k]
         ni, oi = nj, oj
+    if ni < len(nd) or oi < len(od):
+        return None
     out = [0] * len(new)
     for k, i in enumerate(nz):
         out[i] = res[k]
     return out
 
 
+def _grows_old(new, old):
+    """Whether the old axes' product must take the next old axis: it divides the new axes' product (B
+    into B*T), by the expressions; else by their hints."""
+    if as_expr(new).exact_div(as_expr(old)) is not None:
+        return True
+    if as_expr(old).exact_div(as_expr(new)) is not None:
+        return False
+    return hint(new) > hint(old)
+
+
+def _pinned_equal(a, b):
+    """A symbolic size and a literal of its hint (the trace specialized it), or two sizes an equality
+    guard of the active env ties (T == S0): equal, by that guard."""
+    if hint(a) != hint(b):
+        return False
+    if is_sym(a) != is_sym(b):
+        return a == b
+    env = active()
+    if env is None:
+        return False
+    diff = env.simplify(as_expr(a) - as_expr(b))
+    return any(g.op == "==" and env.simplify(g.lhs - g.rhs) in (diff, -diff) for g in env.guards)
+
+
 def broadcast_strides(shape, to, strides):
-    """Strides reading (shape, strides) broadcast to `to`: new and stretched axes stride 0."""
+    """Strides reading (shape, strides) broadcast to `to`: new and stretched axes stride 0. Only a size
+    known to be 1 stretches (a symbolic one is the result's own: the trace decided, with its guards)."""
     off = len(to) - len(shape)
-    return [0] * off + [0 if shape[i] == 1 and to[off + i] != 1 else st for i, st in enumerate(strides)]
+    return [0] * off + [0 if same_size(shape[i], 1) and not same_size(to[off + i], 1) else st
+                        for i, st in enumerate(strides)]
 
 
 def _reshape_remap(in_shape, out_shape, strides, offset, shape):

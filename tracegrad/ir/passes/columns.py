@@ -18,7 +18,8 @@ writes the gradient).
 """
 import math
 
-from ..kernels import Kernel
+from ...symint import hint
+from ..kernels import Kernel, shape_key
 from .schedule import online_columns
 
 
@@ -45,16 +46,16 @@ def _statistic_space(run):
                 0 in ph.axes and len(ph.axes) < len(k.shape) for ph in k.phases if ph.kind == "reduce"):
             continue
         if last is None:
-            last = {(id(ld.buf), q.shape): j for j, q in enumerate(run) for ld in q.reads}
-        if any(last.get((id(v), k.shape), -1) > i for v in k.outputs):
+            last = {(id(ld.buf), shape_key(q.shape)): j for j, q in enumerate(run) for ld in q.reads}
+        if any(last.get((id(v), shape_key(k.shape)), -1) > i for v in k.outputs):
             return k.shape
     return None
 
 
 def _streams(k):
     """Whether kernel k moves memory of its space's size (a reduction of a broadcast row does not)."""
-    n = math.prod(k.shape)
-    return any(2 * math.prod(v.shape) >= n for v in [ld.buf for ld in k.reads] + k.outputs)
+    n = math.prod(map(hint, k.shape))
+    return any(2 * math.prod(map(hint, v.shape)) >= n for v in [ld.buf for ld in k.reads] + k.outputs)
 
 
 def _online(a, b):

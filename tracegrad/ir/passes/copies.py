@@ -18,6 +18,7 @@ A cat of more than MAX_PIECES pieces stays a host copy: each element would test 
 host, 2.5 fused; 64: even)."""
 from ... import dtypes as D
 from ...ops import PRIMS
+from ...symint import same_size
 from ..kernels import Const, Iota, Op, gathered, loads, postorder, remap, size
 from .gathers import through
 
@@ -63,7 +64,7 @@ def copy_tree(n, trees, buffer_load):
         if 0 in v.shape:
             continue
         cut = {d: _along(coord[d], a, step, v.shape[d]) for d, (a, b, step) in enumerate(box)
-               if (a, b, step) != (0, shape[d], 1)}
+               if not (step == 1 and same_size(a, 0) and same_size(b, shape[d]))}   # whole axis: no cut, no guard
         read = _read(v, trees[k], box, cut, buffer_load)
         if tree is None:                     # cat's last piece: wherever no earlier one is
             tree = read

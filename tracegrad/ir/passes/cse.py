@@ -42,4 +42,4 @@ def _key(n, ins, attrs):
     a = attrs.get(id(n))
     if a is None:
         a = attrs[id(n)] = tuple((k, fmt_attr(v)) for k, v in n.attrs.items())
-    return n.op, tuple(map(id, ins)), a, n.out.shape, n.out.dtype.name
+    return n.op, tuple(map(id, ins)), a, n.out.type      # the type's text: a symbolic shape unhashed

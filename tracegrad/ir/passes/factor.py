@@ -31,6 +31,8 @@ import math
 import numpy as np
 
 from ...ops import PRIMS
+from ...symint import is_sym
+from ..kernels import known
 from .rewrite import Builder
 
 _CHAINED = ("reduction", "extern")     # kinds that start a new link in a chain of reductions
@@ -76,7 +78,7 @@ class _Depths:
         (x,) = ins
         axes, keep = n.attrs["axis"], n.attrs["keepdims"]
         if not n.out.dtype.is_floating_point or x.dtype is not n.out.dtype or \
-                math.prod(x.shape[a] for a in axes) == 0 or not axes:
+                any(is_sym(x.shape[a]) or x.shape[a] == 0 for a in axes) or not axes:   # maybe no element
             return None
         s = _Sum(self, x.shape, axes, keep)
         target = s.best(x)
@@ -155,7 +157,7 @@ class _Sum:
         while v.node is not None and v.node.op == "expand":
             v = v.node.inputs[0]
         padded = (1,) * (len(self.shape) - len(v.shape)) + tuple(v.shape)
-        return all(padded[a] == 1 for a in self.axes)
+        return all(known(padded[a], 1) for a in self.axes)
 
     def _split(self, v):
         """v's node when v is u + w, u - w or -u that may be summed part by part: not a shift u +- c

@@ -1,8 +1,11 @@
 """Constant folding: an op whose inputs are all constants becomes a constant when its result is
 uniform (every element equal — scalars, fills), which the IR's `const` op can represent."""
+import math
+
 import numpy as np
 
 from ...ops import PRIMS
+from ...symint import hint, is_sym
 from .rewrite import Builder
 
 
@@ -29,7 +32,8 @@ def _folded(n, ins):
             not all(i.node is not None and i.node.op == "const" for i in ins):
         return None
     scalar = p.kind == "elementwise"
-    if not scalar and sum(_numel(v.shape) for v in ins + [n.out]) > 4096:
+    if not scalar and (sum(_numel(v.shape) for v in ins + [n.out]) > 4096
+                       or any(is_sym(d) for v in ins + [n.out] for d in v.shape)):    # (sizes known at the call)
         return None
     args = [np.full(() if scalar else i.shape, i.node.attrs["value"], i.dtype.np) for i in ins]
     with np.errstate(all="ignore"):
@@ -41,4 +45,4 @@ def _folded(n, ins):
 
 
 def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(map(hint, shape))

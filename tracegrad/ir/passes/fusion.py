@@ -62,7 +62,9 @@ import math
 
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
-from ..kernels import Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, loads, nbytes, postorder, remap, size
+from ...symint import hint, is_sym
+from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, known, loads, postorder,
+                       remap, same_shape, shape_key, size)
 from .columns import order_walks
 from .copies import copy_tree
 from .gathers import index_tree
@@ -80,7 +82,7 @@ class NotAffine(Exception):
 
 def broadcast(tree, shape, to):
     """`tree` (of `shape`) read broadcast to `to` (an elementwise op's operand)."""
-    if tuple(shape) == tuple(to):
+    if same_shape(shape, to):
         return tree
     return remap(tree, lambda st, off: (broadcast_strides(shape, to, st), off))
 
@@ -208,8 +210,9 @@ def fuse(graph, enabled=True, half=False):
         tree = expr[id(v)]
         if isinstance(tree, Load) and tree.buf is v or v in graph.inputs:
             continue
-        if isinstance(tree, Load) and tree.buf not in graph.inputs and not tree.offset and \
-                tuple(tree.strides) == contiguous_strides(v.shape) and nbytes(v) == nbytes(tree.buf):
+        if isinstance(tree, Load) and tree.buf not in graph.inputs and known(tree.offset, 0) and \
+                same_shape(tree.strides, contiguous_strides(v.shape)) and v.dtype.itemsize == tree.buf.dtype.itemsize \
+                and same_shape((math.prod(v.shape),), (math.prod(tree.buf.shape),)):     # (for every size)
             aliases[id(v)] = tree.buf
             continue
         materialize(v)
@@ -245,7 +248,7 @@ def _recompute_limit(v):
     """The ops a shared value may have and still be recomputed by each consumer: more for a row
     statistic (a trailing axis of 1, read broadcast along the row: its expression is invariant in the
     inner loop, which LLVM hoists), so it stays in the row kernel that reads it."""
-    return ROW_RECOMPUTE_LIMIT if len(v.shape) > 1 and v.shape[-1] == 1 else RECOMPUTE_LIMIT
+    return ROW_RECOMPUTE_LIMIT if len(v.shape) > 1 and known(v.shape[-1], 1) else RECOMPUTE_LIMIT
 
 
 def _element_ops(tree, shape):
@@ -257,7 +260,8 @@ def _element_ops(tree, shape):
         if isinstance(t, Op):
             varying[id(t)] = any(varying[id(a)] for a in t.args) or isinstance(t, Gather)
         else:
-            varying[id(t)] = isinstance(t, (Load, Iota)) and all(st for st, n in zip(t.strides, shape) if n > 1)
+            varying[id(t)] = isinstance(t, (Load, Iota)) and all(is_sym(st) or st for st, n in zip(t.strides, shape)
+                                                                 if hint(n) > 1)
     return sum(varying[id(t)] for t in postorder(tree) if isinstance(t, Op))
 
 
@@ -268,14 +272,20 @@ def _const_buffer(v, expr, kernels):
     return expr[id(v)]
 
 
+def _identity(moved, probe):
+    """Whether a view's remap of the contiguous strides `probe` (at offset 0) gave them back: the same
+    expressions (no guard on symbolic sizes)."""
+    return moved is not None and same_shape(moved[0], probe) and known(moved[1], 0)
+
+
 def _move(n, tree):
     """`tree` read through view node n: its loads rewritten by the view's `remap` (no copy). The loads
     of an empty view read at offset 0 (host kernels see them as NumPy views of their buffers)."""
     p, src, v = PRIMS[n.op], n.inputs[0], n.out
-    if 0 in v.shape:      # reads nothing, and its offset may lie past the buffer: a fresh empty array's layout
-        return remap(tree, lambda st, off: (contiguous_strides(v.shape), 0))
+    if any(known(d, 0) for d in v.shape):   # reads nothing, and its offset may lie past the buffer: a fresh empty
+        return remap(tree, lambda st, off: (contiguous_strides(v.shape), 0))    # array's layout
     probe = contiguous_strides(src.shape)
-    if tuple(src.shape) == tuple(v.shape) and p.remap(src.shape, v.shape, probe, 0, **n.attrs) == (list(probe), 0):
+    if same_shape(src.shape, v.shape) and _identity(p.remap(src.shape, v.shape, probe, 0, **n.attrs), probe):
         return tree                           # the identity (an expand or slice to the same shape)
 
     def fn(strides, offset):
@@ -293,12 +303,12 @@ def _row_read(ld, kernel_shape, split, produced):
         return True
     if kind == "acc":                 # a sum over the rows is complete only after the last row
         return False
-    if ld.offset:
+    if not known(ld.offset, 0):      # (symbolic sizes: only what holds for every size)
         return False
     if kind == "reduce":
         nat = contiguous_strides(kernel_shape[:split])
-        return tuple(ld.strides[:split]) == tuple(nat) and not any(ld.strides[split:])
-    return tuple(ld.strides) == contiguous_strides(kernel_shape)
+        return same_shape(ld.strides[:split], nat) and all(known(s, 0) for s in ld.strides[split:])
+    return same_shape(ld.strides, contiguous_strides(kernel_shape))
 
 
 def hoist(kernels):
@@ -310,8 +320,8 @@ def hoist(kernels):
     front, rest = [], []
     for j, k in enumerate(kernels):
         if k.kind == "reduce_acc" and not any(id(ld.buf) in made for ld in k.reads):
-            outs, n = {id(v) for v in k.outputs}, math.prod(k.shape)
-            if any(math.prod(q.shape) > n and outs & {id(ld.buf) for ld in q.reads} for q in kernels[j + 1:]):
+            outs, n = {id(v) for v in k.outputs}, math.prod(map(hint, k.shape))
+            if any(math.prod(map(hint, q.shape)) > n and outs & {id(ld.buf) for ld in q.reads} for q in kernels[j + 1:]):
                 front.append(k)
                 continue
         rest.append(k)
@@ -328,9 +338,9 @@ def gather(kernels):
         j = len(out)
         if k.kind in ("loop", "reduce_acc"):
             reads = {id(ld.buf) for ld in k.reads}
-            while j > 0 and out[j - 1].shape != k.shape and not reads & {id(v) for v in out[j - 1].outputs}:
+            while j > 0 and not same_shape(out[j - 1].shape, k.shape) and not reads & {id(v) for v in out[j - 1].outputs}:
                 j -= 1
-            if j == 0 or out[j - 1].shape != k.shape:
+            if j == 0 or not same_shape(out[j - 1].shape, k.shape):
                 j = len(out)
         out.insert(j, k)
     return out
@@ -349,27 +359,27 @@ def merge_rows(kernels):
                 for v, _ in ph.outputs:
                     produced[id(v)] = "acc"
             continue
-        if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
+        if k.kind == "reduce_acc" and out and out[-1].kind == "reduce_acc" and same_shape(out[-1].shape, k.shape) \
                 and _accumulate_beside(out[-1], k):
             out[-1].phases.extend(k.phases)       # one loop nest accumulates several reductions
             group = None
             continue
-        if k.kind == "loop" and out and out[-1].kind == "reduce_acc" and out[-1].shape == k.shape \
+        if k.kind == "loop" and out and out[-1].kind == "reduce_acc" and same_shape(out[-1].shape, k.shape) \
                 and all(ph.kind == "map" for ph in k.phases) and _same_element(k, out[-1]) \
                 and not out[-1].reads_own_reductions():    # (a map beside it leaves no online walk)
             out[-1].phases.extend(k.phases)       # a map over the same space rides along
             group = None
             continue
-        if k.kind == "reduce_acc" and out and out[-1].kind == "loop" and out[-1].shape == k.shape \
+        if k.kind == "reduce_acc" and out and out[-1].kind == "loop" and same_shape(out[-1].shape, k.shape) \
                 and all(ph.kind == "map" for ph in out[-1].phases) \
-                and all(ld.offset == 0 and tuple(ld.strides) == contiguous_strides(k.shape)
+                and all(known(ld.offset, 0) and same_shape(ld.strides, contiguous_strides(k.shape))
                         for ld in k.reads if ld.buf in out[-1].outputs) and not k.reads_own_reductions():
             prev = out.pop()                      # the reduction reads the map's values where they are made
             k.phases[:0] = prev.phases
             group = None
         row_reduce = k.kind == "loop" and k.phases[0].kind == "reduce"
         k_ops = len(k.ops())
-        can = (group is not None and k.kind == "loop" and k.shape == group.shape
+        can = (group is not None and k.kind == "loop" and same_shape(k.shape, group.shape)
                and (not row_reduce or k.split == group.split) and group.split > 0
                and group_ops + k_ops <= MAX_TREE_OPS and link(k) == link(group)
                and all(_row_read(ld, group.shape, group.split, produced) for ld in k.reads))
@@ -398,7 +408,8 @@ def _same_element(k, acc):
         return True
     full = contiguous_strides(k.shape)
     scalars = all(len(ph.axes) == len(acc.shape) for ph in acc.phases if ph.kind == "reduce")
-    return scalars and all(made[id(ld.buf)] == "map" and not ld.offset and tuple(ld.strides) == full for ld in reads)
+    return scalars and all(made[id(ld.buf)] == "map" and known(ld.offset, 0) and same_shape(ld.strides, full)
+                           for ld in reads)
 
 
 def linked(kernels):
@@ -416,8 +427,8 @@ def linked(kernels):
     for k in kernels:
         if k.kind != "loop":
             continue
-        for b in {id(ld.buf) for ld in k.reads if any(ld.strides)} | {id(v) for v in k.outputs}:
-            other = owner.setdefault((tuple(k.shape), b), id(k))
+        for b in {id(ld.buf) for ld in k.reads if any(is_sym(s) or s for s in ld.strides)} | {id(v) for v in k.outputs}:
+            other = owner.setdefault((shape_key(k.shape), b), id(k))
             parent[find(id(k))] = find(other)
     return lambda k: find(id(k))
 
@@ -452,7 +463,7 @@ def merge_accumulations(kernels):
 def _accumulates_into(acc, rows, after):
     """Whether reduce_acc kernel `acc` (run after row kernel `rows` when `after`, else before it)
     can accumulate inside it."""
-    if acc.kind != "reduce_acc" or rows.kind != "loop" or not rows.split or acc.shape != rows.shape \
+    if acc.kind != "reduce_acc" or rows.kind != "loop" or not rows.split or not same_shape(acc.shape, rows.shape) \
             or acc.reads_own_reductions():            # only an online column walk computes that
         return False
     outer = set(range(rows.split))
@@ -488,7 +499,7 @@ def keep_in_rows(kernels, keep):
             for v, tree in list(ph.outputs) if ph.kind == "map" else ():
                 later = [ld for q in k.phases[pi + 1:] for _, t in q.outputs for ld in loads(t) if ld.buf is v]
                 if id(v) in keep or readers.get(id(v), set()) != {j} or not isinstance(tree, Op) or \
-                        any(ld.offset or tuple(ld.strides) != full for ld in later):
+                        any(not known(ld.offset, 0) or not same_shape(ld.strides, full) for ld in later):
                     continue
                 memo = {}
                 for q in k.phases[pi + 1:]:

@@ -21,7 +21,8 @@ from ... import dtypes as D
 from ...broadcast import broadcast_shapes
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
-from ..kernels import Checked, Const, Gather, Iota, Load, Op, postorder, remap
+from ...symint import as_expr, is_sym
+from ..kernels import Checked, Const, Gather, Iota, Load, Op, known, postorder, remap, same_shape
 
 UNROLL = 8      # picks per output element of a scatter unrolled into a sum of selects
 
@@ -71,7 +72,7 @@ def _unit(ndim, axis):
 def _gather(n, trees):
     x, idx = n.inputs[0], n.inputs[1:]
     axes, out = tuple(n.attrs["axes"]), tuple(n.out.shape)
-    if any(x.shape[a] == 0 for a in axes):       # nothing to pick from: the host kernel raises as eagerly
+    if any(known(x.shape[a], 0) for a in axes):  # nothing to pick from: the host kernel raises as eagerly
         return None
     B = broadcast_shapes(*(i.shape for i in idx))
     bpos, xpos = _placement(len(x.shape), axes, len(B))
@@ -94,12 +95,30 @@ def _gather(n, trees):
 
 
 def _inside(iota, shape, size):
-    """Whether every value of `iota` over `shape` is an index in [0, size)."""
-    if 0 in shape:
+    """Whether every value of `iota` over `shape` is an index in [0, size), for every value of the
+    symbolic sizes (no guard: an unproven one keeps the index check)."""
+    if any(known(m, 0) for m in shape):
         return True
+    if any(is_sym(d) for d in (*shape, *iota.strides, iota.offset, size)):
+        return _inside_always(iota, shape, size)
     lo = iota.offset + sum(min(0, s * (m - 1)) for s, m in zip(iota.strides, shape))
     hi = iota.offset + sum(max(0, s * (m - 1)) for s, m in zip(iota.strides, shape))
     return 0 <= lo and hi < size
+
+
+def _inside_always(iota, shape, size):
+    """_inside where sizes are symbolic: every axis at least 1 long (else there is no index), strides
+    of known signs; lo >= 0 and size - 1 - hi >= 0 over every value of the symbols."""
+    if any(is_sym(s) for s in iota.strides):
+        return False
+    lo, hi = as_expr(iota.offset), as_expr(iota.offset)
+    for s, m in zip(iota.strides, shape):
+        term = as_expr(m - 1) * as_expr(s)
+        lo, hi = (lo + term, hi) if s < 0 else (lo, hi + term)
+    room = as_expr(size) - as_expr(1) - hi
+    names = lo.symbols() | room.symbols()
+    ranges = {n: (1, None) for n in names}
+    return all(e.bounds(ranges)[0] is not None and e.bounds(ranges)[0] >= 0 for e in (lo, room))
 
 
 def through(tree, coords, ndim):
@@ -144,7 +163,7 @@ def through(tree, coords, ndim):
 def _scatter(n, trees):
     g, idx = n.inputs[0], n.inputs[1:]
     axes, shape = tuple(n.attrs["axes"]), tuple(n.attrs["shape"])
-    if 0 in shape or 0 in g.shape:
+    if any(known(d, 0) for d in (*shape, *g.shape)):
         return None
     B = broadcast_shapes(*(i.shape for i in idx))
     bpos, xpos = _placement(len(shape), axes, len(B))
@@ -157,7 +176,7 @@ def _scatter(n, trees):
         else:
             picked.append((a, e))
     free = [b for b in range(len(B)) if b not in covered]
-    if len(picked) != 1 or math.prod(B[b] for b in free) > UNROLL:
+    if len(picked) != 1 or any(is_sym(B[b]) for b in free) or math.prod(B[b] for b in free) > UNROLL:
         return None
     (a, J), ndim = picked[0], len(shape)
     source = {k: ("b", b) for b, k in enumerate(bpos)}
@@ -197,9 +216,9 @@ def _scatter(n, trees):
 
 def _spans(e, B, size):
     """The axis of B along which `e` (a tree over B) is exactly 0, 1, ..., size - 1, or None."""
-    if not isinstance(e, Iota) or e.offset:
+    if not isinstance(e, Iota) or not known(e.offset, 0):
         return None
-    nz = [b for b, s in enumerate(e.strides) if s and B[b] != 1]
-    if len(nz) == 1 and e.strides[nz[0]] == 1 and B[nz[0]] == size:
+    nz = [b for b, s in enumerate(e.strides) if (is_sym(s) or s) and not known(B[b], 1)]
+    if len(nz) == 1 and known(e.strides[nz[0]], 1) and same_shape((B[nz[0]],), (size,)):
         return nz[0]
     return None

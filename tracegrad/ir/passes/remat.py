@@ -20,6 +20,7 @@ and the saved max instead.
 import math
 
 from ...ops import PRIMS
+from ...symint import hint, same_shape
 from ..graph import Graph
 from .copies import fusible
 
@@ -59,7 +60,7 @@ def _online_exp(v):
 
 
 def _nbytes(v):
-    return math.prod(v.shape) * v.dtype.itemsize
+    return math.prod(map(hint, v.shape)) * v.dtype.itemsize      # (an estimate: symbolic sizes at their hints)
 
 
 def rematerialize(fwd, bwd, first_saved, n_cotangents):
@@ -107,7 +108,7 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
                 return False
             for n in users[id(u)]:
                 if n.op != "sum":
-                    if not (_cheap(n) and PRIMS[n.op].kind == "elementwise") or n.out.shape != h.shape:
+                    if not (_cheap(n) and PRIMS[n.op].kind == "elementwise") or not same_shape(n.out.shape, h.shape):
                         return False
                     stack.append(n.out)
         return True
@@ -118,7 +119,7 @@ def rematerialize(fwd, bwd, first_saved, n_cotangents):
         acc, heavy = [], []
         count = frontier(v, acc, set(), 0)
         read = sum(_nbytes(f) for f in acc if id(f) not in saved_ids)
-        full = [h for h in heavy if 2 * math.prod(h.shape) >= math.prod(v.shape)    # per element, not per row
+        full = [h for h in heavy if 2 * _nbytes(h) // h.dtype.itemsize >= _nbytes(v) // v.dtype.itemsize  # per element
                 and not (_online_exp(h) and only_summed(h))]
         cheap_enough = not full or _nbytes(v) <= HEAVY_RECOMPUTE_BYTES
         plan[id(v)] = acc if count <= MAX_RECOMPUTE_OPS and read <= 2 * _nbytes(v) and cheap_enough else None

@@ -46,7 +46,10 @@ import math
 
 from ... import scalar as S
 from ...scalar import head
-from ..kernels import Schedule, applies, contiguous_strides, loads, nbytes
+from ...symint import hint, is_sym
+from ..layout import memory_order, unit_axis
+from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes
+from .sized import generic, pin, strategy
 
 MIXED_TILE = 32      # the same, where other heavy reads walk a reduced axis with unit stride (mixed)
 ONLINE_LIMIT = 16384  # kept-axis elements times reductions of an online walk's vectors (online_columns)
@@ -60,20 +63,40 @@ TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled abov
 
 
 def schedule(kernels):
-    """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them."""
-    for k in kernels:
-        if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
-            k.schedule = sch
-        elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
-            k.schedule = choose(k)
-            if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
-                k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
-        if k.kind == "loop" and k.split and k.schedule is None:
-            pairs = online_pairs(k)
-            groups = walks(k, pairs)
-            if pairs or groups:
-                k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs, walks=groups)
+    """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them. A kernel
+    with symbolic sizes whose best schedule, chosen on its hints, is not `generic` is pinned (sized.py),
+    else split (online columns) or run in natural order."""
+    for j in reversed(range(len(kernels))):
+        _schedule(k := kernels[j])
+        if k.schedule is not None and k.symbolic() and not generic(k.schedule):
+            pinned = pin(k, strategy(k.schedule))
+            if pinned is not None:
+                kernels[j] = pinned
+                _schedule(pinned)
+            elif k.kind == "reduce_acc" and k.schedule.online:    # maxima, then the sums that read them
+                kernels[j:j + 1] = k.online_apart()
+            else:
+                k.schedule = None
+                _walks(k)
     return kernels
+
+
+def _walks(k):
+    if k.kind == "loop" and k.split and k.schedule is None:
+        pairs = online_pairs(k)
+        groups = walks(k, pairs)
+        if pairs or groups:
+            k.schedule = Schedule([(d, 0) for d in range(len(k.shape))], online=pairs, walks=groups)
+
+
+def _schedule(k):
+    if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
+        k.schedule = sch
+    elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
+        k.schedule = choose(k)
+        if k.kind == "loop" and k.schedule is not None and k.schedule.across is not None and k.accumulated():
+            k.schedule = None           # the across lowerings keep no sums over the rows; natural order does
+    _walks(k)
 
 
 def walks(k, pairs=()):
@@ -169,6 +192,7 @@ def online_columns(k):
     blocks of 1 MiB against tiles of 256 columns in blocks of 64 KiB, (2048, 1000) 2.2 against 3.9
     ms, (2000, 2048) 4.9 against 7.7, (256, 16384) 5.4 against 6.3; tiles of half a row 3.6 ms for
     (2048, 1000); its two walks before (max, then the sum of exp) 2.6 ms."""
+    k = hinted(k)                   # heuristics on the hints: they change speed only
     n = len(k.shape)
     if k.kind != "reduce_acc" or n < 2 or 0 in k.shape or any(ph.kind != "reduce" for ph in k.phases):
         return None
@@ -226,7 +250,7 @@ def operands(k):
 def read_bytes(shape, ld):
     """The bytes load ld reads over a space of `shape`: its buffer's, or fewer for a view of part of
     it (a slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
-    walked = math.prod(n for n, s in zip(shape, ld.strides) if s) * ld.dtype.itemsize
+    walked = math.prod(hint(n) for n, s in zip(shape, ld.strides) if is_sym(s) or s) * ld.dtype.itemsize
     return min(nbytes(ld.buf), walked)
 
 
@@ -294,20 +318,6 @@ def _unit_along(k, a, b):
     return tuple(out[:TRANSPOSED])
 
 
-def unit_axis(shape, strides):
-    """The axis an operand walks fastest: the smallest nonzero |stride| among axes longer than 1."""
-    best = None
-    for d, (n, s) in enumerate(zip(shape, strides)):
-        if n > 1 and s and (best is None or abs(s) <= abs(strides[best])):
-            best = d
-    return best
-
-
-def memory_order(shape, strides):
-    """Axes by |stride| of one operand, largest first (ties and broadcast axes keep logical order)."""
-    return sorted(range(len(shape)), key=lambda d: (-abs(strides[d]) if shape[d] > 1 else 0, d))
-
-
 def transposed(k, a, b):
     """The loads of map kernel k, tiled over a and b, to read a tile at a time with unit-stride
     vectors along a and transpose in registers (Schedule.transposed): those with stride 1 along a and
@@ -359,6 +369,7 @@ def settle(kernels, streamed):
 
 def choose(k):
     """The Schedule of one kernel, or None when natural order already walks memory in order."""
+    k = hinted(k)                   # heuristics on the hints: they change speed only
     ops = [(b, st) for b, st in operands(k) if unit_axis(k.shape, st) is not None]
     if not ops:
         return None
@@ -421,6 +432,7 @@ def columns_first(shape, axes, tree):
     online column walk (online_columns). A total over all axes is permuted into the memory order its
     heavy reads agree on (the loss of such a softmax then joins the kernel over x's space that
     writes dx). Else None."""
+    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
     reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
@@ -456,6 +468,7 @@ def rows_first(shape, axes, tree):
     as an accumulation over tiles (CPU time, a loaded machine), 2.5 ms as mixed rows, (x * z).sum(1)
     1.6 ms. A kept axis between reduced ones in memory (a batch norm's sum over (0, 2, 3)) stays an
     accumulation: as rows, (256, 16, 8, 8) took 3x."""
+    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):

@@ -5,11 +5,16 @@ constant condition, and (A @ B)^T as B^T @ A^T when the product is used only tra
 product then comes out in the layout its consumer reads; the operand transposes are free views)."""
 import math
 
+from ...symint import is_sym, same_shape
 from .rewrite import Builder
 
 
 def _const(v):
-    return v.node.attrs["value"] if v.node is not None and v.node.op == "const" else None
+    """A constant node's value; None for others and for a symbolic size (a mean's count B*T: no rule
+    decides on it, which would record a guard)."""
+    if v.node is None or v.node.op != "const" or is_sym(v.node.attrs["value"]):
+        return None
+    return v.node.attrs["value"]
 
 
 def simplify(graph):
@@ -108,10 +113,10 @@ def _visit_copy(b, n, ins):
 
 def _visit_reshape(b, n, ins):              # to the same shape; of a reshape
     src = ins[0]
-    if src.shape == n.out.shape:
+    if same_shape(src.shape, n.out.shape):
         return src
     if src.node is not None and src.node.op == "reshape":
-        if src.node.inputs[0].shape == n.out.shape:
+        if same_shape(src.node.inputs[0].shape, n.out.shape):
             return src.node.inputs[0]
         return b.emit("reshape", [src.node.inputs[0]], n.attrs, n.out.shape, n.out.dtype, n.loc)
     return None
