@@ -5,7 +5,7 @@ import sys
 import threading
 import warnings
 
-from .symint import hints, same_shape, same_size
+from .symint import hints, is_size, same_shape, same_size
 
 
 class BroadcastError(ValueError, RuntimeError):
@@ -55,7 +55,7 @@ def in_package(filename):
 def _check(shape):
     shape = tuple(shape)
     for s in shape:
-        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+        if not is_size(s) or s < 0:
             raise TypeError(f"shape {shape} must be a sequence of non-negative ints")
     return shape
 

@@ -1,6 +1,8 @@
 """Which dtypes exist, how they map to NumPy, and how they promote (PyTorch's rules)."""
 import numpy as np
 
+from .symint import is_size
+
 
 class DType:
     """A tensor element type: `tg.float32`, ... Compares equal to itself only."""
@@ -94,7 +96,7 @@ def scalar_dtype(v):
     """The dtype a Python scalar stands for when it is the only operand of its kind."""
     if isinstance(v, (bool, np.bool_)):
         return bool_
-    if isinstance(v, (int, np.integer)):
+    if isinstance(v, (int, np.integer)) or is_size(v):      # a SymInt too
         return int64
     return default_float
 

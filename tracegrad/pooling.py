@@ -124,7 +124,7 @@ def avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, 
 def _adaptive_axis(x, axis, size):
     """Sums over PyTorch's adaptive windows along one axis: [floor(i*n/size), ceil((i+1)*n/size)),
     and their lengths; windows of unequal length gather the longest and mask the rest."""
-    n = x.shape[axis]
+    n = int(x.shape[axis])      # the windows are numbers: a symbolic size pinned
     start = np.arange(size) * n // size
     end = -(-(np.arange(1, size + 1) * n) // size)
     longest = int((end - start).max())

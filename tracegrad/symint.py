@@ -1,12 +1,14 @@
 """Symbolic sizes: an int that records every decision made on it (imports only symexpr.py, a leaf).
 
-A `SymInt` is an `int` whose value is the hint (the size seen when traced) and whose `expr` is an integer
-polynomial over symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the
-hints and, unless it holds for every value in the symbols' ranges, recorded as a guard in the active
-`ShapeEnv`. Concretizing (`int()`, `float()`, `hash()`, a number format) specializes: it records
-`sym == hint`. C code that reads the int directly (range(), NumPy shapes) sees the hint with no guard, so
-code that must stay general reads sizes through this module (its callers pin such a size with int()).
+A `SymInt` is a size with a hint (the size seen when traced) and an `expr`, an integer polynomial over
+symbol names (`B*T+1`). Arithmetic keeps the expression; a comparison is decided on the hints and, unless it
+holds for every value in the symbols' ranges, recorded as a guard in the active `ShapeEnv`. Concretizing
+(`int()`, `float()`, `hash()`, `__index__`: range(n), [0] * n, NumPy shapes, "%d") specializes: it records
+`sym == hint`. A SymInt is NOT an `int` subclass (as torch's), so no C code reads its value unguarded; code
+that accepts sizes tests `is_size(d)`, and code that wants the number for speed only reads `hint(d)`.
 """
+import math
+import numbers
 import operator
 import threading
 
@@ -14,7 +16,17 @@ from .symexpr import Expr, parse_expr
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
-           "parse_expr", "as_expr"]
+           "parse_expr", "as_expr", "is_size", "as_size"]
+
+
+def as_size(d):
+    """`d` as a size: a SymInt as it is, any other integer as an int (TypeError if it is none)."""
+    return d if isinstance(d, SymInt) else operator.index(d)
+
+
+def is_size(d):
+    """Whether `d` is an integer usable as a size or an index: an int (not a bool), a NumPy integer, a SymInt."""
+    return isinstance(d, (SymInt, numbers.Integral)) and not isinstance(d, bool)
 
 
 def as_expr(d):
@@ -31,10 +43,21 @@ def _make(expr, hint_value):
 def _arith(op, reflected=False):
     """A SymInt method applying `op` (+ - *) to the expressions and to the hints."""
     def method(self, other):
-        if not isinstance(other, int):
-            return NotImplemented
         a, b = (other, self) if reflected else (self, other)
+        if isinstance(other, float):            # a float result: the size's value, specialized
+            return op(float(a), float(b))
+        if not is_size(other):
+            return NotImplemented
         return _make(op(as_expr(a), as_expr(b)), op(hint(a), hint(b)))
+    return method
+
+
+def _on_int(op, reflected=False):
+    """A SymInt method applying `op` to its specialized value (a guard sym == hint)."""
+    def method(self, other):
+        if not is_size(other):
+            return NotImplemented
+        return op(int(other), int(self)) if reflected else op(int(self), int(other))
     return method
 
 
@@ -42,16 +65,15 @@ def _comparison(op):
     return lambda self, other: _compare(self, other, op)
 
 
-class SymInt(int):
-    """A size: an int valued at its hint, carrying the polynomial `expr` over symbol names."""
+class SymInt:
+    """A size: the polynomial `expr` over symbol names and its value at the traced sizes (the hint)."""
+    __slots__ = ("expr", "_hint")
 
-    def __new__(cls, expr, hint_value):
-        self = int.__new__(cls, hint_value)
-        self.expr = expr
-        return self
+    def __init__(self, expr, hint_value):
+        self.expr, self._hint = expr, int(hint_value)
 
     def __reduce__(self):
-        return (SymInt, (self.expr, int.__int__(self)))
+        return (SymInt, (self.expr, self._hint))
 
     # arithmetic: the expression and the hint alike
     __add__, __radd__ = _arith(operator.add), _arith(operator.add, True)
@@ -71,27 +93,33 @@ class SymInt(int):
         return _divide(self, o, False)
 
     def __rfloordiv__(self, o):
-        return _divide(o, self, False) if isinstance(o, int) else NotImplemented
+        return _divide(o, self, False) if is_size(o) else NotImplemented
 
     def __mod__(self, o):
         return _divide(self, o, True)
 
     def __rmod__(self, o):
-        return _divide(o, self, True) if isinstance(o, int) else NotImplemented
+        return _divide(o, self, True) if is_size(o) else NotImplemented
+
+    def __divmod__(self, o):
+        return self // o, self % o
 
     def __truediv__(self, o):
-        return float(self) / o
+        return float(self) / o if isinstance(o, (numbers.Number, SymInt)) else NotImplemented
 
     def __rtruediv__(self, o):
-        return o / float(self)
+        return o / float(self) if isinstance(o, numbers.Number) else NotImplemented
 
     def __pow__(self, o):
-        if isinstance(o, int) and not isinstance(o, SymInt) and o >= 0:
+        if isinstance(o, numbers.Integral) and o >= 0:
             out = Expr.const(1)
             for _ in range(o):
                 out = out * self.expr
             return _make(out, hint(self) ** o)
-        return int(self) ** o
+        return int(self) ** o if isinstance(o, (numbers.Number, SymInt)) else NotImplemented
+
+    def __rpow__(self, o):
+        return o ** int(self) if isinstance(o, numbers.Number) else NotImplemented
 
     # comparisons: decided on the hints, recorded as guards unless provable
     __eq__, __ne__, __lt__ = _comparison("=="), _comparison("!="), _comparison("<")
@@ -104,10 +132,25 @@ class SymInt(int):
     def __int__(self):
         return _specialize(self)
 
-    __index__ = __int__
+    def __index__(self):
+        return _specialize(self)
+
     __trunc__ = __int__
     __floor__ = __int__
     __ceil__ = __int__
+
+    # bitwise operators and bit_length: on the number, specialized
+    __and__, __rand__ = _on_int(operator.and_), _on_int(operator.and_, True)
+    __or__, __ror__ = _on_int(operator.or_), _on_int(operator.or_, True)
+    __xor__, __rxor__ = _on_int(operator.xor), _on_int(operator.xor, True)
+    __lshift__, __rlshift__ = _on_int(operator.lshift), _on_int(operator.lshift, True)
+    __rshift__, __rrshift__ = _on_int(operator.rshift), _on_int(operator.rshift, True)
+
+    def __invert__(self):
+        return ~int(self)
+
+    def bit_length(self):
+        return int(self).bit_length()
 
     def __round__(self, ndigits=None):
         return _specialize(self)
@@ -129,7 +172,7 @@ class SymInt(int):
 
 def hint(d):
     """The plain int value of a size (its hint for a SymInt); no guard recorded."""
-    return int.__int__(d) if isinstance(d, SymInt) else int(d)
+    return d._hint if isinstance(d, SymInt) else int(d)
 
 
 def is_sym(d):
@@ -182,7 +225,7 @@ def same_shape(a, b):
 def hints(x):
     """A size, shape or attribute (tuples and lists item by item) with each SymInt as its hint."""
     if isinstance(x, SymInt):
-        return int.__int__(x)
+        return x._hint
     if type(x) in (tuple, list):
         return type(x)(hints(a) for a in x)
     if type(x) is dict:
@@ -197,14 +240,20 @@ def _specialize(s):
 
 
 def _divide(a, b, mod):
-    ea, eb = as_expr(a), as_expr(b)
+    env = active()
+    ea, eb = (e if env is None else env.simplify(e) for e in (as_expr(a), as_expr(b)))   # B*T // 2*B with T == 6
     if hint(b) == 0:
         raise ZeroDivisionError("integer division or modulo by zero")
-    if not isinstance(b, SymInt) and b < 0:
-        return int(a) % b if mod else int(a) // b
+    if not isinstance(b, SymInt) and int(b) < 0:         # a // -c == -a // c, a % -c == -(-a % c)
+        r = _divide(-a, -int(b), mod)
+        return -r if mod else r
     q = ea.exact_div(eb)
     if q is not None and (not isinstance(b, SymInt) or b > 0):
         return 0 if mod else _make(q, hint(a) // hint(b))
+    if isinstance(b, SymInt) and 0 <= hint(a) < hint(b) and a >= 0 and a < b:     # guards: roll(2) of B rows
+        return a if mod else 0
+    if isinstance(b, SymInt) and -hint(b) < hint(a) < 0 and a < 0 and a + b > 0:   # roll(-1): -1 % B == B-1
+        return a + b if mod else -1
     a, b = (int(a) if isinstance(a, SymInt) else a), (int(b) if isinstance(b, SymInt) else b)
     return a % b if mod else a // b
 
@@ -215,9 +264,13 @@ _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _compare(a, b, op):
-    if not isinstance(b, int):
-        if isinstance(b, float):
-            return _OPS[op](float(a) - b)
+    if isinstance(b, float) and math.isfinite(b):     # an int against a float: the int bound it means
+        if b != math.floor(b) and op in ("==", "!="):
+            return op == "!="
+        b = math.floor(b) if op in (">", "<=") else math.ceil(b)
+    elif isinstance(b, float):
+        return _OPS[op](0.0 - b) if not math.isnan(b) else op == "!="      # +-inf, nan: whatever the size
+    if not is_size(b):
         return NotImplemented
     ea, eb = as_expr(a), as_expr(b)
     answer = _OPS[op](hint(a) - hint(b))
@@ -234,7 +287,8 @@ def _provable(diff, op, ranges):
     if op == "==":
         return False
     if op == "!=":
-        return (lo is not None and lo > 0) or (hi is not None and hi < 0)
+        step = math.gcd(*(c for m, c in diff.terms if m))      # 2*B - 1 is odd: never 0
+        return (lo is not None and lo > 0) or (hi is not None and hi < 0) or diff.constant() % step != 0
     if op in (">", ">="):
         return lo is not None and _OPS[op](lo)
     return hi is not None and _OPS[op](hi)

@@ -4,6 +4,7 @@ import math
 
 from ..broadcast import broadcast_shapes
 from ..ops import bind
+from ..symint import is_size
 from ..tensor.base import _ArgError
 from ..tensor.dispatch import _float_operand, _named
 from ..tensor.functions import where
@@ -28,7 +29,7 @@ def erf(x):
 
 @_float32_for_half
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    if isinstance(normalized_shape, int):
+    if is_size(normalized_shape):
         normalized_shape = (normalized_shape,)
     normalized_shape = tuple(normalized_shape)
     k = len(normalized_shape)

@@ -36,7 +36,7 @@ def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=Non
     n = math.prod(x._shape[a] for a in axis)
     m = x.mean(axis, keepdims=True)
     d = x - (m + (x - m).mean(axis, keepdims=True))
-    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / float(max(n - ddof, 0)),
+    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / max(n - ddof, 0),   # B: no pin
                   "VarBackward")
 
 

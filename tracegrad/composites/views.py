@@ -3,6 +3,7 @@ index_select, tril, triu, masked_fill."""
 from .. import dtypes as D
 from ..broadcast import broadcast_shapes
 from ..ops import _norm_axis, normalize_axes
+from ..symint import as_size, is_size
 from ..tensor.base import _ArgError, TensorBase
 from ..tensor.dispatch import _named
 from ..tensor.factories import arange
@@ -18,7 +19,7 @@ def split(x, split_size_or_sections, dim=0):
     a = _norm_axis(dim, x.ndim)
     n = x._shape[a]
     if isinstance(split_size_or_sections, (list, tuple)):
-        sizes = [int(s) for s in split_size_or_sections]
+        sizes = [as_size(s) for s in split_size_or_sections]
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                f"at dimension {a}), but got split_sizes={sizes}")
@@ -62,8 +63,8 @@ def roll(x, shifts, dims=None):
     """Elements shifted by `shifts` along `dims`, wrapping around; no dims: over the flattened tensor."""
     if dims is None:
         return _named(roll(x.reshape(-1), shifts, 0).reshape(x.shape), "RollBackward")
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    shifts = (shifts,) if is_size(shifts) else tuple(shifts)
+    dims = (dims,) if is_size(dims) else tuple(dims)
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
     out = x
@@ -80,7 +81,7 @@ def roll(x, shifts, dims=None):
 
 def repeat(x, sizes):
     """x tiled sizes[i] times along each axis (extra leading sizes add axes), as Tensor.repeat."""
-    sizes = tuple(int(s) for s in sizes)
+    sizes = tuple(as_size(s) for s in sizes)
     if len(sizes) < x.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
                            "of tensor")

@@ -52,9 +52,9 @@ def compile(fn=None, *, backend=None, fuse=True, check=False, cache_size=CACHE_S
       one traces again, with the reason in retrace_reasons (`guard B != 1 failed (B = 1)`); sizes 0
       and 1 are never assumed away. `stats()["dynamic"]` lists each symbolic trace's symbols and guards.
       A size read inside the function (`n = x.shape[0]`) is then a symbolic int: arithmetic, comparisons,
-      reshape/view/arange/slicing/zeros keep it symbolic; int(n), float(n) and len(x) pin it (a guard
-      n == its value). Python's range(n), [0] * n and NumPy read an int's value directly, with no guard:
-      write range(int(n)) (pinned, recorded), or use tensor ops.
+      reshape/view/arange/slicing/zeros/eye/tg.tensor([n, 2]) keep it symbolic; whatever needs its number
+      pins it (a guard n == its value): int(n), float(n), hash(n), len(x), range(n), [0] * n, NumPy
+      shapes, "%d" % n, slicing a list (a SymInt is no int subclass, as torch's: no read is unguarded).
 
     The compiled function f has f.ir(*args, stage="traced"|"forward"|"backward"|"kernels"|"llvm"|"cuda"),
     f.draw(*args, stage=...) (a picture), f.profile(*args, plot=None) (time, bytes and rates per

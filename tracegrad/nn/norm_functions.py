@@ -5,6 +5,7 @@ import math
 import warnings
 
 from ..autograd import no_grad
+from ..symint import is_sym
 from ..tensor import _named, rand
 from ..tensor import where as _where
 
@@ -60,7 +61,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if running_mean is not None:
             update_running(running_mean, mean.reshape(c), momentum)
         if running_var is not None:
-            update_running(running_var, var.reshape(c) * (n / (n - 1)), momentum)
+            update_running(running_var, var.reshape(c) * n / (n - 1) if is_sym(n) else var.reshape(c) * (n / (n - 1)),
+                           momentum)          # a symbolic count: graph constants, no pin
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError("batch_norm: running_mean and running_var must be given when training=False")

@@ -15,14 +15,14 @@ from ..backends.cuda import eager as cuda_eager
 from ..backends.cuda import memory
 from .. import core, modes
 from ..autograd import Node
-from ..symint import is_sym
+from ..symint import SymInt, as_size, is_size
 from ..device import CPU, mismatch_error
 from ..modes import _thread
 from ..ops import PRIMS
 from .base import _EAGER, TensorBase, TraceError, new
 
 _P = PRIMS
-_SCALARS = (numbers.Number, np.bool_, np.number)
+_SCALARS = (numbers.Number, np.bool_, np.number, SymInt)     # a symbolic size is an int operand
 
 
 def dispatch(p, inputs, attrs, device=None):
@@ -324,10 +324,6 @@ def _keep_kw(keepdims, keepdim):
     return bool(keepdim) if keepdim is not None else bool(keepdims)
 
 
-def _is_int(i):
-    return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
-
-
 def _shape_arg(args, what="shape"):
     """Accept f(2, 3), f((2, 3)) and f([2, 3]); validate the sizes."""
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
@@ -336,9 +332,9 @@ def _shape_arg(args, what="shape"):
     for s in args:
         if isinstance(s, TensorBase) and s.numel() == 1 and not s.dtype.is_floating_point:
             s = int(s.item())
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+        if not is_size(s):
             raise TypeError(f"{what} must be a sequence of ints, got {args!r}")
-        out.append(s if is_sym(s) else int(s))
+        out.append(as_size(s))
     return tuple(out)
 
 

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..symint import is_sym
+from ..symint import is_size, is_sym
 
 from .. import dtypes as D
 from .. import ops
@@ -14,7 +14,8 @@ from .. import modes
 from .base import TensorBase, _ArgError, new
 from ..backends.cuda import memory
 from ..backends.cuda.gpu import require
-from .dispatch import _P, _SCALARS, _is_int, _shape_arg, dispatch
+from .dispatch import _P, _SCALARS, _shape_arg, dispatch
+from .functions import stack
 
 _rng = ops.RNG
 
@@ -44,6 +45,13 @@ def _filled(shape, fill, dtype, dev, requires_grad):
     if requires_grad:
         t.requires_grad = True
     return t
+
+
+def _of_sizes(arr, dtype, device, requires_grad):
+    """tg.tensor of a nested list holding symbolic sizes: each element a graph constant (no pin)."""
+    dt = dtype or (D.int64 if all(map(is_size, arr.flat)) else D.default_float)
+    flat = stack([tensor(v, dtype=dt, device=device) for v in arr.flat]).reshape(arr.shape)
+    return flat.requires_grad_(requires_grad) if requires_grad else flat
 
 
 def _alloc(shape, fill, dtype, dev):
@@ -92,6 +100,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         except ValueError as e:
             raise ValueError(f"tg.tensor(): data is ragged or malformed (every row must have the same length): "
                              f"{e}") from None
+        if arr.dtype == object and any(map(is_sym, arr.flat)):   # tg.tensor([x.shape[0], 2]) while traced
+            return _of_sizes(arr, dtype, device, requires_grad)
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"tg.tensor() expects numbers, nested lists of numbers or an array, got data of type "
                             f"{type(data).__name__} (NumPy kind {arr.dtype})")
@@ -149,7 +159,7 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    shape = _sizes((size,) if is_size(size) else tuple(size))
     if not isinstance(fill_value, _SCALARS):
         raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
     dt, dev = _factory_args(dtype, device, D.scalar_dtype(fill_value))
@@ -187,7 +197,7 @@ def legacy_tensor(args, device=None, dtype=None):
     dtype = dtype or D.default_float
     if not args:
         return empty(0, dtype=dtype, device=device)
-    if len(args) == 1 and not _is_int(args[0]):
+    if len(args) == 1 and not is_size(args[0]):
         return tensor(args[0], dtype=dtype, device=device)
     return zeros(*args, dtype=dtype, device=device)
 
@@ -200,7 +210,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
             raise TypeError(f"arange expects numbers, got {v!r}")
     if step == 0:
         raise ValueError("arange: step must be nonzero")
-    all_int = all(_is_int(v) for v in (start, end, step))
+    all_int = all(is_size(v) for v in (start, end, step))
     dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
     if any(map(is_sym, (start, end, step))) and all_int and not is_sym(step):   # arange(B) while traced
         n = (end - start + step - (1 if step > 0 else -1)) // step
@@ -221,6 +231,9 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dt, dev = _factory_args(dtype, device, D.default_float)
     _sizes((n,) if m is None else (n, m))
+    if is_sym(n) or is_sym(m):          # symbolic sizes (traced): ones where two iotas meet, no NumPy pin
+        t = (arange(n, device=dev).unsqueeze(1) == arange(n if m is None else m, device=dev).unsqueeze(0)).to(dt)
+        return t.requires_grad_(requires_grad)
     return _make(np.eye(n, m, dtype=dt.np), dt, dev, requires_grad)
 
 
@@ -255,7 +268,7 @@ def randint(low, high=None, size=(), dtype=None, device=None):
     low, high = int(low), int(high)
     if low >= high:
         raise ValueError(f"randint: low ({low}) must be below high ({high})")
-    shape = _sizes((size,) if _is_int(size) else tuple(size))
+    shape = _sizes((size,) if is_size(size) else tuple(size))
     return dispatch(_P["randint"], (), {"low": low, "high": high, "shape": shape, "dtype": dt}, dev)
 
 

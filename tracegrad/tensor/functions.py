@@ -1,6 +1,7 @@
 """Operations over several tensors: matmul (and mm, bmm, mv, dot), where, cat, stack."""
 from .. import dtypes as D
 from .. import ops
+from ..symint import hints
 from .base import TensorBase, _ArgError
 from .dispatch import _P, _axis_kw, check_fits, _named, _operands, _promote, dispatch
 
@@ -126,9 +127,9 @@ def cat(tensors, axis=None, *, dim=None):
 
 def stack(tensors, axis=None, *, dim=None):
     tensors = _tensor_list(tensors, "stack", "stack expects a non-empty TensorList")
-    shapes = {t.shape for t in tensors}
-    if len(shapes) > 1:
-        raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {sorted(shapes)}")
+    if any(t.shape != tensors[0].shape for t in tensors[1:]):    # guards on symbolic sizes (no hash: no pin)
+        shapes = sorted({hints(t.shape) for t in tensors})
+        raise RuntimeError(f"stack expects each tensor to be equal size, but got shapes {shapes}")
     axis = _axis_kw(axis, dim)
     axis = ops._norm_axis(0 if axis is None else axis, tensors[0].ndim + 1)
     return _named(cat([t.unsqueeze(axis) for t in tensors], axis), "StackBackward")

@@ -8,9 +8,9 @@ from .. import dtypes as D
 from ..broadcast import broadcast_shapes
 from ..device import mismatch_error
 from ..modes import interpreter, is_grad_enabled, no_grad
-from ..symint import same_shape, slice_bounds, slice_length
+from ..symint import is_size, same_shape, slice_bounds, slice_length
 from .base import TensorBase, new, shares_memory
-from .dispatch import _P, _SCALARS, _is_int, _named, dispatch
+from .dispatch import _P, _SCALARS, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
 from .functions import where
 from .inplace import inplace, positions, replaced, write
@@ -47,7 +47,7 @@ def _parse_index(x, index):
             if t._dtype.is_floating_point:
                 raise IndexError("tensors used as indices must be long, int or bool tensors")
             items.append(t)
-        elif i is None or i is Ellipsis or isinstance(i, slice) or _is_int(i):
+        elif i is None or i is Ellipsis or isinstance(i, slice) or is_size(i):
             items.append(i)
         elif isinstance(i, (bool, np.bool_)):
             items.append(None if i else _EMPTY_AXIS)  # x[True] adds an axis, x[False] an empty one, as in NumPy
@@ -86,7 +86,7 @@ def _getitem(x, index, wrap=True):
             label = "UnsqueezeBackward"
             continue
         size = x._shape[dim]
-        if _is_int(i):   # PyTorch selects integer indices first, also beside tensor indices (NumPy does not)
+        if is_size(i):   # PyTorch selects integer indices first, also beside tensor indices (NumPy does not)
             label = "SelectBackward"
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")

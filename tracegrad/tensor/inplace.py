@@ -65,7 +65,7 @@ def _inplace_on_view(self, compute, others, recording):
 
 def _with_view_replaced(base, ops, new):
     """`base` with the elements the view `ops` selects replaced by `new` (differentiable in both)."""
-    pos = np.arange(base.numel()).reshape(base._shape)
+    pos = np.arange(int(base.numel())).reshape(tuple(map(int, base._shape)))   # numbers: symbolic sizes pinned
     for p, attrs in ops:                 # which element of the base each element of the view is
         pos = p.impl(pos, **attrs)
     return replaced(base, pos.reshape(-1), new)
@@ -102,6 +102,7 @@ def _box(shape, flat):
     compares positions, never an array of the whole tensor."""
     if not flat.size or not shape:
         return None
+    shape = tuple(map(int, shape))      # positions are numbers: symbolic sizes pinned
     box = []
     for c in np.unravel_index(flat, shape):
         rises = np.diff(c)
