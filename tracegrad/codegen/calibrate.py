@@ -45,7 +45,7 @@ def measure():
 
 def derive(facts):
     """{threshold: value} from `facts` (machine.py clamps them to their ranges)."""
-    l1, l2, llc = facts["l1d"], facts["l2"], facts["llc"]
+    l1, l2 = facts["l1d"], facts["l2"]
     work = GAIN * facts["wake_ns"] / max(facts["element_ns"], 1e-3)
     return {
         "parallel_min_work": 1 << 62 if facts["threads"] < 2 else 1 << max(0, round(math.log2(max(work, 1)))),

@@ -16,7 +16,7 @@ results). A strategy that needs a size compiled in is chosen on symbolic kernels
 ir/passes/sized.py's `pin`, which records the guards `S == hint` and substitutes the hints.
 """
 from ..ir.kernels import Tiles
-from ..symint import evaluate, free_symbols, hint, is_sym
+from ..symint import evaluate, free_symbols, is_sym
 
 NAME = "sizes"       # a kernel body's i64 array argument of the call's symbol values
 

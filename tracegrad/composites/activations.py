@@ -9,7 +9,7 @@ from ..tensor.base import _ArgError
 from ..tensor.dispatch import _float_operand, _named
 from ..tensor.functions import where
 from .losses import _softplus
-from .reductions import _float32_for_half, norm, var
+from .reductions import _float32_for_half, norm
 
 
 def gelu(x, approximate="none"):
