@@ -64,10 +64,17 @@ TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled abov
 
 def schedule(kernels):
     """Set `schedule` on every loop and reduce_acc kernel of `kernels` (in place); returns them. A kernel
-    with symbolic sizes whose best schedule, chosen on its hints, is not `generic` is pinned (sized.py),
-    else split (online columns) or run in natural order."""
+    with symbolic sizes whose best schedule, chosen on its hints, is not `generic` keeps its tiles without
+    register transposes where that is generic (tile counts at the call: no size compiled in, so a batch
+    that changes never retraces; a transposing map runs ~2.4x slower than with register tiles), else is
+    pinned (sized.py), else split (online columns) or run in natural order."""
     for j in reversed(range(len(kernels))):
         _schedule(k := kernels[j])
+        sch = k.schedule
+        if sch is not None and sch.transposed and k.symbolic() and not generic(sch):
+            plain = Schedule(sch.levels, sch.across, sch.map_levels, sch.online, sch.walks, sch.rows)
+            if generic(plain):
+                k.schedule = plain
         if k.schedule is not None and k.symbolic() and not generic(k.schedule):
             pinned = pin(k, strategy(k.schedule))
             if pinned is not None:
