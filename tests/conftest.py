@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, settings
 import background
 
 os.environ.setdefault("TRACEGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="tracegrad-test-cache-"))
-# the documented thresholds (codegen/machine.py), not this machine's: the same kernels on every machine
+# the documented thresholds (backends/cpu/machine.py), not this machine's: the same kernels on every machine
 os.environ.setdefault("TRACEGRAD_CALIBRATION", "off")
 # no example fails for its time on a busy machine (tests/test_wall_clock.py): a test's own settings() keep these
 settings.register_profile("tracegrad", deadline=None, suppress_health_check=[HealthCheck.too_slow])

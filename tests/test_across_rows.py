@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import machine
+from tracegrad.backends.cpu import machine
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_ACROSS_EXAMPLES", "20"))
 

@@ -5,7 +5,7 @@ import pytest
 
 from tracegrad.__main__ import _builds
 from tracegrad.bench import builds
-from tracegrad.codegen import engine
+from tracegrad.backends.cpu import engine
 
 X86 = "x86_64" in engine.llvm.get_default_triple()
 

@@ -1,4 +1,4 @@
-"""Buffer planning (codegen/buffers.py): intermediates share memory only when their lives do not
+"""Buffer planning (lowering/buffers.py): intermediates share memory only when their lives do not
 overlap, and a compiled program holds far less than all of its intermediates."""
 import types
 
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad import dtypes
-from tracegrad.codegen import buffers
-from tracegrad.codegen.runtime import Program
+from tracegrad.lowering import buffers
+from tracegrad.backends.cpu.runtime import Program
 from tracegrad.ir.graph import Value
 from tracegrad.ir.kernels import Load
 

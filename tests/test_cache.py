@@ -1,4 +1,4 @@
-"""The disk cache of compiled code (SPEC §5, codegen/cache.py): a new process skips LLVM, corrupt
+"""The disk cache of compiled code (SPEC §5, lowering/cache.py): a new process skips LLVM, corrupt
 entries are rebuilt with one warning, concurrent writers leave valid entries, the key follows
 the IR text, the target and the versions, and the size cap prunes least recently used entries."""
 import hashlib
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import cache, engine
+from tracegrad.backends.cpu import engine
+from tracegrad.lowering import cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import tracegrad as tg
     import tracegrad.nn.functional as F
-    from tracegrad.codegen import engine
+    from tracegrad.backends.cpu import engine
 
     calls = []
     real = engine.optimize
@@ -232,7 +233,7 @@ def test_bad_cache_size_setting_is_a_clear_error(monkeypatch):
 
 CHURN = textwrap.dedent("""
     import hashlib, random, sys, warnings
-    from tracegrad.codegen import cache
+    from tracegrad.lowering import cache
     warnings.simplefilter("error")           # a corrupt entry would warn: make it fail
     seed = int(sys.argv[1])
     rng = random.Random(seed)

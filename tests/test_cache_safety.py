@@ -1,4 +1,4 @@
-"""The disk cache runs code, so it is private and prunes only its own files (codegen/cache.py): a
+"""The disk cache runs code, so it is private and prunes only its own files (lowering/cache.py): a
 directory or entry of another user, or writable by group or others, is never loaded (one warning
 names it; the code is compiled without the cache), an entry planted with a computable checksum fails
 its HMAC, files that tracegrad did not write survive every prune, failed writes leave no temporary
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import cache, engine
+from tracegrad.backends.cpu import engine
+from tracegrad.lowering import cache
 from tracegrad.backends.cuda import compile as build
 
 OTHER_UID = 54321

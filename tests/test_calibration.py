@@ -1,4 +1,4 @@
-"""The machine-dependent thresholds (codegen/machine.py, calibrate.py): measured values within their
+"""The machine-dependent thresholds (backends/cpu/machine.py, calibrate.py): measured values within their
 ranges, cached and read back by a second process without measuring, a corrupt, foreign or oversized
 file ignored and measured again, hand-set values checked, the disk cache key changed by a threshold
 that shapes code, and compiled programs equal to eager under the smallest and largest legal
@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import calibrate, engine, machine
+from tracegrad.backends.cpu import calibrate, engine, machine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT_ONLY = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="os.chown needs root")
@@ -67,7 +67,7 @@ def test_derived_values_follow_the_facts():
     _within(big)
 
 
-CHILD = ("import json, tracegrad; from tracegrad.codegen import machine; v, f, now = machine.calibrated(); "
+CHILD = ("import json, tracegrad; from tracegrad.backends.cpu import machine; v, f, now = machine.calibrated(); "
          "print(json.dumps([v, now]))")
 
 

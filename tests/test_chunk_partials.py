@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import regions
+from tracegrad.backends.cpu import regions
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Axes every operand walks as one merge into one loop before lowering (codegen/coalesce.py): the
+"""Axes every operand walks as one merge into one loop before lowering (backends/cpu/coalesce.py): the
 loop bounds in `stage="llvm"`, the kernels' text unchanged, and compiled == interpret == eager on
 generated maps, reductions and row kernels over broadcast, sliced and permuted operands of
 several ranks, with gradients.
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen.coalesce import coalesce, scale
+from tracegrad.backends.cpu.coalesce import coalesce, scale
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_COALESCE_EXAMPLES", "25"))
 RNG = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Per-column values computed once per call (codegen/hoist.py): a kernel walked row by row that reads
+"""Per-column values computed once per call (backends/cpu/hoist.py): a kernel walked row by row that reads
 costly values constant along its rows (log(s_j) of a log-softmax over dim 0, a column norm, a
 channels-last normalization's 1 / sqrt(var_c + eps)) reads them from a stack array filled before the
 rows. Which subtrees are hoisted, and compiled == NumPy (float64 oracle) == interpret, with
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import hoist, llvm
+from tracegrad.backends.cpu import hoist, llvm
 from tracegrad.ir.kernels import Op, postorder
 
 RNG = np.random.default_rng(11)

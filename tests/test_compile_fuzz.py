@@ -265,7 +265,7 @@ def test_llvm_matches_interpret_and_eager(prog, seed, dtype, threaded):
     """Odd sizes (1, 3, 17, 1023), empty tensors, float32 and float64: the llvm backend agrees with the
     interpret backend and with eager, in values and in gradients. `threaded` splits every kernel
     across the thread pool, however small."""
-    from tracegrad.codegen import machine
+    from tracegrad.backends.cpu import machine
     with machine.override(**({"parallel_min_work": 1} if threaded else {})):
         _llvm_vs_interpret_vs_eager(prog, seed, dtype)
 

@@ -1,4 +1,4 @@
-"""TRACEGRAD_CPU: code built for another CPU than the host (codegen/host.py). x86-64-v3 code has no
+"""TRACEGRAD_CPU: code built for another CPU than the host (backends/cpu/host.py). x86-64-v3 code has no
 AVX-512 instruction and computes what native code computes; the target is part of the disk cache
 key; an unknown CPU or feature is a clear error."""
 import os
@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.codegen import engine, host
+from tracegrad.backends.cpu import engine, host
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "6"))
 AVX2_BUILDS = ["x86-64-v3", "+avx2,+fma,-avx512f"]

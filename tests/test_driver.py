@@ -1,4 +1,4 @@
-"""The native driver (codegen/driver.py): matrix products through NumPy's BLAS from native code, runs
+"""The native driver (backends/cpu/driver.py): matrix products through NumPy's BLAS from native code, runs
 of kernels as one native segment, host kernels between segments; compiled == NumPy / interpret."""
 import re
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import driver
+from tracegrad.backends.cpu import driver
 from threads import run_threads
 
 

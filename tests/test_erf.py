@@ -1,4 +1,4 @@
-"""erf in the math library (codegen/mathlib: f32._erf_f32, f64._erf_f64): branch-free straight-line
+"""erf in the math library (backends/cpu/mathlib: f32._erf_f32, f64._erf_f64): branch-free straight-line
 routines whose loops vectorize, within 1 ulp of the correctly rounded value in float32 (every float32
 around the pieces' seams, the clamp and the denormals; math.erf in float64 rounded once as the
 reference) and float64 (mpmath at 40 digits), odd bit for bit, special values; the coefficients are
@@ -13,7 +13,7 @@ import pytest
 from test_mathlib import Jit, ulp_distance
 
 import tracegrad as tg
-from tracegrad.codegen.mathlib import builder, f32, f64, fit
+from tracegrad.backends.cpu.mathlib import builder, f32, f64, fit
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import engine
+from tracegrad.backends.cpu import engine
 from tracegrad.jit import entry as entry_mod
 
 

@@ -1,4 +1,4 @@
-"""Matrix products at BLAS's rate (codegen/gemm.py, ops/matmul.py): batch axes folded into one large
+"""Matrix products at BLAS's rate (backends/cpu/gemm.py, ops/matmul.py): batch axes folded into one large
 call where memory allows, a linear layer's weight gradient as one product over the folded batch;
 compiled == NumPy for every layout, gradients == central differences in float64."""
 import ctypes
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import driver
-from tracegrad.codegen.gemm import NO_TRANS, TRANS, fold_rows
+from tracegrad.backends.cpu import driver
+from tracegrad.backends.cpu.gemm import NO_TRANS, TRANS, fold_rows
 
 
 def close(got, want, dtype):

@@ -172,7 +172,7 @@ def test_identity_checks_come_from_the_generated_guards():
                           st.booleans()), max_size=6))
 def test_all_writeable_answers_as_the_flags(specs):
     """True only when every item is a writeable np.ndarray (a subclass: False, the caller asks Python)."""
-    from tracegrad.codegen.native_call import writeable_check
+    from tracegrad.backends.cpu.native_call import writeable_check
     arrays = []
     for kind, writeable in specs:
         base = np.zeros((4, 6), np.float32)
@@ -185,7 +185,7 @@ def test_all_writeable_answers_as_the_flags(specs):
 
 
 def test_dict_version_tags_see_every_change():
-    from tracegrad.codegen.native_call import versions_check
+    from tracegrad.backends.cpu.native_call import versions_check
     d, e = {"a": 1, "b": 2}, {}
     if versions_check([d]) is None:      # used on CPython 3.11 and 3.12 only (native_call.py)
         assert sys.implementation.name != "cpython" or sys.version_info[:2] not in ((3, 11), (3, 12))

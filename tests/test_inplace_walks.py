@@ -1,6 +1,6 @@
 """An input updated in place inside a row kernel whose phases run in walks (Schedule.walks: a later
 phase may run in an earlier walk over the row). Writing the update straight into the input's
-memory (codegen/slots.py inplace_slots) is safe only if every phase that reads the input runs
+memory (lowering/slots.py inplace_slots) is safe only if every phase that reads the input runs
 before the write in the order the phases actually run; fuzzing found log_softmax(x) followed by
 x.data.mul_(0.5) returning the log_softmax of the halved x. Generated programs: a row computation
 of x (and w), then an in-place update of x, compiled (llvm) against eager, values and gradients.

@@ -1,4 +1,4 @@
-"""Accuracy, special values and vectorization of tracegrad.codegen.mathlib.
+"""Accuracy, special values and vectorization of tracegrad.backends.cpu.mathlib.
 
 Each routine is inlined into a loop kernel `void @k_<name>_<ty>(ptr in, [ptr in2,] ptr out, i64 n)`,
 optimized at -O3 for the host CPU with llvmlite's new pass manager, JIT-compiled with MCJIT and
@@ -19,7 +19,7 @@ import pytest
 
 llvm = pytest.importorskip("llvmlite.binding")
 
-from tracegrad.codegen import mathlib  # noqa: E402
+from tracegrad.backends.cpu import mathlib  # noqa: E402
 
 DENSE = os.environ.get("TRACEGRAD_MATHLIB_DENSE", "") == "1"
 STRIDE = 97 if DENSE else 2147            # float32 bit-pattern stride: ~44M / ~2M values
@@ -281,7 +281,7 @@ def test_f32_tanh_dense_at_its_seams(jit):
 def test_f32_tanh_coefficients_are_the_fit():
     """f32._TANH_H is what fit.py derives: h(r) = (e^(2r) - 1)/2 = r + r^2 P(r) within 1.6e-8
     relative on the reduced range (float64 check), and a refit lands within a few float32 ulps."""
-    from tracegrad.codegen.mathlib import f32, fit
+    from tracegrad.backends.cpu.mathlib import f32, fit
     r = np.linspace(-math.log(2) / 4, math.log(2) / 4, 100_001)
     r = r[r != 0]
     h = np.expm1(2 * r) / 2

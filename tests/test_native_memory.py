@@ -102,7 +102,7 @@ def test_products_with_empty_sizes_match_numpy_and_stay_in_their_memory(batch, m
 
 
 def test_blas_plans_that_would_leave_their_buffers_are_refused():
-    from tracegrad.codegen import driver
+    from tracegrad.backends.cpu import driver
     kernel = _product_kernel((2, 3, 4), (2, 4, 5))      # b batched too: the batch stays a loop (gemm.fold_rows)
     plan = driver.gemm_plan(kernel)
     assert plan is not None and plan["batch"] == (2,)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import tracegrad as tg
 import tracegrad.nn.functional as F
 from tracegrad import scalar as S
-from tracegrad.codegen.machine import FIELDS
+from tracegrad.backends.cpu.machine import FIELDS
 from tracegrad.ir.kernels import Const, Kernel, Load, Op, Phase
 from tracegrad.ir.passes.schedule import online_pairs
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 import tracegrad.jit.joined as joined
-from tracegrad.codegen import regions
+from tracegrad.backends.cpu import regions
 from test_column_walks import _layout, log_softmax0, logsumexp0, softmax0      # the column walks' own
 
 

@@ -72,7 +72,7 @@ def test_rows_past_one_online_block_with_the_maximum_late(n, dtype):
        bump=st.floats(0, 1))
 def test_a_value_read_by_two_kernels_is_one_value(row, chain, last, n, extra, dtype, seed, bump):
     """Rows of more than one online block (2048 elements) with the maximum late in the row: a block
-    kept in scratch at a stale shift is recomputed, not rescaled (codegen/online.py)."""
+    kept in scratch at a stale shift is recomputed, not rescaled (backends/cpu/online.py)."""
     a = np.random.default_rng(seed).standard_normal((1, n) + extra)
     a[0, int(bump * (n - 1))] += 4.0
     x = tg.tensor(a.astype(dtype))

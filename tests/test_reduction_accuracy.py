@@ -1,4 +1,4 @@
-"""Compiled float sums are at least as accurate as NumPy's pairwise sums (codegen/reductions.py: blocked
+"""Compiled float sums are at least as accurate as NumPy's pairwise sums (backends/cpu/reductions.py: blocked
 partial sums joined in float64; float64 block sums joined pairwise), whatever the length, the
 memory order (transposed views) or the split across threads. The exceptions: float64 sums over
 leading axes into an output array add in order (NumPy does too, unless the axis is contiguous), and
@@ -15,8 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen.llvm import OUTER_BLOCK
-from tracegrad.codegen.reductions import BLOCK
+from tracegrad.backends.cpu.llvm import OUTER_BLOCK
+from tracegrad.backends.cpu.reductions import BLOCK
 
 EPS = {np.float32: float(np.finfo(np.float32).eps), np.float64: float(np.finfo(np.float64).eps)}
 

@@ -1,4 +1,4 @@
-"""Parallel regions (codegen/regions.py): kernels split over the thread pool run inside a native
+"""Parallel regions (backends/cpu/regions.py): kernels split over the thread pool run inside a native
 segment, so a program of loops, split kernels and matrix products is one native call. Checked
 against eager and the interpret backend on programs mixing split and small kernels (odd sizes,
 hypothesis), across thread counts (bit-identical), in a forked child, and on the error paths (bad
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import hangs
 import tracegrad as tg
-from tracegrad.codegen import gemm, machine, regions, threads
+from tracegrad.backends.cpu import gemm, machine, regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_AT = 4096       # element-ops: kernels of these tests' sizes split, their small ones do not
@@ -152,7 +152,7 @@ FORK = """
     import os, signal, sys
     import numpy as np
     import tracegrad as tg
-    from tracegrad.codegen import regions, threads
+    from tracegrad.backends.cpu import regions, threads
     os.environ["TRACEGRAD_THRESHOLDS"] = "parallel_min_work=4096"
     threads.Judge.parallel = lambda self: True          # every region on the workers
     x = tg.from_numpy(np.random.default_rng(0).standard_normal((513, 129)).astype(np.float32))

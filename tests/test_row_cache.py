@@ -1,4 +1,4 @@
-"""The LLVM row kernel's scratch buffers (codegen/rowcache.py): a value a later phase reads again is
+"""The LLVM row kernel's scratch buffers (backends/cpu/rowcache.py): a value a later phase reads again is
 kept in a row-sized stack buffer, and every such buffer is written before any phase reads it, also
 when the phase that keeps a value reaches it only through another value an earlier phase kept (the
 backward of exp(z - amax(z)) * |b| summed: the bug gave b.grad = nan). Checked on the emitted LLVM

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.ir.passes import schedule
-from tracegrad.codegen.machine import FIELDS
+from tracegrad.backends.cpu.machine import FIELDS
 from tracegrad.ir.passes.schedule import MIXED_TILE
 
 TILE = FIELDS["tile"].default        # TRACEGRAD_CALIBRATION=off (conftest.py)
@@ -222,7 +222,7 @@ def test_reductions_of_two_views_in_different_layouts_match_numpy_and_interpret(
 
 def test_mixed_reductions_transpose_the_operand_along_the_reduced_axis_in_registers():
     """Above REGS_MIN bytes moved, the operand that walks the innermost reduced axis with unit stride
-    (z) is read a tile at a time and transposed in registers (codegen/transpose.py)."""
+    (z) is read a tile at a time and transposed in registers (backends/cpu/transpose.py)."""
     x, z = RNG.standard_normal((45, 37)).astype(np.float32), RNG.standard_normal((37, 45)).astype(np.float32)
     (line,) = kernel_lines(lambda x, z: (x.T * z).sum(1), x, z)
     assert "transpose=" not in line, line                                       # in cache: gathers

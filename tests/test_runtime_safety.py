@@ -12,7 +12,7 @@ import pytest
 
 import hangs
 import tracegrad as tg
-from tracegrad.codegen import threads
+from tracegrad.backends.cpu import threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +40,7 @@ FORK_WHILE_BUSY = """
             big(x), small(x)
 
     def compile_new():          # new LLVM modules in a loop: holds llvmlite's lock often
-        from tracegrad.codegen.engine import compile_module
+        from tracegrad.backends.cpu.engine import compile_module
         c = 0
         while not stop:
             c += 1
@@ -129,7 +129,7 @@ def test_workers_and_calling_thread_alone_give_the_same_bits(split_everything, m
 
 def test_a_worker_that_never_runs_costs_nothing_but_its_chunks(split_everything):
     """Workers that the OS does not schedule (here: never woken) leave their chunks to the caller."""
-    from tracegrad.codegen.engine import compile_module
+    from tracegrad.backends.cpu.engine import compile_module
     pool = threads.Pool(3)
     noop = compile_module("define i32 @noop(ptr %sem) {\n  ret i32 0\n}")
     pool.words[threads._WAKE] = noop.address("noop")            # sleeping workers are never woken
@@ -202,7 +202,7 @@ class _Always:
 @pytest.mark.parametrize("n", [1, 2, 5])
 def test_pool_runs_every_chunk_exactly_once(n):
     """Many jobs of many chunks: each chunk's slice written once (a lost or doubled chunk shows)."""
-    from tracegrad.codegen.engine import compile_module
+    from tracegrad.backends.cpu.engine import compile_module
     eng = compile_module("""
 define void @inc(ptr %table, i64 %lo, i64 %hi) {
 entry:

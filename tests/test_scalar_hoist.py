@@ -1,5 +1,5 @@
 """Values constant along every loop axis of a kernel (0-d loads, constants, their transcendentals: Adam's
-1 - beta ** step) computed once per call before the loops (codegen/hoist.py, hoisted(kernel,
+1 - beta ** step) computed once per call before the loops (backends/cpu/hoist.py, hoisted(kernel,
 len(shape))), whatever the kernel's strategy: each strategy's kernel hoists them, and generated
 elementwise trees mixing 0-d and full operands give compiled == interpret == eager, values and
 gradients, under every strategy."""
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import hoist, llvm
+from tracegrad.backends.cpu import hoist, llvm
 
 RNG = np.random.default_rng(5)
 X = RNG.standard_normal((40, 24)).astype(np.float32)

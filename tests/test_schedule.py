@@ -15,7 +15,7 @@ import tracegrad as tg
 from tracegrad import scalar as S
 from tracegrad.ir.passes import schedule
 from tracegrad.ir.kernels import Kernel, Load, Phase, Schedule
-from tracegrad.codegen.machine import FIELDS
+from tracegrad.backends.cpu.machine import FIELDS
 from tracegrad.ir.passes.schedule import ROWS_LIMIT, choose
 
 TILE, ACROSS_TILE = FIELDS["tile"].default, FIELDS["across_tile"].default     # calibration off (conftest.py)

@@ -1,4 +1,4 @@
-"""The generated straight-line paths (codegen/straight.py: a program's run; jit/callgen.py: an
+"""The generated straight-line paths (backends/cpu/straight.py: a program's run; jit/callgen.py: an
 entry's call and its backward's apply) do what the general methods do, for generated functions:
 any number of inputs and outputs, a tensor argument used twice, arguments that need no gradient,
 outputs that are tuples or dicts, layouts that need a contiguous copy; and they are the path a
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen.runtime import Program
+from tracegrad.backends.cpu.runtime import Program
 from tracegrad.jit.entry import Entry
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "8"))
@@ -163,7 +163,7 @@ def test_native_segment_call_is_a_builtin_and_matches_ctypes(monkeypatch):
     behind (it returns None with the reference it owes)."""
     import sys
     import types
-    from tracegrad.codegen import native_call
+    from tracegrad.backends.cpu import native_call
 
     f = tg.compile(lambda a: (a.exp() * 2.0).sum(dim=0))
     a = tg.randn(6, 4)

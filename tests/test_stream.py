@@ -1,4 +1,4 @@
-"""Streaming (non-temporal) stores of large outputs written once (codegen/stream.py): which outputs
+"""Streaming (non-temporal) stores of large outputs written once (backends/cpu/stream.py): which outputs
 stream (read from the LLVM text), the marking of the optimized IR, and values: compiled == the
 `interpret` backend == NumPy on odd sizes (vector tails, rows whose length is not a whole number of
 vectors), unaligned input views, transposed views, row kernels (softmax, layer norm and its
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import machine, stream
+from tracegrad.backends.cpu import machine, stream
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "12"))
 RNG = np.random.default_rng(5)

@@ -1,5 +1,5 @@
 """Non-temporal stores write whole lines only: a function streams its widest vector stores through a
-streamed pointer and no narrower one (codegen/stream.py's mark), so no cache line is written partly
+streamed pointer and no narrower one (backends/cpu/stream.py's mark), so no cache line is written partly
 non-temporally and partly through the cache."""
 import re
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.codegen import stream
+from tracegrad.backends.cpu import stream
 
 EPILOGUE = """define internal void @k_body(ptr noalias align 64 %stream0, i64 %lo, i64 %hi) {
 entry:

@@ -1,4 +1,4 @@
-"""Kernels that take their sizes at the call (codegen/sizes.py): a function compiled with symbolic sizes
+"""Kernels that take their sizes at the call (backends/cpu/sizes.py): a function compiled with symbolic sizes
 (dynamic=True) builds its LLVM module once, and later calls with other sizes, 0 and 1 among them, run the
 same machine code: compiled == eager == the interpret backend over generated size sequences, for maps,
 row, column and full reductions, matrix products (batched too), reshapes over B*T, slices of T-1, and a
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import build
+from tracegrad.backends.cpu import build
 from tracegrad.ir.kernels import Kernel, Load, Phase
 from tracegrad.ir.passes.schedule import schedule
 from tracegrad.ops import PRIMS
@@ -142,8 +142,8 @@ def test_symbolic_kernel_ir_and_no_guards():
     """A kernel over [B, T] lowered with symbolic sizes reads them from its sizes array (no size is a
     literal of the IR) and records no guard; its loads keep the symbolic strides."""
     from tracegrad import dtypes as D
-    from tracegrad.codegen.llvm import ModuleBuilder
-    from tracegrad.codegen.sizes import Symbols
+    from tracegrad.backends.cpu.llvm import ModuleBuilder
+    from tracegrad.backends.cpu.sizes import Symbols
     from tracegrad.ir.graph import Graph
     env = ShapeEnv()
     with using(env):

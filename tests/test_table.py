@@ -10,10 +10,10 @@ import pytest
 
 import tracegrad as tg
 from tracegrad import core, scalar
-from tracegrad.codegen import mathlib
-from tracegrad.codegen import scalar as llvm_scalar
+from tracegrad.backends.cpu import mathlib
+from tracegrad.backends.cpu import scalar as llvm_scalar
 from tracegrad.backends.cuda.emit import expr as cuda_expr
-from tracegrad.codegen.scalar import Emitter
+from tracegrad.backends.cpu.scalar import Emitter
 from tracegrad.ops import PRIMS, bind
 
 ROOT = pathlib.Path(tg.__file__).parent

@@ -1,7 +1,7 @@
 """Compiled training steps (backend llvm) against eager: a small net (Linear, activation, LayerNorm,
 dropout in training mode, Linear), mse loss, SGD with momentum or Adam, several calls. The layer
 norm backward is one row kernel whose later phases reload values an earlier phase kept in the row's
-scratch buffer (codegen/rowcache.py); a value reached only through another kept value was never
+scratch buffer (backends/cpu/rowcache.py); a value reached only through another kept value was never
 written, and the weight and bias gradients of the norm read garbage (NaN after the first step).
 
 TRACEGRAD_TRAIN_STEP_EXAMPLES raises the hypothesis example count (default 8, for CI)."""

@@ -1,4 +1,4 @@
-"""Transposing maps read through register-transposed tiles (Schedule.transposed, codegen/transpose.py):
+"""Transposing maps read through register-transposed tiles (Schedule.transposed, backends/cpu/transpose.py):
 which operands the schedule transposes (read from `stage="kernels"`), the fallbacks, and compiled ==
 interpret == eager on transposed, permuted, strided and broadcast operands of odd sizes (whole
 tiles and the cut edge), both float dtypes, with gradients.
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.codegen import machine
+from tracegrad.backends.cpu import machine
 from tracegrad.ir.passes import schedule
 from tracegrad.ir.passes.schedule import TRANSPOSED
 

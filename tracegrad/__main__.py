@@ -25,7 +25,7 @@ DUMP_STAGES = "traced,forward,backward,kernels"
 def _bench(args):
     """The bench once per --cpu build (each name checked before any runs), else once as it is;
     `--cpu a,b`: one table with a compiled column per build, each build in a process of its own."""
-    from .codegen import host
+    from .backends.cpu import host
     builds = [c for spec in args.cpu or [] for c in _builds(spec)]
     if builds and (len(args.cpu) > 1 or args.eager or args.plot):
         print("tracegrad bench --cpu: give several builds as one comma-separated list of CPU names, without "
@@ -121,7 +121,7 @@ def _fuzz(args):
 
 
 def _calibrate(args):
-    from .codegen import machine
+    from .backends.cpu import machine
     try:
         print(machine.describe(remeasure=not args.show))
     except ValueError as e:

@@ -5,7 +5,7 @@ A lowering is typed data, not text: `Arg`s (the operands), `Lit`s (numbers) and 
 vocabulary function `Fn` built with Python's operators and calls (`a + b`, `exp(a - b)`,
 `where(ne(b, b), b, a * log(b))`). Each `Fn` declares its arity, its cost class ("cheap": a few
 instructions; "transcendental": a math-library polynomial) and how the targets compute it:
-`routine`, the name of its float32 and float64 math-library routines (codegen/mathlib: `_<routine>_f32`
+`routine`, the name of its float32 and float64 math-library routines (backends/cpu/mathlib: `_<routine>_f32`
 and `_<routine>_f64`; None for the inline functions every generator writes itself), `cuda`, its
 numba.cuda name (`math.<cuda>`; None: written inline, a `_fn_<name>` of backends/cuda/emit/expr.py), and `host`, the NumPy (or scalar) function
 the cuda simulator stands in with. The LLVM and cuda expression lowerings walk these trees; the
@@ -177,7 +177,7 @@ floor, ceil, trunc = fn("floor", 1, "cheap"), fn("ceil", 1, "cheap"), fn("trunc"
 sqrt = fn("sqrt", 1, "cheap", routine="sqrt", cuda="sqrt", host=np.sqrt)     # one instruction
 sigmoid = fn("sigmoid", 1, "transcendental", routine="sigmoid")          # numba.cuda: inline (expr.py)
 
-# the math library's: a float32 and a float64 routine each (codegen/mathlib), math.<cuda> on the GPU
+# the math library's: a float32 and a float64 routine each (backends/cpu/mathlib), math.<cuda> on the GPU
 exp = fn("exp", 1, "transcendental", routine="exp", cuda="exp", host=np.exp)
 log = fn("log", 1, "transcendental", routine="log", cuda="log", host=np.log)
 tanh = fn("tanh", 1, "transcendental", routine="tanh", cuda="tanh", host=np.tanh)

@@ -240,7 +240,7 @@ def blas_info():
 
 def target():
     """The CPU tracegrad's compiled code is built for (TRACEGRAD_CPU, bench --cpu)."""
-    from ..codegen import host
+    from ..backends.cpu import host
     t = host.current()
     return f"{t.spec} (LLVM CPU {t.cpu}, {t.vector_bytes}-byte vectors)"
 

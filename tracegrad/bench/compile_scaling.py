@@ -16,8 +16,8 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 import tracegrad as tg
-import tracegrad.codegen
-from tracegrad.codegen import engine
+import tracegrad.backends.cpu
+from tracegrad.backends.cpu import engine
 
 llvm = [0.0]
 real = engine.optimize, engine.Engine.__init__

@@ -50,7 +50,7 @@ def bandwidth(nbytes, rounds=ROUNDS):
     """{way: GB/s} moving `nbytes` per call: the copy and the triad on tracegrad's threads, NumPy's copy."""
     import numba
 
-    from ..codegen.threads import threads
+    from ..backends.cpu.threads import threads
     numba.set_num_threads(min(threads(), numba.config.NUMBA_NUM_THREADS))
     copy, triad = _kernels()
     n2, n3 = max(1, nbytes // 8), max(1, nbytes // 12)          # float32: copy moves 8 B, triad 12 B an element
@@ -68,7 +68,7 @@ def floor_setup(floor_bytes, threaded=True):
     tools, timed in their rounds."""
     import numba
 
-    from ..codegen.threads import threads
+    from ..backends.cpu.threads import threads
     n = floor_bytes // 8
     src, dst = np.ones(n, np.float32), np.zeros(n, np.float32)
     if not threaded:

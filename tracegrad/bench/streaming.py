@@ -2,7 +2,7 @@
 and a NumPy reduction reading the output right after it (a consumer that would find a normally
 stored output in cache if it stayed there). The inputs are evicted between rounds (as a large input
 of a real step would be). The size from which streaming wins both together is the rule of
-codegen/stream.py's stream_min_bytes (codegen/machine.py).
+backends/cpu/stream.py's stream_min_bytes (backends/cpu/machine.py).
 
     python -m tracegrad.bench.streaming [MiB ...]
 """
@@ -15,7 +15,7 @@ import numpy as np
 def measure(mib, rounds=15):
     """{"normal"|"stream": (median map seconds, median read seconds)} for an output of `mib` MiB."""
     import tracegrad as tg
-    from tracegrad.codegen import machine
+    from tracegrad.backends.cpu import machine
     n = int(mib * (1 << 20)) // 4
     x = tg.from_numpy(np.random.default_rng(0).standard_normal(n).astype(np.float32))
     fns = {}

@@ -272,7 +272,7 @@ def main(argv=None):
             print(f"{prog.name:22s}{prog.what}")
         return 0
     import tracegrad as tg
-    from ..codegen.threads import threads
+    from ..backends.cpu.threads import threads
     selected = [find(n) for n in args.programs.split(",")] if args.programs else PROGRAMS
     columns = available_columns({s.strip() for s in args.skip.split(",") if s.strip()})
     repeats = args.repeats or (5 if args.quick else 9)

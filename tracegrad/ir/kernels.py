@@ -14,13 +14,13 @@ their input buffers. Nothing here depends on a target or on the primitive table.
 import math
 
 from ..scalar import head
-from ..strides import contiguous_strides  # noqa: F401  (the kernel IR's row-major strides; codegen imports it here)
+from ..strides import contiguous_strides  # noqa: F401  (the kernel IR's row-major strides; backends import it here)
 from ..symint import hint, is_sym, same_size
 
 
 class Tiles:
     """ceil(n / tile) for a symbolic size n: a tiled loop's trip count, known at the call (its int is
-    the hint's; codegen/sizes.py computes it from the call's sizes)."""
+    the hint's; backends/cpu/sizes.py computes it from the call's sizes)."""
     __slots__ = ("n", "tile")
 
     def __init__(self, n, tile):
@@ -99,7 +99,7 @@ def applies(t, fn):
 class Checked(Op):
     """An integer index into axis `dim` of size `size` of a gathered buffer: its value, plus `size`
     when negative (unless `wrap` is False: then negative is out of range); a value outside [-size, size) reads element 0 instead and makes the call raise
-    IndexError as eager indexing does (the target records it, codegen/scalar.py)."""
+    IndexError as eager indexing does (the target records it, backends/cpu/scalar.py)."""
     __slots__ = ("size", "dim", "wrap")
 
     def __init__(self, index, size, dim, dtype, wrap=True):
@@ -246,7 +246,7 @@ class Schedule:
     `transposed`: (a map kernel tiled as a transpose, levels ending (b, T), (a, T'), (a, 0), (b, 0)
     with b its outputs' unit-stride axis) the Loads that walk a with unit stride: a target may read
     each whole tile of them with unit-stride vectors and transpose it in registers, so that the
-    element loops read it along b (codegen/transpose.py); reading them in place gives the same values.
+    element loops read it along b (backends/cpu/transpose.py); reading them in place gives the same values.
     With `across` (a mixed kernel, schedule.mixed): the Loads that walk the innermost reduced axis (the
     level before the last) with unit stride, read a tile at a time and transposed so that the element
     loops read them along `across`."""
@@ -421,7 +421,7 @@ def nbytes(v):
 
 def pinned(kernel, fn):
     """`kernel` with every size it reads (its space, its reads' strides and offsets, gathers' strides, index
-    checks' sizes, size-valued constants) mapped by fn (codegen/sizes.py's `pin`: a symbolic size to its hint)."""
+    checks' sizes, size-valued constants) mapped by fn (backends/cpu/sizes.py's `pin`: a symbolic size to its hint)."""
     memo = {}
     phases = [Phase(ph.kind, [(v, pinned_tree(t, fn, memo)) for v, t in ph.outputs], ph.op, ph.axes, ph.lower, ph.cost)
               for ph in kernel.phases]

@@ -23,7 +23,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..autograd import _Mode, _into_grad
-from ..codegen.native_call import writeable_check
+from ..backends.cpu.native_call import writeable_check
 from ..pytree import unflatten
 from ..tensor import Tensor
 from ..tensor.factories import _implicit_gradient

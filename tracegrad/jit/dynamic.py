@@ -196,7 +196,7 @@ class SymbolicEntry:
 
     def _stages_for(self, sizes):
         """The finished stages for one set of sizes. On the CPU (llvm) the symbolic graphs are lowered
-        once, into programs that take the sizes at each call (codegen/sizes.py): every set of sizes
+        once, into programs that take the sizes at each call (backends/cpu/sizes.py): every set of sizes
         shares them, with no LLVM work; a strategy that needs a size compiled in records its guard in
         this entry's ShapeEnv. Other backends compile the graphs instantiated for the sizes."""
         if self.stages.backend != "llvm":

@@ -27,7 +27,7 @@ def stage_text(entry, stage, source=False, optimized=False):
         if entry.llvm_text is None:
             raise ValueError(f"stage 'llvm' needs backend='llvm'; {entry.name} uses {entry.backend!r}")
         if optimized:
-            from ..codegen.engine import optimize
+            from ..backends.cpu.engine import optimize
             return str(optimize(entry.llvm_text))
         return entry.llvm_text
     if stage == "cuda":

@@ -123,7 +123,7 @@ def lower(graphs, backend, device, fuse, inplace):
     logs.lap("schedule")
     text, disk_hit = None, False
     if backend == "llvm":
-        from ..codegen import build_programs
+        from ..backends.cpu import build_programs
         programs, text, engine = build_programs(graphs, fused, inplace)
         disk_hit = engine.disk_hit
     else:

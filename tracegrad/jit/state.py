@@ -11,7 +11,7 @@ import operator
 import types
 from itertools import chain
 
-from ..codegen.native_call import versions_check
+from ..backends.cpu.native_call import versions_check
 from ..pytree import object_state
 from ..tensor import Tensor
 from .free_vars import free_objects
@@ -87,7 +87,7 @@ def watched(walk):
 class Watch:
     """Whether watched holders still hold what they held, attributes the same objects, and arrays
     their bytes: dicts by their version tags where the interpreter's can be trusted
-    (codegen/native_call.versions_check: 263 dicts of a 64-layer model and its Adam in 0.3 us),
+    (backends/cpu/native_call.versions_check: 263 dicts of a 64-layer model and its Adam in 0.3 us),
     lists, classes' and the other dicts item by item, by identity (1438 items: 50 us)."""
 
     def __init__(self, containers, attrs=(), arrays=()):

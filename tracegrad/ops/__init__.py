@@ -19,7 +19,7 @@ its scalar lowering (an expression over tracegrad/scalar.py's vocabulary), lower
 fusion, remat, the runtime and the code generators pick it up from there, and tests/test_table.py
 checks its fields and compiles its lowering against its NumPy implementation for every dtype it
 declares. A lowering that calls a new math function also needs that function declared (scalar.fn)
-and its two routines in codegen/mathlib/ (f32.py, f64.py). Its `surface=` (core.Surface) makes its
+and its two routines in backends/cpu/mathlib/ (f32.py, f64.py). Its `surface=` (core.Surface) makes its
 Tensor method, in-place form, tg.<name> function and docs/api.md row (xlogy is an example). A new view is likewise one declaration
 (layout.py) whose `remap` says where its elements sit.
 """

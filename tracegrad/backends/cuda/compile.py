@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ...scalar import FUNCS
-from ...codegen import cache
+from ...lowering import cache
 from ...locks import lock
 
 HEADER = ("# tracegrad: a kernel generated from the kernel IR (tracegrad/backends/cuda)\n"

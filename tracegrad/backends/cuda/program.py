@@ -10,8 +10,9 @@ device operations (allocation, strided views, library kernels) are handed in by 
 import time
 
 from ...strides import contiguous_strides
-from ...codegen import buffers, forksafe
-from ...codegen.slots import per_graph, roles
+from ...locks import lock
+from ...lowering import buffers
+from ...lowering.slots import per_graph, roles
 
 
 class DeviceOps:
@@ -45,7 +46,7 @@ class DeviceProgram:
 
     def __init__(self, graph, kernels, aliases, slots, inplace, launchers, ops):
         self.graph, self.kernels, self.ops, self.slots = graph, kernels, ops, slots
-        self.lock = forksafe.lock()
+        self.lock = lock()
         self.launchers = launchers
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]

@@ -10,7 +10,7 @@ not the memory order:
   largest outermost, its unit-stride axis innermost (a permuted view iterates in storage order;
   the outermost loop, which threads split, then gives each thread a contiguous slab);
 - map and reduce_acc kernels whose largest operands disagree on the unit-stride axis (a 2-D
-  transpose; (x.T * z).sum(0)): tile both axes by TILE (tiles(): codegen/machine.py's, calibrated) so that the tile's reads and writes both stay
+  transpose; (x.T * z).sum(0)): tile both axes by TILE (tiles(): backends/cpu/machine.py's, calibrated) so that the tile's reads and writes both stay
   in cache ((2048, 2048) float32 (x.T * z).sum(0), one thread: 56 ms in x's memory order, 24 ms
   tiled, torch.compile's 35 ms in the same run). An accumulation is tiled only when it moves more
   than TILED_ACC_BYTES: below, its operands stay in L2 in any order, and the tiled loop nest costs
@@ -187,7 +187,7 @@ def online_columns(k):
     """The Schedule of reduce_acc kernel k when its reductions over leading axes are float maxima m and
     sums that read them only as rescaled(tree, m), beside reductions that read neither (all over the
     same axes, its kept axes trailing, the last one the unit-stride axis of its largest read): one
-    walk computes them all (codegen/online_columns.py). Its rows whole, threads splitting the rows
+    walk computes them all (backends/cpu/online_columns.py). Its rows whole, threads splitting the rows
     (`rows`: the kept axes before the last have one element; each chunk's maxima and sums relative
     to them, joined rescaled: regions._online_join), or a tile of the last axis where its vectors
     would pass ONLINE_LIMIT elements (threads split the tiles: each owns its columns, no partial
@@ -337,7 +337,7 @@ def transposed(k, a, b):
 
     Measured (python -m tracegrad.bench.transpose; one thread, 2-core machine): the tiles then walk
     b's tiles outermost, so each operand is read in memory order (TILE rows at a time), and a large
-    fresh output's rows are streamed (codegen/stream.py); x.T * 2 of (4096, 4096) float32 took 1.6x
+    fresh output's rows are streamed (backends/cpu/stream.py); x.T * 2 of (4096, 4096) float32 took 1.6x
     a copy of its bytes (3.0x before), float64 2.5x (3.7x), (512, 512) float32 1.5x (3.4x). Output
     rows that are not whole lines store no whole line (not streamed): every order and lowering then
     waits on reading each output line before writing it, 2.9-3.5x, the register tiles a little
@@ -353,13 +353,13 @@ def transposed(k, a, b):
 
 def tiles():
     """(TILE, ACROSS_TILE) of the CPU target compiled for now: thresholds of the machine at hand,
-    calibrated (codegen/machine.py; read here until the CPU planner moves below codegen's runtime)."""
-    from ...codegen import machine
+    calibrated (backends/cpu/machine.py; read here until the CPU planner moves above the IR, to backends/cpu/)."""
+    from ...backends.cpu import machine
     return machine.value("tile"), machine.value("across_tile")
 
 
 def settle(kernels, streamed):
-    """Once a target knows which outputs it streams (`streamed`: their ids; codegen/stream.py): a
+    """Once a target knows which outputs it streams (`streamed`: their ids; backends/cpu/stream.py): a
     transposing map whose outputs exceed REGS_CACHED bytes and do not all stream (written into an
     input's memory, or read by a later kernel) walks a's tiles outermost, its output rows in order
     (in place). Measured (one thread, x.permute(0, 2, 1) * 2 of (16, 1024, 1021) written into an

@@ -5,10 +5,10 @@ import struct
 
 import numpy as np
 
-from .. import dtypes as D
-from .. import scalar as S
-from ..ir.kernels import Checked, Const, Gather, Iota, Load, known
-from ..symint import is_sym
+from ... import dtypes as D
+from ... import scalar as S
+from ...ir.kernels import Checked, Const, Gather, Iota, Load, known
+from ...symint import is_sym
 from . import mathlib
 from .sizes import NAME as SIZES
 from .sizes import operand
@@ -20,7 +20,7 @@ LL = {"float16": "half", "float32": "float", "float64": "double", "uint8": "i8",
 SHORT = {"float32": "f32", "float64": "f64"}
 
 
-INDEX_ERROR = "tracegrad_index_error"     # [4 x i64]: an index out of range (codegen/runtime.py raises)
+INDEX_ERROR = "tracegrad_index_error"     # [4 x i64]: an index out of range (backends/cpu/runtime.py raises)
 
 
 def lltype(dtype):

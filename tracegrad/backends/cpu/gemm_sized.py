@@ -3,7 +3,7 @@ offsets are read from the call's sizes array (sizes.py) at run time; the call is
 is empty and writes zeros where K is 0. Plans with known sizes go through gemm.py (folds, thread splits)."""
 import math
 
-from ..symint import is_sym
+from ...symint import is_sym
 from .gemm import ROW_MAJOR
 from .sizes import driver_operand, symbolic
 

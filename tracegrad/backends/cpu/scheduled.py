@@ -1,6 +1,6 @@
 """How a scheduled kernel (Schedule, ir/kernels.py) is lowered: maps in its order, reductions across u."""
-from ..ir.kernels import contiguous_strides, loads
-from ..symint import hint
+from ...ir.kernels import contiguous_strides, loads
+from ...symint import hint
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _join, _narrow, _widen
 from .scalar import Emitter, linear, store, regtype

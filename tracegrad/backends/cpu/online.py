@@ -14,7 +14,7 @@ recomputed where its maximum over another axis is taken and where it is subtract
 """
 import math
 
-from ..ir.kernels import contiguous_strides, loads
+from ...ir.kernels import contiguous_strides, loads
 from . import machine, mathlib
 from .loops import _loops, tiles
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _squeezed, _widen

@@ -37,8 +37,8 @@ import math
 
 import numpy as np
 
-from ..ir.kernels import loads
-from ..symint import hint
+from ...ir.kernels import loads
+from ...symint import hint
 from . import machine, mathlib
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen

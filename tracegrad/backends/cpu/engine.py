@@ -8,8 +8,9 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 from llvmlite.binding.newpassmanagers import NewPassManager
 
-from .. import _version
-from . import cache, forksafe, host, machine, stream
+from ... import _version
+from ...lowering import cache
+from . import forksafe, host, machine, stream
 
 _LOCK = forksafe.lock()
 _READY = []

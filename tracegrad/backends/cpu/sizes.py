@@ -15,8 +15,8 @@ decide on one with a comparison (that records a guard, pinning the program to a 
 results). A strategy that needs a size compiled in is chosen on symbolic kernels only through
 ir/passes/sized.py's `pin`, which records the guards `S == hint` and substitutes the hints.
 """
-from ..ir.kernels import Tiles
-from ..symint import evaluate, free_symbols, is_sym
+from ...ir.kernels import Tiles
+from ...symint import evaluate, free_symbols, is_sym
 
 NAME = "sizes"       # a kernel body's i64 array argument of the call's symbol values
 

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from ..symint import hint
-from .sizes import shape_at
+from ..symint import hint, substitute
 
 
 def plan(kernels, temps, steps=None, env=None):
@@ -31,7 +30,7 @@ def plan(kernels, temps, steps=None, env=None):
 def carve(users, env=None, raw=None):
     """(block, {slot: array}): the [(slot, Value)] users of one block as views of `raw` (bytes), or of a
     new block where raw is None or too small, their shapes under the symbols' values `env`."""
-    shapes = [(slot, shape_at(v.shape, env or {}), v.dtype) for slot, v in users]
+    shapes = [(slot, substitute(v.shape, env or {}), v.dtype) for slot, v in users]
     need = max((math.prod(shape) * dt.itemsize for _, shape, dt in shapes), default=0)
     if raw is None or raw.size < need:
         raw = np.empty(need, np.uint8)

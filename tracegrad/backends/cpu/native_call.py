@@ -26,7 +26,7 @@ import ctypes
 
 import llvmlite.binding as llvm
 
-from ..locks import lock
+from ...locks import lock
 
 _API = ("PyLong_AsVoidPtr", "PyEval_SaveThread", "PyEval_RestoreThread", "Py_IncRef")
 METH_NOARGS = 0x0004

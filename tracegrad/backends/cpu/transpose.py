@@ -5,7 +5,7 @@ then read it, and every other operand, along b, so they vectorize with unit-stri
 of a gather per vector of the strided operand). In a transposing map (transposed_map) b is the
 outputs' unit-stride axis; in a reduction across a kept axis (transposed_across) b is that axis and
 a the innermost reduced one. Tiles cut by the space's edge run the plain element loops."""
-from ..ir.kernels import contiguous_strides
+from ...ir.kernels import contiguous_strides
 from .host import vector_bytes
 from .loops import SCALAR, _counted, _loops, _nest
 from .scalar import Emitter, linear, lltype, store

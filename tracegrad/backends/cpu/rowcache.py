@@ -3,11 +3,11 @@ layer norm backward's normalized gradient), kept in row-sized stack buffers: the
 and nothing goes to memory for them."""
 import math
 
-from ..ir.kernels import Op, postorder, size
+from ...ir.kernels import Op, postorder, size
 from . import machine
 from .scalar import linear, regtype
 from .sizes import symbolic
-from ..symint import hint
+from ...symint import hint
 
 MAX_KEPT = 8           # row buffers per kernel at most (stack: 8 x 32 KiB of float32)
 MIN_OPS = 2            # a shared value of fewer ops is recomputed instead

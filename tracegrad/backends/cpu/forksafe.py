@@ -9,7 +9,7 @@ import os
 
 from llvmlite.binding import ffi
 
-from ..locks import lock  # noqa: F401  (the runtime's locks)
+from ...locks import lock  # noqa: F401  (the runtime's locks)
 
 
 def _llvm_lock():

@@ -27,11 +27,11 @@ bound by memory and exp). Reading b_j's reciprocal instead of dividing by b_j ga
 """
 import math
 
-from .. import scalar as S
-from ..scalar import head
-from ..ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
+from ... import scalar as S
+from ...scalar import head
+from ...ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
 from . import machine
-from ..symint import hint, is_sym
+from ...symint import hint, is_sym
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
 from .sizes import symbolic

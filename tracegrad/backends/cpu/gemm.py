@@ -21,8 +21,8 @@ that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps Ope
 import ctypes
 import math
 
-from ..ir.kernels import known
-from ..symint import is_sym
+from ...ir.kernels import known
+from ...symint import is_sym
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)

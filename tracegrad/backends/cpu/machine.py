@@ -7,7 +7,7 @@
                                 (the tests and CI use it)
     TRACEGRAD_THRESHOLDS=tile=64,stream_min_bytes=1M   values set by hand, over either of those
 
-A calibration file is trusted only when this user wrote it (codegen/cache.py's rules: owned by this
+A calibration file is trusted only when this user wrote it (lowering/cache.py's rules: owned by this
 user, not writable by others, a regular file, in the private cache directory); a foreign, corrupt or
 oversized file, or one of another key or version, is ignored with a warning and re-measured. Values
 read back are clamped to the field's calibrated range; values set by hand to its legal range (what
@@ -27,7 +27,8 @@ import re
 import warnings
 from collections import namedtuple
 
-from . import cache, calibrate, forksafe, host
+from ...lowering import cache
+from . import calibrate, forksafe, host
 
 VERSION = 1
 MAX_FILE_BYTES = 16384        # a file is ~1.5 KB, most of it the target's feature list

@@ -14,7 +14,7 @@ the rows that the inner loop reads, are computed once per call (hoist.py).
 """
 import math
 
-from ..ir.kernels import contiguous_strides, known
+from ...ir.kernels import contiguous_strides, known
 from . import mathlib
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
@@ -27,7 +27,7 @@ from .rowcache import RowCache, capacity
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
 from .sizes import NAME as SIZES, Symbols, symbolic
-from ..symint import hint, is_sym
+from ...symint import hint, is_sym
 from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
 from .stream import NAME as STREAM

@@ -1,10 +1,10 @@
 """How a reduction accumulates: join, identity, accumulator type, and blocked float sums (accuracy)."""
-from .. import scalar as S
-from ..dtypes import float64
-from ..scalar import head
+from ... import scalar as S
+from ...dtypes import float64
+from ...scalar import head
 from .loops import SCALAR, _loops, _while
-from ..ir.kernels import known
-from ..symint import hint, is_sym
+from ...ir.kernels import known
+from ...symint import hint, is_sym
 from .scalar import SHORT, const_text, fconst, regtype
 
 BLOCK = 128    # reduced elements summed into a partial vector before it joins the total (accuracy)
@@ -174,7 +174,7 @@ def _squeezed(dims):
 def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None):
     """_loops, with the innermost axis run in blocks of at most BLOCK elements, each between the
     accumulators' begin() and end(). aligned(f, oidx) -> (head, on_block) (a row whose stores
-    stream, codegen/stream.py): the first `head` elements of the row run alone, left scalar, so the
+    stream, backends/cpu/stream.py): the first `head` elements of the row run alone, left scalar, so the
     blocks start on a whole aligned vector, and on_block(f, oidx, start) emits at each block's start
     (llvm.assume of its stores' alignment)."""
     ones = len(dims) - len(_squeezed(dims))

@@ -14,8 +14,8 @@ first and the sums after, up to rounding.
 """
 import math
 
-from .. import scalar as S
-from ..ir.kernels import Load, applies, contiguous_strides, loads
+from ... import scalar as S
+from ...ir.kernels import Load, applies, contiguous_strides, loads
 from . import machine, mathlib
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen

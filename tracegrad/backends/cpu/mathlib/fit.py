@@ -1,5 +1,5 @@
 """How the float32 polynomial coefficients of f32.py are derived (NumPy, float64):
-``python -m tracegrad.codegen.mathlib.fit`` prints them.
+``python -m tracegrad.backends.cpu.mathlib.fit`` prints them.
 
 A weighted minimax fit on a dense Chebyshev-spaced grid by Lawson's iteration (weighted least
 squares, each point's weight multiplied by its error until the error levels out), then the

@@ -12,8 +12,8 @@ others, the lowered kernel scales its [lo, hi) bounds by their sizes (`scale`). 
 Schedule that reorders its loops keeps its space. The merged kernel is lowered in place of the
 original; `stage="kernels"` still shows the original.
 """
-from ..ir.kernels import Iota, Kernel, Phase, Schedule, known, postorder, remap, same_shape
-from ..symint import is_sym
+from ...ir.kernels import Iota, Kernel, Phase, Schedule, known, postorder, remap, same_shape
+from ...symint import is_sym
 
 
 def coalesce(kernel):

@@ -3,8 +3,8 @@ sharing one LLVM module: assign buffer slots, emit LLVM (kernels, parallel regio
 products, the driver's segments), optimize and JIT once."""
 from functools import partial
 
-from .. import logs
-from ..ir.passes.schedule import settle
+from ... import logs
+from ...ir.passes.schedule import settle
 from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
                      segment_function, sized_plan, sizes_slot, step_function, table_size)
 from .gemm import one_thread, operand_slots, region_entry
@@ -14,7 +14,7 @@ from .llvm import ModuleBuilder
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
 from .runtime import Program
 from .sizes import Symbols, driver_operand
-from .slots import per_graph
+from ...lowering.slots import per_graph
 from .stream import streamed
 
 

@@ -1,7 +1,7 @@
 """How a loop nest is emitted: in natural order over a shape (_loops) or in a Schedule's level order (_nest),
 both of counted loops (_counted), which are while loops (_while). Sizes may be symbolic (sizes.py): loop
 bounds are then registers."""
-from ..symint import is_sym
+from ...symint import is_sym
 
 
 SCALAR = "!llvm.loop !9000"       # a loop LLVM leaves as written: not vectorized, not unrolled

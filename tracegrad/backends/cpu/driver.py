@@ -31,8 +31,8 @@ import os
 
 import numpy as np
 
-from ..ir.kernels import known
-from ..symint import hint, is_sym
+from ...ir.kernels import known
+from ...symint import hint, is_sym
 from .gemm import NO_TRANS, contiguous, fold_rows, gemm_lines, operand_slots, pointer_lines, thread_functions
 from .gemm import operand as _operand
 from .gemm_sized import sized_gemm_lines

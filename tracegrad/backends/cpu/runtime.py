@@ -16,15 +16,16 @@ import weakref
 
 import numpy as np
 
-from ..ir.kernels import Checked, Load, contiguous_strides, postorder
-from ..symint import hint
-from . import buffers, forksafe
+from ...ir.kernels import Checked, Load, contiguous_strides, postorder
+from ...symint import hint
+from ...lowering import buffers
+from . import forksafe
 from .driver import blas, gemm_slots, pool_slots, region_slot, sizes_slot, table_size
 from .native_call import segment_caller
 from .regions import Region
 from .scalar import INDEX_ERROR
 from .sizes import Binder, at, shape_at, symbolic
-from .slots import roles
+from ...lowering.slots import roles
 from .stream import empty as aligned_empty
 from .stream import streamed
 from .straight import HELD as _HELD

@@ -31,9 +31,9 @@ import re
 
 import numpy as np
 
-from ..ir.kernels import nbytes
+from ...ir.kernels import nbytes
 from . import machine
-from .slots import roles
+from ...lowering.slots import roles
 
 ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
 NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
