@@ -7,7 +7,6 @@ LIMIT = 500
 
 KNOWN = {
     "bench/workloads.py",          # bench/ is being reworked by another engineer this round
-    "ir/passes/fusion.py",         # edited on two branches this round (symbolic shapes); split after their merge
 }
 
 
