@@ -1,5 +1,5 @@
 """W11 lstm_train_step: a 2-layer LSTM (seq 32, batch 32, input 64, hidden 128), a linear head on
-the last step, cross-entropy, backward, SGD; the columns of workloads.py (numpy with a hand-written
+the last step, cross-entropy, backward, SGD; the columns of op_workloads.py (numpy with a hand-written
 backward through time, tg eager and compiled, torch eager and torch.compile, jax.jit)."""
 import math
 
