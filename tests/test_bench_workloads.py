@@ -5,7 +5,8 @@ import numpy as np
 from tracegrad.bench import Result, bench_workload, check, third_call
 from tracegrad.bench.floor import Floor, bandwidth, floor_lines, floor_setup
 from tracegrad.bench.load import BUSY, Load
-from tracegrad.bench.workloads import WORKLOADS, _np, find
+from tracegrad.bench.workload_base import _np
+from tracegrad.bench.workloads import WORKLOADS, find
 
 
 def _errors(w, col):

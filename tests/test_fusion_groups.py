@@ -1,4 +1,4 @@
-"""Which maps over one space share a kernel (ir/passes/fusion.py merge_rows): those that read what
+"""Which maps over one space share a kernel (ir/passes/merge.py merge_rows): those that read what
 another makes or a buffer another reads; unrelated ones (one optimizer update per parameter) stay
 apart, and the LLVM module compiles their identical bodies once. Values against NumPy float64."""
 import re

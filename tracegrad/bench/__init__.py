@@ -30,7 +30,8 @@ import numpy as np
 from .floor import floor_lines
 from .floor import measure as measure_floors
 from .load import Load
-from .workloads import WORKLOADS, _np, find
+from .workload_base import _np
+from .workloads import WORKLOADS, find
 
 TOLERANCE = 1e-3    # max |out - ref| / max |ref|, per output, for float32 results
 

@@ -6,7 +6,7 @@ The other revision is `git archive REV tracegrad` unpacked as package `tg_ab` in
 (tracegrad's own imports are relative, so both load side by side, each with its own thread pool and
 code). For each program, both sides are set up the same way, then timed in alternation: `runs`
 rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
-new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (workloads.py, "tg compiled");
+new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (op_workloads.py, "tg compiled");
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
 and adam (the survey's), SOFTMAX_T
@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from . import transformer as T
-from . import workloads as W
+from . import op_workloads as W
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

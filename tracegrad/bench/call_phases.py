@@ -14,7 +14,7 @@ import time
 def phases():
     import tracegrad as tg
     from ..autograd import run_backward
-    from .workloads import _chain, w5_inputs
+    from .op_workloads import _chain, w5_inputs
 
     x = tg.tensor(w5_inputs()["x"], requires_grad=True)
     f = tg.compile(lambda x: _chain(x, lambda t: t.tanh(), lambda t: t.exp()))

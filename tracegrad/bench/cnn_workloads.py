@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .workloads import LR, Workload, _reference, _rng, _tg_train_step
+from .workload_base import LR, Workload, _reference, _rng, _tg_train_step
 
 # (kind, shape): conv weights (out, in, k, k) with their padding, linear weights (out, in)
 ARCH = {"W9": [("conv", (6, 1, 5, 5), 2), ("conv", (16, 6, 5, 5), 0), ("linear", (120, 400)),

@@ -34,7 +34,7 @@ def cases():
     from numba.cuda.simulator import kernel as sim
 
     import tracegrad as tg
-    from tracegrad.bench.workloads import _chain, w5_inputs
+    from tracegrad.bench.op_workloads import _chain, w5_inputs
 
     launches = [0]
 

@@ -14,10 +14,10 @@ SHAPES = ((4096, 1000), (512, 32000))
 
 def _variant(after):
     """Switch the three steps of the fused form on (after) or off (the program before them)."""
-    from ..ir.passes import fusion, gathers, remat
+    from ..ir.passes import fusion, gathers, merge, remat
     fusion.index_tree = gathers.index_tree if after else (lambda n, trees: None)
     remat._online_exp = _REAL["online"] if after else (lambda v: False)
-    fusion.hoist = _REAL["hoist"] if after else (lambda kernels: kernels)
+    merge.hoist = _REAL["hoist"] if after else (lambda kernels: kernels)
 
 
 _REAL = {}
@@ -49,9 +49,9 @@ def _step(shape, after, joined_mode):
 
 
 def main(rounds=15):
-    from ..ir.passes import fusion, remat
+    from ..ir.passes import merge, remat
     from .floor import floor_setup
-    _REAL.update(online=remat._online_exp, hoist=fusion.hoist)
+    _REAL.update(online=remat._online_exp, hoist=merge.hoist)
     for n, c in SHAPES:
         must = {"apart": 3 * n * c * 4, "joined": 2 * n * c * 4}     # read x (twice apart), write dx
         runs = {(a, m): _step((n, c), a, m == "joined") for a in (False, True) for m in must}

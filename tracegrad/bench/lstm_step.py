@@ -1,11 +1,12 @@
 """W11 lstm_train_step: a 2-layer LSTM (seq 32, batch 32, input 64, hidden 128), a linear head on
-the last step, cross-entropy, backward, SGD; the columns of workloads.py (numpy with a hand-written
+the last step, cross-entropy, backward, SGD; the columns of op_workloads.py (numpy with a hand-written
 backward through time, tg eager and compiled, torch eager and torch.compile, jax.jit)."""
 import math
 
 import numpy as np
 
 from .np_steps import cross_entropy_with_grad, sgd_implied
+from .workload_base import Workload, _reference
 
 SEQ, BATCH, IN, HIDDEN, CLASSES, LAYERS = 32, 32, 64, 128, 10, 2
 LR = 0.1
@@ -184,10 +185,10 @@ def _jax_setup(inp):
     return run
 
 
-def workload(Workload, reference):
-    """The Workload (workloads.py passes in its class and the float64 reference maker)."""
+def workload():
+    """W11, for the table of workloads (workloads.py)."""
     w = Workload("W11", "lstm_train_step", f"2-layer LSTM in {IN} hidden {HIDDEN}, seq {SEQ}, batch {BATCH}, "
-                 f"linear head on the last step, cross-entropy, fwd+bwd+SGD({LR})", inputs, reference(numpy_setup))
+                 f"linear head on the last step, cross-entropy, fwd+bwd+SGD({LR})", inputs, _reference(numpy_setup))
     w.columns = {"numpy": numpy_setup, "tg eager": lambda inp: _tg_setup(inp, False),
                  "tg compiled": lambda inp: _tg_setup(inp, True),
                  "torch eager": lambda inp: _torch_setup(inp, False),

@@ -1,12 +1,13 @@
 """The optional peers' columns of the reference workloads: torch eager, torch's built-in fused ops
 (where it has one), torch.compile, jax.jit.
 
-Each runs the same math functions as tracegrad's columns (workloads.py); torch.compile and jax.jit
+Each runs the same math functions as tracegrad's columns (op_workloads.py); torch.compile and jax.jit
 wrap the forward (jax: value_and_grad, and for W4/W8 the whole training step), the backward runs as
 each framework does it. torch and jax are imported inside the setup functions.
 """
-from .workloads import (ADAM, EPS_LN, LR, PARAMS, W7_N, W8_PARAMS, _bcast_loss, _center_loss, _chain, _gelu,
-                        _layernorm_loss, _tg_fwd_bwd)
+from .mlp_workloads import PARAMS, W8_PARAMS
+from .op_workloads import EPS_LN, W7_N, _bcast_loss, _center_loss, _chain, _gelu, _layernorm_loss
+from .workload_base import ADAM, LR, _tg_fwd_bwd
 
 
 def _torch_layernorm_loss(x, w, b, g):

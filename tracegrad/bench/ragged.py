@@ -128,7 +128,7 @@ def _tg_traces(step):
 
 def _tg_mlp(params, column):
     import tracegrad as tg
-    from .workloads import _tg_train_step
+    from .workload_base import _tg_train_step
     layers = []
     for i in range(0, len(params), 2):
         layers += [tg.nn.Linear(params[i].shape[1], params[i].shape[0]), tg.nn.ReLU()]
@@ -210,7 +210,7 @@ def setup(seq, column, dtype=np.float32):
 
 
 def _host(t):
-    from .workloads import _np
+    from .workload_base import _np
     return np.asarray(_np(t), np.float64)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from . import Result, _calibrate, _fmt_ms, check, peers
 from .floor import FLOOR, floor_setup
 from .survey_programs import PROGRAMS, Ops, find
-from .workloads import ADAM, LR, _np, _tg_train_step
+from .workload_base import ADAM, LR, _np, _tg_train_step
 
 COLUMNS = ("tg eager", "tg compiled", "torch eager", "torch.compile", "jax.jit")
 PEERS = ("torch eager", "torch.compile", "jax.jit")

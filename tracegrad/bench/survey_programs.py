@@ -9,7 +9,7 @@ keepdims=...)` and `@` are spelled the same in all three. A program is
   - "fwd": `fn` returns one tensor (no gradients), run under no_grad;
   - "step": an optimizer's update of parameter `p` from its gradient `g` (`opt` = (name, kwargs));
   - "train": a whole training step of a relu MLP over inputs x, y and parameters W0, b0, W1, b1, ...:
-    cross-entropy, backward, the optimizer's update (`opt`: "Adam" with workloads.ADAM, or "SGD");
+    cross-entropy, backward, the optimizer's update (`opt`: "Adam" with workload_base.ADAM, or "SGD");
     tracegrad compiles the whole step, as W8 (bench/peers.py's train setups for torch and jax).
 """
 import math
