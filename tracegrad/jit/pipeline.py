@@ -109,20 +109,20 @@ def instantiate(s, sizes):
 
 def lower(graphs, backend, device, fuse, inplace):
     """(programs, LLVM text, disk hit, runs) of `graphs` (None passes through) on `backend`: fused,
-    scheduled and built for llvm and cuda (programs: one per graph), run by the interpreter
+    then scheduled and built for llvm, planned and built for cuda (programs: one per graph), run by the interpreter
     otherwise (programs None). runs: each graph's callable on a list of arrays (for cuda: device
     arrays, and host arrays it copies to the device: device.DeviceInputs)."""
     if backend not in ("llvm", "cuda"):
         return None, None, False, [None if g is None else executable(g, backend, device) for g in graphs]
     from ..ir.passes.fusion import fuse as fuse_graph
-    from ..ir.passes.schedule import schedule
     fused = [None if g is None else fuse_graph(g, fuse, half=backend == "cuda") for g in graphs]
     logs.lap("fuse")
-    for kernels_aliases in filter(None, fused):
-        schedule(kernels_aliases[0])
-    logs.lap("schedule")
     text, disk_hit = None, False
-    if backend == "llvm":
+    if backend == "llvm":           # the CPU's schedule pass; the cuda target plans its own (backends/cuda/plan.py)
+        from ..ir.passes.schedule import schedule
+        for kernels_aliases in filter(None, fused):
+            schedule(kernels_aliases[0])
+        logs.lap("schedule")
         from ..backends.cpu import build_programs
         programs, text, engine = build_programs(graphs, fused, inplace)
         disk_hit = engine.disk_hit

@@ -5,7 +5,7 @@ rewritten) and imported from there, so that `cuda.jit(cache=True)` can work: num
 cache needs a function defined in a source file, and keys its entries by that file's path and
 timestamp. On a GPU the compiled code is then saved under the file's `__pycache__` and a new
 process loads it instead of compiling. numba's simulator ignores `cache=` (it runs Python). Those
-folders are private as the rest of the cache (codegen/cache.py): where one is not, or a file of the
+folders are private as the rest of the cache (lowering/cache.py): where one is not, or a file of the
 kernel there is another user's, the file goes to a temporary folder of this process, uncached (a
 warning names what was refused); every new file is followed by a prune, so they count toward the cap.
 

@@ -1,7 +1,7 @@
 """The cuda planner: each kernel of the kernel IR (ir/kernels.py) -> the launches that compute it,
 each a kernel and one strategy of a closed set, with its launch geometry; every cuda threshold lives
 here. The emitters (lower.py with emit/) write what a strategy says and decide nothing. This module
-imports nothing from the CPU code generator (codegen/).
+imports nothing from the CPU code generator (backends/cpu/).
 
 The strategies:
 - Map: a thread per `width` consecutive elements (width > 1: 16-byte vector accesses), grid-stride;
@@ -13,15 +13,15 @@ The strategies:
 - Tiled: a reduction in tiles of `bx` kept x `by` reduced elements a block; split into `slices`
   when there are too few tiles to fill the GPU, then a join launch adds the slices' partials.
 
-Facts read from the kernel: its phases, split and outputs, the operands' strides (memory order and
-unit-stride axis: ir/passes/schedule.py's fact functions), and from the shared Schedule the online
-softmax statistics (`online`), the column walk (`across`) and the element order (`levels`).
+Facts read from the kernel (target-free: ir/layout.py): its phases, split and outputs, which phases
+read another's result, and the operands' bytes, unit-stride axes and memory order. This planner
+decides from those alone, with its own thresholds: nothing here comes from the CPU's scheduler.
 """
 import math
 from dataclasses import dataclass
 
-from ...ir.kernels import loads
-from ...ir.passes.schedule import choose, memory_order, unit_axis
+from ...ir.kernels import hinted, loads, nbytes
+from ...ir.layout import memory_order, operands, unit_axis
 from ...strides import contiguous_strides
 from .emit.reduce import join_of
 
@@ -38,6 +38,7 @@ MAX_SLICES = 1024      # slices of a split reduction (partial results per kept e
 VECTOR_BYTES = 16      # bytes of one vector access of a map
 EAGER_THREADS = 256    # threads per block of an eager kernel
 TILE_X = 32            # kept elements side by side when an eager reduction keeps the unit-stride axis
+HEAVY = 0.5            # operands at least this fraction of the largest one's bytes decide a walk's order
 
 
 @dataclass(frozen=True)
@@ -107,15 +108,14 @@ def plan(kernel, name):
     element; a reduction over no elements writes its identity)."""
     if all(0 in v.shape for v in kernel.outputs):
         return []
-    if kernel.kind == "reduce_acc" and kernel.schedule is not None and kernel.schedule.online:
-        maxima, rest = kernel.online_apart()          # the maxima, then the sums that read them
+    if kernel.kind == "reduce_acc" and kernel.reads_own_reductions():
+        maxima, rest = statistics_first(kernel)      # the maxima, then the sums that read them
         return plan(maxima, name) + plan(rest, f"{name}_sums")
     if kernel.kind == "loop" and kernel.accumulated():
         persistent = _persistent(kernel)
         if persistent is not None:
             return [Launch(kernel, name, persistent)]
         rows, sums = kernel.apart()                      # a row kernel's sums over its rows: a launch after
-        rows.schedule = choose(rows) if len(rows.shape) > 1 and rows.phases else None   # its own walk
         return plan(rows, name) + plan(sums, f"{name}_sums")
     if kernel.kind == "reduce_acc":
         return _tiled(kernel, name)
@@ -124,15 +124,67 @@ def plan(kernel, name):
     return [Launch(kernel, name, _rows(kernel))]
 
 
+def statistics_first(kernel):
+    """(the reductions other reductions of reduce_acc `kernel` read, the rest) as two reduce_acc
+    kernels run in turn: fusion joins such reductions only where one online column walk computes
+    them (a sum of exp(x - max) beside its max); the tiles of a launch cannot wait for a maximum."""
+    read = {id(ld.buf) for ph in kernel.phases for _, t in ph.outputs for ld in loads(t)}
+    first = [any(id(v) in read for v, _ in ph.outputs) for ph in kernel.phases]
+    return [type(kernel)("reduce_acc", kernel.shape, 0, [ph for ph, f in zip(kernel.phases, first) if f == want])
+            for want in (True, False)]
+
+
+def _heavy(ops):
+    """The unit-stride axes of the operands [(bytes, strides)] at least HEAVY of the largest one's
+    bytes, largest first (an output first among equals), each once; and the largest's strides."""
+    big = max(b for b, _ in ops)
+    heavy = sorted((o for o in ops if o[0] >= HEAVY * big), key=lambda o: -o[0])
+    units = []
+    for _, st in heavy:
+        if st[1] not in units:
+            units.append(st[1])
+    return units, heavy[0][1][0]
+
+
 def element_order(kernel):
-    """The axes a map kernel walks, outermost first: its schedule's element loops, else natural."""
-    if kernel.schedule is None:
-        return tuple(range(len(kernel.shape)))
-    order = []
-    for d, _ in kernel.schedule.levels:
-        if d not in order:
-            order.append(d)
+    """The axes a map kernel walks, outermost first, consecutive threads along the last: the memory
+    order of its largest operand; where its heavy operands disagree on the unit-stride axis (a
+    transpose), the largest's unit axis last and the other's before it (one side reads coalesced)."""
+    natural = tuple(range(len(kernel.shape)))
+    if len(kernel.shape) < 2:
+        return natural
+    k = hinted(kernel)                       # speed only: no guard recorded
+    ops = [(b, (st, unit_axis(k.shape, st))) for b, st in operands(k)]
+    ops = [o for o in ops if o[1][1] is not None]
+    if not ops:
+        return natural
+    units, lead = _heavy(ops)
+    order = memory_order(k.shape, lead)
+    if len(units) > 1:
+        a, b = units[1], units[0]
+        return tuple([d for d in order if d not in (a, b)] + [a, b])
     return tuple(order)
+
+
+def across_axis(kernel):
+    """The kept axis a row kernel's rows are taken across, a thread per row (Across), or None (a block
+    per row): the unit-stride axis of its largest read when that axis is kept, or, for a kernel of
+    reductions none of which reads another, a kept one where its heavy reads disagree (some walk the
+    row with unit stride, others a kept axis: (x.T * z).sum(1))."""
+    if len(kernel.shape) < 2 or not kernel.split:
+        return None
+    k = hinted(kernel)                       # speed only: no guard recorded
+    reduced = set(range(k.split, len(k.shape)))
+    reads = [(nbytes(ld.buf), (ld.strides, unit_axis(k.shape, ld.strides))) for ld in k.reads]
+    reads = [r for r in reads if r[1][1] is not None]
+    if not reads:
+        return None
+    units, _ = _heavy(reads)
+    made = {id(v) for ph in k.phases for v, _ in ph.outputs}
+    mixed = all(ph.kind == "reduce" for ph in k.phases) and not any(id(ld.buf) in made for ld in k.reads) \
+        and any(u in reduced for u in units)
+    kept = [u for u in units if u not in reduced]
+    return kept[0] if kept and (mixed or units[0] not in reduced) else None
 
 
 def vector_width(kernel, n):
@@ -169,10 +221,10 @@ def _row_threads(ninner):
 def _rows(kernel):
     k, shape = kernel.split, kernel.shape
     nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
-    sch = kernel.schedule
-    if sch is not None and sch.across is not None:
+    across = across_axis(kernel)
+    if across is not None:
         threads = warps(nrows, MAP_THREADS)
-        return Across(sch.across, threads, min(-(-nrows // threads), MAX_GRID))
+        return Across(across, threads, min(-(-nrows // threads), MAX_GRID))
     threads = _row_threads(ninner)
     per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
     return Rows(threads * per_block, per_block, min(-(-nrows // per_block), MAX_GRID), ROW_CACHE_BYTES)
@@ -180,10 +232,8 @@ def _rows(kernel):
 
 def _persistent(kernel):
     """Persistent for a row kernel whose sums over all its rows are float sums that keep all the
-    row's axes or none; None otherwise, or where the kernel walks columns (schedule.across)."""
+    row's axes or none; None otherwise."""
     k, shape = kernel.split, kernel.shape
-    if kernel.schedule is not None and kernel.schedule.across is not None:
-        return None
     nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
     inner, groups = set(range(k, len(shape))), {}
     for ph in kernel.accumulated():

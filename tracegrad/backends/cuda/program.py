@@ -1,6 +1,6 @@
 """Run a compiled program on the GPU: one graph's kernels, lowered to numba.cuda (loop and reduce_acc
 kernels, this package) or run by the device library (matrix products, indexing, ...), over device
-buffers planned once and reused by every call — the device counterpart of codegen/runtime.py.
+buffers planned once and reused by every call — the device counterpart of backends/cpu/runtime.py.
 
 Per call the Python work is: checking the input arrays, allocating the output arrays (handed to the
 user, so never reused), and one launch per kernel. Nothing is copied between host and device

@@ -46,9 +46,8 @@ import math
 
 from ... import scalar as S
 from ...scalar import head
-from ...symint import hint, is_sym
-from ..layout import memory_order, unit_axis
-from ..kernels import Schedule, applies, contiguous_strides, hinted, hinted_tree, loads, nbytes
+from ..layout import memory_order, operands, read_bytes, unit_axis
+from ..kernels import Schedule, applies, hinted, hinted_tree, loads, nbytes
 from .sized import generic, pin, strategy
 
 MIXED_TILE = 32      # the same, where other heavy reads walk a reduced axis with unit stride (mixed)
@@ -234,35 +233,6 @@ def online_columns(k):
         max(tiles()[1], ONLINE_LIMIT // len(k.phases) // 64 * 64)
     return Schedule([(d, 0) for d in range(r, u)] + [(u, tile)] + [(d, 0) for d in range(r)] + [(u, 0)],
                     across=u, online=pairs)
-
-
-def operands(k):
-    """[(bytes, strides over k's space)] of the buffers k writes, then of those it reads (an
-    output comes first among equals: contiguous stores matter more than loads)."""
-    out = []
-    full = contiguous_strides(k.shape)
-    for ph in k.phases:
-        for v, _ in ph.outputs:
-            if ph.kind == "map":
-                out.append((nbytes(v), full))
-            else:
-                kept = [d for d in range(len(k.shape)) if d not in _reduced(k, ph)]
-                strides = [0] * len(k.shape)
-                for d, s in zip(kept, contiguous_strides([k.shape[d] for d in kept])):
-                    strides[d] = s
-                out.append((nbytes(v), tuple(strides)))
-    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
-
-
-def read_bytes(shape, ld):
-    """The bytes load ld reads over a space of `shape`: its buffer's, or fewer for a view of part of
-    it (a slice x[:, :n] walks n columns of each row; broadcast axes read nothing new)."""
-    walked = math.prod(hint(n) for n, s in zip(shape, ld.strides) if is_sym(s) or s) * ld.dtype.itemsize
-    return min(nbytes(ld.buf), walked)
-
-
-def _reduced(k, ph):
-    return set(ph.axes)
 
 
 def by_rows(k, u, kept):
