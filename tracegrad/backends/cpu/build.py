@@ -4,18 +4,17 @@ products, the driver's segments), optimize and JIT once."""
 from functools import partial
 
 from ... import logs
-from ...ir.passes.schedule import settle
 from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
                      segment_function, sized_plan, sizes_slot, step_function, table_size)
 from .gemm import one_thread, operand_slots, region_entry
 from .gemm import split as gemm_split
 from .engine import compile_module
 from .llvm import ModuleBuilder
+from .plan import plan_program
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
 from .runtime import Program
 from .sizes import Symbols, driver_operand
 from ...lowering.slots import per_graph
-from .stream import streamed
 
 
 def build_programs(graphs, fused, inplace_pairs=None):
@@ -40,8 +39,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     # a body addresses memory: an output written into an input is the input's pointer (never a
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
-    stream = streamed(g, kernels, aliases, slots, inplace)
-    settle(kernels, stream)         # register transposes where the outputs stream (ir/passes/schedule.py)
+    strategies = plan_program(g, kernels, aliases, slots, inplace)     # plan/: how each kernel runs
     cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
     plans = {j: p for j, k in enumerate(kernels) if (p := gemm_plan(k)) is not None}
     cut.update({j: ch for j, p in plans.items()                                   # gemm.py (known sizes)
@@ -54,7 +52,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     for j, k in enumerate(kernels):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
-            body, args, sized = mb.kernel(k, in_memory, f"{label}_k{j}", stream)
+            body, args, sized = mb.kernel(k, in_memory, f"{label}_k{j}", strategies[j])
             lines = []
             hi = driver_operand(lines, c, k.parallel_extent(), mb.symbols.index, sizes)
             calls[j] = body_call(c, body, args, hi=hi, sizes=sizes if sized else None, lines=lines)

@@ -34,9 +34,9 @@ from . import machine
 from ...symint import hint, is_sym
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
+from .plan.limits import HOIST_ROWS
 from .sizes import symbolic
 
-HOIST_ROWS = 8           # rows a kernel needs before its per-column values are computed apart
 COSTLY = (S.DIV, S.sqrt)
 
 

@@ -23,7 +23,9 @@ from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, RO
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
 from .online_columns import online_columns
-from .rowcache import RowCache, capacity
+from .plan import Kind
+from .plan.limits import OUTER_BLOCK, SMALL_KERNEL, WIDE_LIMIT
+from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
 from .sizes import NAME as SIZES, Symbols, symbolic
@@ -33,8 +35,6 @@ from .stream import ALIGN
 from .stream import NAME as STREAM
 from .stream import comment as stream_comment
 
-
-SMALL_KERNEL = 1 << 14    # elements: a kernel this small is optimized for size (see ModuleBuilder.kernel)
 
 
 class ModuleBuilder:
@@ -73,11 +73,11 @@ class ModuleBuilder:
             (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text or DISJOINT in text else "") + \
             (ROLLED_METADATA if ROLLED in text else "") + (DISJOINT_METADATA if DISJOINT in text else "")
 
-    def kernel(self, kernel, slots, name, stream=frozenset()):
-        """Add a loop or reduce_acc kernel; `slots` maps buffer Value ids to table indices; `stream`
-        the ids of the outputs whose stores stream (stream.py: their pointer argument is `align 64
-        %stream<i>`). Returns (its body function's name, the table slots of the body's pointer arguments,
-        whether it takes the call's sizes array after them: `ptr %sizes`, sizes.py).
+    def kernel(self, kernel, slots, name, strategy):
+        """Add a loop or reduce_acc kernel lowered as `strategy` says (plan/: a Strategy); `slots` maps
+        buffer Value ids to table indices; the outputs the strategy streams (stream.py) take a pointer
+        argument `align 64 %stream<i>`. Returns (its body function's name, the table slots of the body's
+        pointer arguments, whether it takes the call's sizes array after them: `ptr %sizes`, sizes.py).
 
         The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
         alias checks: values sharing a slot (an output written into its input's memory, slots.py's
@@ -95,50 +95,14 @@ class ModuleBuilder:
             f.emit(f"%{end} = mul nsw i64 %{end}.rows, {f.size(rows)}")
         kernel = lowered
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
-        streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in stream}
+        streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in strategy.streams}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
         ptrs = {id(v): names[order.index(slots[id(v)])] for v in _buffers(kernel)}
         kernel, plan = hoisted(kernel, len(kernel.shape))     # values constant along every axis: once per call
         prelude(self, f, kernel, len(kernel.shape), ptrs, plan)
-        sch = kernel.schedule
-        if kernel.reads_own_reductions() and not (kernel.kind == "reduce_acc" and sch is not None and sch.online):
-            raise RuntimeError(f"internal error: {kernel.kind} kernel {name} reads its own accumulated reductions "
-                               f"without an online column walk; please report it with the function")
-        if kernel.kind == "reduce_acc" and sch is not None and sch.online:
-            how = "online column walk"
-            online_columns(self, f, kernel, ptrs)
-        elif kernel.kind == "reduce_acc":
-            how = f"column accumulation, {'tiled' if sch is not None else 'natural order'}"
-            if kernel.schedule is None:               # per-column values once per call (hoist.py)
-                kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
-                prelude(self, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
-            _reduce_acc(self, f, kernel, ptrs)
-        elif sch is not None and sch.across is not None:
-            how = f"across {'rows' if sch.rows else 'tiles'}" + (", register-transposed reads" if sch.transposed else "")
-            _across_kernel(self, f, kernel, ptrs)
-        elif sch is not None and sch.reorders():
-            how = f"{'register-transposed' if sch.transposed else 'permuted'} map"
-            _scheduled_map(self, f, kernel, ptrs)
-        else:
-            reduces = any(ph.kind == "reduce" for ph in kernel.phases)
-            how = ("row reductions" if reduces else "map") + " in memory order" + "".join(
-                f", {w}" for w, on in (("walks", sch and sch.walks), ("online rows", sch and sch.online)) if on)
-            kernel, plan = hoisted(kernel, kernel.split)
-            prelude(self, f, kernel, kernel.split, ptrs, plan)
-            cap = capacity(kernel)
-            if cap is not None:         # symbolic rows: cached where they fit its buffers, else recomputed
-                how += f", row cache for rows up to {cap}"
-                n = f.size(math.prod(kernel.shape[kernel.split:]))
-                fits, longer = f.label(), f.label()
-                last = f.assign(f"sub i64 {n}, 1")       # unsigned: an empty row takes the general path
-                f.emit(f"br i1 {f.assign(f'icmp ule i64 {last}, {cap - 1}')}, label %{fits}, label %{longer}")
-                f.block(fits)
-                _loop_kernel(self, f, kernel, ptrs, cap)
-                f.emit("ret void")
-                f.block(longer)
-            _loop_kernel(self, f, kernel, ptrs)
+        EMIT[strategy.kind](self, f, kernel, ptrs, strategy)
         f.emit("ret void")
-        self.lowerings[name] = how + (", streamed stores" if streams else "") + (f"; {pinned}" if pinned else "")
+        self.lowerings[name] = strategy.text() + (f"; {pinned}" if pinned else "")
         small = math.prod(map(hint, kernel.shape)) <= SMALL_KERNEL      # a guess: speed only
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
                + (f"ptr noalias readonly %{SIZES}, " if f.uses_sizes() else "")
@@ -159,8 +123,34 @@ def _buffers(kernel):
     return out
 
 
-WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's) kept in float64 stack arrays
-OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
+def _columns(mb, f, kernel, ptrs, strategy):
+    """COLUMNS: per-column values once per call (hoist.py), then the accumulation in natural order."""
+    kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
+    prelude(mb, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
+    _reduce_acc(mb, f, kernel, ptrs)
+
+
+def _rows(mb, f, kernel, ptrs, strategy):
+    """ROWS and MAP: per-row values once per call (hoist.py), then the row loop; symbolic rows that
+    the row cache takes (strategy.row_cache) branch at the call between a cached and an uncached loop."""
+    kernel, plan = hoisted(kernel, kernel.split)
+    prelude(mb, f, kernel, kernel.split, ptrs, plan)
+    cap = strategy.row_cache
+    if cap is not None:             # symbolic rows: cached where they fit its buffers, else recomputed
+        n = f.size(math.prod(kernel.shape[kernel.split:]))
+        fits, longer = f.label(), f.label()
+        last = f.assign(f"sub i64 {n}, 1")       # unsigned: an empty row takes the general path
+        f.emit(f"br i1 {f.assign(f'icmp ule i64 {last}, {cap - 1}')}, label %{fits}, label %{longer}")
+        f.block(fits)
+        _loop_kernel(mb, f, kernel, ptrs, cap)
+        f.emit("ret void")
+        f.block(longer)
+    _loop_kernel(mb, f, kernel, ptrs)
+
+
+def _plain(emit):
+    """An emitter that needs nothing from the strategy but its kind."""
+    return lambda mb, f, kernel, ptrs, strategy: emit(mb, f, kernel, ptrs)
 
 
 def _loop_kernel(mb, f, kernel, ptrs, capacity=None):
@@ -497,3 +487,10 @@ def _at(f, array, dtype, idx, shape):
     """The address of element idx of a contiguous stack array of `shape`."""
     return f.assign(f"getelementptr inbounds {regtype(dtype)}, ptr {array}, i64 "
                     f"{linear(f, idx, contiguous_strides(shape))}")
+
+
+# the emitter of each strategy (plan/__init__.py's Kind)
+EMIT = {Kind.ONLINE_COLUMNS: _plain(online_columns), Kind.COLUMNS: _columns, Kind.TILED_COLUMNS: _plain(_reduce_acc),
+        Kind.ACROSS_ROWS: _plain(_across_kernel), Kind.ACROSS_TILES: _plain(_across_kernel),
+        Kind.PERMUTED_MAP: _plain(_scheduled_map), Kind.TRANSPOSED_MAP: _plain(_scheduled_map),
+        Kind.ROWS: _rows, Kind.MAP: _rows}

@@ -4,23 +4,9 @@ and nothing goes to memory for them."""
 import math
 
 from ...ir.kernels import Op, postorder, size
-from . import machine
+from .plan.limits import MAX_KEPT, MIN_OPS, scratch_limit
 from .scalar import linear, regtype
 from .sizes import symbolic
-from ...symint import hint
-
-MAX_KEPT = 8           # row buffers per kernel at most (stack: 8 x 32 KiB of float32)
-MIN_OPS = 2            # a shared value of fewer ops is recomputed instead
-
-
-def capacity(kernel):
-    """For a row kernel whose rows have symbolic sizes that the cache would take at their hint: the
-    elements its buffers hold (machine's scratch_limit; the lowering runs rows longer than that uncached, a
-    branch per call). Else None."""
-    inner = kernel.shape[kernel.split:]
-    if kernel.split and symbolic(inner) and 0 < math.prod(map(hint, inner)) <= machine.value("scratch_limit"):
-        return machine.value("scratch_limit")
-    return None
 
 
 class RowCache:
@@ -37,7 +23,7 @@ class RowCache:
             if not kernel.split or capacity is None:
                 return
             elements = capacity
-        elif not kernel.split or not 0 < math.prod(inner) <= machine.value("scratch_limit"):
+        elif not kernel.split or not 0 < math.prod(inner) <= scratch_limit():
             return
         else:
             elements = math.prod(inner)

@@ -26,8 +26,8 @@ from .regions import Region
 from .scalar import INDEX_ERROR
 from .sizes import Binder, at, shape_at, symbolic
 from ...lowering.slots import roles
+from .plan import streamed
 from .stream import empty as aligned_empty
-from .stream import streamed
 from .straight import HELD as _HELD
 from .straight import straight_run
 from .threads import _POOL as _POOLS

@@ -5,12 +5,12 @@ A normal store first reads the cache line it writes (read for ownership): a kern
 memory-bound kernel moves a third to a quarter fewer bytes (layer norm backward: read x and g,
 write dx). It is worth it only where the written line would not be read again from cache anyway.
 
-The rule (`streamed`): a value's stores stream when it is
+The rule (the planner's `streamed`, plan/__init__.py): a value's stores stream when it is
   - an output a call allocates afresh (never an input's memory, an in-place update, a planned
     intermediate or a recycled small output),
   - written by a map phase of a loop or reduce_acc kernel,
   - read by no kernel of the same program (nothing rereads it while it may still be in cache),
-  - at least stream_min_bytes large (machine.py): measured by `python -m tracegrad.bench.streaming` (a map and a
+  - at least stream_min_bytes large (machine.py, read by plan/limits.py): measured by `python -m tracegrad.bench.streaming` (a map and a
     NumPy reduction reading its output right after it, inputs evicted between rounds) on the 2-core
     bench machine (2 MiB L2 per core), one thread: streaming took 0.89x the time of both together
     at 4 MiB, 0.78x at 16 MiB, 1.02x at 2 MiB and 1.12x at 1 MiB (below that the reader finds a
@@ -31,23 +31,10 @@ import re
 
 import numpy as np
 
-from ...ir.kernels import nbytes
-from . import machine
-from ...lowering.slots import roles
 
 ALIGN = 64                  # bytes: a cache line, and the widest vector (AVX-512)
 NAME = "stream"             # pointer arguments of streamed buffers are %stream<i>
 VERSION = 3                 # in the module's text, so the disk cache never mixes two versions of `mark`
-
-
-def streamed(graph, kernels, aliases, slots, inplace):
-    """{id(Value)} of the outputs of `graph` whose stores stream (the rule in the module's text)."""
-    fresh = roles(graph, kernels, aliases, slots, inplace)[0]
-    read = {id(ld.buf) for k in kernels for ld in k.reads}
-    mapped = {id(v) for k in kernels if k.kind in ("loop", "reduce_acc")
-              for ph in k.phases if ph.kind == "map" for v, _ in ph.outputs}
-    return {id(v) for _, v in fresh
-            if id(v) in mapped and id(v) not in read and nbytes(v) >= machine.value("stream_min_bytes")}
 
 
 def comment(name, values):

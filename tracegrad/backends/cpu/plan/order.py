@@ -1,4 +1,6 @@
-"""Scheduling: choose how each kernel of the kernel IR walks memory, between fusion and lowering.
+"""The CPU planner's walk orders: how each kernel of the kernel IR walks memory (its Schedule, which
+`stage="kernels"` prints), chosen after fusion for the llvm backend, from ir/layout.py's facts about
+memory order, ir/walks.py's about shared walks, and the thresholds of limits.py.
 
 Fusion builds loop nests in the *logical* order of a kernel's space; a transposed or permuted
 operand then walks memory with a large stride in the innermost loop. This pass looks at the
@@ -37,28 +39,18 @@ not the memory order:
   and compute their common subexpressions once per element (a layer norm backward: its two row
   sums, the gradient map, the weight and bias gradient sums are three walks, not five).
 
-Before any of this, fusion asks `rows_first` whether a reduction over leading axes reduces memory's
+Before any of this, fusion asks `rows_first` (ir/layout.py) whether a reduction over leading axes reduces memory's
 rows (x.T.sum(0)): it is then built as a row kernel over a permuted space, its kept axes outer.
 
 Kernels already in memory order, without such a pair, keep `schedule = None` and lower as before.
 """
 import math
 
-from ... import scalar as S
-from ...scalar import head
-from ..layout import memory_order, operands, read_bytes, unit_axis
-from ..kernels import Schedule, applies, hinted, hinted_tree, loads, nbytes
-from .sized import generic, pin, strategy
-
-MIXED_TILE = 32      # the same, where other heavy reads walk a reduced axis with unit stride (mixed)
-ONLINE_LIMIT = 16384  # kept-axis elements times reductions of an online walk's vectors (online_columns)
-HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
-ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
-TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
-REGS_CACHED = 1 << 20   # output bytes of a transposing map that transposes in registers at any row length
-REGS_MIN = 256 << 10    # bytes a map moves below which it is tiled without register transposes
-LINE = 64            # bytes of a cache line
-TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled above this: below, it stays in L2
+from ....ir.kernels import Schedule, hinted, nbytes
+from ....ir.layout import heavy, memory_order, mixed, operands, unit_axis
+from ....ir.passes.sized import generic, pin, strategy
+from ....ir.walks import online_columns, online_pairs, walks
+from . import limits
 
 
 def schedule(kernels):
@@ -96,7 +88,7 @@ def _walks(k):
 
 
 def _schedule(k):
-    if k.kind == "reduce_acc" and (sch := online_columns(k)) is not None:
+    if k.kind == "reduce_acc" and (sch := columns_online(k)) is not None:
         k.schedule = sch
     elif k.kind in ("loop", "reduce_acc") and len(k.shape) > 1:
         k.schedule = choose(k)
@@ -105,88 +97,11 @@ def _schedule(k):
     _walks(k)
 
 
-def walks(k, pairs=()):
-    """The walks of row kernel k (Schedule.walks): phase by phase, each joins the first walk after
-    those of the phases it reads; an online pair is a walk of its own. () when no walk holds two
-    phases (one walk per phase, as without a schedule)."""
-    made = {id(v): j for j, ph in enumerate(k.phases) for v, _ in ph.outputs}
-    online = {i + d for i, _ in pairs for d in (0, 1)}
-    groups, where = [], {}
-    for j, ph in enumerate(k.phases):
-        if j in online:
-            if j - 1 not in online or (j - 1, j) not in pairs:
-                groups.append([j])
-            else:
-                groups[-1].append(j)
-            where[j] = len(groups) - 1
-            continue
-        after = max((where[made[id(ld.buf)]] for _, t in ph.outputs for ld in loads(t) if id(ld.buf) in made),
-                    default=-1)
-        free = [w for w in range(after + 1, len(groups)) if not set(groups[w]) & online]
-        if free:
-            groups[free[0]].append(j)
-        else:
-            groups.append([j])
-        where[j] = free[0] if free else len(groups) - 1
-    return [sorted(g) for g in groups] if any(len(g) > 1 and not set(g) & online for g in groups) else []
-
-
-def _joins(ph, fn):
-    """Whether reduce phase ph joins an element to its accumulator with vocabulary function fn."""
-    return head(ph.lower) is fn
-
-
-def exp_shift(tree, m):
-    """(a, g) when `tree` is exp(a - g) where g reads buffer m (and nothing else) and a does not; else None."""
-    if not (applies(tree, S.exp) and applies(tree.args[0], S.SUB)):
-        return None
-    a, g = tree.args[0].args
-    g_loads = loads(g)
-    if not g_loads or any(ld.buf is not m for ld in g_loads) or any(ld.buf is m for ld in loads(a)):
-        return None
-    return a, g
-
-
-def online_pairs(k):
-    """[(i, i + 1)]: a row kernel's reduce-max phase i (float m) followed by a phase summing
-    exp(a - g(m)) into a value of m's dtype (see Schedule.online)."""
-    pairs = []
-    for i, (p, q) in enumerate(zip(k.phases, k.phases[1:])):
-        inner = set(range(k.split, len(k.shape)))
-        if p.kind != "reduce" or q.kind != "reduce" or not _joins(p, S.maximum) or not _joins(q, S.ADD) or \
-                set(p.axes) != inner or set(q.axes) != inner or (pairs and pairs[-1][1] == i):
-            continue
-        (m, _), = p.outputs
-        (s, tree), = q.outputs
-        if m.dtype.is_floating_point and s.dtype == m.dtype == tree.dtype and exp_shift(tree, m):
-            pairs.append((i, i + 1))
-    return pairs
-
-
-def _reads(tree, m):
-    return any(ld.buf is m for ld in loads(tree))
-
-
-def rescaled(tree, m):
-    """Whether `tree` is linear in exp(a - g(m)) (exp_shift): that exp, or it times, divided by or negated
-    around a value that does not read m; an online walk then rescales its running sum as the maximum
-    grows (a softmax's sum of exp, the backward's sum of g * exp, logsumexp's guard times inf)."""
-    if exp_shift(tree, m):
-        return True
-    if not any(applies(tree, fn) for fn in (S.NEG, S.MUL, S.DIV)):
-        return False
-    a, *rest = tree.args
-    if applies(tree, S.NEG):
-        return rescaled(a, m)
-    b = rest[0]
-    return (rescaled(a, m) and not _reads(b, m)) or (applies(tree, S.MUL) and rescaled(b, m) and not _reads(a, m))
-
-
-def online_columns(k):
+def columns_online(k):
     """The Schedule of reduce_acc kernel k when its reductions over leading axes are float maxima m and
     sums that read them only as rescaled(tree, m), beside reductions that read neither (all over the
     same axes, its kept axes trailing, the last one the unit-stride axis of its largest read): one
-    walk computes them all (backends/cpu/online_columns.py). Its rows whole, threads splitting the rows
+    walk computes them all (ir/walks.py's online_columns; backends/cpu/online_columns.py). Its rows whole, threads splitting the rows
     (`rows`: the kept axes before the last have one element; each chunk's maxima and sums relative
     to them, joined rescaled: regions._online_join), or a tile of the last axis where its vectors
     would pass ONLINE_LIMIT elements (threads split the tiles: each owns its columns, no partial
@@ -198,39 +113,16 @@ def online_columns(k):
     blocks of 1 MiB against tiles of 256 columns in blocks of 64 KiB, (2048, 1000) 2.2 against 3.9
     ms, (2000, 2048) 4.9 against 7.7, (256, 16384) 5.4 against 6.3; tiles of half a row 3.6 ms for
     (2048, 1000); its two walks before (max, then the sum of exp) 2.6 ms."""
-    k = hinted(k)                   # heuristics on the hints: they change speed only
-    n = len(k.shape)
-    if k.kind != "reduce_acc" or n < 2 or 0 in k.shape or any(ph.kind != "reduce" for ph in k.phases):
+    pairs = online_columns(k)
+    if pairs is None:
         return None
-    axes = set(k.phases[0].axes)
-    r = len(axes)
-    if axes != set(range(r)) or r == n or any(set(ph.axes) != axes for ph in k.phases):
-        return None
-    reads = [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
-    if not reads or unit_axis(k.shape, max(reads, key=lambda o: o[0])[1]) != n - 1:
-        return None                 # no reads: reductions of constants (a zeroed tensor's maximum)
-    outs = [ph.outputs[0] for ph in k.phases]
-    maxima = {id(v): i for i, (ph, (v, t)) in enumerate(zip(k.phases, outs))
-              if _joins(ph, S.maximum) and v.dtype.is_floating_point and not any(
-                  ld.buf is w for ld in loads(t) for w, _ in outs)}
-    pairs = []
-    for j, (ph, (s, tree)) in enumerate(zip(k.phases, outs)):
-        read = [i for i, (w, _) in enumerate(outs) if _reads(tree, w)]
-        if not read:
-            continue
-        if len(read) > 1 or id(outs[read[0]][0]) not in maxima or not _joins(ph, S.ADD):
-            return None
-        m = outs[read[0]][0]
-        if not (s.dtype == m.dtype == tree.dtype and rescaled(tree, m)):
-            return None
-        pairs.append((read[0], j))
-    if not pairs:
-        return None
+    shape = hinted(k).shape         # heuristics on the hints: they change speed only
+    n, r, per = len(shape), len(k.phases[0].axes), len(k.phases)
     u = n - 1
-    if k.shape[u] * len(k.phases) <= ONLINE_LIMIT and math.prod(k.shape[r:u]) == 1:
+    if shape[u] * per <= limits.ONLINE_LIMIT and math.prod(shape[r:u]) == 1:
         return Schedule([(d, 0) for d in range(r)] + [(u, 0)], across=u, online=pairs, rows=True)
-    tile = k.shape[u] if k.shape[u] * len(k.phases) <= ONLINE_LIMIT else \
-        max(tiles()[1], ONLINE_LIMIT // len(k.phases) // 64 * 64)
+    tile = shape[u] if shape[u] * per <= limits.ONLINE_LIMIT else \
+        max(limits.tiles()[1], limits.ONLINE_LIMIT // per // 64 * 64)
     return Schedule([(d, 0) for d in range(r, u)] + [(u, tile)] + [(d, 0) for d in range(r)] + [(u, 0)],
                     across=u, online=pairs)
 
@@ -243,31 +135,8 @@ def by_rows(k, u, kept):
     the rest of each row's cache lines to a later tile (and the prefetchers fetch them anyway)."""
     made = {id(v) for ph in k.phases for v, _ in ph.outputs}
     return (all(ph.kind == "reduce" for ph in k.phases) and all(k.shape[d] == 1 for d in kept)
-            and k.shape[u] * len(k.phases) <= ROWS_LIMIT
+            and k.shape[u] * len(k.phases) <= limits.ROWS_LIMIT
             and not any(id(ld.buf) in made for ld in k.reads))
-
-
-def mixed(k, reads, reduced):
-    """The kept axis a row kernel of reductions reduces across in tiles of MIXED_TILE when its heavy
-    reads ([(bytes, strides)], HEAVY of the largest) disagree: some walk a reduced axis with unit
-    stride, others this kept one ((x.T * z).sum(1)); None when they agree, or when the kernel has
-    map phases or reductions reading each other (they keep their order).
-
-    Measured ((2048, 2048) (x.T * z).sum(1), one thread, CPU time, interleaved): float32 2.6 ms in
-    tiles of 16, 3.0 in tiles of 32, 4.9 of 64, 7.2 of 256 (ACROSS_TILE), 27 by rows (by_rows, as
-    before: z read down its columns over 2048 rows per tile); float64 11.2, 8.3, 5.5, 6.4 and 32.6
-    in tiles of 8, 16, 32, 64, 256; torch.compile 2.5 ms (float32, one thread). A narrow tile keeps
-    the lines of the operand read across its rows (z: MIXED_TILE rows) in L1 while the reduced axis
-    streams by; the kept-axis operand reads one or a few lines per row."""
-    if not reads or any(ph.kind != "reduce" for ph in k.phases):
-        return None
-    made = {id(v) for ph in k.phases for v, _ in ph.outputs}
-    if any(id(ld.buf) in made for ld in k.reads):
-        return None
-    big = max(b for b, _ in reads)
-    units = [unit_axis(k.shape, st) for b, st in sorted(reads, key=lambda o: -o[0]) if b >= HEAVY * big]
-    kept = [d for d in units if d not in reduced]
-    return kept[0] if kept and any(d in reduced for d in units) else None
 
 
 def across_transposed(k, u, r):
@@ -280,7 +149,7 @@ def across_transposed(k, u, r):
     Measured ((2048, 2048) (x.T * z).sum(1), one thread, CPU time, interleaved, Xeon with AVX-512,
     a loaded machine): float32 3.3 ms with z's tiles transposed against 7.3 with z gathered (a copy of
     half its bytes: 2.8 ms), float64 5.7 against 6.4; (1000, 1000) float32 0.64 against 1.64."""
-    return () if k.bytes_moved() <= REGS_MIN else _unit_along(k, r, u)
+    return () if k.bytes_moved() <= limits.REGS_MIN else _unit_along(k, r, u)
 
 
 def _unit_along(k, a, b):
@@ -292,7 +161,7 @@ def _unit_along(k, a, b):
         if ld.strides[a] == 1 and abs(ld.strides[b]) > 1 and ld.dtype.itemsize in (4, 8) and key not in seen:
             seen.add(key)
             out.append(ld)
-    return tuple(out[:TRANSPOSED])
+    return tuple(out[:limits.TRANSPOSED])
 
 
 def transposed(k, a, b):
@@ -314,18 +183,11 @@ def transposed(k, a, b):
     slower than the element loops (3.5x against 2.9x for (4093, 4101) float32; 2.2x against 1.9x
     for (1001, 1000), even at (701, 700), 1.2x against 3.2x for (301, 300): in cache)."""
     outs = [v for ph in k.phases for v, _ in ph.outputs]
-    if b != len(k.shape) - 1 or any(ph.kind != "map" for ph in k.phases) or k.bytes_moved() <= REGS_MIN or not (
-            all(k.shape[b] * v.dtype.itemsize % LINE == 0 for v in outs)
-            or sum(nbytes(v) for v in outs) <= REGS_CACHED):
+    if b != len(k.shape) - 1 or any(ph.kind != "map" for ph in k.phases) or k.bytes_moved() <= limits.REGS_MIN or not (
+            all(k.shape[b] * v.dtype.itemsize % limits.LINE == 0 for v in outs)
+            or sum(nbytes(v) for v in outs) <= limits.REGS_CACHED):
         return ()
     return _unit_along(k, a, b)
-
-
-def tiles():
-    """(TILE, ACROSS_TILE) of the CPU target compiled for now: thresholds of the machine at hand,
-    calibrated (backends/cpu/machine.py; read here until the CPU planner moves above the IR, to backends/cpu/)."""
-    from ...backends.cpu import machine
-    return machine.value("tile"), machine.value("across_tile")
 
 
 def settle(kernels, streamed):
@@ -337,7 +199,7 @@ def settle(kernels, streamed):
     6.5x without register tiles; float64 3.4x, 3.9x, 5.0x."""
     for k in kernels:
         sch = k.schedule
-        if sch is not None and sch.transposed and sum(nbytes(v) for v in k.outputs) > REGS_CACHED and \
+        if sch is not None and sch.transposed and sum(nbytes(v) for v in k.outputs) > limits.REGS_CACHED and \
                 not all(id(v) in streamed for v in k.outputs):
             *outer, (b, tb), (a, ta), _, _ = sch.levels
             k.schedule = Schedule(outer + [(a, ta), (b, tb), (a, 0), (b, 0)], transposed=sch.transposed)
@@ -350,12 +212,11 @@ def choose(k):
     ops = [(b, st) for b, st in operands(k) if unit_axis(k.shape, st) is not None]
     if not ops:
         return None
-    big = max(b for b, _ in ops)
-    heavy = sorted((o for o in ops if o[0] >= HEAVY * big), key=lambda o: -o[0])
-    lead = heavy[0][1]
+    big = heavy(ops)
+    lead = big[0][1]
     order = memory_order(k.shape, lead)
     units = []
-    for _, st in heavy:
+    for _, st in big:
         u = unit_axis(k.shape, st)
         if u not in units:
             units.append(u)
@@ -380,90 +241,24 @@ def choose(k):
                             across=u, rows=True)
         last = len(k.shape) - 1                              # a map phase's unit-stride axis
         maps = any(ph.kind == "map" for ph in k.phases)
-        side, tile = tiles()
-        tile = MIXED_TILE if across is not None else tile
+        side, tile = limits.tiles()
+        tile = limits.MIXED_TILE if across is not None else tile
         walk = sorted((d for d in order if d in reduced), key=lambda d: k.shape[d] > 1)   # unit axes outermost
         return Schedule([(d, 0) for d in kept] + [(u, tile)] + [(d, 0) for d in walk] + [(u, 0)], across=u,
                         map_levels=[(d, 0) for d in order if d in reduced and d != last]
                         + [(last, side), (u, 0), (last, 0)] if maps else None,
                         transposed=across_transposed(k, u, walk[-1]) if across is not None else ())
-    if len(units) > 1 and (k.kind == "loop" or k.bytes_moved() > TILED_ACC_BYTES):  # a transpose: tile both
+    if len(units) > 1 and (k.kind == "loop" or k.bytes_moved() > limits.TILED_ACC_BYTES):  # a transpose: tile both
         a, b = units[1], units[0]                            # the largest operand's unit axis innermost
         outer = [(d, 0) for d in order if d not in (a, b)]
         last = len(k.shape) - 1                              # the outputs' unit axis: stores stay vectors
         regs = transposed(k, a + b - last, last) if last in (a, b) and k.kind == "loop" else ()
         if regs:                                             # b's tiles outermost: regs read in memory order
             a, b = a + b - last, last
-            return Schedule(outer + [(b, tiles()[0]), (a, tiles()[0]), (a, 0), (b, 0)], transposed=regs)
-        return Schedule(outer + [(a, tiles()[0]), (b, tiles()[0]), (a, 0), (b, 0)])
+            return Schedule(outer + [(b, limits.tiles()[0]), (a, limits.tiles()[0]), (a, 0), (b, 0)], transposed=regs)
+        return Schedule(outer + [(a, limits.tiles()[0]), (b, limits.tiles()[0]), (a, 0), (b, 0)])
     if tuple(order) == tuple(range(len(k.shape))):
         return None
     return Schedule([(d, 0) for d in order])
 
 
-def columns_first(shape, axes, tree):
-    """The permutation of a row reduction's space (its reduced trailing `axes` by the largest read's
-    strides, largest first, then its kept axes in order) that makes it a reduction over memory's
-    leading axes, when every heavy read (HEAVY of the largest) lays the reduced axes outermost, before
-    all the kept axes, and the last kept axis innermost: softmax(x.T, 1) is then softmax(x, 0), one
-    online column walk (online_columns). A total over all axes is permuted into the memory order its
-    heavy reads agree on (the loss of such a softmax then joins the kernel over x's space that
-    writes dx). Else None."""
-    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
-    nd = len(shape)
-    kept = [d for d in range(nd) if d not in axes]
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
-    if not axes or not reads:
-        return None
-    big = max(b for b, _ in reads)
-    heavy = sorted((r for r in reads if r[0] >= HEAVY * big), key=lambda r: -r[0])
-    if not kept:                    # a total: in memory order where every heavy read agrees on it
-        orders = {tuple(d for d in memory_order(shape, st) if shape[d] > 1) for _, st in heavy}
-        order = memory_order(shape, heavy[0][1])
-        return order if len(orders) == 1 and order != list(range(nd)) else None
-    if list(axes) != list(range(nd - len(axes), nd)):
-        return None
-    for _, st in heavy:
-        walk = [d for d in memory_order(shape, st) if shape[d] > 1]          # outermost first
-        last = next((i for i, d in enumerate(walk) if d not in axes), len(walk))
-        if last == len(walk) or any(d in axes for d in walk[last:]) or walk[-1] != max(d for d in kept if shape[d] > 1):
-            return None
-    order = memory_order(shape, heavy[0][1])
-    return [d for d in order if d in axes] + kept
-
-
-def rows_first(shape, axes, tree):
-    """The permutation of a reduction's space (its kept axes in order, then the reduced `axes` by the
-    strides of the largest read that lays them innermost, largest first) that makes it a row
-    reduction over memory's rows, when the reduced axes are not trailing but a heavy read (HEAVY of
-    the largest) lays them out innermost, after all the kept axes, and every other heavy read walks
-    a kept axis with unit stride: x.T.sum(0), x.permute(2, 0, 1).mean((1, 2)) are row sums of x;
-    (x.T * z).sum(0) is (x * z.T).sum(1), a row reduction whose reads disagree (`mixed`: z's
-    tiles transposed in registers). Else None (an accumulation over the rows, or across a kept
-    unit-stride axis: `choose`). Measured (one thread, (2048, 2048) float32): x.T.sum(0) 6.3 ms as
-    an accumulation in x's memory order, 0.8 ms as rows, x.sum(1)'s time; (x.T * z).sum(0) 5.5 ms
-    as an accumulation over tiles (CPU time, a loaded machine), 2.5 ms as mixed rows, (x * z).sum(1)
-    1.6 ms. A kept axis between reduced ones in memory (a batch norm's sum over (0, 2, 3)) stays an
-    accumulation: as rows, (256, 16, 8, 8) took 3x."""
-    shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
-    nd = len(shape)
-    kept = [d for d in range(nd) if d not in axes]
-    if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
-        return None
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
-    if not reads:
-        return None
-    big = max(b for b, _ in reads)
-    heavy = sorted((r for r in reads if r[0] >= HEAVY * big), key=lambda r: -r[0])
-    rows = []
-    for _, st in heavy:
-        walk = [d for d in memory_order(shape, st) if shape[d] > 1]          # outermost first
-        first = next((i for i, d in enumerate(walk) if d in axes), len(walk))
-        if first < len(walk) and all(d in axes for d in walk[first:]):
-            rows.append(st)
-        elif unit_axis(shape, st) in axes:
-            return None
-    if not rows:
-        return None
-    order = memory_order(shape, rows[0])
-    return kept + [d for d in order if d in axes]

@@ -1,0 +1,113 @@
+"""The CPU planner: how each kernel of the kernel IR runs on the CPU, decided in one place, with every
+threshold in limits.py. The emitters (llvm.py's EMIT table and the modules it calls) lower what they
+are given and choose nothing.
+
+- `schedule(kernels)` (order.py, run by jit/pipeline.py for the llvm backend after fusion): each
+  kernel's walk over memory, its Schedule (loop order, tiles, walks across a kept axis, online
+  pairs, shared row walks, register transposes), which `stage="kernels"` prints;
+- `plan_program(...)` (build.py, per compiled graph): which outputs' stores stream (`streamed`),
+  the transposing maps whose outputs do not stream walk their output rows in order (`settle`), and
+  each loop and reduce_acc kernel's Strategy, one of the closed set Kind names.
+
+The strategies (Kind), each lowered by one entry of llvm.py's EMIT:
+  ONLINE_COLUMNS  column maxima and the sums of exp that read them in one walk (online_columns.py)
+  COLUMNS         reductions over leading axes accumulated in natural order (llvm.py's _reduce_acc)
+  TILED_COLUMNS   the same in the Schedule's tiled order
+  ACROSS_ROWS     reductions across a kept unit-stride axis, whole rows of memory (scheduled.py)
+  ACROSS_TILES    the same in tiles of the kept axis, maybe reading tiles transposed in registers
+  PERMUTED_MAP    maps in a permuted loop order (scheduled.py)
+  TRANSPOSED_MAP  maps tiled as a transpose, tiles transposed in registers (transpose.py)
+  ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py)
+"""
+import enum
+import math
+from dataclasses import dataclass
+
+from ....ir.kernels import nbytes
+from ....lowering.slots import roles
+from ....symint import hint
+from ..coalesce import coalesce
+from ..sizes import symbolic
+from . import limits
+from .order import settle, schedule  # noqa: F401  (the planner's walk orders)
+
+
+class Kind(enum.Enum):
+    ONLINE_COLUMNS = "online column walk"
+    COLUMNS = "column accumulation, natural order"
+    TILED_COLUMNS = "column accumulation, tiled"
+    ACROSS_ROWS = "across rows"
+    ACROSS_TILES = "across tiles"
+    PERMUTED_MAP = "permuted map"
+    TRANSPOSED_MAP = "register-transposed map"
+    ROWS = "row reductions in memory order"
+    MAP = "map in memory order"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How one loop or reduce_acc kernel is lowered. `streams`: ids of its outputs whose stores stream;
+    `transposed`: an across kernel reads tiles transposed in registers; `walks`, `online`: a row
+    kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
+    with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None."""
+    kind: Kind
+    streams: frozenset = frozenset()
+    transposed: bool = False
+    walks: bool = False
+    online: bool = False
+    row_cache: int = None
+
+    def text(self):
+        """The strategy in words (TRACEGRAD_LOG=kernels): its name, then its options."""
+        return self.kind.value + "".join(f", {w}" for w, on in (
+            ("register-transposed reads", self.transposed), ("walks", self.walks), ("online rows", self.online),
+            (f"row cache for rows up to {self.row_cache}", self.row_cache), ("streamed stores", self.streams)) if on)
+
+
+def plan_program(graph, kernels, aliases, slots, inplace):
+    """[Strategy, or None for a kernel that is not a loop or reduce_acc one] of one graph's kernels;
+    settles their walks first (in place), once it knows which outputs stream."""
+    stream = streamed(graph, kernels, aliases, slots, inplace)
+    settle(kernels, stream)         # register transposes where the outputs stream
+    return [plan(k, stream) if k.kind in ("loop", "reduce_acc") else None for k in kernels]
+
+
+def plan(kernel, stream=frozenset()):
+    """The Strategy of one loop or reduce_acc kernel, scheduled (order.py); `stream`: the ids of the
+    program's outputs whose stores stream."""
+    sch = kernel.schedule
+    online = sch is not None and bool(sch.online)
+    if kernel.reads_own_reductions() and not (kernel.kind == "reduce_acc" and online):
+        raise RuntimeError(f"internal error: {kernel.kind} kernel {kernel.ops()} reads its own accumulated "
+                           f"reductions without an online column walk; please report it with the function")
+    streams = frozenset(id(v) for v in kernel.outputs if id(v) in stream)
+    if kernel.kind == "reduce_acc":
+        kind = Kind.ONLINE_COLUMNS if online else Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS
+        return Strategy(kind, streams)
+    if sch is not None and sch.across is not None:
+        return Strategy(Kind.ACROSS_ROWS if sch.rows else Kind.ACROSS_TILES, streams, transposed=bool(sch.transposed))
+    if sch is not None and sch.reorders():
+        return Strategy(Kind.TRANSPOSED_MAP if sch.transposed else Kind.PERMUTED_MAP, streams)
+    kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
+    return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(coalesce(kernel)))
+
+
+def row_cache(kernel):
+    """For a row kernel whose rows have symbolic sizes that the row cache (rowcache.py) would take at
+    their hint: the elements its buffers hold (scratch_limit; the lowering runs rows longer than that
+    uncached, a branch per call). Else None."""
+    inner = kernel.shape[kernel.split:]
+    if kernel.split and symbolic(inner) and 0 < math.prod(map(hint, inner)) <= limits.scratch_limit():
+        return limits.scratch_limit()
+    return None
+
+
+def streamed(graph, kernels, aliases, slots, inplace):
+    """{id(Value)} of the outputs of `graph` whose stores stream (stream.py's rule): fresh outputs
+    written by a map phase, read by no kernel of the program, of at least stream_min_bytes."""
+    fresh = roles(graph, kernels, aliases, slots, inplace)[0]
+    read = {id(ld.buf) for k in kernels for ld in k.reads}
+    mapped = {id(v) for k in kernels if k.kind in ("loop", "reduce_acc")
+              for ph in k.phases if ph.kind == "map" for v, _ in ph.outputs}
+    return {id(v) for _, v in fresh
+            if id(v) in mapped and id(v) not in read and nbytes(v) >= limits.stream_min_bytes()}

@@ -1,0 +1,38 @@
+"""Every threshold of the CPU planner: constants measured on the bench machine (each with its
+measurement where it is used), and the machine-dependent ones, calibrated on the machine at hand
+(machine.py: measured once per CPU model and target, cached beside the kernel cache)."""
+from .. import machine
+
+# walk orders (order.py)
+MIXED_TILE = 32      # the across tile where other heavy reads walk a reduced axis with unit stride (mixed)
+ONLINE_LIMIT = 16384  # kept-axis elements times reductions of an online walk's vectors (online_columns)
+ROWS_LIMIT = 8192    # elements of u times reductions a kernel reducing across u by rows keeps per chunk
+TRANSPOSED = 4       # operands of a tiled map at most transposed in registers (a stack tile each)
+REGS_CACHED = 1 << 20   # output bytes of a transposing map that transposes in registers at any row length
+REGS_MIN = 256 << 10    # bytes a map moves below which it is tiled without register transposes
+LINE = 64            # bytes of a cache line
+TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled above this: below, it stays in L2
+
+# the emitters' sizes (llvm.py, hoist.py, rowcache.py)
+SMALL_KERNEL = 1 << 14    # elements: a kernel this small is optimized for size (llvm.py's ModuleBuilder.kernel)
+WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's) kept in float64 stack arrays
+OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
+HOIST_ROWS = 8         # rows a kernel needs before its per-column values are computed apart (hoist.py)
+MAX_KEPT = 8           # row buffers per kernel at most (rowcache.py; stack: 8 x 32 KiB of float32)
+MIN_OPS = 2            # a value a later walk reads again, of fewer ops, is recomputed instead (rowcache.py)
+
+
+def tiles():
+    """(TILE, ACROSS_TILE): the tile of a transpose's two axes and the vector of partial results of a
+    reduction across a kept axis (calibrated)."""
+    return machine.value("tile"), machine.value("across_tile")
+
+
+def stream_min_bytes():
+    """The smallest output whose stores stream (stream.py's rule; calibrated)."""
+    return machine.value("stream_min_bytes")
+
+
+def scratch_limit():
+    """Elements of a row a row kernel keeps in stack buffers at most (rowcache.py, online.py; calibrated)."""
+    return machine.value("scratch_limit")
