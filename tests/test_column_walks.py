@@ -211,7 +211,7 @@ def test_gradients_match_float64_finite_differences(fn):
 def test_long_rows_walk_in_tiles(dtype):
     """Rows whose vectors would pass ONLINE_LIMIT walk in tiles of the kept axis (threads split them):
     the same values as NumPy, the tiles' edges included."""
-    from tracegrad.ir.passes.schedule import ONLINE_LIMIT
+    from tracegrad.backends.cpu.plan.limits import ONLINE_LIMIT
     rng = np.random.default_rng(3)
     x0 = (rng.standard_normal((37, ONLINE_LIMIT + 77)) * 4).astype(dtype)
     f = tg.compile(lambda x: x.logsumexp(dim=0))

@@ -3,8 +3,8 @@ the CPU target's code generator, planner or scheduler, at any depth of its file 
 import reader)."""
 from test_layers import MODULES, imports
 
-# the CPU target: its backend, its code generator, and the CPU schedule with its pinning of sizes
-CPU = ("backends.cpu", "ir.passes.schedule", "ir.passes.sized")
+# the CPU target: its backend, code generator and planner (backends/cpu/plan/: walk orders, pinning of sizes)
+CPU = ("backends.cpu",)
 
 
 def _cpu(module):
@@ -20,6 +20,6 @@ def test_the_cuda_backend_imports_nothing_of_the_cpu_target():
 
 def test_the_check_sees_a_cpu_import():
     """The rule itself: the CPU schedule and code generator count, the shared program planning (lowering/) does not."""
-    assert _cpu("ir.passes.schedule") and _cpu("backends.cpu.llvm") and _cpu("backends.cpu.plan")
+    assert _cpu("backends.cpu.plan.order") and _cpu("backends.cpu.llvm") and _cpu("backends.cpu.plan")
     assert not _cpu("lowering.slots") and not _cpu("ir.layout") and not _cpu("backends.cuda.plan")
-    assert "ir.passes.schedule" in imports("ir.passes.fusion")
+    assert "backends.cpu.plan" in imports("backends.cpu.build")

@@ -39,11 +39,7 @@ LAYERS = [
 ]
 
 # (importer, imported) pairs allowed to point upward, each with its reason; the list may only shrink.
-UPWARD = {
-    # the CPU schedule's tile sizes are calibrated per machine (backends/cpu/machine.py, a function-level
-    # import); it goes once the CPU planner moves to backends/cpu/plan.py above the IR (issue 25, item 1)
-    ("ir.passes.schedule", "backends.cpu.machine"),
-}
+UPWARD = {}
 
 # Circles of modules known to import each other, each with its reason; the list may only shrink.
 KNOWN_CYCLES = set()

@@ -17,7 +17,7 @@ import tracegrad.nn.functional as F
 from tracegrad import scalar as S
 from tracegrad.backends.cpu.machine import FIELDS
 from tracegrad.ir.kernels import Const, Kernel, Load, Op, Phase
-from tracegrad.ir.passes.schedule import online_pairs
+from tracegrad.ir.walks import online_pairs
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_ONLINE_EXAMPLES", "20"))
 INF, NAN = np.inf, np.nan

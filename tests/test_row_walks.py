@@ -1,5 +1,5 @@
 """A row kernel's phases that read no result of each other share one walk over the row
-(Schedule.walks, ir/passes/schedule.py): one loop computes them all, each element's common
+(Schedule.walks, ir/walks.py): one loop computes them all, each element's common
 subexpressions once. Read from `stage="kernels"` (every phase in exactly one walk, each walk after
 the walks of the phases it reads) and checked on values: compiled == interpret == NumPy (float64)
 on odd sizes, float32 and float64, transposed and sliced inputs, one chunk or many.
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tracegrad as tg
 from tracegrad import scalar as S
 from tracegrad.ir.kernels import Kernel, Load, Op, Phase, contiguous_strides
-from tracegrad.ir.passes.schedule import walks
+from tracegrad.ir.walks import walks
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_WALK_EXAMPLES", "15"))
 

@@ -1,8 +1,8 @@
-"""Reductions of views by memory layout (ir/passes/schedule.py): one whose reduced axes are the
+"""Reductions of views by memory layout (backends/cpu/plan/order.py, ir/layout.py): one whose reduced axes are the
 innermost in memory (x.T.sum(0): row sums of x) runs as a row kernel over a permuted space
 (rows_first, applied by fusion), not as an accumulation over rows; an accumulation whose large reads
 disagree on the unit-stride axis ((x.T * z).sum(0)) is tiled; a row reduction whose reads disagree
-((x.T * z).sum(1)) reduces across the kept axis in tiles of MIXED_TILE (schedule.mixed). Read from
+((x.T * z).sum(1)) reduces across the kept axis in tiles of MIXED_TILE (ir/layout.py's mixed). Read from
 `stage="kernels"`, and
 compiled == NumPy (float64 oracle) == interpret, with gradients, on permuted and strided views of
 odd sizes."""
@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.ir.passes import schedule
+from tracegrad.backends.cpu.plan import limits
 from tracegrad.backends.cpu.machine import FIELDS
-from tracegrad.ir.passes.schedule import MIXED_TILE
+from tracegrad.backends.cpu.plan.limits import MIXED_TILE
 
 TILE = FIELDS["tile"].default        # TRACEGRAD_CALIBRATION=off (conftest.py)
 
@@ -208,7 +208,7 @@ def test_reductions_of_two_views_in_different_layouts_match_numpy_and_interpret(
     results = []
     for backend in ("llvm", "interpret"):
         xs, ys = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
-        with mock.patch.object(schedule, "TILED_ACC_BYTES", 0):
+        with mock.patch.object(limits, "TILED_ACC_BYTES", 0):
             out = tg.compile(fn, backend=backend)(xs, ys)
             (out * out).sum().backward()
         results.append((out.detach().numpy(), xs.grad.numpy(), ys.grad.numpy()))
@@ -226,7 +226,7 @@ def test_mixed_reductions_transpose_the_operand_along_the_reduced_axis_in_regist
     x, z = RNG.standard_normal((45, 37)).astype(np.float32), RNG.standard_normal((37, 45)).astype(np.float32)
     (line,) = kernel_lines(lambda x, z: (x.T * z).sum(1), x, z)
     assert "transpose=" not in line, line                                       # in cache: gathers
-    with mock.patch.object(schedule, "REGS_MIN", 0):
+    with mock.patch.object(limits, "REGS_MIN", 0):
         (line,) = kernel_lines(lambda x, z: (x.T * z + z).sum(1), x, z)        # one tile for both reads of z
         assert line.endswith(f"loops=d0/{MIXED_TILE},d1,d0 reduce=across d0 transpose=1"), line
         (line,) = kernel_lines(lambda x, z: (x.T * z.T.T).amax(dim=1), x, z)
@@ -263,7 +263,7 @@ def test_mixed_reductions_through_register_tiles_match_numpy_and_interpret(case)
 
     expect = NP[op](x.transpose(perm).astype(np.float64) * z + z, axis=axes)
     got = []
-    with mock.patch.object(schedule, "REGS_MIN", 0):
+    with mock.patch.object(limits, "REGS_MIN", 0):
         for backend in ("llvm", "interpret"):
             got.append(tg.compile(fn, backend=backend)(tg.tensor(x), tg.tensor(z)).numpy())
             if backend == "llvm" and min(zshape[0], zshape[-1]) > 1:       # the reads disagree

@@ -1,4 +1,4 @@
-"""The scheduling pass (ir/passes/schedule.py): loop orders read from `stage="kernels"`, and
+"""The CPU planner's walk orders (backends/cpu/plan/order.py): loop orders read from `stage="kernels"`, and
 compiled == interpret == eager on permuted, strided and broadcast views of odd sizes, with
 gradients (the backward programs are full of transposes and reductions over broadcast axes).
 
@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad import scalar as S
-from tracegrad.ir.passes import schedule
+from tracegrad.backends.cpu.plan import limits
 from tracegrad.ir.kernels import Kernel, Load, Phase, Schedule
 from tracegrad.backends.cpu.machine import FIELDS
-from tracegrad.ir.passes.schedule import ROWS_LIMIT, choose
+from tracegrad.backends.cpu.plan.limits import ROWS_LIMIT
+from tracegrad.backends.cpu.plan.order import choose
 
 TILE, ACROSS_TILE = FIELDS["tile"].default, FIELDS["across_tile"].default     # calibration off (conftest.py)
 
@@ -27,7 +28,7 @@ RNG = np.random.default_rng(0)
 @pytest.fixture(autouse=True)
 def _register_tiles_at_test_sizes(monkeypatch):
     """Register transposes start above REGS_MIN bytes moved; these tests exercise them on small arrays."""
-    monkeypatch.setattr(schedule, "REGS_MIN", 0)
+    monkeypatch.setattr(limits, "REGS_MIN", 0)
 
 
 def kernel_lines(fn, *arrays, stage="kernels"):
@@ -62,7 +63,7 @@ def test_column_reduction_accumulates_across_the_kept_axis():
 
 
 def test_softmax_over_a_transposed_view_is_a_column_walk_then_a_tiled_map():
-    """Its max and sum of exp are one online walk over x's memory (schedule.columns_first), as
+    """Its max and sum of exp are one online walk over x's memory (ir/layout.py's columns_first), as
     softmax(x, 0); the output, transposed from x, is written in tiles. One thread, CPU time, (2048,
     1000) float32: 2.4-2.6 ms against 3.3-4.7 for the one kernel of tiles across the kept axis before
     ((512, 4096): 3.3-3.6 against 3.6-5.6; a loaded machine)."""

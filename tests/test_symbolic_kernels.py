@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tracegrad as tg
 from tracegrad.backends.cpu import build
 from tracegrad.ir.kernels import Kernel, Load, Phase
-from tracegrad.ir.passes.schedule import schedule
+from tracegrad.backends.cpu.plan import schedule
 from tracegrad.ops import PRIMS
 from tracegrad.symint import ShapeEnv, using
 
@@ -163,7 +163,7 @@ def test_symbolic_kernel_ir_and_no_guards():
 
 def test_sized_strategies_pin_their_kernel_with_a_guard(modules):
     """Sums over the rows of a transposed view keep a vector over the whole kept axis (Schedule.rows): the
-    kept axis's symbol is compiled in at ONE place (ir/passes/sized.py's pin), with the guard `S == hint` in the
+    kept axis's symbol is compiled in at ONE place (backends/cpu/plan/sized.py's pin), with the guard `S == hint` in the
     entry's ShapeEnv, while the rows stay symbolic: another batch runs the same module, another width
     fails the guard and retraces, naming it; values as eager's."""
     def f(x):

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 from tracegrad.backends.cpu import machine
-from tracegrad.ir.passes import schedule
-from tracegrad.ir.passes.schedule import TRANSPOSED
+from tracegrad.backends.cpu.plan import limits
+from tracegrad.backends.cpu.plan.limits import TRANSPOSED
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_TRANSPOSE_EXAMPLES", "20"))
 RNG = np.random.default_rng(0)
@@ -24,7 +24,7 @@ RNG = np.random.default_rng(0)
 @pytest.fixture(autouse=True)
 def _register_tiles_at_test_sizes(monkeypatch):
     """Register transposes start above REGS_MIN bytes moved; these tests exercise them on small arrays."""
-    monkeypatch.setattr(schedule, "REGS_MIN", 0)
+    monkeypatch.setattr(limits, "REGS_MIN", 0)
 
 
 def kernel_lines(fn, *arrays):
@@ -109,7 +109,7 @@ def test_operands_weigh_the_bytes_they_read_not_their_buffers():
 def test_large_outputs_transpose_in_registers_only_with_rows_of_whole_lines():
     """Beyond REGS_CACHED bytes of output, rows of whole 64-byte lines take the register tiles (b's
     tiles outermost where the output streams, else a's); others keep the element loops
-    (schedule.transposed's and settle's measurements)."""
+    (plan/order.py's transposed and settle: their measurements)."""
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1040, 1024)))    # rows of 1040 float32: 65 lines
     assert transposed(line) == 1, line
     (line,) = kernel_lines(lambda x: x.T * 2.0, data((1030, 1024)))    # 1030 float32: not whole lines
@@ -228,7 +228,7 @@ def test_transposing_copies_are_exact(dtype, shape):
 def test_small_maps_keep_scalar_tiles(monkeypatch):
     """At most REGS_MIN bytes moved: tiled without register transposes (in cache, as fast, half the
     compile time), and the same values."""
-    monkeypatch.setattr(schedule, "REGS_MIN", 256 << 10)
+    monkeypatch.setattr(limits, "REGS_MIN", 256 << 10)
     x, g = data((32, 128)), data((128, 32))
     fn = lambda x, g: tg.where(x.T > 0.5, g, 0.0)       # a relu backward's mask, transposed
     (line,) = kernel_lines(fn, x, g)

@@ -1,7 +1,7 @@
 """Row normalizations of a view whose reduced axis is memory's outermost (softmax(x.T, 1),
 log_softmax, logsumexp of x.T or x.permute(1, 2, 0) over their last axis) are column normalizations
 of memory: their maximum (read back over the input's space) and the reductions that read it are
-built over the space permuted into memory order (schedule.columns_first), so they take the one
+built over the space permuted into memory order (ir/layout.py's columns_first), so they take the one
 online column walk of softmax over dim 0 (a joined softmax(x.T, 1) * g.T: two walks over x's space,
 as softmax(x, 0)). Plain sums of such views keep their tiles across the kept axis
 (test_across_rows.py). Read from `stage="kernels"`; values: compiled (apart and joined, every

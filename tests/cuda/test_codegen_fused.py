@@ -13,7 +13,7 @@ import tracegrad as tg
 from tracegrad.backends.cuda.lower import compile_kernels
 from tracegrad.ir.interpret import run as interpret
 from tracegrad.ir.passes.fusion import fuse
-from tracegrad.ir.passes.schedule import schedule
+from tracegrad.backends.cpu.plan import schedule
 
 EXAMPLES = int(os.environ.get("TRACEGRAD_HYPOTHESIS_EXAMPLES", "6"))
 

@@ -213,7 +213,7 @@ class Phase:
 
 
 class Schedule:
-    """How a loop or reduce_acc kernel walks its space (ir/passes/schedule.py chooses it, every
+    """How a loop or reduce_acc kernel walks its space (the CPU planner chooses it, backends/cpu/plan/; every
     target follows it; a kernel without one runs in natural order).
 
     `levels`: the loop nest, outermost first, as (axis, tile) pairs: tile 0 is a loop over the
@@ -229,7 +229,7 @@ class Schedule:
     the maximum m of a tree, phase i + 1 the sum of exp(a - g(m)) (g reads only m); the walk keeps
     the running maximum and rescales the running sum by exp(g(old) - g(new)) when it grows. A target
     may also run the two phases in turn: the values are the same up to rounding. In a reduce_acc
-    kernel (with `across`: reductions over leading axes, schedule.online_columns): pairs (i, j) of a
+    kernel (with `across`: reductions over leading axes, walks.online_columns): pairs (i, j) of a
     maximum i and a sum j linear in exp(a - g(m)) (any number per maximum), computed in one walk
     while its other phases (reading neither) accumulate beside them; threads split its column tiles,
     or, with `rows`, its rows (each chunk's sums relative to its own maxima; the join rescales them).
@@ -247,7 +247,7 @@ class Schedule:
     with b its outputs' unit-stride axis) the Loads that walk a with unit stride: a target may read
     each whole tile of them with unit-stride vectors and transpose it in registers, so that the
     element loops read it along b (backends/cpu/transpose.py); reading them in place gives the same values.
-    With `across` (a mixed kernel, schedule.mixed): the Loads that walk the innermost reduced axis (the
+    With `across` (a mixed kernel, layout.mixed): the Loads that walk the innermost reduced axis (the
     level before the last) with unit stride, read a tile at a time and transposed so that the element
     loops read them along `across`."""
     __slots__ = ("levels", "across", "map_levels", "online", "walks", "rows", "transposed")
@@ -305,7 +305,7 @@ class Kernel:
         """Whether an accumulated reduction of this kernel (any of a reduce_acc kernel's, a row kernel's over
         its outer axes) reads another's result (a sum of exp(x - max)): each chunk of rows would read
         maxima still being accumulated. A reduce_acc kernel computes that only as an online column walk
-        (schedule.online_columns); a row kernel cannot."""
+        (walks.online_columns); a row kernel cannot."""
         acc = [ph for ph in self.phases if ph.kind == "reduce"] if self.kind == "reduce_acc" else self.accumulated()
         made = {id(v) for ph in acc for v, _ in ph.outputs}
         return any(id(ld.buf) in made for ph in acc for _, t in ph.outputs for ld in loads(t))
@@ -317,7 +317,7 @@ class Kernel:
         if self.schedule is not None and self.schedule.rows:
             return [ph for ph in self.phases if ph.kind == "reduce"]
         if self.kind == "reduce_acc" and self.schedule is not None and self.schedule.online:
-            return []                   # threads split its column tiles (schedule.online_columns): none to join
+            return []                   # threads split its column tiles (walks.online_columns): none to join
         return self.accumulated()
 
     def online_apart(self):
@@ -433,7 +433,7 @@ def pinned(kernel, fn):
 
 def hinted(kernel):
     """`kernel` with its symbolic sizes at their hints (no guard recorded): what the planners' heuristics
-    (ir/passes/schedule.py) look at, since their choices change speed, never results. A kernel without
+    (backends/cpu/plan/, backends/cuda/plan.py) look at, since their choices change speed, never results. A kernel without
     symbolic sizes comes back as it is."""
     return pinned(kernel, hint) if kernel.symbolic() else kernel
 

@@ -59,7 +59,7 @@ def fused_kernels(entry):
             entry._kernels = [(label, g, p.kernels) for (label, g), p in zip(graphs, entry.programs) if g is not None]
         else:
             from ..ir.passes.fusion import fuse
-            from ..ir.passes.schedule import schedule
+            from ..backends.cpu.plan import schedule
             entry._kernels = [(label, g, schedule(fuse(g, entry.cf.fuse)[0])) for label, g in graphs if g is not None]
     return entry._kernels
 

@@ -119,7 +119,7 @@ def lower(graphs, backend, device, fuse, inplace):
     logs.lap("fuse")
     text, disk_hit = None, False
     if backend == "llvm":           # the CPU's schedule pass; the cuda target plans its own (backends/cuda/plan.py)
-        from ..ir.passes.schedule import schedule
+        from ..backends.cpu.plan import schedule
         for kernels_aliases in filter(None, fused):
             schedule(kernels_aliases[0])
         logs.lap("schedule")

@@ -87,7 +87,7 @@ class ModuleBuilder:
         does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
         is kernel k3 of the forward program."""
         f = Fn(self.symbols.index)
-        pinned = getattr(kernel, "pinned_for", None)    # ir/passes/sized.py's pin
+        pinned = getattr(kernel, "pinned_for", None)    # backends/cpu/plan/sized.py's pin
         lowered = coalesce(kernel)                # axes every operand walks as one: one loop
         rows = scale(kernel, lowered)             # its axis 0 absorbed others: [lo, hi) scaled
         scaled = is_sym(rows) or rows > 1
@@ -455,7 +455,7 @@ def _reduce_acc(mb, f, kernel, ptrs):
         d = levels[0][0]
         _blocked_loops(f, [None], lambda f, i: body(f, [i[0] if e == d else "0" for e in range(len(shape))]),
                        accs, lo_hi=("%lo", "%hi"))
-    elif blockable:                              # the scheduled loop order (ir/passes/schedule.py)
+    elif blockable:                              # the scheduled loop order (plan/order.py)
         d = levels[j][0]
         head = levels[:j] + ([] if any(e == d and t for e, t in levels[:j]) else [(d, BLOCK)])
 

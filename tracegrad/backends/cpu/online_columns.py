@@ -1,5 +1,5 @@
 """One walk over memory for column maxima and the sums of exp(a - g(m)) that read them (a reduce_acc
-kernel with Schedule.online: ir/passes/schedule.py's online_columns), beside reductions that read neither.
+kernel with Schedule.online: plan/order.py's columns_online), beside reductions that read neither.
 
 Per tile of the unit-stride kept axis u (long rows: threads split the tiles, each owns its columns;
 whole rows, Schedule.rows: threads split the rows, each chunk's [lo, hi) its own maxima and sums
@@ -24,7 +24,7 @@ from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
 
 def _shift(tree, m):
-    """The exp(a - g(m)) node of a sum linear in it (schedule.rescaled), and g."""
+    """The exp(a - g(m)) node of a sum linear in it (ir/walks.py's rescaled), and g."""
     while not (applies(tree, S.exp) and any(ld.buf is m for ld in loads(tree))):
         tree = next(a for a in tree.args if any(ld.buf is m for ld in loads(a)))
     return tree.args[0].args[1]

@@ -11,7 +11,7 @@ walk w = 1..L, the longest chain of walks their reads make; the other kernels (s
 kept axes) run between walks. Each kernel takes the latest level its readers allow (a loss and the
 gradient map in the last walk, the backward's column sums in the walk before, beside the forward's
 statistic of the same level; a sum of exp(x - max) shares the maximum's walk where one online walk
-computes both, schedule.online_columns), so walks late in the chain, which read every input anyway, take the
+computes both, walks.online_columns), so walks late in the chain, which read every input anyway, take the
 sums, and the number of walks is the chain's length. Kernels then run by level, stably, a level's loop kernels
 before its reduce_acc kernels (which merge_rows then joins to them: a loss summed in the walk that
 writes the gradient).
@@ -20,7 +20,7 @@ import math
 
 from ...symint import hint
 from ..kernels import Kernel, shape_key
-from .schedule import online_columns
+from ..walks import online_columns
 
 
 def order_walks(kernels):

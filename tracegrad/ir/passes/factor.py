@@ -10,7 +10,7 @@ A sum over axes A of b (b's elements summed over A) needs depth(b) + 1. Where b 
   c                                   constant along A, at the top (c times the number of elements),
 the sum is rewritten as such a combination of sums exactly when that lowers its depth: a factor s
 comes out only when depth(s) > depth(v) (the sum of v then no longer waits for s, so the two
-reductions can share a walk over the row; ir/passes/schedule.py's `walks`), an addition splits only
+reductions can share a walk over the row; ir/walks.py's `walks`), an addition splits only
 when a part must (the parts already shallow enough stay one sum), and never a shift u +- c by a c
 constant along A: sum(x - mean) is how a centered sum is written, and its small value is exactly
 what sum(x) - n * mean would lose to cancellation. Nothing else changes: a sum that

@@ -52,7 +52,7 @@ from .copies import copy_tree
 from .gathers import index_tree
 from .merge import MAX_TREE_OPS, arrange
 from .window_sums import window_sum_tree
-from .schedule import columns_first, rows_first
+from ..layout import columns_first, rows_first
 
 RECOMPUTE_LIMIT = 8
 ROW_RECOMPUTE_LIMIT = 48   # the same for a row statistic (_recompute_limit)

@@ -30,7 +30,8 @@ import math
 from ...symint import hint, is_sym
 from ..kernels import Kernel, Load, Op, contiguous_strides, known, loads, postorder, same_shape, shape_key
 from .columns import order_walks
-from .schedule import online_columns
+from ..layout import in_order
+from ..walks import online_columns
 
 MAX_TREE_OPS = 256   # a longer chain is cut into kernels of this many ops (code size; LLVM's time grows faster than linearly)
 
@@ -224,8 +225,7 @@ def _accumulates_into(acc, rows, after):
     if len(rows.ops()) + len(acc.ops()) > MAX_TREE_OPS or \
             not all(_row_read(ld, rows.shape, rows.split, produced) for ld in acc.reads):
         return False
-    from .schedule import choose                 # the merged kernel must walk memory in natural order
-    return choose(Kernel("loop", rows.shape, rows.split, rows.phases + acc.phases)) is None
+    return in_order(Kernel("loop", rows.shape, rows.split, rows.phases + acc.phases))   # memory in natural order
 
 
 def keep_in_rows(kernels, keep):

@@ -48,7 +48,7 @@ import math
 
 from ....ir.kernels import Schedule, hinted, nbytes
 from ....ir.layout import heavy, memory_order, mixed, operands, unit_axis
-from ....ir.passes.sized import generic, pin, strategy
+from .sized import generic, pin, strategy
 from ....ir.walks import online_columns, online_pairs, walks
 from . import limits
 

@@ -1,8 +1,8 @@
 """Schedules whose code is sized by the space, on kernels with symbolic sizes (tracegrad/symint.py): which
 lowerings hold for every size (`generic`), and the ONE place where a kernel's sizes are compiled in
 when its best schedule is not (`pin`, called by schedule.py's `schedule`)."""
-from ...symint import Expr, SymInt, hint, is_sym
-from ..kernels import pinned
+from ....symint import Expr, SymInt, hint, is_sym
+from ....ir.kernels import pinned
 
 
 def pin(k, why):
