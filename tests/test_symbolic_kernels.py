@@ -143,6 +143,7 @@ def test_symbolic_kernel_ir_and_no_guards():
     literal of the IR) and records no guard; its loads keep the symbolic strides."""
     from tracegrad import dtypes as D
     from tracegrad.backends.cpu.llvm import ModuleBuilder
+    from tracegrad.backends.cpu.plan import plan
     from tracegrad.backends.cpu.sizes import Symbols
     from tracegrad.ir.graph import Graph
     env = ShapeEnv()
@@ -155,7 +156,7 @@ def test_symbolic_kernel_ir_and_no_guards():
                                              "cheap")])
         schedule([k])
         mb = ModuleBuilder(Symbols([g]))
-        _, _, sized = mb.kernel(k, {id(x): 0, id(out): 1}, "k")
+        _, _, sized = mb.kernel(k, {id(x): 0, id(out): 1}, "k", plan(k))
     assert sized and env.guards == []
     body = mb.text().split("k_body")[1]
     assert "%sizes" in body and not re.search(r"\b(64|48|3072)\b", body)

@@ -30,10 +30,10 @@ import math
 from ... import scalar as S
 from ...scalar import head
 from ...ir.kernels import Checked, Gather, Iota, Load, Op, contiguous_strides, loads, postorder
-from . import machine
 from ...symint import hint, is_sym
 from .loops import _loops
 from .scalar import Emitter, linear, lltype, store
+from .plan import limits
 from .plan.limits import HOIST_ROWS
 from .sizes import symbolic
 
@@ -89,7 +89,7 @@ def hoisted(kernel, k):
         return kernel, []
     fixed = _fixed(kernel, k, {id(v) for ph in kernel.phases for v, _ in ph.outputs})
     strides = (0,) * k + contiguous_strides(inner)
-    plan, made, new, budget = [], {}, {}, [machine.value("hoist_bytes")]
+    plan, made, new, budget = [], {}, {}, [limits.hoist_bytes()]
 
     def varies(t):                   # along the columns (a scalar is hoisted with k = len(shape))
         return everywhere or any(_moves(ld.strides[k:]) for ld in loads(t)) or any(

@@ -7,10 +7,11 @@ constants), its outermost loop runs over [lo, hi) so the runtime can split it ac
 the innermost loop walks the last, unit-stride axis so that LLVM vectorizes it. Values live in
 allocas that SROA turns into registers; float sums use `reassoc` adds so they vectorize too.
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
-routines of mathlib/. Loop nests come from loops.py, accumulators from reductions.py, kernels
-with a Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of
-exp that read them by online_columns.py; values constant along every axis (any strategy), or along
-the rows that the inner loop reads, are computed once per call (hoist.py).
+routines of mathlib/. Each kernel is lowered as its Strategy says (plan/: the planner chooses, EMIT
+below lowers): loop nests come from loops.py, accumulators from reductions.py, kernels with a
+Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of exp that
+read them by online_columns.py; values constant along every axis (any strategy), or along the rows
+that the inner loop reads, are computed once per call (hoist.py).
 """
 import math
 

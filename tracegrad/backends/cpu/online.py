@@ -15,7 +15,8 @@ recomputed where its maximum over another axis is taken and where it is subtract
 import math
 
 from ...ir.kernels import contiguous_strides, loads
-from . import machine, mathlib
+from . import mathlib
+from .plan import limits
 from .loops import _loops, tiles
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
@@ -34,7 +35,7 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
     dims = _squeezed(inner) or [1]
     ones = ["0"] * (len(inner) - len(dims))
     *rest, n = dims
-    block = machine.value("online_block")
+    block = limits.online_block()
     nb = tiles(f, n, block)          # an operand (a register where n is symbolic)
     n = f.size(n)
     dt, at = m.dtype, _acc_dtype(sum_lower, s.dtype)
@@ -42,7 +43,7 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
     inner_strides = contiguous_strides(inner)
     keep_x, keep_e = scratch.get(id(xt)), scratch.get(id(et))
     # (a row cache's symbolic rows hold at most scratch_limit elements, so at most as many blocks)
-    blocks_at_most = machine.value("scratch_limit") if nb.startswith("%") else math.prod(rest) * int(nb)
+    blocks_at_most = limits.scratch_limit() if nb.startswith("%") else math.prod(rest) * int(nb)
     shifts = f.alloca(f"[{blocks_at_most} x {ty}]") if keep_e else None
     run_max, total, bmax, part = f.alloca(ty), f.alloca(aty), f.alloca(ty), f.alloca(ty)
     f.emit(f"store {ty} {_identity(max_lower, dt)}, ptr {run_max}")

@@ -16,7 +16,8 @@ import math
 
 from ... import scalar as S
 from ...ir.kernels import Load, applies, contiguous_strides, loads
-from . import machine, mathlib
+from . import mathlib
+from .plan import limits
 from .loops import _loops, _nest
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
@@ -40,7 +41,7 @@ def online_columns(mb, f, kernel, ptrs):
         outer, inner, tile = sch.levels[:cut], sch.levels[cut:], sch.levels[cut - 1][1]
     r0, others = inner[0][0], math.prod(shape[d] for d, _ in inner[1:-1])
     itemsize = max([ld.dtype.itemsize for ld in kernel.reads] + [4])
-    rows = max(1, min(machine.value("block_bytes") // (tile * others * itemsize), BLOCK // others))
+    rows = max(1, min(limits.block_bytes() // (tile * others * itemsize), BLOCK // others))
     keep = [d for d in range(len(shape)) if d not in set(kernel.phases[0].axes)]
     ostrides = contiguous_strides([shape[d] for d in keep])
     maxima = {i for i, _ in sch.online}

@@ -39,7 +39,8 @@ import numpy as np
 
 from ...ir.kernels import loads
 from ...symint import hint
-from . import machine, mathlib
+from . import mathlib
+from .plan import limits
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
@@ -65,7 +66,7 @@ def work(kernel):
 def splits(kernel):
     """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
     partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
-    return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= machine.value("parallel_min_work")
+    return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= limits.parallel_min_work()
             and all(v.dtype.name in JOINED and (not symbolic(v.shape) or getattr(kernel, "pinned_for", None))
                     for ph in kernel.partials() for v, _ in ph.outputs))   # (pinned: its sizes are the hints)
 
@@ -78,7 +79,7 @@ def groups(kernels, split, slots):
     out, run, seen = [], [], [set(), set()]         # the run's (read, written) slots
 
     def close():
-        if len(run) >= 2 and sum(work(kernels[j]) for j in run) >= machine.value("parallel_min_work"):
+        if len(run) >= 2 and sum(work(kernels[j]) for j in run) >= limits.parallel_min_work():
             out.append(list(run))
     for j, k in enumerate(kernels):
         if k.kind not in ("loop", "reduce_acc") or j in split:
@@ -108,7 +109,7 @@ class Chunks:
             return
         # the extent and the chunk count by its hint where symbolic: the bounds are then set per call (resize)
         self.extent = extent = kernel.parallel_extent()
-        n = max(2, work(kernel) * 4 // machine.value("parallel_min_work"))
+        n = max(2, work(kernel) * 4 // limits.parallel_min_work())
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         if self.outs:                     # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //

@@ -36,3 +36,23 @@ def stream_min_bytes():
 def scratch_limit():
     """Elements of a row a row kernel keeps in stack buffers at most (rowcache.py, online.py; calibrated)."""
     return machine.value("scratch_limit")
+
+
+def block_bytes():
+    """Bytes of a block of rows an online column walk reads twice while in cache (online_columns.py; calibrated)."""
+    return machine.value("block_bytes")
+
+
+def online_block():
+    """Elements of a row an online row walk takes per block (online.py; calibrated)."""
+    return machine.value("online_block")
+
+
+def hoist_bytes():
+    """Stack bytes a kernel's per-column values computed once per call may take (hoist.py; calibrated)."""
+    return machine.value("hoist_bytes")
+
+
+def parallel_min_work():
+    """Element-ops a kernel (or a group of small ones) needs before threads split it (regions.py; calibrated)."""
+    return machine.value("parallel_min_work")
