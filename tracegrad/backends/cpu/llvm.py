@@ -24,7 +24,7 @@ from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, RO
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
 from .online_columns import online_columns
-from .plan import Kind
+from .plan import Kind, Walk, innermost_long
 from .plan.limits import OUTER_BLOCK, SMALL_KERNEL, WIDE_LIMIT
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
@@ -128,7 +128,7 @@ def _columns(mb, f, kernel, ptrs, strategy):
     """COLUMNS: per-column values once per call (hoist.py), then the accumulation in natural order."""
     kernel, plan = hoisted(kernel, len(_squeezed(kernel.shape)) - 1)
     prelude(mb, f, kernel, len(_squeezed(kernel.shape)) - 1, ptrs, plan)
-    _reduce_acc(mb, f, kernel, ptrs)
+    _reduce_acc(mb, f, kernel, ptrs, strategy)
 
 
 def _rows(mb, f, kernel, ptrs, strategy):
@@ -342,27 +342,25 @@ class _RowSums:
             _loops(f, self.oshape, out)
 
 
-def _reduce_acc(mb, f, kernel, ptrs):
-    """Reductions over leading or all axes: one loop nest in natural order over the input space,
-    accumulating every phase's output (shared subexpressions computed once). Scalar results
-    accumulate in registers (_Acc: float sums blocked), others in their output buffer after an
-    initializing loop (float32 sums of up to WIDE_LIMIT outputs: also in a float64 stack array,
-    joined every OUTER_BLOCK rows when they reduce the outermost axis). The outermost loop runs over
-    [lo, hi): threads reduce slices into private outputs (runtime.py)."""
-    shape, sch = kernel.shape, kernel.schedule
+def _reduce_acc(mb, f, kernel, ptrs, strategy):
+    """Reductions over leading or all axes: one loop nest over the input space as strategy.walk says
+    (plan/: natural order, or the Schedule's levels), accumulating every phase's output (shared
+    subexpressions computed once). Scalar results accumulate in registers (_Acc: float sums blocked),
+    others in their output buffer after an initializing loop (the phases in strategy.wide: also in a
+    float64 stack array, joined every OUTER_BLOCK rows when they reduce the outermost axis). The
+    outermost loop runs over [lo, hi): threads reduce slices into private outputs (runtime.py)."""
+    shape, sch, walk = kernel.shape, kernel.schedule, strategy.walk
     levels = list(sch.levels) if sch is not None else []
     # a scheduled nest blocks at its innermost element loop longer than 1 (tiled if it is not already)
-    j = max([i for i, (d, _) in enumerate(levels) if is_sym(shape[d]) or shape[d] > 1], default=None)
+    j = innermost_long(shape, levels)
     if sch is None:
         run = BLOCK if len(_squeezed(shape)) == 1 else (_squeezed(shape) or [1])[-1]
     else:
-        run = shape[levels[j][0]] if j is not None and not levels[j][1] else None
+        run = shape[levels[j][0]] if walk in (Walk.ONE_AXIS, Walk.TILED_BLOCKED) else None
     if any(known(d, 0) for d in shape):     # an empty space: no element, no block
         run = None
-    blockable = run is not None
-    phases, maps, wide_left = [], [ph for ph in kernel.phases if ph.kind == "map"], WIDE_LIMIT
-    innermost = levels[-1][0] if levels else len(shape) - 1
-    for ph in kernel.phases:
+    phases, maps = [], [ph for ph in kernel.phases if ph.kind == "map"]
+    for i, ph in enumerate(kernel.phases):
         if ph.kind == "map":
             continue
         (v, tree), = ph.outputs
@@ -376,11 +374,7 @@ def _reduce_acc(mb, f, kernel, ptrs):
             acc = _Acc(f, ph.lower, v.dtype, run)
         else:
             at = _acc_dtype(ph.lower, v.dtype)
-            # float32 sums over the outermost axis (joined every OUTER_BLOCK rows) or along the
-            # innermost loop: a float64 array; sums over middle axes add in order, as NumPy's do
-            if at is not v.dtype and not symbolic(oshape) and wide_left >= math.prod(oshape) and \
-                    (sch is None and 0 in ph.axes or innermost in ph.axes):
-                wide_left -= math.prod(oshape)
+            if i in strategy.wide:              # float32 sums in a float64 array (plan/'s column_walk)
                 wide = f.alloca(f"[{math.prod(oshape)} x {regtype(at)}]")
                 _loops(f, oshape, lambda f, idx, wide=wide, oshape=oshape, op=ph.lower, at=at: f.emit(
                     f"store {regtype(at)} {_identity(op, at)}, ptr {_at(f, wide, at, idx, oshape)}"))
@@ -416,7 +410,7 @@ def _reduce_acc(mb, f, kernel, ptrs):
 
     def nbody(f, idx, base):
         body(f, [idx[d] for d in range(len(shape))])
-    if sch is None and flushed:
+    if walk is Walk.OUTER_BLOCKS:
         for op, v, _, _, _, wide, oshape, _ in flushed:
             _loops(f, oshape, lambda f, idx, v=v, oshape=oshape, op=op: store(
                 f, ptrs, v, linear(f, idx, contiguous_strides(oshape)), _identity(op, v.dtype)))
@@ -450,13 +444,13 @@ def _reduce_acc(mb, f, kernel, ptrs):
         rows(f, start, "%hi")
         f.emit(f"br label %{done}")
         f.block(done)
-    elif sch is None:
+    elif walk is Walk.BLOCKED:
         _blocked_loops(f, shape, body, accs, lo_hi=("%lo", "%hi") if shape else None)
-    elif blockable and j == 0:                   # one axis longer than 1, the threads' one
+    elif walk is Walk.ONE_AXIS:                  # one axis longer than 1, the threads' one
         d = levels[0][0]
         _blocked_loops(f, [None], lambda f, i: body(f, [i[0] if e == d else "0" for e in range(len(shape))]),
                        accs, lo_hi=("%lo", "%hi"))
-    elif blockable:                              # the scheduled loop order (plan/order.py)
+    elif walk is Walk.TILED_BLOCKED:             # the scheduled loop order (plan/order.py)
         d = levels[j][0]
         head = levels[:j] + ([] if any(e == d and t for e, t in levels[:j]) else [(d, BLOCK)])
 
@@ -491,7 +485,7 @@ def _at(f, array, dtype, idx, shape):
 
 
 # the emitter of each strategy (plan/__init__.py's Kind)
-EMIT = {Kind.ONLINE_COLUMNS: _plain(online_columns), Kind.COLUMNS: _columns, Kind.TILED_COLUMNS: _plain(_reduce_acc),
+EMIT = {Kind.ONLINE_COLUMNS: _plain(online_columns), Kind.COLUMNS: _columns, Kind.TILED_COLUMNS: _reduce_acc,
         Kind.ACROSS_ROWS: _plain(_across_kernel), Kind.ACROSS_TILES: _plain(_across_kernel),
         Kind.PERMUTED_MAP: _plain(_scheduled_map), Kind.TRANSPOSED_MAP: _plain(_scheduled_map),
         Kind.ROWS: _rows, Kind.MAP: _rows}

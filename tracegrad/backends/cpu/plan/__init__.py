@@ -13,6 +13,7 @@ The strategies (Kind), each lowered by one entry of llvm.py's EMIT:
   ONLINE_COLUMNS  column maxima and the sums of exp that read them in one walk (online_columns.py)
   COLUMNS         reductions over leading axes accumulated in natural order (llvm.py's _reduce_acc)
   TILED_COLUMNS   the same in the Schedule's tiled order
+                  (both: a Walk of their loop nest, and the sums kept in float64 stack arrays)
   ACROSS_ROWS     reductions across a kept unit-stride axis, whole rows of memory (scheduled.py)
   ACROSS_TILES    the same in tiles of the kept axis, maybe reading tiles transposed in registers
   PERMUTED_MAP    maps in a permuted loop order (scheduled.py)
@@ -23,10 +24,11 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ....ir.kernels import nbytes
+from ....ir.kernels import known, nbytes
 from ....lowering.slots import roles
-from ....symint import hint
+from ....symint import hint, is_sym
 from ..coalesce import coalesce
+from ..reductions import _acc_dtype
 from ..sizes import symbolic
 from . import limits
 from .order import settle, schedule  # noqa: F401  (the planner's walk orders)
@@ -44,18 +46,31 @@ class Kind(enum.Enum):
     MAP = "map in memory order"
 
 
+class Walk(enum.Enum):
+    """The loop nest of a column accumulation (llvm.py's _reduce_acc)."""
+    OUTER_BLOCKS = "natural order, float32 sums over blocks of OUTER_BLOCK rows joined in float64"
+    BLOCKED = "natural order, blocked sums"
+    ONE_AXIS = "one long axis, the threads' one, blocked sums"
+    TILED_BLOCKED = "the Schedule's levels, blocked at the innermost element loop"
+    TILED = "the Schedule's levels, unblocked"
+
+
 @dataclass(frozen=True)
 class Strategy:
     """How one loop or reduce_acc kernel is lowered. `streams`: ids of its outputs whose stores stream;
     `transposed`: an across kernel reads tiles transposed in registers; `walks`, `online`: a row
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
-    with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None."""
+    with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
+    `walk`, `wide`: a column accumulation's Walk and the indices of its phases whose float32 sums keep a
+    float64 stack array (at most WIDE_LIMIT outputs in all)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
     walks: bool = False
     online: bool = False
     row_cache: int = None
+    walk: Walk = None
+    wide: frozenset = frozenset()
 
     def text(self):
         """The strategy in words (TRACEGRAD_LOG=kernels): its name, then its options."""
@@ -81,15 +96,51 @@ def plan(kernel, stream=frozenset()):
         raise RuntimeError(f"internal error: {kernel.kind} kernel {kernel.ops()} reads its own accumulated "
                            f"reductions without an online column walk; please report it with the function")
     streams = frozenset(id(v) for v in kernel.outputs if id(v) in stream)
+    if kernel.kind == "reduce_acc" and online:
+        return Strategy(Kind.ONLINE_COLUMNS, streams)
     if kernel.kind == "reduce_acc":
-        kind = Kind.ONLINE_COLUMNS if online else Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS
-        return Strategy(kind, streams)
+        walk, wide = column_walk(coalesce(kernel))
+        return Strategy(Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS, streams, walk=walk, wide=wide)
     if sch is not None and sch.across is not None:
         return Strategy(Kind.ACROSS_ROWS if sch.rows else Kind.ACROSS_TILES, streams, transposed=bool(sch.transposed))
     if sch is not None and sch.reorders():
         return Strategy(Kind.TRANSPOSED_MAP if sch.transposed else Kind.PERMUTED_MAP, streams)
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(coalesce(kernel)))
+
+
+def column_walk(kernel):
+    """(Walk, wide) of a column accumulation (coalesced: the kernel its emitter lowers). A float32 sum
+    keeps a float64 stack array while the outputs of all such sums stay within WIDE_LIMIT, when it
+    reduces the outermost axis in natural order (joined every OUTER_BLOCK rows) or the innermost loop's
+    axis; sums over middle axes add in order, as NumPy's do."""
+    shape, sch = kernel.shape, kernel.schedule
+    levels = list(sch.levels) if sch is not None else []
+    innermost = levels[-1][0] if levels else len(shape) - 1
+    wide, left = set(), limits.WIDE_LIMIT
+    for i, ph in enumerate(kernel.phases):
+        if ph.kind != "reduce":
+            continue
+        (v, _), = ph.outputs
+        oshape = [shape[d] for d in range(len(shape)) if d not in set(ph.axes)]
+        if symbolic(oshape) or math.prod(oshape) == 1:
+            continue                # sized at the call, or a register accumulator
+        if _acc_dtype(ph.lower, v.dtype) is not v.dtype and left >= math.prod(oshape) and \
+                (sch is None and 0 in ph.axes or innermost in ph.axes):
+            left -= math.prod(oshape)
+            wide.add(i)
+    if sch is None:
+        outer = any(0 in kernel.phases[i].axes for i in wide)
+        return Walk.OUTER_BLOCKS if outer else Walk.BLOCKED, frozenset(wide)
+    j = innermost_long(shape, levels)
+    if j is None or levels[j][1] or any(known(d, 0) for d in shape):
+        return Walk.TILED, frozenset(wide)
+    return Walk.ONE_AXIS if j == 0 else Walk.TILED_BLOCKED, frozenset(wide)
+
+
+def innermost_long(shape, levels):
+    """The index of the innermost of `levels` ((axis, tile) pairs) whose axis may be longer than 1, or None."""
+    return max([i for i, (d, _) in enumerate(levels) if is_sym(shape[d]) or shape[d] > 1], default=None)
 
 
 def row_cache(kernel):
