@@ -25,7 +25,7 @@ from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, RO
 from .online import online_row
 from .online_columns import online_columns
 from .plan import Kind, Walk, innermost_long
-from .plan.limits import OUTER_BLOCK, SMALL_KERNEL, WIDE_LIMIT
+from .plan.limits import OUTER_BLOCK, SMALL_KERNEL
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
@@ -143,10 +143,10 @@ def _rows(mb, f, kernel, ptrs, strategy):
         last = f.assign(f"sub i64 {n}, 1")       # unsigned: an empty row takes the general path
         f.emit(f"br i1 {f.assign(f'icmp ule i64 {last}, {cap - 1}')}, label %{fits}, label %{longer}")
         f.block(fits)
-        _loop_kernel(mb, f, kernel, ptrs, cap)
+        _loop_kernel(mb, f, kernel, ptrs, strategy.wide, cap)
         f.emit("ret void")
         f.block(longer)
-    _loop_kernel(mb, f, kernel, ptrs)
+    _loop_kernel(mb, f, kernel, ptrs, strategy.wide)
 
 
 def _plain(emit):
@@ -154,7 +154,7 @@ def _plain(emit):
     return lambda mb, f, kernel, ptrs, strategy: emit(mb, f, kernel, ptrs)
 
 
-def _loop_kernel(mb, f, kernel, ptrs, capacity=None):
+def _loop_kernel(mb, f, kernel, ptrs, wide, capacity=None):
     """Outer loop over rows; per row, one inner loop nest per walk of its schedule (Schedule.walks,
     else one per phase): the walk's elements computed by one Emitter, so the trees of its phases
     share their common subexpressions; a row reduction joins each element into its accumulator, an
@@ -171,7 +171,8 @@ def _loop_kernel(mb, f, kernel, ptrs, capacity=None):
         [[j, j + 1] if j in online else [j] for j in range(len(kernel.phases)) if j - 1 not in online]
     cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online},
                      capacity=capacity)
-    sums = {id(ph): _RowSums(f, ph, shape, ptrs) for ph in kernel.accumulated()}
+    summed = {id(ph) for ph in kernel.accumulated()}
+    sums = {id(ph): _RowSums(f, ph, shape, ptrs, i in wide) for i, ph in enumerate(kernel.phases) if id(ph) in summed}
     rebased = {}
 
     def outer_body(f, oidx):
@@ -266,18 +267,17 @@ class _RowSums:
     """A row kernel's reduction over its outer axes (and maybe some inner ones), accumulated while
     its rows [lo, hi) stream by; the runtime gives each chunk of rows private outputs. A scalar
     result keeps a register accumulator (_Acc: float sums blocked, float64 total); others an array
-    over the kept axes, else the output itself: float32 sums of up to WIDE_LIMIT outputs add
-    OUTER_BLOCK rows into a float32 array (vectorized), which then joins a float64 one."""
+    over the kept axes, else the output itself: `wide` float32 sums (plan/'s row_wide) add OUTER_BLOCK
+    rows into a float32 array (vectorized), which then joins a float64 one."""
 
-    def __init__(self, f, ph, shape, ptrs):
+    def __init__(self, f, ph, shape, ptrs, wide):
         (self.v, _), = ph.outputs
         self.lower, self.ptrs = ph.lower, ptrs
         self.kept = [d for d in range(len(shape)) if d not in set(ph.axes)]
         self.oshape = [shape[d] for d in self.kept]
         dt = self.v.dtype
         self.acc = _Acc(f, ph.lower, dt, (_squeezed(shape) or [1])[-1]) if not self.kept else None
-        at = _acc_dtype(ph.lower, dt)
-        self.at = at if self.kept and not symbolic(self.oshape) and math.prod(self.oshape) <= WIDE_LIMIT else dt
+        self.at = _acc_dtype(ph.lower, dt) if wide else dt
         self.wide = f.alloca(f"[{math.prod(self.oshape)} x {regtype(self.at)}]") if self.at is not dt else None
         self.part = f.alloca(f"[{math.prod(self.oshape)} x {regtype(dt)}]") if self.wide else None
         if self.kept:

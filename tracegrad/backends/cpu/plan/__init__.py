@@ -61,8 +61,8 @@ class Strategy:
     `transposed`: an across kernel reads tiles transposed in registers; `walks`, `online`: a row
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
-    `walk`, `wide`: a column accumulation's Walk and the indices of its phases whose float32 sums keep a
-    float64 stack array (at most WIDE_LIMIT outputs in all)."""
+    `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
+    float64 stack array (column_walk, row_wide)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
@@ -106,7 +106,9 @@ def plan(kernel, stream=frozenset()):
     if sch is not None and sch.reorders():
         return Strategy(Kind.TRANSPOSED_MAP if sch.transposed else Kind.PERMUTED_MAP, streams)
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
-    return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(coalesce(kernel)))
+    lowered = coalesce(kernel)
+    return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
+                    wide=row_wide(lowered))
 
 
 def column_walk(kernel):
@@ -136,6 +138,23 @@ def column_walk(kernel):
     if j is None or levels[j][1] or any(known(d, 0) for d in shape):
         return Walk.TILED, frozenset(wide)
     return Walk.ONE_AXIS if j == 0 else Walk.TILED_BLOCKED, frozenset(wide)
+
+
+def row_wide(kernel):
+    """The indices of a row kernel's float32 sums over its rows (Kernel.accumulated) that add OUTER_BLOCK
+    rows into a float32 array which then joins a float64 one: those of at most WIDE_LIMIT outputs of
+    known sizes (coalesced: the kernel its emitter lowers)."""
+    summed = {id(ph) for ph in kernel.accumulated()}
+    wide = set()
+    for i, ph in enumerate(kernel.phases):
+        if id(ph) not in summed:
+            continue
+        (v, _), = ph.outputs
+        oshape = [kernel.shape[d] for d in range(len(kernel.shape)) if d not in set(ph.axes)]
+        if oshape and not symbolic(oshape) and math.prod(oshape) <= limits.WIDE_LIMIT and \
+                _acc_dtype(ph.lower, v.dtype) is not v.dtype:
+            wide.add(i)
+    return frozenset(wide)
 
 
 def innermost_long(shape, levels):
