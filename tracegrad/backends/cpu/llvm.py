@@ -206,7 +206,8 @@ def _loop_kernel(mb, f, kernel, ptrs, wide, capacity=None):
                             store(f, {id(v): p}, v, f.assign(f"sub nsw i64 {off}, {first}"), x)
                         else:
                             store(f, ptrs, v, off, x)
-            _blocked_loops(f, inner, body, blocks, aligned=_aligned_rows(kernel, phases, ptrs, oidx, rebased))
+            _blocked_loops(f, inner, body, blocks, aligned=_aligned_rows(kernel, phases, ptrs, oidx, rebased),
+                           rolled=all(ph.kind != "reduce" for ph in phases))
             rebased.clear()
             for ph in phases:
                 if id(ph) in sums:

@@ -171,7 +171,7 @@ def _squeezed(dims):
     return dims
 
 
-def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None):
+def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None, rolled=False):
     """_loops, with the innermost axis run in blocks of at most BLOCK elements, each between the
     accumulators' begin() and end(). aligned(f, oidx) -> (head, on_block) (a row whose stores
     stream, backends/cpu/stream.py): the first `head` elements of the row run alone, left scalar, so the
@@ -185,7 +185,7 @@ def _blocked_loops(f, dims, body, accs, lo_hi=None, aligned=None, meta=None):
     if not dims or not (aligned or any(a.part for a in accs)):
         for a in accs:
             a.begin(f)
-        _loops(f, dims, body, lo_hi, meta)
+        _loops(f, dims, body, lo_hi, meta, rolled=rolled)
         for a in accs:
             a.end(f)
         return
