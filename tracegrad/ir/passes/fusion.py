@@ -85,8 +85,9 @@ def fuse(graph, enabled=True, half=False):
     every op is its own kernel: the baseline fusion is measured against. half=True: float16 ops
     fuse as float32 ones (a target that computes float16 in float32: cuda; the LLVM target runs
     them as host kernels)."""
-    consumers = {}
+    consumers, producer = {}, {}
     for n in graph.nodes:
+        producer[id(n.out)] = n
         for i in n.inputs:
             consumers.setdefault(id(i), []).append(n)
     outputs = {id(v) for v in graph.outputs}
@@ -174,6 +175,9 @@ def fuse(graph, enabled=True, half=False):
                 kernels.append(Kernel("reduce_acc", src.shape, 0, [Phase("reduce", [(v, tree)], n.op, axes, p.lower, p.cost)]))
             expr[id(v)] = Load(v, contiguous_strides(v.shape))
         else:
+            if n.op == "matmul":
+                for i in n.inputs:
+                    _shared_source(i, expr, consumers, producer, materialize)
             args = [buffer_load(i) if not isinstance(expr[id(i)], Const) else _const_buffer(i, expr, kernels)
                     for i in n.inputs]
             kernels.append(Kernel("extern" if p.kind == "extern" else "host", v.shape, node=n, args=args,
@@ -202,6 +206,35 @@ def fuse(graph, enabled=True, half=False):
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
     return arrange(kernels, keep), aliases
+
+
+def _shared_source(i, expr, consumers, producer, materialize):
+    """A matrix product's operand i that views (reshape, permute, ...) an expression other kernels read
+    too: that expression is written once, in its own layout, and i read through the view's strides
+    (BLAS takes a transposed operand by its flag), instead of the expression computed again into a
+    copy of i's layout. W12's logits gradient was written twice, natural and transposed (for the
+    tied embedding's gradient), one 512x512 map with exp (~0.2 ms) of its step. Left as it is where
+    the view would give the product neither axis of unit stride."""
+    chain, src = [], i
+    while id(src) in producer and PRIMS[producer[id(src)].op].kind == "view" and producer[id(src)].op != "windows":
+        chain.append(producer[id(src)])
+        src = chain[-1].inputs[0]
+    tree = expr[id(src)]
+    written = isinstance(tree, Load) and tree.buf is src
+    if not chain or isinstance(expr[id(i)], Load) or not (written or isinstance(tree, Op) and len(consumers.get(id(src), ())) > 1):
+        return
+    moved = Load(src, contiguous_strides(src.shape))
+    try:
+        for n in reversed(chain):
+            moved = _move(n, moved)
+    except NotAffine:
+        return
+    st = moved.strides[-2:]
+    if len(st) < 2 or not (known(st[-1], 1) or known(st[-2], 1)):
+        return
+    materialize(src)
+    for n in reversed(chain):
+        expr[id(n.out)] = _move(n, expr[id(n.inputs[0])])
 
 
 def _shift_or_reads(n, consumers, columned, tree):
