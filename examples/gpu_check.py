@@ -40,7 +40,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import tracegrad as tg  # noqa: E402
 import tracegrad.nn.functional as F  # noqa: E402
 from gpu_peers import LR, fwd_bwd, jax_clock, jax_column, mlp_logits, params, torch_clock, torch_column  # noqa: E402
-from tracegrad.bench.op_workloads import _chain, _gelu, _layernorm_loss, _softmax, w3_numpy, w5_numpy  # noqa: E402
+from tracegrad.bench.workloads import _chain, _gelu, _layernorm_loss, _softmax, w3_numpy, w5_numpy  # noqa: E402
 from tracegrad.bench.workloads import _tg_train_step as mlp_step_tg  # noqa: E402
 
 FULL = {"G1": 64 << 20, "G2": (16384, 4096), "G3": (16384, 4096), "G4": ((4096, 4096, 4096, 1024), 4096),

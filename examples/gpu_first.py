@@ -84,7 +84,7 @@ def _env():
 @step("S smoke (first calls = compile)")
 def _smoke():
     import tracegrad as tg
-    from tracegrad.bench.op_workloads import _gelu, _layernorm_loss, _softmax
+    from tracegrad.bench.workloads import _gelu, _layernorm_loss, _softmax
     r = np.random.default_rng(0)
 
     def timed(label, fn, want):
