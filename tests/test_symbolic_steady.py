@@ -1,0 +1,105 @@
+"""The steady state of a function compiled with symbolic sizes (dynamic=True): a call with the sizes of
+the call before binds nothing (codegen/runtime.py keeps the sizes and each input's shape under them),
+yet a hit is exactly as safe as the full check; and a size a guard pinned for one kernel is a constant
+in every kernel of the program (ir/passes/sized.py's `settled`). Values against eager (NumPy) over size
+sequences with 0 and 1, and the trace counts."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+
+RNG = np.random.default_rng(5)
+SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+ROWS = st.lists(st.sampled_from([0, 1, 2, 3, 7, 16, 33]), min_size=3, max_size=8)
+
+
+def _layer(x, w):
+    y = (x - x.mean(axis=1, keepdims=True)) * w
+    return (y * y).sum()
+
+
+def _numpy_layer(x, w):
+    """loss, dx, dw of _layer."""
+    d = x - x.mean(axis=1, keepdims=True)
+    y = d * w
+    dy = 2 * y
+    dd = dy * w
+    return (y * y).sum(), dd - dd.mean(axis=1, keepdims=True), (dy * d).sum(axis=0)
+
+
+@SETTINGS
+@given(rows=ROWS)
+def test_repeated_and_alternating_sizes_match_eager(rows):
+    """Each batch size twice in a row (the second call takes the fast path) and sizes alternating (the
+    program's sizes change at every call): loss and gradients as NumPy's, one trace."""
+    f = tg.compile(_layer, dynamic=True)
+    w = RNG.standard_normal(6).astype(np.float32)
+    for b in [n for r in rows for n in (r, r)] + rows[::-1]:
+        x = RNG.standard_normal((b, 6)).astype(np.float32)
+        xt, wt = tg.tensor(x, requires_grad=True), tg.tensor(w, requires_grad=True)
+        loss = f(xt, wt)
+        loss.backward()
+        want = _numpy_layer(x.astype(np.float64), w.astype(np.float64))
+        for got, ref in zip((loss, xt.grad, wt.grad), want):
+            np.testing.assert_allclose(got.detach().numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert f.stats()["traces"] == 1, f.stats()
+
+
+def _program(f, *leaves):
+    """The forward program of compiled f's entry of the arguments' sizes, and that entry."""
+    (entry,) = [e for es in f.symbolic.values() for e in es if e.shape_failure(list(leaves)) is None]
+    got = entry.program_for(list(leaves))
+    return got.programs[0], got
+
+
+def test_a_hit_on_the_same_sizes_still_checks_each_new_array():
+    """The program run of an entry (its sizes the default) refuses an array of another shape, also
+    right after a call with the same sizes (the fast path), and also one whose first dim, which binds
+    the symbol, disagrees with the sizes."""
+    f = tg.compile(lambda x: (x * 2.0).sum(axis=1), dynamic=True)
+    x = tg.tensor(RNG.standard_normal((5, 3)).astype(np.float32))
+    np.testing.assert_allclose(f(x).numpy(), x.numpy().sum(1) * 2, rtol=1e-5)
+    prog, entry = _program(f, x)
+    run = entry.run_fwd
+    np.testing.assert_allclose(run([x.numpy()])[0], x.numpy().sum(1) * 2, rtol=1e-5)
+    for bad in ((5, 4), (6, 3), (3,)):
+        with pytest.raises(ValueError, match="compiled kernel input"):
+            run([np.ones(bad, np.float32)])
+    np.testing.assert_allclose(run([x.numpy()])[0], x.numpy().sum(1) * 2, rtol=1e-5)
+
+
+def test_a_size_pinned_for_one_kernel_is_a_constant_in_all():
+    """Column centering of x.T: its column sums keep a vector over the whole kept axis, pinning the width
+    (T == 64, ir/passes/sized.py's pin); the program's other kernels then read that width as a constant
+    too (no kernel's space or strides read T at the call), the batch stays symbolic over batch sizes 1 and
+    more, values as NumPy's."""
+    def center(x, w):
+        z = x.t()
+        y = (z - z.mean(axis=1, keepdims=True)) * w[:, None]
+        return (y * y).sum()
+    f = tg.compile(center, dynamic=True)
+    w = RNG.standard_normal(64).astype(np.float32)
+    for b in (4096, 1, 0, 3000, 4096):
+        x = RNG.standard_normal((b, 64)).astype(np.float32)
+        xt, wt = tg.tensor(x, requires_grad=True), tg.tensor(w, requires_grad=True)
+        loss = f(xt, wt)
+        loss.backward()
+        d = x.T.astype(np.float64) - (x.T.mean(axis=1, keepdims=True) if b else 0)
+        y = d * w[:, None]
+        dd = 2 * y * w[:, None]
+        np.testing.assert_allclose(loss.item(), (y * y).sum(), rtol=1e-4, atol=1e-4)
+        if b:
+            np.testing.assert_allclose(xt.grad.numpy(), (dd - dd.mean(axis=1, keepdims=True)).T, rtol=1e-3,
+                                       atol=1e-4)
+            np.testing.assert_allclose(wt.grad.numpy(), (2 * y * d).sum(axis=1), rtol=1e-3, atol=1e-3)
+    s = f.stats()
+    # (the empty batch is a trace of its own: the mean over the batch divides by it, a guard B != 0)
+    assert s["traces"] == 2 and s["retrace_reasons"] == ["guard B != 0 failed (B = 0)"], s
+    assert all("T == 64" in d["guards"] for d in s["dynamic"]), s
+    prog, entry = _program(f, tg.tensor(np.zeros((4096, 64), np.float32)), tg.tensor(w))
+    kernels = [k for p in entry.programs if p is not None for k in p.kernels]
+    spaces = [d for k in kernels for d in [*k.shape, *(s for ld in k.args for s in ld.strides)]]
+    assert kernels and all("T" not in d.expr.symbols() for d in spaces if hasattr(d, "expr")), spaces
+    assert any("B" in d.expr.symbols() for k in kernels for d in k.shape if hasattr(d, "expr"))
