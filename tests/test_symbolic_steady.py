@@ -1,5 +1,5 @@
 """The steady state of a function compiled with symbolic sizes (dynamic=True): a call with the sizes of
-the call before binds nothing (codegen/runtime.py keeps the sizes and each input's shape under them),
+the call before binds nothing (backends/cpu/runtime.py keeps the sizes and each input's shape under them),
 yet a hit is exactly as safe as the full check; and a size a guard pinned for one kernel is a constant
 in every kernel of the program (ir/passes/sized.py's `settled`). Values against eager (NumPy) over size
 sequences with 0 and 1, and the trace counts."""
