@@ -3,6 +3,8 @@ the call before binds nothing (backends/cpu/runtime.py keeps the sizes and each 
 yet a hit is exactly as safe as the full check; and a size a guard pinned for one kernel is a constant
 in every kernel of the program (ir/passes/sized.py's `settled`). Values against eager (NumPy) over size
 sequences with 0 and 1, and the trace counts."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -103,3 +105,33 @@ def test_a_size_pinned_for_one_kernel_is_a_constant_in_all():
     spaces = [d for k in kernels for d in [*k.shape, *(s for ld in k.args for s in ld.strides)]]
     assert kernels and all("T" not in d.expr.symbols() for d in spaces if hasattr(d, "expr")), spaces
     assert any("B" in d.expr.symbols() for k in kernels for d in k.shape if hasattr(d, "expr"))
+
+
+def _layernorm(x, w, b, g):
+    mean = x.mean(axis=1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=1, keepdims=True)
+    return ((d / (var + 1e-5).sqrt() * w + b) * g).sum()
+
+
+@SETTINGS
+@given(shapes=st.lists(st.tuples(st.sampled_from([0, 1, 2, 5]), st.sampled_from([0, 1, 2, 3, 16])), min_size=3,
+                       max_size=6))
+def test_factored_row_sums_over_symbolic_widths_match_eager(shapes):
+    """A layer norm's backward sums factor (ir/passes/factor.py: s * sum(v), its sums then share walks) also
+    where the row width T is known only at the call: over widths 0 and 1 (a mean of no element is NaN, a
+    sum over none eager's 0) and more, loss and gradients as eager's, NaN where eager's are; no guard pins
+    a size (the rewrite decides nothing on the sizes)."""
+    f = tg.compile(_layernorm, dynamic=True)
+    for b, t in shapes:
+        arrays = [RNG.standard_normal(s).astype(np.float32) for s in ((b, t), (t,), (t,), (b, t))]
+        results = []
+        for fn in (_layernorm, f):
+            ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+            loss = fn(*ts)
+            loss.backward()
+            results.append([loss.detach().numpy()] + [x.grad.numpy() for x in ts[:3]])
+        for got, want in zip(results[1], results[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    guards = [g for d in f.stats()["dynamic"] for g in d["guards"]]
+    assert not any(re.fullmatch(r"\w+ == ([2-9]|\d\d+)", g) for g in guards), guards      # no size pinned

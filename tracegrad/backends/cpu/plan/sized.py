@@ -22,16 +22,9 @@ def pin(k, why):
     names = sorted(set().union(*(d.expr.symbols() for d in sizes if is_sym(d))))
     if any(s not in hints for s in names):
         return None
-    fixed = {s: Expr.const(hints[s]) for s in names}
     for s in names:
         int(SymInt(Expr.symbol(s), hints[s]))           # records s == hint
-
-    def fix(d):
-        if not is_sym(d):
-            return d
-        e = d.expr.subs(fixed)
-        return e.constant() if e.is_const() else SymInt(e, hint(d))
-    out = pinned(k, fix)
+    out = _fixed(k, {s: hints[s] for s in names})
     out.pinned_for = f"{why} compiled in: {', '.join(f'{s} == {hints[s]}' for s in names)}" if names else \
         getattr(k, "pinned_for", None)
     return out
@@ -47,16 +40,21 @@ def settled(k):
     fixed = env.pinned() if env is not None and k.symbolic() else None
     if not fixed or not any(is_sym(d) and d.expr.symbols() & fixed.keys() for d in k.sizes()):
         return k
-    subs = {s: Expr.const(n) for s, n in fixed.items()}
+    out = _fixed(k, fixed)
+    out.pinned_for = getattr(k, "pinned_for", None)
+    return out
+
+
+def _fixed(k, values):
+    """Kernel k with symbols {name: int} `values` as those numbers (ir/kernels.py's `pinned`)."""
+    subs = {s: Expr.const(n) for s, n in values.items()}
 
     def fix(d):
         if not is_sym(d):
             return d
         e = d.expr.subs(subs)
         return e.constant() if e.is_const() else SymInt(e, hint(d))
-    out = pinned(k, fix)
-    out.pinned_for = getattr(k, "pinned_for", None)
-    return out
+    return pinned(k, fix)
 
 
 def strategy(sch):
