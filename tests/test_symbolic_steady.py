@@ -135,3 +135,19 @@ def test_factored_row_sums_over_symbolic_widths_match_eager(shapes):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     guards = [g for d in f.stats()["dynamic"] for g in d["guards"]]
     assert not any(re.fullmatch(r"\w+ == ([2-9]|\d\d+)", g) for g in guards), guards      # no size pinned
+
+
+def test_symbolic_matmuls_run_blas_on_one_thread():
+    """A matrix product whose sizes are known only at the call is one BLAS call with the BLAS on one thread
+    (its count restored after: OpenBLAS's own threads would spin after each call against the fused
+    kernels), as a static product's chunks are; values as NumPy's over batch sizes 0, 1 and more."""
+    from tracegrad.backends.cpu.driver import blas
+    if blas() is None or not blas()[1].get("set_threads"):
+        pytest.skip("no OpenBLAS thread control here")
+    f = tg.compile(lambda x, w: (x @ w).relu(), dynamic=True)
+    w = RNG.standard_normal((96, 80)).astype(np.float32)
+    for b in (300, 1, 0, 7, 300):
+        x = RNG.standard_normal((b, 96)).astype(np.float32)
+        np.testing.assert_allclose(f(tg.tensor(x), tg.tensor(w)).numpy(), np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    text = f.ir(tg.tensor(x), tg.tensor(w), stage="llvm")
+    assert re.search(r"call void %c\d+bts\w*\(i32 1\)", text), text[:2000]
