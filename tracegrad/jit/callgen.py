@@ -18,6 +18,8 @@ the same node and the same tensors
 (tests/test_call_fast_path.py runs them side by side). The generated text is kept as
 `entry.call_source`, `entry.apply_source` and `entry.backward_source`.
 """
+import functools
+import types
 from operator import attrgetter
 
 import numpy as np
@@ -30,6 +32,15 @@ from ..tensor.factories import _implicit_gradient
 from .aliases import rebuild_aliases
 from .node import REGENERATE, CompiledNode, RefusedBackward, raise_double_backward
 from .writeback import Fresh, raise_read_only, resolve
+
+
+def sized_run(run, sizes):
+    """Program run `run(arrays, timings=None, capture=None, sizes=None)` of a symbolic trace with the call's
+    `sizes` {symbol: value} as its default: a copy of a plain function (a call passes straight in, as
+    a static program's), else a partial."""
+    if isinstance(run, types.FunctionType) and run.__defaults__ == (None, None, None):
+        return types.FunctionType(run.__code__, run.__globals__, run.__name__, (None, None, sizes), run.__closure__)
+    return functools.partial(run, sizes=sizes)
 
 
 def _plain(entry):

@@ -8,13 +8,13 @@ for its sizes, built on first use from the symbolic graphs (`program_for`, with 
 user's Python) and kept per set of sizes inside the entry.
 """
 import copy
-import functools
 import time
 import weakref
 
 from ..ir.passes import optimize
 from ..symint import ShapeEnv, hint, using
 from ..tensor import Tensor
+from .callgen import sized_run
 from .entry import Entry, entry_name
 from .pipeline import finish, instantiate, trace_call
 
@@ -207,7 +207,7 @@ class SymbolicEntry:
             self.core.shape_env, self.core.shared = self.env, {}
         out = copy.copy(self.core)
         out.sizes = dict(sizes)
-        out.run_fwd, out.run_bwd = (None if r is None else functools.partial(r, sizes=out.sizes)
+        out.run_fwd, out.run_bwd = (None if r is None else sized_run(r, out.sizes)
                                     for r in (self.core.run_fwd, self.core.run_bwd))
         return out
 

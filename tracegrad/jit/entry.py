@@ -1,6 +1,5 @@
 """One compiled signature: its graphs and executables, and the plan of a call (where inputs come
 from, which outputs need the aliasing check, what the autograd node needs)."""
-import functools
 import re
 from operator import attrgetter
 
@@ -12,7 +11,7 @@ from ..pytree import unflatten
 from ..symint import substitute, using
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
-from .callgen import straight_apply, straight_backward, straight_call, straight_general_call
+from .callgen import sized_run, straight_apply, straight_backward, straight_call, straight_general_call
 from .check import checked_run
 from ..backends.cuda.run import DeviceFresh, DeviceInputs, expanded, to_host
 from .joined import choosing_call, joinable
@@ -197,7 +196,7 @@ class Entry:
                                                             self.cf.fuse)
             if self.shared is not None:     # a symbolic trace's program: this entry's sizes at each call
                 programs, graph, run, absent = got
-                got = programs, graph, functools.partial(run, sizes=self.sizes), absent
+                got = programs, graph, sized_run(run, self.sizes), absent
             self._partial[present] = got
         return got
 

@@ -21,10 +21,9 @@ pipeline.JOIN_GAIN less than the two apart (built on the first switch; if it doe
 entry's calls go back to the plain call for good). Results and gradients are the same computation
 as apart; float sums may round differently.
 """
-import functools
 
 from ..autograd import _Mode
-from .callgen import straight_call
+from .callgen import sized_run, straight_call
 from .pipeline import forward_with_gradient
 
 JOIN_AFTER = 2
@@ -68,6 +67,6 @@ def _build(entry):
         return False
     entry.joined_program, run, keeps_saved = got
     if entry.shared is not None:        # a symbolic trace's program: this entry's sizes at each call
-        run = functools.partial(run, sizes=entry.sizes)
+        run = sized_run(run, entry.sizes)
     call, entry.joined_source = straight_call(entry, run, keeps_saved)
     return call

@@ -65,6 +65,11 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
         elif (plan := plans.get(j)) is not None:
             calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0], mb.symbols.index,
                                            sizes), plan
+            if sized_plan(plan) and blas()[1].get("set_threads"):
+                # sizes known at the call: not split over the pool (gemm.py), and BLAS on one thread
+                # too: OpenBLAS's own threads spin after each threaded call (W4 dynamic=True: 6x the
+                # step's CPU time, against the fused kernels and the pool)
+                calls[j] = one_thread(c, gemm, calls[j])
             if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))

@@ -83,7 +83,8 @@ class Program:
         self.lock = forksafe.lock()
         self.template = [None] * self.n_slots
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
-        # per input: slot, shape, dtype, then (weakref to the array last bound, its address)
+        # per input: slot, shape (a symbolic one's under the latest sizes: _resize), dtype, then (weakref to
+        # the array last bound, its address)
         self.inputs = [[slots[id(v)], None if symbolic(v.shape) else v.shape, np.dtype(v.dtype.np), _dead, 0]
                        for v in graph.inputs]
         # per fresh output: slot, shape, dtype, whether recycled, (the array last used, its address),
@@ -102,6 +103,10 @@ class Program:
             symbolic(v.shape) for k in kernels for v in k.outputs)     # an output no kernel writes too
         if self.symbolic:
             self.sizes, self.env, self._key = np.zeros(max(1, len(self.symbols)), np.int64), None, None
+            # the `sizes` dict of the latest call (its entry's: one object per set of sizes), and each
+            # input's symbolic shape (its spec holds the shape under the latest sizes)
+            self.given = [None]
+            self.input_shapes = [v.shape if symbolic(v.shape) else None for v in graph.inputs]
             self.binder = Binder(graph.inputs)
             self.table[sizes_slot(len(slots))] = self.sizes.ctypes.data
             self.blocks = [[None, users] for _, users in buffers.blocks(kernels, temps, steps)]
@@ -244,14 +249,20 @@ class Program:
         symbol: a backward's gradient of an input it does not read), and, where they changed since the
         last call, write them into the sizes array and size the fresh outputs, the intermediates' blocks
         and the regions' chunks for them."""
+        if sizes is not None and sizes is self.given[0]:
+            return                  # the sizes of the call before: _bind checks the inputs' shapes
         values = (self.binder.values(arrays) if sizes is None else
                   (None, *[sizes[n] for n in self.symbols]))           # (None: not the binder's order)
         if values == self._key:
-            self.binder.check(arrays, self.env)
+            self.given[0] = sizes
             return
         env = self.binder.env(values) if sizes is None else sizes
         self.binder.check(arrays, env)
         self._key, self.env = values, env
+        for spec, shape in zip(self.inputs, self.input_shapes):
+            if shape is not None:   # checked against this call's shape, array by array (the last one too)
+                spec[1], spec[3] = shape_at(shape, env), _dead
+        self.given[0] = sizes
         self.sizes[:len(self.symbols)] = [env.get(n, 0) for n in self.symbols]
         for f, shape in zip(self.fresh, self.fresh_shapes):
             f[1] = shape_at(shape, env)

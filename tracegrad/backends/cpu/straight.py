@@ -49,8 +49,9 @@ def straight_run(prog, general, address):
     lines.append(f"    ({''.join(f'a{i}, ' for i in range(n))}) = arrays" if n else "    () = arrays")
     lines.append("    with lock:")
     if sym:
-        env["resize"] = prog._resize
-        lines.append("        resize(arrays, sizes)")
+        env["resize"], env["GIVEN"] = prog._resize, prog.given
+        lines += ["        if sizes is None or sizes is not GIVEN[0]:     # else the sizes bound before",
+                  "            resize(arrays, sizes)"]
     into = {}                     # input slot -> the output slots written into it (its address too)
     for o, i in prog.inplace:
         into.setdefault(i, []).append(o)
@@ -120,7 +121,7 @@ def _binder(address):
     not row-major) and its address written into the table; the array bound. A call passing the
     array bound last time skips this: an array object keeps its shape, dtype, strides and memory."""
     def bind(spec, a, table):
-        slot, shape, dtype = spec[0], spec[1], spec[2]       # (shape None: symbolic, checked by the binder)
+        slot, shape, dtype = spec[0], spec[1], spec[2]       # (symbolic: the shape under the call's sizes)
         if shape is not None and a.shape != shape or a.dtype is not dtype and a.dtype != dtype:
             raise ValueError(f"compiled kernel input: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
         if not a.flags.c_contiguous:

@@ -24,14 +24,16 @@ s * v_j for s = +-inf (or of v_j / s for s = +-0) is NaN as soon as one v_j is 0
 opposite signs, which s * sum(v) does not see; so unless s is a finite constant (division: unless s
 is provably positive, as sqrt(var + eps)), the rewrite also sums K = sum(v * inf), which is eager's
 sum up to the sign of s, and takes s * where(isinf(s), K, sum(v)) (where(s == 0, K, sum(v)) / s). A
-sum over no elements is left alone. Integer sums are left alone.
+sum over no elements is left alone; one over axes whose sizes are known only at the call (symbolic)
+takes where(count > 0, rewritten, 0), count the summed elements read at the call (eager's 0 over
+none, where s * 0 could be NaN), and records no guard. Integer sums are left alone.
 """
 import math
 
 import numpy as np
 
 from ...ops import PRIMS
-from ...symint import is_sym
+from ...symint import active, is_sym, same_shape, same_size
 from ..kernels import known
 from .rewrite import Builder
 
@@ -78,7 +80,7 @@ class _Depths:
         (x,) = ins
         axes, keep = n.attrs["axis"], n.attrs["keepdims"]
         if not n.out.dtype.is_floating_point or x.dtype is not n.out.dtype or \
-                any(is_sym(x.shape[a]) or x.shape[a] == 0 for a in axes) or not axes:   # maybe no element
+                any(not is_sym(x.shape[a]) and x.shape[a] == 0 for a in axes) or not axes:   # no element
             return None
         s = _Sum(self, x.shape, axes, keep)
         target = s.best(x)
@@ -116,7 +118,11 @@ class _Factor(Builder, _Depths):
         out = s.emit(ins[0], target)
         if out.dtype.is_floating_point:     # a sum from +0.0 is never -0.0; a product of its factors may be
             out = self.add("add", [out, self.const(0.0, out.dtype)])
-        return out if out.shape == n.out.shape else self.add("expand", [out], shape=n.out.shape)
+        count = math.prod(ins[0].shape[a] for a in n.attrs["axis"])
+        if is_sym(count):                   # known at the call: over no element, eager's 0, not s * 0
+            some = self.add("gt", [self.const(count, out.dtype), self.const(0.0, out.dtype)])
+            out = self.add("where", [some, out, self.const(0.0, out.dtype)])
+        return out if same_shape(out.shape, n.out.shape) else self.add("expand", [out], shape=n.out.shape)
 
 
 class _Sum:
@@ -136,7 +142,7 @@ class _Sum:
         if self.keep or v.shape == ():
             return v
         kept = tuple(d for a, d in enumerate(padded) if a not in self.axes)
-        if kept == v.shape:
+        if same_shape(kept, v.shape):
             return v
         if v.node is not None and v.node.op == "const":
             return self.b.emit("const", [], v.node.attrs, kept, v.dtype)
@@ -196,22 +202,31 @@ class _Sum:
             return self.plain(v)
         if self._constant(v):
             count = math.prod(self.shape[a] for a in self.axes)
-            return b.add("mul", [self.along(v), b.const(float(count), v.dtype)])
+            return b.add("mul", [self.along(v), b.const(count if is_sym(count) else float(count), v.dtype)])
         n = self._split(v)
         if n is not None:
             return b.add(n.op, [self.emit(i, target) for i in n.inputs])
         s, u, op = self._factor(v)
         s, r = self.along(s), self.plain(u)
         if op == "mul":
-            if not (s.node is not None and s.node.op == "const" and math.isfinite(s.node.attrs["value"])):
+            if not (s.node is not None and s.node.op == "const" and
+                    (is_sym(s.node.attrs["value"]) or math.isfinite(s.node.attrs["value"]))):     # a size: finite
                 r = b.add("where", [b.add("eq", [b.add("abs", [s]), b.const(math.inf, s.dtype)]), self.spread(u), r])
             return b.add("mul", [s, r])
-        if not (b.low(s) or 0) > 0:
+        if not (b.low(s) or 0) > 0 and not self._empty_if_zero(s):
             r = b.add("where", [b.add("eq", [s, b.const(0.0, s.dtype)]), self.spread(u), r])
         return b.add("div", [r, s])
 
+    def _empty_if_zero(self, s):
+        """Whether s is a size known at the call that is 0 only where a summed axis is empty (a mean's T
+        over T elements): the sum is then eager's 0 whatever s (rewrite's where), so s == 0 needs no K."""
+        while s.node is not None and s.node.op == "expand":
+            s = s.node.inputs[0]
+        c = s.node.attrs["value"] if s.node is not None and s.node.op == "const" else None
+        return is_sym(c) and any(is_sym(self.shape[a]) and same_size(c, self.shape[a]) for a in self.axes)
+
     def plain(self, v):
-        if v.shape != self.shape:
+        if not same_shape(v.shape, self.shape):
             v = self.b.add("expand", [v], shape=self.shape)
         return self.b.add("sum", [v], axis=tuple(sorted(self.axes)), keepdims=self.keep)
 
@@ -233,7 +248,7 @@ def _low(b, v):
         return None
     ins = [b.low(i) for i in n.inputs]
     if n.op == "const":
-        lo = float(n.attrs["value"])
+        lo = _size_low(n.attrs["value"]) if is_sym(n.attrs["value"]) else float(n.attrs["value"])
     elif PRIMS[n.op].kind == "view":
         lo = ins[0]
     elif n.op == "sqrt" and ins[0] is not None and ins[0] >= 0:
@@ -247,9 +262,20 @@ def _low(b, v):
     elif n.op == "abs" or n.op == "exp" or (n.op == "sum" and ins[0] is not None and ins[0] >= 0):
         lo = 0.0
     elif n.op == "div" and ins[0] is not None and ins[0] >= 0 and n.inputs[1].node is not None \
+            and n.inputs[1].node.op == "const" and is_sym(n.inputs[1].node.attrs["value"]):
+        lo = 0.0 if (_size_low(n.inputs[1].node.attrs["value"]) or -1) >= 0 else None    # (0 / 0: the NaN set aside)
+    elif n.op == "div" and ins[0] is not None and ins[0] >= 0 and n.inputs[1].node is not None \
             and n.inputs[1].node.op == "const" and n.inputs[1].node.attrs["value"] > 0:
         lo = ins[0] / n.inputs[1].node.attrs["value"]
     if lo is not None and lo > 0:       # below by more than the dtype rounds; under its smallest normal: 0
         lo *= 1 - 1e-3
         lo = lo if lo >= np.finfo(v.dtype.np).tiny else 0.0
     return lo
+
+
+def _size_low(d):
+    """A lower bound on symbolic size expression d over its symbols' ranges (the active env's; records no
+    guard), or None: T and T*S are at least 0, T - 1 at least -1, -T unbounded below."""
+    env = active()
+    lo, _ = d.expr.bounds(env.ranges() if env is not None else {})
+    return None if lo is None else float(lo)

@@ -29,8 +29,8 @@ def _folded(n, ins):
     uniform (a Python number), else None."""
     p = PRIMS.get(n.op)
     if n.op == "const" or p is None or p.effect or not ins or \
-            not all(i.node is not None and i.node.op == "const" for i in ins):
-        return None
+            not all(i.node is not None and i.node.op == "const" and not is_sym(i.node.attrs["value"]) for i in ins):
+        return None             # (a size known at the call stays one: folding would pin it)
     scalar = p.kind == "elementwise"
     if not scalar and (sum(_numel(v.shape) for v in ins + [n.out]) > 4096
                        or any(is_sym(d) for v in ins + [n.out] for d in v.shape)):    # (sizes known at the call)

@@ -48,7 +48,7 @@ import math
 
 from ....ir.kernels import Schedule, hinted, nbytes
 from ....ir.layout import heavy, memory_order, mixed, operands, unit_axis
-from .sized import generic, pin, strategy
+from .sized import generic, pin, settled, strategy
 from ....ir.walks import online_columns, online_pairs, walks
 from . import limits
 
@@ -60,6 +60,7 @@ def schedule(kernels):
     that changes never retraces; a transposing map runs ~2.4x slower than with register tiles), else is
     pinned (sized.py), else split (online columns) or run in natural order."""
     for j in reversed(range(len(kernels))):
+        kernels[j] = settled(kernels[j])
         _schedule(k := kernels[j])
         sch = k.schedule
         if sch is not None and sch.transposed and k.symbolic() and not generic(sch):
@@ -76,6 +77,12 @@ def schedule(kernels):
             else:
                 k.schedule = None
                 _walks(k)
+    for j in reversed(range(len(kernels))):     # sizes a pin of a later kernel fixed
+        k = settled(kernels[j])
+        if k is not kernels[j]:
+            _schedule(k)
+            if not k.symbolic() or k.schedule is None or generic(k.schedule):
+                kernels[j] = k
     return kernels
 
 
