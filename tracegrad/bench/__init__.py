@@ -5,7 +5,8 @@ timed (trace + compile for compiled columns) and its results are checked against
 NumPy reference, and its third call against the NumPy column's third (for a training step: the
 third update, the parameters' change over that call), so a later call that goes wrong is not timed
 unseen; then the columns run in interleaved rounds (numpy, tg eager, tg compiled, ... in turn,
-`repeats` rounds), each sample timing enough calls to last a few ms, and the median per call is
+`repeats` rounds), each sample timing enough calls to last a few ms, and started once the last
+column's thread pools have stopped spinning (load.settle), and the median per call is
 reported with its ratio to NumPy's median in the same run. A column whose result is wrong, or that
 raises, fails the run (exit status 1) after the table; a column without a version of a workload (a
 peer's built-in op) shows "-". The floors (floor.py) are measured before any workload; the share of
@@ -29,7 +30,7 @@ import numpy as np
 
 from .floor import floor_lines
 from .floor import measure as measure_floors
-from .load import Load
+from .load import Load, settle
 from .workload_base import _np
 from .workloads import WORKLOADS, find
 
@@ -143,9 +144,11 @@ def bench_workload(w, columns, repeats, target_s, log=print):
             res.failure = f"{type(e).__name__}: {e}"
             log(f"  {w.id} {col}: FAILED\n" + "".join("    " + line for line in
                                                       traceback.format_exc().splitlines(True)[-12:]))
-    with Load() as load:
-        for r in range(repeats):                              # interleaved rounds
-            for col, (run, inner) in runs.items():
+    load = Load()
+    for r in range(repeats):                                  # interleaved rounds
+        for col, (run, inner) in runs.items():
+            settle()                                          # the last column's thread pools idle again
+            with load:
                 results[col].times.append(_sample(run, inner))
     return results, load
 

@@ -32,15 +32,31 @@ from . import op_workloads as W
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load_old(rev):
-    """The package `tg_ab`: tracegrad as of git revision `rev` of this checkout."""
-    tmp = tempfile.mkdtemp(prefix="tg_ab_")
-    got = subprocess.run(["git", "-C", ROOT, "archive", rev, "tracegrad"], capture_output=True)
+def _archive(rev):
+    """`git archive REV tracegrad` of the checkout this tracegrad runs from (a tar stream); SystemExit
+    with what to do where there is no such checkout (an installed wheel), no git, or no such revision."""
+    def git(*a):
+        try:
+            return subprocess.run(["git", "-C", ROOT, *a], capture_output=True)
+        except FileNotFoundError:
+            raise SystemExit("tracegrad.bench.ab: git is not installed; it compares this tree with a git "
+                             "revision of the checkout it runs from") from None
+    top = git("rev-parse", "--show-toplevel")
+    if top.returncode != 0 or os.path.realpath(top.stdout.decode().strip()) != os.path.realpath(ROOT):
+        raise SystemExit(f"tracegrad.bench.ab compares this tree with a git revision of the checkout it runs "
+                         f"from, and {ROOT} is not the top of a git checkout (an installed wheel?): run it from "
+                         "a git clone of tracegrad (pip install -e .)")
+    got = git("archive", rev, "tracegrad")
     if got.returncode != 0:
-        raise SystemExit(f"tracegrad.bench.ab compares this tree with a git revision of the checkout it runs from; "
-                         f"`git -C {ROOT} archive {rev}` failed ({got.stderr.decode(errors='replace').strip()}): "
-                         "run it from a git clone of tracegrad (pip install -e .), not from an installed wheel")
-    subprocess.run(["tar", "-x", "-C", tmp], input=got.stdout, check=True)
+        raise SystemExit(f"tracegrad.bench.ab: `git -C {ROOT} archive {rev} tracegrad` failed "
+                         f"({got.stderr.decode(errors='replace').strip()}): give --rev a revision of this checkout")
+    return got.stdout
+
+
+def _load_old(tar):
+    """The package `tg_ab`: tracegrad as of the revision whose `_archive` is `tar`."""
+    tmp = tempfile.mkdtemp(prefix="tg_ab_")
+    subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
     os.rename(os.path.join(tmp, "tracegrad"), os.path.join(tmp, "tg_ab"))
     sys.path.insert(0, tmp)
     return importlib.import_module("tg_ab")
@@ -157,16 +173,17 @@ def main(argv=None):
     p.add_argument("--cpu", action="store_true", help="process CPU time instead of wall time (steadier on a "
                    "shared machine; with TRACEGRAD_THREADS=1 it is the call's own work)")
     args = p.parse_args(argv)
+    tar = None if args.callgrind and args.callgrind.split(",")[1] == "new" else _archive(args.rev)
     import tracegrad as new
     progs = programs()
     if args.callgrind:
         name, side, n = args.callgrind.split(",")
-        tg = new if side == "new" else _load_old(args.rev)
+        tg = new if side == "new" else _load_old(tar)
         run = _as(tg, lambda: progs[name](tg))
         for _ in range(2 + int(n)):
             run()
         return
-    old = _load_old(args.rev)
+    old = _load_old(tar)
     names = args.only.split(",") if args.only else list(progs)
     print(f"per-call medians ({'CPU' if args.cpu else 'wall'} time) of {args.runs} rounds x {args.calls} calls, "
           f"interleaved; new = this tree, "

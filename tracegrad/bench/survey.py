@@ -28,6 +28,7 @@ import numpy as np
 
 from . import Result, _calibrate, _fmt_ms, check, peers
 from .floor import FLOOR, floor_setup
+from .load import settle
 from .survey_programs import PROGRAMS, Ops, find
 from .workload_base import ADAM, LR, _np, _tg_train_step
 
@@ -214,6 +215,7 @@ def bench_program(prog, columns, repeats, target_s, log=print, clock=time.perf_c
             runs[col] = (run, _calibrate(run, target_s))
     for _ in range(repeats):                                  # interleaved rounds
         for col, (run, inner) in runs.items():
+            settle()                                          # the last column's thread pools idle again
             results[col].times.append(_sample(run, inner, clock))
     return results, nbytes
 

@@ -1,0 +1,37 @@
+"""`python -m tracegrad.bench.ab` needs the git checkout tracegrad runs from: elsewhere (an installed
+wheel), without git, or for a revision the checkout lacks it exits with what to do, not a traceback."""
+import subprocess
+import sys
+
+import pytest
+
+from tracegrad.bench import ab
+
+
+def test_outside_a_checkout_it_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab, "ROOT", str(tmp_path))
+    with pytest.raises(SystemExit, match="not the top of a git checkout .*git clone of tracegrad"):
+        ab._archive("main")
+
+
+def test_without_git_it_says_so(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SystemExit, match="git is not installed"):
+        ab._archive("main")
+
+
+def test_an_unknown_revision_is_named(tmp_path, monkeypatch):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setattr(ab, "ROOT", str(tmp_path))
+    with pytest.raises(SystemExit, match="archive no-such-rev tracegrad` failed .*give --rev a revision"):
+        ab._archive("no-such-rev")
+
+
+def test_the_command_exits_with_the_message(tmp_path):
+    """As a user runs it from a copy of the package outside any checkout: exit status 1, the text on stderr."""
+    import shutil
+    import tracegrad
+    shutil.copytree(tracegrad.__path__[0], tmp_path / "tracegrad", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "tracegrad.bench.ab", "--only", "W5"], cwd=tmp_path,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "not the top of a git checkout" in r.stderr, r.stderr
