@@ -151,15 +151,6 @@ def test_floor_copies_move_the_workloads_bytes():
         assert floor_setup(1 << 20, threaded)() == []            # 512 KiB read, 512 KiB written
 
 
-def test_ab_outside_a_git_checkout_says_what_to_do(tmp_path, monkeypatch):
-    import pytest
-
-    from tracegrad.bench import ab
-    monkeypatch.setattr(ab, "ROOT", str(tmp_path))
-    with pytest.raises(SystemExit, match="run it from a git clone of tracegrad"):
-        ab._load_old("main")
-
-
 def test_w12_transformer_numpy_backward_matches_tracegrads_autograd():
     """The hand-written NumPy backward of the GPT step against tracegrad's autograd, both in float64, over two
     steps (the second after an Adam update): the NumPy erf is good to ~1e-7, so that bounds the match."""

@@ -41,14 +41,15 @@ def _workload(mod, wid, name, what):
     return w
 
 
-def _model_workload(wid, name, what, inputs, numpy_setup, tg_setup, torch_setup, stateful):
+def _model_workload(wid, name, what, inputs, numpy_setup, tg_setup, torch_setup, stateful, builtin=None):
     """A workload defined in a module of its own (transformer.py, adam_update.py): inputs, the NumPy column,
-    tracegrad's and torch's setups taking `compiled`; no torch built-in, no jax column. `stateful`: its
-    outputs are the parameters a call updates (W13), not that call's own results (W12: loss, gradients)."""
+    tracegrad's and torch's setups taking `compiled`, torch's built-in column's setup where it has one; no
+    jax column. `stateful`: its outputs are the parameters a call updates (W13), not that call's own results
+    (W12: loss, gradients)."""
     w = Workload(wid, name, what, inputs, _reference(numpy_setup), stateful=stateful)
     w.columns = {"numpy": numpy_setup, "tg eager": lambda inp: tg_setup(inp, False),
                  "tg compiled": lambda inp: tg_setup(inp, True), "torch eager": lambda inp: torch_setup(inp, False),
-                 "torch built-in": lambda inp: None, "torch.compile": lambda inp: torch_setup(inp, True),
+                 "torch built-in": builtin or (lambda inp: None), "torch.compile": lambda inp: torch_setup(inp, True),
                  "jax.jit": lambda inp: None}
     return w
 
@@ -85,7 +86,7 @@ WORKLOADS += [
                     GPT.inputs, GPT.numpy_step, GPT.tg_step, GPT.torch_step, stateful=False),
     _model_workload("W13", "adam_multi_tensor", "one Adam step over 60 tensors (2.4M elements), gradients given",
                     ADAM_UPDATE.inputs, ADAM_UPDATE.numpy_update, ADAM_UPDATE.tg_update, ADAM_UPDATE.torch_update,
-                    stateful=True),
+                    stateful=True, builtin=lambda inp: ADAM_UPDATE.torch_update(inp, False, fused=True)),
 ]
 WORKLOADS.sort(key=lambda w: int(w.id[1:]))
 
