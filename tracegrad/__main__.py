@@ -140,7 +140,9 @@ def main(argv=None):
     b.add_argument("--dynamic", action="store_true",
                    help="add the column 'tg dynamic=True' (every tg.compile given dynamic=True) beside tg compiled")
     b.add_argument("--quick", action="store_true",
-                   help="fewer, shorter rounds (about 1-2 minutes with torch's columns, most of it compiling)")
+                   help="fewer, shorter rounds, one cold repeat: with torch's columns and empty caches about 6 "
+                        "CPU-minutes, most of it compiling (measured: 5.6 CPU-minutes, 21 minutes of wall time on "
+                        "2 cores while other processes used ~88%% of them); the table says how busy the machine was")
     b.add_argument("--repeats", type=int, metavar="N", help="interleaved rounds (default 9, 5 with --quick)")
     b.add_argument("--plot", metavar="FILE.svg", help="also draw the table as grouped bars into this SVG file")
     b.add_argument("--eager", action="store_true", help="eager elementwise/reduction cost and per-op overhead vs NumPy")

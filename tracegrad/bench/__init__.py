@@ -281,10 +281,11 @@ def steady(workload=None, quick=False, repeats=None, out=print, plot=None, dynam
     floors = measure_floors(selected, log=out)
     rows, loads = [], {}
     for w in selected:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res, loads[w.id] = bench_workload(w, columns, repeats, target_s, log=out)
         rows.append((w, res))
-        print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        print(f"  {w.id} {w.name} done in {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} s of CPU)",
+              file=sys.stderr, flush=True)
     out("")
     print_table(rows, columns, out=out, floors=floors, loads=loads)
     if plot:
