@@ -27,3 +27,12 @@ def test_each_build_gets_a_checked_column(monkeypatch):
     row = next(line for line in lines if line.startswith("W6 ") and "(" in line)
     assert "FAILED" not in row and len(row.split()) == 2 + 2 * 4, row
     assert "x86-64-v3: x86-64-v3 (LLVM CPU x86-64-v3, 32-byte vectors)" in text
+
+
+def test_a_build_whose_process_fails_is_named(monkeypatch):
+    """A child process that exits with an error (here: a CPU name LLVM does not know) fails the run with
+    the build named, not with subprocess's CalledProcessError."""
+    monkeypatch.setattr(builds, "available_columns", lambda: ["numpy", "tg compiled"])
+    lines = []
+    assert builds.main(["no-such-cpu"], workload="W5", quick=True, repeats=1, out=lines.append) == 1
+    assert "FAIL build no-such-cpu: its process exited with an error" in lines[-1]

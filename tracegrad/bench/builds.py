@@ -44,6 +44,9 @@ def main(builds, workload=None, quick=False, repeats=None, out=print):
     for k, build in enumerate(builds):
         own = base if k == 0 else ["numpy", "tg compiled"]
         got = _child(build, own, workload, quick, repeats)
+        if got is None:
+            out(f"FAIL build {build}: its process exited with an error (its traceback is above); no table")
+            return 1
         headers.append(f"  {build}: {got['target']}")
         for w in selected:
             res = {c: _result(r) for c, r in got["results"][w.id].items()}
@@ -76,12 +79,14 @@ def _result(d):
 
 
 def _child(build, columns, workload, quick, repeats):
-    """The results of the bench of `columns` in a fresh process whose TRACEGRAD_CPU is `build`."""
+    """The results of the bench of `columns` in a fresh process whose TRACEGRAD_CPU is `build`; None when
+    that process failed (it printed why on stderr)."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "results.json")
         args = [sys.executable, "-m", "tracegrad.bench.builds", path, ",".join(columns),
                 workload or "", "1" if quick else "0", str(repeats or 0)]
-        subprocess.run(args, env=dict(os.environ, TRACEGRAD_CPU=build), check=True)
+        if subprocess.run(args, env=dict(os.environ, TRACEGRAD_CPU=build)).returncode:
+            return None
         with open(path) as fh:
             return json.load(fh)
 
