@@ -107,3 +107,23 @@ def test_tied_head_gradient(compiled):
         return tg.nn.functional.cross_entropy(h @ E.T, tgt)
     fn = tg.compile(loss) if compiled else loss
     assert tg.gradcheck(fn, (h, E))
+
+
+@pytest.mark.parametrize("make", ["zeros", "full", "arange", "arange.T"])
+def test_a_constant_or_arange_operand(make):
+    """A product's operand made by a const or iota node (no primitive: W11's zero initial state raised
+    KeyError 'const' in _shared_source), as it is or transposed, compiled == NumPy, with its gradient."""
+    rng = np.random.default_rng(0)
+    w = tg.tensor(rng.standard_normal((3, 2)), requires_grad=True)
+    operand = {"zeros": (lambda: tg.zeros(4, 3, dtype=tg.float64), np.zeros((4, 3))),
+               "full": (lambda: tg.full((4, 3), 0.5, dtype=tg.float64), np.full((4, 3), 0.5)),
+               "arange": (lambda: tg.arange(12.0, dtype=tg.float64).reshape(4, 3), np.arange(12.0).reshape(4, 3)),
+               "arange.T": (lambda: tg.arange(12.0, dtype=tg.float64).reshape(3, 4).T,
+                            np.arange(12.0).reshape(3, 4).T)}[make]
+    f = tg.compile(lambda w: ((operand[0]() @ w) * w.sum()).sum())
+    got = f(w)
+    got.backward()
+    a, wn = operand[1], w.detach().numpy()
+    np.testing.assert_allclose(got.item(), ((a @ wn) * wn.sum()).sum(), rtol=1e-12)
+    grad = a.sum(axis=0)[:, None] * wn.sum() + (a @ wn).sum()       # d/dw of sum(a @ w) * sum(w)
+    np.testing.assert_allclose(w.grad.numpy(), np.broadcast_to(grad, (3, 2)), rtol=1e-12)

@@ -216,7 +216,8 @@ def _shared_source(i, expr, consumers, producer, materialize):
     tied embedding's gradient), one 512x512 map with exp (~0.2 ms) of its step. Left as it is where
     the view would give the product neither axis of unit stride."""
     chain, src = [], i
-    while id(src) in producer and PRIMS[producer[id(src)].op].kind == "view" and producer[id(src)].op != "windows":
+    while id(src) in producer and getattr(PRIMS.get(producer[id(src)].op), "kind", None) == "view" \
+            and producer[id(src)].op != "windows":          # (const and iota nodes are no primitives)
         chain.append(producer[id(src)])
         src = chain[-1].inputs[0]
     tree = expr[id(src)]
