@@ -137,7 +137,7 @@ def _jax_setup(prog, inp):
 
 
 def _jax_step(prog, jax, jnp, p, g):
-    """torch's SGD (momentum) / Adam update of p as one jitted function; the state is carried."""
+    """torch's SGD (momentum) / Adam / AdamW update of p as one jitted function; the state is carried."""
     name, kw = prog.opt
     if name == "SGD":
         def update(p, g, state):
@@ -146,9 +146,11 @@ def _jax_step(prog, jax, jnp, p, g):
         state = [p, (jnp.zeros_like(p),)]
     else:
         b1, b2, eps, lr = 0.9, 0.999, 1e-8, kw["lr"]
+        decay = 1 - lr * kw.get("weight_decay", 0.0) if name == "AdamW" else 1.0
 
         def update(p, g, state):
             m, v, n = state
+            p = p * decay
             n = n + 1
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g

@@ -57,6 +57,8 @@ class Ops:
             self.maxv = lambda x, a: jnp.max(x, axis=a)
             self.cat = lambda seq, a: jnp.concatenate(seq, axis=a)
             self.setitem = lambda t, idx, v: t.at[idx].set(v)
+            self.silu = jax.nn.silu
+            self.conv2d = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)))
         else:
             T = self.T = __import__(lib)
             F = T.nn.functional
@@ -74,6 +76,8 @@ class Ops:
             self.maxv = lambda x, a: x.max(dim=a)[0]
             self.cat = lambda seq, a: T.cat(seq, a)
             self.setitem = _setitem
+            self.silu = F.silu
+            self.conv2d = lambda x, w: F.conv2d(x, w, padding=1)
 
 
 def _setitem(t, idx, v):
@@ -151,6 +155,80 @@ def _cat3(o, a, b, c, g):
     return (o.cat([a * 2.0, o.T.exp(b), c], 1).sum(axis=0) * g).sum()
 
 
+def _rotate(o, x, cos, sin):
+    """Rotary embedding as Hugging Face's Llama writes it: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    return x * cos + o.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+def _rotary(o, x, cos, sin, g):
+    return (_rotate(o, x, cos[:, None, :], sin[:, None, :]) * g).sum()
+
+
+def _rope_tables(t, d):
+    inv = 1.0 / 10000 ** (np.arange(0, d, 2) / d)
+    ang = np.outer(np.arange(t), inv)
+    ang = np.concatenate([ang, ang], -1)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def _swiglu(o, x, W1, W3, W2, g):
+    return ((o.silu(x @ o.mT(W1)) * (x @ o.mT(W3))) @ o.mT(W2) * g).sum()
+
+
+def _gqa(o, q, k, v, mask, g):
+    """Grouped-query attention: q (B, Hkv, G, T, D) against k, v (B, Hkv, 1, T, D), broadcast over G."""
+    s = (q @ o.mT(k)) * (1.0 / math.sqrt(q.shape[-1]))
+    p = o.softmax(o.T.where(mask, s, -math.inf), -1)
+    return ((p @ v) * g).sum()
+
+
+def _conv_bn_relu(o, x, w, gamma, beta, g):
+    y = o.conv2d(x, w)
+    mean = y.mean(axis=(0, 2, 3), keepdims=True)
+    d = y - mean
+    var = (d * d).mean(axis=(0, 2, 3), keepdims=True)
+    z = d * o.rsqrt(var + EPS) * gamma[:, None, None] + beta[:, None, None]
+    return (o.relu(z) * g).sum()
+
+
+LLAMA = dict(B=4, T=128, C=256, H=4, F=688)       # a Llama-style block: 4 heads of 64, SwiGLU hidden 688
+
+
+def _llama_block(o, x, n1, Wq, Wk, Wv, Wo, n2, W1, W3, W2, cos, sin, mask, g):
+    B, T, C = x.shape
+    H = LLAMA["H"]
+    D = C // H
+
+    def rms(t, w):
+        return t * o.rsqrt((t * t).mean(axis=-1, keepdims=True) + 1e-6) * w
+
+    def heads(t):
+        return t.reshape(B, T, H, D)
+    h = rms(x, n1)
+    q = o.permute(_rotate(o, heads(h @ o.mT(Wq)), cos[:, None, :], sin[:, None, :]), (0, 2, 1, 3))
+    k = o.permute(_rotate(o, heads(h @ o.mT(Wk)), cos[:, None, :], sin[:, None, :]), (0, 2, 1, 3))
+    v = o.permute(heads(h @ o.mT(Wv)), (0, 2, 1, 3))
+    s = (q @ o.mT(k)) * (1.0 / math.sqrt(D))
+    a = o.permute(o.softmax(o.T.where(mask, s, -math.inf), -1) @ v, (0, 2, 1, 3)).reshape(B, T, C)
+    x = x + a @ o.mT(Wo)
+    h = rms(x, n2)
+    x = x + (o.silu(h @ o.mT(W1)) * (h @ o.mT(W3))) @ o.mT(W2)
+    return (x * g).sum()
+
+
+def _llama_inputs(r):
+    B, T, C, F = LLAMA["B"], LLAMA["T"], LLAMA["C"], LLAMA["F"]
+    cos, sin = _rope_tables(T, C // LLAMA["H"])
+
+    def lin(fo, fi):
+        return (r.standard_normal((fo, fi)) / math.sqrt(fi)).astype(np.float32)
+    return {"x": _n(r, B, T, C), "n1": 1 + 0.1 * _n(r, C), "Wq": lin(C, C), "Wk": lin(C, C), "Wv": lin(C, C),
+            "Wo": lin(C, C), "n2": 1 + 0.1 * _n(r, C), "W1": lin(F, C), "W3": lin(F, C), "W2": lin(C, F),
+            "cos": cos, "sin": sin, "mask": np.tril(np.ones((T, T), bool)), "g": _n(r, B, T, C)}
+
+
+LLAMA_GRADS = ("x", "n1", "Wq", "Wk", "Wv", "Wo", "n2", "W1", "W3", "W2")
 
 PROGRAMS = [
     Program("batchnorm_nchw", "batch norm training over NCHW (mean/var over axes 0,2,3), fwd+bwd x, w, b",
@@ -239,6 +317,29 @@ PROGRAMS = [
     Program("mlp_deep64_adam", "64 Linear(16,16)+relu, Linear(16,4), batch 8, cross-entropy, fwd+bwd+Adam in one "
             "step: 130 small parameters (per-call cost per tensor)",
             _deep_inputs(DEEP64, 8), kind="train", opt=("Adam",), memory_bound=False),
+    Program("rotary_embed", "rotary embedding x*cos + rotate_half(x)*sin of (8, 512, 8, 64) (B, T, H, D), fwd+bwd x",
+            lambda r: dict(zip(("cos", "sin"), _rope_tables(512, 64)), x=_n(r, 8, 512, 8, 64), g=_n(r, 8, 512, 8, 64)),
+            lambda o, x, cos, sin, g: _rotary(o, x, cos, sin, g), ("x",)),
+    Program("swiglu_mlp", "SwiGLU MLP (silu(x W1^T) * x W3^T) W2^T, x (512, 512), hidden 1376, fwd+bwd x, W1, W3, W2",
+            lambda r: {"x": _n(r, 512, 512), "W1": 0.04 * _n(r, 1376, 512), "W3": 0.04 * _n(r, 1376, 512),
+                       "W2": 0.03 * _n(r, 512, 1376), "g": _n(r, 512, 512)},
+            _swiglu, ("x", "W1", "W3", "W2"), memory_bound=False),
+    Program("gqa_attention", "grouped-query causal attention, 8 query heads over 2 key/value heads, T 256, D 64, "
+            "batch 4, fwd+bwd q, k, v",
+            lambda r: {"q": _n(r, 4, 2, 4, 256, 64), "k": _n(r, 4, 2, 1, 256, 64), "v": _n(r, 4, 2, 1, 256, 64),
+                       "mask": np.tril(np.ones((256, 256), bool)), "g": _n(r, 4, 2, 4, 256, 64)},
+            _gqa, ("q", "k", "v"), memory_bound=False),
+    Program("conv_bn_relu", "conv2d 3x3 (32->64, pad 1) of (16, 32, 32, 32), batch-norm statistics, relu, fwd+bwd "
+            "x, w, gamma, beta",
+            lambda r: {"x": _n(r, 16, 32, 32, 32), "w": 0.06 * _n(r, 64, 32, 3, 3), "gamma": 1 + 0.1 * _n(r, 64),
+                       "beta": 0.1 * _n(r, 64), "g": _n(r, 16, 64, 32, 32)},
+            _conv_bn_relu, ("x", "w", "gamma", "beta"), memory_bound=False),
+    Program("llama_block", "a Llama-style decoder block (RMSNorm, rotary q/k, causal attention 4x64, SwiGLU 688) "
+            "of (4, 128, 256), fwd+bwd of x and all 9 weights", _llama_inputs, _llama_block, LLAMA_GRADS,
+            memory_bound=False),
+    Program("adamw", "AdamW(lr=1e-3, weight_decay=0.01).step() of one (2048, 2048) parameter",
+            lambda r: {"p": _n(r, 2048, 2048), "g": _n(r, 2048, 2048)}, kind="step",
+            opt=("AdamW", {"lr": 1e-3, "weight_decay": 0.01}), floor_extra=4 * 4 << 22),
 ]
 
 
