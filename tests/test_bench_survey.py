@@ -64,3 +64,12 @@ def test_model_programs_agree_with_pytorch_float64():
             assert abs(out[0] - loss) <= 2e-3 * max(1.0, abs(loss)) + 0.05, (name, col, out[0], loss)
             for k, g in zip(prog.grads, out[1:]):
                 assert abs(np.abs(g).sum() - grads[k]) <= 1e-3 * grads[k], (name, col, k)
+
+
+def test_cpu_time_asks_openmp_threads_to_sleep(monkeypatch, capsys):
+    # spinning OpenMP workers (numba's floor copy, torch) count as CPU time of the column timed next
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert survey.main(["--cpu", "--quick", "--repeats", "1", "--programs", "one_element",
+                        "--skip", "torch eager,torch.compile,jax.jit"]) == 0
+    assert survey.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "one_element" in capsys.readouterr().out

@@ -284,6 +284,10 @@ def main(argv=None):
     if args.cpu and "OPENBLAS_NUM_THREADS" not in os.environ:
         print("note: --cpu without OPENBLAS_NUM_THREADS=1 counts the CPU time NumPy's BLAS threads spin for "
               "(matrix products look slower than they are)")
+    if args.cpu:
+        # OpenMP threads that spin after a parallel region (numba's floor copy, torch) count as this
+        # process's CPU time and were charged to the next column: torch's rows read ~4x slow
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.cpu and any(c.startswith("torch") for c in columns):
         import torch
         torch.set_num_threads(1)
