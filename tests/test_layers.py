@@ -29,7 +29,7 @@ LAYERS = [
     ("viz", ["viz", "viz."]),           # draws eager graphs and the IR; jit's introspection uses it
     ("lowering", ["lowering", "lowering."]),
     ("backends", ["backends.cpu", "backends.cpu.", "backends.cuda.lower", "backends.cuda.compile", "backends.cuda.program", "backends.cuda.run",
-                  "backends.cuda.ptxcheck", "backends.cuda.plan", "backends.cuda.emit", "backends.cuda.emit.",
+                  "backends.cuda.ptxcheck", "backends.cuda.plan", "backends.cuda.sizes", "backends.cuda.emit", "backends.cuda.emit.",
                   "backends.cuda.eager.pointwise", "backends.cuda.eager.scan", "backends.cuda.eager.generated"]),
     ("jit", ["jit", "jit."]),
     # what models and training loops use; below the package's __init__, which exposes them (tg.nn, tg.optim)

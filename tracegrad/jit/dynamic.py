@@ -195,11 +195,12 @@ class SymbolicEntry:
         return entry
 
     def _stages_for(self, sizes):
-        """The finished stages for one set of sizes. On the CPU (llvm) the symbolic graphs are lowered
-        once, into programs that take the sizes at each call (backends/cpu/sizes.py): every set of sizes
-        shares them, with no LLVM work; a strategy that needs a size compiled in records its guard in
-        this entry's ShapeEnv. Other backends compile the graphs instantiated for the sizes."""
-        if self.stages.backend != "llvm":
+        """The finished stages for one set of sizes. On the CPU (llvm) and cuda the symbolic graphs are
+        lowered once, into programs that take the sizes at each call (backends/cpu/sizes.py,
+        backends/cuda/sizes.py): every set of sizes shares them, with no LLVM or kernel work; a strategy
+        that needs a size compiled in records its guard in this entry's ShapeEnv. The interpreter runs
+        the graphs instantiated for the sizes."""
+        if self.stages.backend not in ("llvm", "cuda"):
             return instantiate(self.stages, sizes)
         if self.core is None:
             with using(self.env):

@@ -16,14 +16,22 @@ The strategies:
 Facts read from the kernel (target-free: ir/layout.py): its phases, split and outputs, which phases
 read another's result, and the operands' bytes, unit-stride axes and memory order. This planner
 decides from those alone, with its own thresholds: nothing here comes from the CPU's scheduler.
+
+Symbolic sizes (sizes.py): every strategy holds for every size, so none is pinned. Choices of speed
+(order, threads, tile shape, slices) are made on the hints; grids are counted at the call (Blocks);
+a vector width only where the space's constant factor is a multiple of it; Persistent keeps the
+blocks' column sums in registers only over a constant row length (else the sums run as a Tiled
+launch after the rows), and launches FILL_BLOCKS blocks where the rows are counted at the call.
 """
 import math
 from dataclasses import dataclass
 
-from ...ir.kernels import hinted, loads, nbytes
+from ...ir.kernels import hinted, known, loads, nbytes, same_shape
 from ...ir.layout import memory_order, operands, unit_axis
 from ...strides import contiguous_strides
+from ...symint import hint, is_sym
 from .emit.reduce import join_of
+from .sizes import Blocks
 
 MAP_THREADS = 256      # threads per block of a map kernel (fewer when the space is smaller)
 ROW_THREADS = 256      # threads per block walking one row
@@ -46,14 +54,14 @@ class Map:
     order: tuple       # the axes walked, outermost first
     width: int         # elements a thread reads and writes at once
     threads: int
-    grid: int
+    grid: object       # blocks: an int, or sizes.Blocks counted at the call
 
 
 @dataclass(frozen=True)
 class Rows:
     threads: int       # threads of a block (per_block rows of threads / per_block each)
     per_block: int
-    grid: int
+    grid: object       # blocks: an int, or sizes.Blocks counted at the call
     cache_bytes: int
 
 
@@ -61,7 +69,7 @@ class Rows:
 class Across:
     across: int
     threads: int
-    grid: int
+    grid: object       # blocks: an int, or sizes.Blocks counted at the call
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,9 +89,9 @@ class Tiled:
     reduced: tuple
     bx: int
     by: int
-    ntiles: int
+    ntiles: object     # blocks: an int, or sizes.Blocks counted at the call
     slices: int        # 1: no split
-    chunk: int         # reduced elements a slice adds
+    chunk: object      # reduced elements a slice adds (None: counted by the kernel from the sizes)
     join_threads: int
 
 
@@ -99,14 +107,25 @@ def pow2(n):
 
 
 def warps(n, most):
-    """Threads for n parallel items: a multiple of 32, at most `most`."""
-    return min(most, max(32, -(-int(n) // 32) * 32))
+    """Threads for n parallel items (a symbolic n: its hint): a multiple of 32, at most `most`."""
+    return min(most, max(32, -(-hint(n) // 32) * 32))
+
+
+def blocks(n, per):
+    """Blocks of a grid-stride launch over n items, `per` a block, MAX_GRID at most (a Blocks counted at
+    the call where n is symbolic)."""
+    return Blocks(n, per, MAX_GRID) if is_sym(n) else min(-(-n // per), MAX_GRID)
+
+
+def empty(v):
+    """Whether Value v has no element whatever the sizes (a constant size 0; records no guard)."""
+    return any(known(d, 0) for d in v.shape)
 
 
 def plan(kernel, name):
     """The Launches computing one loop or reduce_acc kernel, in order (none when it writes no
     element; a reduction over no elements writes its identity)."""
-    if all(0 in v.shape for v in kernel.outputs):
+    if all(map(empty, kernel.outputs)):
         return []
     if kernel.kind == "reduce_acc" and kernel.reads_own_reductions():
         maxima, rest = statistics_first(kernel)      # the maxima, then the sums that read them
@@ -197,25 +216,26 @@ def vector_width(kernel, n):
         for v, t in ph.outputs:
             bufs.append(v)
             for ld in loads(t):
-                if not (not ld.offset and tuple(ld.strides) == full or not any(ld.strides)):
+                if not (known(ld.offset, 0) and same_shape(ld.strides, full) or all(known(s, 0) for s in ld.strides)):
                     return 1
                 bufs.append(ld.buf)
     sizes = {b.dtype.itemsize for b in bufs}
     if len(sizes) != 1 or sizes.pop() not in (4, 8) or any(b.dtype.name == "bool" for b in bufs):
         return 1
     width = VECTOR_BYTES // bufs[0].dtype.itemsize
-    return width if n % width == 0 else 1
+    fixed = math.prod(d for d in kernel.shape if not is_sym(d))      # a factor of n whatever the sizes
+    return width if (fixed if is_sym(n) else n) % width == 0 else 1
 
 
 def _map(kernel):
     n = math.prod(kernel.shape)
     width = vector_width(kernel, n)
-    threads = warps(-(-n // width), MAP_THREADS)
-    return Map(element_order(kernel), width, threads, min(-(-n // (threads * width)), MAX_GRID))
+    threads = warps(-(-hint(n) // width), MAP_THREADS)
+    return Map(element_order(kernel), width, threads, blocks(n, threads * width))
 
 
 def _row_threads(ninner):
-    return min(ROW_THREADS, max(32, pow2(-(-ninner // PER_THREAD))))
+    return min(ROW_THREADS, max(32, pow2(-(-hint(ninner) // PER_THREAD))))
 
 
 def _rows(kernel):
@@ -224,26 +244,26 @@ def _rows(kernel):
     across = across_axis(kernel)
     if across is not None:
         threads = warps(nrows, MAP_THREADS)
-        return Across(across, threads, min(-(-nrows // threads), MAX_GRID))
+        return Across(across, threads, blocks(nrows, threads))
     threads = _row_threads(ninner)
-    per_block = min(WARP_ROWS, nrows) if threads == 32 else 1     # short rows: a warp each
-    return Rows(threads * per_block, per_block, min(-(-nrows // per_block), MAX_GRID), ROW_CACHE_BYTES)
+    per_block = (WARP_ROWS if is_sym(nrows) else min(WARP_ROWS, nrows)) if threads == 32 else 1   # short rows: a warp each
+    return Rows(threads * per_block, per_block, blocks(nrows, per_block), ROW_CACHE_BYTES)
 
 
 def _persistent(kernel):
     """Persistent for a row kernel whose sums over all its rows are float sums that keep all the
-    row's axes or none; None otherwise."""
+    row's axes or none (those that keep them: over a constant row length); None otherwise."""
     k, shape = kernel.split, kernel.shape
     nrows, ninner = math.prod(shape[:k]), math.prod(shape[k:])
     inner, groups = set(range(k, len(shape))), {}
     for ph in kernel.accumulated():
         kept = inner - set(ph.axes)
         if join_of(ph.lower) != "+" or ph.outputs[0][0].dtype.name not in ("float16", "float32", "float64") \
-                or kept not in (set(), inner) or len(ph.outputs) != 1:
+                or kept not in (set(), inner) or len(ph.outputs) != 1 or kept and is_sym(ninner):
             return None
         groups.setdefault(bool(kept), []).append(ph)
     joins = tuple(warps(ninner if kept else 1, MAP_THREADS) for kept in groups)
-    return Persistent(_row_threads(ninner), min(nrows, FILL_BLOCKS),
+    return Persistent(_row_threads(ninner), FILL_BLOCKS if is_sym(nrows) else min(nrows, FILL_BLOCKS),
                       tuple((kept, tuple(phs)) for kept, phs in groups.items()), joins, ROW_CACHE_BYTES)
 
 
@@ -252,7 +272,7 @@ def _tiled(kernel, name):
     with the first), none for reductions into empty outputs (their space is empty: so are the maps)."""
     groups = {}
     for ph in kernel.phases:
-        if ph.kind == "reduce" and not all(0 in v.shape for v, _ in ph.outputs):
+        if ph.kind == "reduce" and not all(empty(v) for v, _ in ph.outputs):
             groups.setdefault(tuple(sorted(ph.axes)), []).append(ph)
     maps = [ph for ph in kernel.phases if ph.kind == "map"]
     return [Launch(kernel, name if len(groups) == 1 else f"{name}_{g}", tiled(kernel, reduces, maps if g == 0 else []))
@@ -263,11 +283,14 @@ def tiled(kernel, reduces, maps):
     """The Tiled strategy of reductions `reduces` (one set of axes) with `maps` riding along."""
     shape, axes = kernel.shape, set(reduces[0].axes)
     reads = [ld for ph in list(reduces) + list(maps) for _, t in ph.outputs for ld in loads(t)]
-    big = max(reads, key=lambda ld: math.prod(ld.buf.shape) * ld.buf.dtype.itemsize, default=None)
-    kept, reduced, bx, by = tile_geometry(shape, axes, big.strides if big is not None else None)
+    big = max(reads, key=lambda ld: nbytes(ld.buf), default=None)
+    kept, reduced, bx, by = tile_geometry(tuple(map(hint, shape)), axes,
+                                          tuple(map(hint, big.strides)) if big is not None else None)
     nkept, nred = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in reduced)
-    ntiles = min(-(-nkept // bx), MAX_GRID)
-    slices, chunk = slices_of(ntiles, nred, by)
+    ntiles = blocks(nkept, bx)
+    slices, chunk = slices_of(min(-(-hint(nkept) // bx), MAX_GRID), hint(nred), by)
+    if is_sym(nred) and slices > 1:
+        chunk = None                  # ceil(nred / slices), counted by the kernel at the call
     return Tiled(tuple(reduces), tuple(maps), tuple(kept), tuple(reduced), bx, by, ntiles, slices, chunk,
                  warps(nkept, MAP_THREADS))
 

@@ -6,13 +6,20 @@ Per call the Python work is: checking the input arrays, allocating the output ar
 user, so never reused), and one launch per kernel. Nothing is copied between host and device
 (check mode aside). This module knows numba.cuda's launch interface and nothing about tensors: the
 device operations (allocation, strided views, library kernels) are handed in by the caller (jit).
+
+Symbolic sizes (sizes.py): a program of a graph traced with symbols is built once; each call binds
+them (the caller's `sizes`, else the input arrays' dims), and where they changed since the last call
+sizes the fresh outputs, the intermediates and each launch (grid, size arguments, partials) anew.
 """
+import math
 import time
 
 from ...strides import contiguous_strides
 from ...locks import lock
 from ...lowering import buffers
 from ...lowering.slots import per_graph, roles
+from ...symint import free_symbols, is_sym
+from .sizes import at
 
 
 class DeviceOps:
@@ -51,13 +58,13 @@ class DeviceProgram:
         fresh, temps, self.written, self.outputs, self.fresh_outputs = roles(graph, kernels, aliases, slots, inplace)
         self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
         self.inplace = list(inplace.items())
-        self.fresh = [(slot, ops.maker(v.shape, v.dtype.np)) for slot, v in fresh]
+        values = [*graph.inputs, *graph.outputs, *(v for k in kernels for v in k.outputs)]
+        self.symbolic = any(free_symbols(v.shape) for v in values)
+        self.env, self._sized_for, self._fresh = {}, None, [(slot, v.shape, v.dtype.np) for slot, v in fresh]
+        self._blocks = [[None, users] for _, users in buffers.blocks(kernels, temps)]   # shared when lives allow
         self.template, self.flat_template = [None] * len(slots), [None] * len(slots)
-        for nbytes, users in buffers.blocks(kernels, temps):     # intermediates: shared when lives allow
-            raw = ops.empty((nbytes,), "uint8")
-            for slot, v in users:
-                self.template[slot] = ops.view(raw, v.shape, contiguous_strides(v.shape), 0, v.dtype.np)
-                self.flat_template[slot] = _flat(self.template[slot])
+        if not self.symbolic:
+            self._size({})
         self.steps, self.plan = [], None
         for k in kernels:
             if k.kind in ("loop", "reduce_acc"):
@@ -77,20 +84,52 @@ class DeviceProgram:
             out.append((j, k.kind, text or "# empty space: no launch"))
         return out
 
-    def run(self, arrays, timings=None, capture=None):
+    def run(self, arrays, timings=None, capture=None, sizes=None):
         """Outputs for `arrays` (device arrays); with a `timings` list, appends each step's seconds
         (CUDA events); with a `capture` dict, fills it with {id(Value): NumPy copy} of every kernel
-        output as the kernel wrote it (check mode). Calls from several threads take turns."""
+        output as the kernel wrote it (check mode). `sizes`: the symbols' values {name: int} of a
+        symbolic program (default: read from the inputs' dims). Calls from several threads take turns."""
         with self.lock:
+            if self.symbolic:
+                self._size(self._sizes_of(arrays, sizes))
             if timings is None and capture is None:
                 return self._run_plain(arrays)
             return self._run(arrays, timings, capture)
+
+    def _sizes_of(self, arrays, sizes):
+        """The call's symbol values: `sizes`, else each input dim that is a bare symbol (the last call's
+        values for symbols no input binds)."""
+        if sizes is not None:
+            return dict(sizes)
+        env = dict(self.env)
+        for (_, shape, _), a in zip(self.inputs, arrays):
+            for d, n in zip(getattr(a, "shape", ()), shape):
+                if is_sym(n) and len(n.expr.terms) == 1 and n.expr.terms[0][1] == 1 and \
+                        len(n.expr.terms[0][0]) == 1 and n.expr.terms[0][0][0][1] == 1:
+                    env[n.expr.terms[0][0][0][0]] = d
+        return env
+
+    def _size(self, env):
+        """Size the fresh outputs and the intermediates for the symbols' values `env` (where they changed)."""
+        if env == self._sized_for:
+            return
+        self.env, self._sized_for, self.plan, ops = env, dict(env), None, self.ops
+        self.fresh = [(slot, ops.maker(at(env, shape), dtype)) for slot, shape, dtype in self._fresh]
+        for block in self._blocks:
+            shapes = [(slot, at(env, v.shape), v.dtype) for slot, v in block[1]]
+            need = max((math.prod(sh) * dt.itemsize for _, sh, dt in shapes), default=0)
+            if block[0] is None or block[0].size < need:
+                block[0] = ops.empty((need,), "uint8")
+            for slot, sh, dt in shapes:
+                self.template[slot] = ops.view(block[0], sh, contiguous_strides(sh), 0, dt.np)
+                self.flat_template[slot] = _flat(self.template[slot])
 
     def _bind(self, arrays):
         """(cur, flat): each slot's array, and the same memory as one axis (as the generated kernels
         take it), for this call's input arrays and fresh outputs."""
         cur, flat = self.template.copy(), self.flat_template.copy()
         for (slot, shape, dtype), a in zip(self.inputs, arrays):
+            shape = at(self.env, shape)
             seen = a.__dict__.get("_tg_flat")        # a device array's layout never changes: checked once
             if seen is None or seen[0] != shape or seen[1] != dtype:
                 a, seen = self._check_input(a, shape, dtype)
@@ -117,7 +156,7 @@ class DeviceProgram:
             plan = []
             for kind, fn, ins, out in self.steps:
                 if kind == "launch":
-                    plan += [(ck.launcher(), slots, None, None) for ck, slots in fn]
+                    plan += [(ck.launcher(env=self.env), slots, None, None) for ck, slots in fn]
                 else:
                     plan.append((None, fn, ins, out))
             self.plan = plan
@@ -127,11 +166,15 @@ class DeviceProgram:
                 launch(*map(flat.__getitem__, slots))
             else:
                 self._library(cur, flat, slots, ins, out)
-        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+        return self._results(cur)
+
+    def _results(self, cur):
+        return tuple([cur[s] if shape is None else cur[s].reshape(at(self.env, shape)) for s, shape in self.outputs])
 
     def _library(self, cur, flat, fn, ins, out):
-        ops = self.ops
-        a = fn([ops.view(cur[s], shape, ld.strides, ld.offset) for s, ld, shape in ins])
+        ops, env = self.ops, self.env
+        a = fn([ops.view(cur[s], at(env, shape), at(env, ld.strides), at(env, ld.offset)) for s, ld, shape in ins],
+               env)
         cur[out] = a = a if ops.row_major(a) else ops.contiguous(a)
         flat[out] = _flat(a)
 
@@ -145,7 +188,7 @@ class DeviceProgram:
                 marks[-1][0]()
             if kind == "launch":
                 for ck, arg_slots in fn:
-                    ck(*[flat[s] for s in arg_slots])
+                    ck(*[flat[s] for s in arg_slots], env=self.env)
             else:
                 self._library(cur, flat, fn, ins, out)
             if timings is not None:
@@ -155,7 +198,7 @@ class DeviceProgram:
         if timings is not None:
             ops.synchronize()
             timings.extend(elapsed() / 1e3 for _, _, elapsed in marks)
-        return tuple([cur[s] if shape is None else cur[s].reshape(shape) for s, shape in self.outputs])
+        return self._results(cur)
 
 
 def _flat(a):

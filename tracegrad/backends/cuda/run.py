@@ -59,19 +59,27 @@ def library(kernel):
     """fn(args) -> device array: an extern or host kernel's primitive run by tracegrad.cuda's eager
     implementation on the device (cuBLAS or the tiled kernel for matmul; gather, scatter-add, ...).
     Whether it has one is found out now, at compile time, by running it once on zeros (random draws
-    excepted: they would move the generator): else the error naming the op and the device."""
+    excepted: they would move the generator): else the error naming the op and the device. fn(args,
+    env) takes the symbols' values `env` of a program with symbolic sizes (its shape and attributes
+    at the call's; the check runs at the hints)."""
     from .program import unsupported
     from . import eager
     from .eager.kernels import zeros
+    from .sizes import at
     from ...ops import PRIMS
+    from ...symint import free_symbols, hints, is_sym
     n = kernel.node
     p, shape, dtype, attrs = PRIMS[n.op], tuple(n.out.shape), n.out.dtype, n.attrs
+    sized = free_symbols(shape) or any(free_symbols(a) or is_sym(a) for a in attrs.values())
 
-    def fn(args):
+    def fn(args, env=None):
+        if sized:
+            return eager.run(p, args, at(env, attrs), at(env, shape), dtype)
         return eager.run(p, args, attrs, shape, dtype)
     if not p.effect:
         try:
-            fn([zeros(tuple(i.shape), i.dtype.np) for i in n.inputs])
+            eager.run(p, [zeros(hints(tuple(i.shape)), i.dtype.np) for i in n.inputs], hints(attrs), hints(shape),
+                      dtype)
         except (NotImplementedError, RuntimeError) as e:      # tracegrad.cuda: no kernel for this primitive
             raise unsupported(kernel, str(e).split(";")[0].split(". ")[0]) from None
     return fn
@@ -116,9 +124,10 @@ class DeviceInputs:
 
 
 def device_run(program):
-    """run(arrays) of a device program, host arrays among `arrays` copied to the device (DeviceInputs)."""
+    """run(arrays, sizes=None) of a device program, host arrays among `arrays` copied to the device
+    (DeviceInputs); `sizes`: the symbols' values of a symbolic program."""
     inputs, run = DeviceInputs(), program.run
-    return lambda arrays: run(inputs(arrays))
+    return lambda arrays, sizes=None: run(inputs(arrays), sizes=sizes)
 
 
 def shares_memory(a, b):

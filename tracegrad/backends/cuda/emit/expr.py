@@ -18,6 +18,8 @@ import numpy as np
 
 from .... import scalar as S
 from ....ir.kernels import Const, Load
+from ....symint import is_sym
+from .. import sizes
 
 CTOR = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 FLOATS = ("float32", "float64")
@@ -39,8 +41,11 @@ def to_half(text):
 
 
 def literal(value, dtype):
-    """Source text of `value` as a constant of `dtype` (exactly rounded once, as the CPU's)."""
+    """Source text of `value` as a constant of `dtype` (exactly rounded once, as the CPU's); a symbolic
+    size (a count used as a value: a mean's divisor) is computed from the kernel's size arguments."""
     d = _name(dtype)
+    if is_sym(value):
+        return f"{CTOR.get(d, 'float32')}({sizes.text(value)})"
     if d == "bool":
         return "True" if value else "False"
     if d == "float16":

@@ -25,7 +25,7 @@ import contextlib
 
 import numpy as np
 
-from ....ir.kernels import Const, Load, loads
+from ....ir.kernels import Const, Load, loads, shape_key
 from .expr import Emitter, dtype_of
 from .reduce import WARP, Acc, block_allreduce, combine, two_sum, warp_allreduce
 
@@ -111,7 +111,7 @@ class Phases:
 
 
 def _key(ld):
-    return id(ld.buf), tuple(ld.strides), ld.offset
+    return id(ld.buf), shape_key(ld.strides), shape_key((ld.offset,))     # a symbolic size by its expression
 
 
 def row_cache(src, phases, split, ninner, rows, budget):
@@ -190,7 +190,7 @@ def vector_map_body(src, layout, phases, order, threads, width):
     src.emit(f"step = int64(cuda.gridDim.x) * {threads}")
     made = {id(v) for ph in phases for v, _ in ph.outputs}
     with src.block(f"if ({' | '.join(f'address({b})' for b in names)}) & 15 == 0:"):
-        with src.block(f"while i < {int(n) // width}:"):
+        with src.block(f"while i < {int(n) // width if n.isdigit() else f'({n}) // {width}'}:"):
             src.emit(f"e = i * {width}")
             lanes, held = {}, {}
 
@@ -377,7 +377,8 @@ def _row_result(src, st, ph, acc, oidx, outer, only=None):
 def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
     """Reduce phases sharing one set of `reduced` axes (kept: the others; each list in enumeration
     order, fastest last) and the map phases riding along (each element visited once).
-    split: (slices, chunk, partials): the grid's y blocks each take `chunk` reduced elements and
+    split: (slices, chunk, partials): the grid's y blocks each take `chunk` reduced elements (None:
+    ceil(nred / slices), counted from the sizes the kernel takes) and
     write their partial results (accumulator dtype) to partials[j][slice * nkept + k] for
     `combine_body` to finish."""
     dims, threads = layout.dims, bx * by
@@ -389,8 +390,9 @@ def tiles_body(src, layout, reduces, maps, kept, reduced, bx, by, split=None):
     nkept, nred = count(src, dims, kept), count(src, dims, reduced)
     lo, hi = "0", nred
     if split:
-        src.emit(f"lo = int64(cuda.blockIdx.y) * {split[1]}")
-        src.emit(f"hi = lo + {split[1]}")               # (no min(): numba.cuda cannot type min of two ints)
+        chunk = split[1] if split[1] is not None else src.assign(f"({nred} + {split[0] - 1}) // {split[0]}", "chunk")
+        src.emit(f"lo = int64(cuda.blockIdx.y) * {chunk}")
+        src.emit(f"hi = lo + {chunk}")               # (no min(): numba.cuda cannot type min of two ints)
         src.emit(f"hi = hi if hi < {nred} else int64({nred})")
         lo, hi = "lo", "hi"
     src.emit("tile = int64(cuda.blockIdx.x)")
