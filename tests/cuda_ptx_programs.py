@@ -10,7 +10,7 @@ sizes. They launch every kind of kernel tracegrad has:
 - compiled: examples/gpu_check.py's correctness checks and its workloads G1-G5 (gelu, softmax,
   layernorm forward+backward, an MLP training step, the 20-op chain) compiled, an Adam
   training step compiled, and float16 programs fused as float32 ones (maps, rows with a row
-  cache, tiled and split reductions, gradients).
+  cache, tiled and split reductions, gradients), and dynamic=True programs (kernels taking their sizes).
 """
 import math
 import os
@@ -170,10 +170,30 @@ def float16_compiled():
         plan.MIN_SLICE, plan.FILL_BLOCKS = saved
 
 
+def symbolic_compiled():
+    """dynamic=True programs: kernels taking their sizes as int64 arguments (maps with vector accesses,
+    rows of symbolic length, a persistent layer norm backward, tiled and split reductions whose slices
+    are counted at the call, a mean's count as a value), at two batch sizes."""
+    import tracegrad.nn.functional as F
+
+    def step(x, w, g):
+        y = F.layer_norm(x @ w, (8,), g, None)
+        return (y.softmax(1) * x.shape[0]).sum() + x.log_softmax(1).sum(0).square().sum() + (x.t() * 2).sum(1).sum()
+    f = tg.compile(step, dynamic=True)
+    saved = plan.MIN_SLICE, plan.FILL_BLOCKS
+    plan.MIN_SLICE, plan.FILL_BLOCKS = 1, 4
+    try:
+        for b in (9, 3):
+            x, w, g = (tg.tensor(sample("float32", s), device="cuda", requires_grad=True) for s in ((b, b + 2), (b + 2, 8), (8,)))
+            f(x, w, g).backward()
+    finally:
+        plan.MIN_SLICE, plan.FILL_BLOCKS = saved
+
+
 if __name__ == "__main__":
     assert tg.cuda.simulated(), "run under NUMBA_ENABLE_CUDASIM=1"
     for part in (eager_primitives, split_reductions, eager_library, long_scans, adam_step, float16_compiled,
-                 gpu_check_functions):
+                 symbolic_compiled, gpu_check_functions):
         t0 = time.perf_counter()
         part()
         print(f"{part.__name__}: {time.perf_counter() - t0:.1f} s", flush=True)

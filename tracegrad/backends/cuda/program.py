@@ -59,7 +59,9 @@ class DeviceProgram:
         self.inputs = [(slots[id(v)], v.shape, v.dtype.np) for v in graph.inputs]
         self.inplace = list(inplace.items())
         values = [*graph.inputs, *graph.outputs, *(v for k in kernels for v in k.outputs)]
-        self.symbolic = any(free_symbols(v.shape) for v in values)
+        self.symbols = set().union(*(free_symbols(v.shape) for v in values),
+                                   *(ck.symbols for cks in launchers.values() for ck in cks))
+        self.symbolic = bool(self.symbols)
         self.env, self._sized_for, self._fresh = {}, None, [(slot, v.shape, v.dtype.np) for slot, v in fresh]
         self._blocks = [[None, users] for _, users in buffers.blocks(kernels, temps)]   # shared when lives allow
         self.template, self.flat_template = [None] * len(slots), [None] * len(slots)
@@ -97,16 +99,20 @@ class DeviceProgram:
             return self._run(arrays, timings, capture)
 
     def _sizes_of(self, arrays, sizes):
-        """The call's symbol values: `sizes`, else each input dim that is a bare symbol (the last call's
-        values for symbols no input binds)."""
+        """The call's symbol values: `sizes`, else each input dim that is a bare symbol (ValueError where
+        a symbol the program reads is bound by no input: its caller must pass `sizes`)."""
         if sizes is not None:
             return dict(sizes)
-        env = dict(self.env)
+        env = {}
         for (_, shape, _), a in zip(self.inputs, arrays):
             for d, n in zip(getattr(a, "shape", ()), shape):
                 if is_sym(n) and len(n.expr.terms) == 1 and n.expr.terms[0][1] == 1 and \
                         len(n.expr.terms[0][0]) == 1 and n.expr.terms[0][0][0][1] == 1:
                     env[n.expr.terms[0][0][0][0]] = d
+        free = self.symbols - set(env)
+        if free:
+            raise ValueError(f"compiled program {self.graph.name}: no input binds the sizes {sorted(free)}; "
+                             f"pass run(arrays, sizes={{name: int}})")
         return env
 
     def _size(self, env):
