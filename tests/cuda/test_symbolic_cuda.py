@@ -128,3 +128,24 @@ def test_kernels_take_the_sizes_as_arguments():
         np.testing.assert_allclose(cf(x).cpu().numpy(), np.exp(x.cpu().numpy() * 3).sum(1), rtol=1e-5)
     text = cf.ir(x, stage="cuda")
     assert "n_B" in text and "ceil(B/" in text, text
+
+
+def test_a_failed_symbolic_cuda_compile_compiles_per_size_with_a_warning(monkeypatch):
+    """Where planning a kernel with symbolic sizes fails, the signature is compiled per size (a trace
+    each), with a RuntimeWarning naming why; results stay right."""
+    from tracegrad.backends.cuda import lower
+    real = lower.plan
+
+    def refuse(kernel, name):
+        if kernel.symbolic():
+            raise NotImplementedError("no symbolic plan for this kernel (test)")
+        return real(kernel, name)
+    monkeypatch.setattr(lower, "plan", refuse)
+    cf = tg.compile(lambda x: (x * 2).exp().sum(1), dynamic=True)
+    with pytest.warns(RuntimeWarning, match="no symbolic plan for this kernel"):
+        cf(tg.randn(4, 3, device="cuda"))
+    for b in (2, 5):
+        x = tg.randn(b, 3, device="cuda")
+        np.testing.assert_allclose(cf(x).cpu().numpy(), np.exp(2 * x.cpu().numpy()).sum(1), rtol=1e-5)
+    st = cf.stats()
+    assert st["traces"] == 3 and st["symbolic_failures"]
