@@ -196,7 +196,11 @@ def _persistent(kernel, name, st):
     acc = kernel.accumulated()
     parts = {id(ph): f"p{j}" for j, ph in enumerate(acc)}
     persist = {id(ph): (parts[id(ph)], bool(set(range(k, len(shape))) - set(ph.axes))) for ph in acc}
-    scratch = Scratch([(st.blocks * (ninner if persist[id(ph)][1] else 1),
+    most, nblocks = st.blocks, st.blocks               # the blocks: launched, and the partials the join adds
+    if isinstance(st.blocks, Z.Blocks):                # counted at the call: FILL_BLOCKS at most
+        n = Z.text(st.blocks.n)
+        most, nblocks = st.blocks.most, f"({n} if {n} < {st.blocks.most} else {st.blocks.most})"
+    scratch = Scratch([(most * (ninner if persist[id(ph)][1] else 1),
                         acc_dtype(ph.lower, ph.outputs[0][0].dtype.name)) for ph in acc])
     body, bufs = _source(name, kernel, kernel.phases, lambda src, lay: rows_body(
         src, lay, kernel.phases, k, len(shape), st.threads, 1, st.cache_bytes, persist), list(parts.values()))
@@ -205,7 +209,7 @@ def _persistent(kernel, name, st):
         nkept = ninner if kept else 1
         label = f"{name}_join" if len(st.groups) == 1 else f"{name}_join{g}"
         body2, bufs2 = _source(label, kernel, list(reduces), lambda src, lay: combine_body(
-            src, lay, list(reduces), list(range(k, len(shape))) if kept else [], st.blocks,
+            src, lay, list(reduces), list(range(k, len(shape))) if kept else [], nblocks,
             [parts[id(ph)] for ph in reduces], jt), list(parts.values()))
         out.append(_launch(kernel, label, body2, bufs2, blocks(nkept, jt), jt, scratch))
     return out

@@ -21,7 +21,7 @@ Symbolic sizes (sizes.py): every strategy holds for every size, so none is pinne
 (order, threads, tile shape, slices) are made on the hints; grids are counted at the call (Blocks);
 a vector width only where the space's constant factor is a multiple of it; Persistent keeps the
 blocks' column sums in registers only over a constant row length (else the sums run as a Tiled
-launch after the rows), and launches FILL_BLOCKS blocks where the rows are counted at the call.
+launch after the rows), its blocks (and the partials its join adds) counted at the call.
 """
 import math
 from dataclasses import dataclass
@@ -75,7 +75,7 @@ class Across:
 @dataclass(frozen=True, eq=False)
 class Persistent:
     threads: int
-    blocks: int
+    blocks: object     # an int, or sizes.Blocks counted at the call (FILL_BLOCKS at most)
     groups: tuple      # (keeps the row's axes: bool, the accumulated phases) per join launch
     join_threads: tuple
     cache_bytes: int
@@ -263,7 +263,7 @@ def _persistent(kernel):
             return None
         groups.setdefault(bool(kept), []).append(ph)
     joins = tuple(warps(ninner if kept else 1, MAP_THREADS) for kept in groups)
-    return Persistent(_row_threads(ninner), FILL_BLOCKS if is_sym(nrows) else min(nrows, FILL_BLOCKS),
+    return Persistent(_row_threads(ninner), Blocks(nrows, 1, FILL_BLOCKS) if is_sym(nrows) else min(nrows, FILL_BLOCKS),
                       tuple((kept, tuple(phs)) for kept, phs in groups.items()), joins, ROW_CACHE_BYTES)
 
 

@@ -194,7 +194,8 @@ class DeviceProgram:
                 marks[-1][0]()
             if kind == "launch":
                 for ck, arg_slots in fn:
-                    ck(*[flat[s] for s in arg_slots], env=self.env)
+                    args = [flat[s] for s in arg_slots]
+                    ck(*args, env=self.env) if self.symbolic else ck(*args)
             else:
                 self._library(cur, flat, fn, ins, out)
             if timings is not None:
