@@ -231,7 +231,7 @@ def _shared(src, accs, size=WARP):
         if a.at not in out:
             out[a.at] = f"sh_{a.at}"
             src.emit(f"sh_{a.at} = cuda.shared.array({size}, {a.at})")
-    for d in {a.at for a in accs if a.lo}:
+    for d in sorted({a.at for a in accs if a.lo}):       # in one order: the source (a cache key) is the same in every process
         src.emit(f"sh_{d}_lo = cuda.shared.array({size}, {d})")
     return out
 
