@@ -97,3 +97,13 @@ def test_the_index_error_comes_before_a_later_shape_error(ns, idx):
 @given(ns=st.lists(SIZE, min_size=3, max_size=6), i=st.integers(-6, 6))
 def test_a_python_int_index_raises_where_eager_raises(ns, i):
     agree(lambda x: x[i] * 2.0, [(_x(n, 2),) for n in ns])
+
+
+@SETTINGS
+@given(ns=st.lists(SIZE, min_size=3, max_size=6), idx=INDEX)
+def test_an_index_passed_in_raises_before_a_later_shape_error(ns, idx):
+    """The index is an argument: at a call that traces (a new size), its values are checked while tracing,
+    so an index out of range comes before the shape error after it, as eagerly."""
+    def f(x, i, y):
+        return x[i] + y
+    agree(f, [(_x(n), np.array(idx), _x(len(idx) if n % 2 else n + 1)) for n in ns])

@@ -20,8 +20,8 @@ def check_known_indices(tracer, p, inputs, attrs):
         known = _known(tracer, idx._ir)
         if known is None:
             continue
-        lo, hi, values = known
-        size = x_shape[axis]
+        lo, hi, values, made_inside = known
+        size = x_shape[axis] if made_inside else hint(x_shape[axis])    # an input's values: this call only
         if (-size if wrap else 0) <= lo and hi < size:
             continue
         bad = next(int(v) for v in values() if not (-hint(size) if wrap else 0) <= v < hint(size))
@@ -29,24 +29,26 @@ def check_known_indices(tracer, p, inputs, attrs):
 
 
 def _known(tracer, v):
-    """(least, greatest, the values in order) of traced value v when the trace knows them and they are not
-    none (an empty index checks nothing); else None."""
+    """(least, greatest, the values in order, whether made inside the function) of traced value v when the
+    trace knows them and they are not none (an empty index checks nothing); else None. An input's values
+    (labels passed in) are this call's only: checked here so that its error comes in eager's order (a later
+    call with the same sizes runs the kernel, which checks them), compared without a guard."""
     node = v.node
     while node is not None and node.op in _SAME_VALUES:
         v = node.inputs[0]
         node = v.node
     if node is None:              # a graph input: an index array made inside the function is a frozen one
-        entry = next((e for e in tracer.order if e.value is v and e.source[0] == "const"), None)
-        a = None if entry is None else np.asarray(entry.real._data)
+        entry = next((e for e in tracer.order if e.value is v), None)
+        a = None if entry is None or entry.real._device.type != "cpu" else np.asarray(entry.real._data)
         if a is None or not a.size or a.dtype.kind not in "iu":
             return None
-        return int(a.min()), int(a.max()), lambda: a.reshape(-1).tolist()
+        return int(a.min()), int(a.max()), lambda: a.reshape(-1).tolist(), entry.source[0] == "const"
     if node.op == "const" and isinstance(node.attrs["value"], int) and all(hint(d) for d in v.shape):
         c = node.attrs["value"]
-        return c, c, lambda: [c]
+        return c, c, lambda: [c], True
     if node.op == "iota" and hint(node.attrs["n"]):
         n, start, step = node.attrs["n"], node.attrs["start"], node.attrs["step"]
         last = start + step * (n - 1)
         lo, hi = (start, last) if hint(step) >= 0 else (last, start)
-        return lo, hi, lambda: [hint(start) + hint(step) * k for k in range(hint(n))]
+        return lo, hi, lambda: [hint(start) + hint(step) * k for k in range(hint(n))], True
     return None
