@@ -269,3 +269,21 @@ def test_concurrent_writers_and_pruners_never_corrupt(tmp_path, cache_dir):
         warnings.simplefilter("error")
         for n in _entries(cache_dir):
             assert cache.load(n[:-2]) is not None
+
+
+def test_a_store_scans_the_directory_only_when_a_prune_is_due(cache_dir, monkeypatch):
+    """Under the cap a store prunes (a scan of the whole directory) on its first store and then once per
+    PRUNE_EVERY; a store that takes the running count past the cap prunes at once, and the cap holds."""
+    head = len(cache.MAGIC) + 64
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", str(1000 * (head + 50)))
+    scans, prune = [], cache.prune
+    monkeypatch.setattr(cache, "prune", lambda limit=None: scans.append(1) or prune(limit))
+    n = 2 * cache.PRUNE_EVERY + 1
+    for i in range(n):
+        cache.store(_key(f"k{i}"), _payload(f"k{i}", 50))
+    assert len(scans) == 3 and len(_entries(cache_dir)) == n
+    monkeypatch.setenv("TRACEGRAD_CACHE_SIZE", str(100 * (head + 50)))       # room for 100 entries
+    for i in range(100):
+        cache.store(_key(f"m{i}"), _payload(f"m{i}", 50))
+        assert _bytes(cache_dir) <= cache.max_size()
+    assert len(_entries(cache_dir)) == 100

@@ -23,7 +23,7 @@ LAYERS = [
                        "tensor.inplace", "tensor.direct", "tensor.typed"]),
     ("composites", ["composites", "composites.", "convolution", "pooling", "resample"]),
     ("tensor class", ["tensor.reduce_methods", "tensor.named_methods", "tensor.declared", "tensor.tensor_class",
-                      "tensor", "function_forms", "custom_function", "functional", "trace", "frozen_draws",
+                      "tensor", "function_forms", "custom_function", "functional", "trace", "trace_indices", "frozen_draws",
                       "torch_format", "serialization"]),
     ("ir", ["ir", "ir."]),
     ("viz", ["viz", "viz."]),           # draws eager graphs and the IR; jit's introspection uses it

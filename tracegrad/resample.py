@@ -90,7 +90,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise _ArgError(f"interpolate: output size {list(out)} of input {list(x.shape)} must be positive")
     np_float = np.float64 if x.dtype == D.float64 else np.float32
     for axis in reversed(range(2, 2 + d)):
-        n, o, f = x.shape[axis], out[axis - 2], factors[axis - 2]
+        # the weights and indices are NumPy constants: a symbolic size is compiled in (int() records its guard)
+        n, o, f = int(x.shape[axis]), int(out[axis - 2]), factors[axis - 2]
         if mode in _LINEAR:
             i0, i1, lam0, lam1 = _linear_weights(n, o, f, bool(align_corners), np_float)
             shape = (o,) + (1,) * (x.ndim - 1 - axis)

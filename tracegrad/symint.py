@@ -367,6 +367,10 @@ class ShapeEnv:
             names = guard.lhs.symbols()
             if guard.op == "==" and len(names) == 1 and guard.lhs == Expr.symbol(next(iter(names))):
                 self.replacements[next(iter(names))] = guard.rhs      # T == 6, B == S0: unified
+            elif guard.op == "==" and len(names) == 1 and guard.rhs.is_const():      # 16*S0 == 16: S0 == 1
+                c = guard.lhs.exact_div(Expr.symbol(next(iter(names))))
+                if c is not None and c.is_const() and c.constant() and guard.rhs.constant() % c.constant() == 0:
+                    self.replacements[next(iter(names))] = Expr.const(guard.rhs.constant() // c.constant())
 
     def simplify(self, expr):
         """`expr` with each symbol an equality guard ties to another expression replaced by it."""

@@ -19,6 +19,7 @@ from .ops.layout import reshape_strides
 from .symint import hints, is_sym, same_size
 from .tensor import Tensor, TraceError, ones_like
 from .tensor.dispatch import view_of
+from .trace_indices import check_known_indices
 
 
 def location():
@@ -349,6 +350,8 @@ class Tracer:
         return t
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
+        if p.kind == "index":            # indices the trace knows are checked here, as eagerly
+            check_known_indices(self, p, inputs, attrs)
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         view = p.kind == "view"
         if view:               # a reshape the layout cannot view is a copy, as eagerly

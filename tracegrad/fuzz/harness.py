@@ -182,15 +182,17 @@ def main(run, sizes=False):
 
     from .compare import compare_runs
     from .runner import observe
-    from .sizes import modes
+    from .sizes import compare_sized, modes
     dtype = getattr(sys.modules["__main__"], "DTYPE", "float32")
     backends = ("interpret", "llvm") + (("cuda",) if tg.cuda.is_available() else ())
     backends = tuple(modes(backends)) if sizes else backends
     obs = {m: observe(run, m, dtype) for m in ("eager",) + backends}
     ref = observe(run, "eager", "float64") if dtype == "float32" else obs["eager"]
-    problems = []
+    compare, problems = compare_sized if sizes else compare_runs, []
     for b in backends:
-        problems += [f"{b}: {c}: {t}" for c, t in compare_runs(obs["eager"], obs[b], ref, dtype)]
+        problems += [f"{b}: {c}: {t}" for c, t in compare(obs["eager"], obs[b], ref, dtype)]
+        problems += [f"{b}: traces:symbolic-failure: {name}: {why}" for name, whys in getattr(obs[b], "symbolic_failures", [])
+                     for why in dict.fromkeys(whys)]
     names = ("eager",) + backends
     print("\n".join(problems) or f"no difference between {', '.join(names[:-1])} and {names[-1]}")
     sys.exit(1 if problems else 0)

@@ -109,9 +109,11 @@ def check_forked(program, backends, tally):
             result = pickle.dumps((check(program, backends, child_tally), child_tally))
         except BaseException as e:  # noqa: BLE001 -- re-raised in the parent as the fuzzer's own error
             result = pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
-        with os.fdopen(w, "wb") as fh:
-            fh.write(result)
-        os._exit(0)
+        try:
+            with os.fdopen(w, "wb") as fh:
+                fh.write(result)
+        finally:        # also where the parent is gone (a broken pipe): never go on as a second fuzzer
+            os._exit(0)
     os.close(w)
     with os.fdopen(r, "rb") as fh:
         data = fh.read()

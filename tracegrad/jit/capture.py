@@ -14,7 +14,9 @@ from .. import dtypes as D
 from ..device import CPU
 from ..ir import Graph
 from ..modes import interpreting
+from ..ops import PRIMS
 from ..pytree import flatten, object_state, unflatten
+from ..symint import hints
 from ..tensor import Tensor, TraceError
 from ..frozen_draws import watch_draws
 from ..trace import Tracer
@@ -59,6 +61,7 @@ class Capture:
         except Exception as e:
             _explain_leaf(e, tracer)
             _annotate(e, name)
+            _draw_as_eager(graph)
             raise
         finally:
             grad_changes = tracer.grad_changes()
@@ -280,6 +283,16 @@ def _explain_leaf(e, tracer):
                   f"outside) are leaves of the traced graph, so an in-place update of them that autograd would "
                   f"record is not supported: compute the new value out of place and return it (y = x * w), or "
                   f"update under tg.no_grad()",) + e.args[1:]
+
+
+def _draw_as_eager(graph):
+    """A trace that raises (the user's error, raised as eager raises it) takes from the generator what
+    eager drew before the error: the random draws recorded so far, in order, at the call's sizes (as the
+    compiled program draws them), so the draws after the error are eager's too."""
+    for n in graph.nodes:
+        p = PRIMS.get(n.op)
+        if p is not None and p.kind == "random":
+            p.impl(**hints(n.attrs))
 
 
 def _annotate(e, name):

@@ -8,6 +8,7 @@ import warnings
 from collections import Counter, deque
 
 from .. import logs
+from ..core import RNG
 from ..locks import after_fork_in_child, lock, rlock
 from ..modes import _thread
 from ..trace import tracing
@@ -281,11 +282,13 @@ class CompiledFunction:
     def _symbolic(self, args, kwargs, leaves, paths, key, dims, before, shape_reason):
         """A SymbolicEntry for `dims`, or the text of why compiling it failed: _build then compiles the
         signature per size (a static entry, as dynamic=False) — correct, only retraced for each new size."""
+        state = RNG[0].bit_generator.state        # a failed trace draws as eager did: the static one will
         try:
             entry = SymbolicEntry(self, args, kwargs, leaves, paths, dims)
             newly = describe(entry, leaves, *(before or ({}, frozenset())))
             entry.program_for(leaves)
         except Exception as e:          # noqa: BLE001  (any failure: the static compile decides)
+            RNG[0].bit_generator.state = state
             return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         dropped = self._dropped.pop((sizeless_key(key), dims), None)
         if shape_reason is None and before is not None and newly:     # else noted at the lookup or by _build

@@ -206,10 +206,27 @@ def store(key, payload):
     try:
         secret = _secret(d)
         if secret is not None:
-            write_new(d, _path(d, key), MAGIC + _sign(secret, payload) + payload, "o")
-            prune()
+            data = MAGIC + _sign(secret, payload) + payload
+            write_new(d, _path(d, key), data, "o")
+            _prune_when_due(d, len(data))
     except OSError as e:
         warnings.warn(f"tracegrad: cannot write the compiled-code cache in {d}: {e}", RuntimeWarning, stacklevel=2)
+
+
+PRUNE_EVERY = 64     # stores between full prunes while this process's count of the bytes stays under the cap
+_kept = {}           # directory -> [bytes the last prune kept plus those stored since, stores since]
+
+
+def _prune_when_due(d, size):
+    """prune() after a store, when this process's running count of the cache's bytes passes the cap, or on
+    its first store, or every PRUNE_EVERY stores (other processes write too): a prune scans the whole
+    directory, and a scan per compile cost ~0.2 s once the cache held a few thousand entries."""
+    count = _kept.get(d)
+    if count is not None and count[0] + size <= max_size() and count[1] + 1 < PRUNE_EVERY:
+        count[0] += size
+        count[1] += 1
+        return
+    _kept[d] = [prune(), 0]
 
 
 def _scan(d):

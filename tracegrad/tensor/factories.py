@@ -212,7 +212,10 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         raise ValueError("arange: step must be nonzero")
     all_int = all(is_size(v) for v in (start, end, step))
     dt, dev = _factory_args(dtype, device, D.int64 if all_int else D.default_float)
-    if any(map(is_sym, (start, end, step))) and all_int and not is_sym(step):   # arange(B) while traced
+    if any(map(is_sym, (start, end, step))) and not is_sym(step) and all(map(_integral, (start, end, step))):
+        # arange(B), arange(0.0, B) while traced: an iota of symbolic length (whole-number floats count
+        # as their ints: the same values eager computes), no pin
+        start, end, step = (v if is_size(v) else int(v) for v in (start, end, step))
         n = (end - start + step - (1 if step > 0 else -1)) // step
         return modes.interpreter().iota(n if n >= 0 else 0, start, step, dt, dev, requires_grad)
     n = builtins.max(0, math.ceil((end - start) / step))
@@ -221,6 +224,10 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         return _make(kernels.arange(n, start, step, dt.np, all_int), dt, dev, requires_grad)
     arr = (np.arange(n, dtype=np.float64 if not all_int else np.int64) * step + start).astype(dt.np)
     return _make(arr, dt, dev, requires_grad)
+
+
+def _integral(v):
+    return is_size(v) or isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 2 ** 53
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):

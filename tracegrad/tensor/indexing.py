@@ -13,7 +13,7 @@ from .base import TensorBase, new, shares_memory
 from .dispatch import _P, _SCALARS, _named, dispatch
 from .factories import arange, full, ones, tensor, zeros
 from .functions import where
-from .inplace import inplace, positions, replaced, write
+from .inplace import inplace, positions, replaced, replaced_box, write
 
 
 def _index_tensor(i, dev):
@@ -156,6 +156,20 @@ def _scatter_into(x, index, v):
     x._ver[0] += 1
 
 
+def _basic_box(shape, items):
+    """The (start, stop, step) per axis that a basic index (integers, slices, None; bounds already checked)
+    selects, from the sizes as they are (symbolic too); None where it selects nothing (positions decide)."""
+    box = []
+    for i, n in zip([i for i in items if i is not None], shape):
+        if isinstance(i, slice):
+            start, stop, step = slice_bounds(i, n)
+            box.append((start, builtins.max(stop, start), step))
+        else:
+            i = i + n if i < 0 else i
+            box.append((i, i + 1, 1))
+    return tuple(box) if all(slice_length(*b) for b in box) else None
+
+
 def _setitem(x, index, value):
     if not isinstance(value, TensorBase):
         if not isinstance(value, _SCALARS):
@@ -175,8 +189,12 @@ def _setitem(x, index, value):
     items = _parse_index(x, index)
     if x._shape and not any(isinstance(i, TensorBase) or i is _EMPTY_AXIS for i in items):   # a basic index
         shape = _getitem(zeros((), dtype=D.int64, device=x._device).expand(*x._shape), index)._shape   # checks it
-        flat = positions(x._shape, items)
-        inplace(x, lambda s, v: replaced(s, flat, v), v.to(x._dtype).expand(*shape).reshape(-1))
+        box = _basic_box(x._shape, items)
+        if box is None:
+            flat = positions(tuple(map(int, x._shape)), items)      # numbers: symbolic sizes pinned
+            inplace(x, lambda s, v: replaced(s, flat, v), v.to(x._dtype).expand(*shape).reshape(-1))
+        else:
+            inplace(x, lambda s, v: replaced_box(s, box, v), v.to(x._dtype).expand(*shape).reshape(-1))
         if x.grad_fn is not None:
             _named(x, "CopySlices")
         return

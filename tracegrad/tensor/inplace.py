@@ -16,6 +16,7 @@ from .. import dtypes as D
 from ..autograd import retain
 from ..broadcast import BroadcastError, broadcast_shapes
 from ..modes import interpreter, is_grad_enabled, no_grad
+from ..symint import slice_length
 from .base import TensorBase, _ArgError
 from .direct import COPY
 from .direct import write as write_direct
@@ -79,10 +80,7 @@ def replaced(base, flat, new):
     n = base.numel()
     box = _box(base._shape, flat)
     if box is not None:
-        index = {"shape": base._shape, "index": box}
-        piece = new.reshape(tuple(len(range(*b)) for b in box))
-        mask = dispatch(_P["unslice"], (full(piece._shape, True, dtype=D.bool_, device=base.device),), index)
-        return dispatch(_P["where"], (mask, dispatch(_P["unslice"], (piece,), index), base), {})
+        return replaced_box(base, box, new)
     hit = np.zeros(n, dtype=bool)
     hit[flat] = True
     if hit.sum() != flat.size:
@@ -93,6 +91,15 @@ def replaced(base, flat, new):
     scattered = dispatch(_P["index_add"], (new.reshape(-1), where_), {"shape": (n,), "axes": (0,)})
     mask = tensor(hit, device=base.device)
     return dispatch(_P["where"], (mask, scattered, base.reshape(-1)), {}).reshape(base._shape)
+
+
+def replaced_box(base, box, new):
+    """`base` with x[start:stop:step, ...] (`box`: a (start, stop, step) per axis, sizes symbolic or not)
+    replaced by `new`'s elements in order: where(box, unslice(new), base), which compiled code fuses."""
+    index = {"shape": base._shape, "index": box}
+    piece = new.reshape(tuple(slice_length(*b) for b in box))
+    mask = dispatch(_P["unslice"], (full(piece._shape, True, dtype=D.bool_, device=base.device),), index)
+    return dispatch(_P["where"], (mask, dispatch(_P["unslice"], (piece,), index), base), {})
 
 
 def _box(shape, flat):
