@@ -1,11 +1,15 @@
 """Algebraic simplification, exact in IEEE arithmetic (signed zeros included): x*1, x+(-0.0), x-(+0.0)
 (any zero for integers; x + 0.0 is not x when x is -0.0), x/1, neg(neg x), copy, cast to the same dtype,
 reshape∘reshape, permute∘permute, expand of a constant, x**1, x**2 and x**3 as products, where with a
-constant condition, and (A @ B)^T as B^T @ A^T when the product is used only transposed (the
-product then comes out in the layout its consumer reads; the operand transposes are free views)."""
+constant condition, (A @ B)^T as B^T @ A^T when the product is used only transposed (the
+product then comes out in the layout its consumer reads; the operand transposes are free views), and a
+sum, max or min of a cat along a kept axis as the cat of the pieces' reductions, each over the same
+elements (each piece then reduced by a plain strided loop fused with its expression, instead of every
+element selecting among gathers of all pieces: cat([2a, exp(b), c], 1).sum(0))."""
 import math
 
 from ...symint import is_sym, same_shape
+from ...ops.rules import _reduce_shape
 from .rewrite import Builder
 
 
@@ -161,6 +165,21 @@ def _visit_where(b, n, ins):                # with a constant condition
     if _const(ins[0]) is not None:
         return _same(ins[1] if _const(ins[0]) else ins[2], n)
     return None
+
+
+def _visit_sum(b, n, ins):                  # of a cat along a kept axis: a cat of the pieces' sums
+    src = ins[0]
+    if src.node is None or src.node.op != "cat" or b.uses.get(id(n.inputs[0])) != 1 or \
+            src.node.attrs["axis"] in n.attrs["axis"]:
+        return None
+    dims, keep, axis = n.attrs["axis"], n.attrs["keepdims"], src.node.attrs["axis"]
+    parts = [b.emit(n.op, [x], n.attrs, _reduce_shape(x.shape, dims, keep), n.out.dtype, n.loc)
+             for x in src.node.inputs]
+    at = axis if keep else axis - sum(d < axis for d in dims)
+    return b.emit("cat", parts, {"axis": at}, n.out.shape, n.out.dtype, n.loc)
+
+
+_visit_max = _visit_min = _visit_sum
 
 
 def _swap(v):
