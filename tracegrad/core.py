@@ -43,6 +43,8 @@ what they need from these fields and keep no list of op names of their own.
   product), "all" inputs zero (a sum, a concatenation), its "first" input zero (a quotient's
   numerator, a sum or copy of it), both "branches" of a select; None: not declared. A view of a zero
   is zero by its kind.
+- `rearranges` (bool): a view holding each element of its input exactly once (reshape, permute): its
+  values, and how many, are its input's (trace_indices.py reads known index values through it).
 - `surface` (Surface): how users reach it, when the table makes its public names: the Tensor method
   and its in-place form (tensor/declared.py), the function `tg.<name>` (function_forms.py) and its
   row of the API reference (tests/test_docs.py reads it); None: its methods are written by hand.
@@ -98,10 +100,10 @@ class Surface:
 class Prim:
     """One primitive: the fields are described in this module's docstring."""
     __slots__ = ("name", "kind", "rule", "impl", "vjp", "jvp", "save", "save_out", "differentiable",
-                 "lower", "dtypes", "cost", "remap", "zero", "backward_name", "effect", "surface")
+                 "lower", "dtypes", "cost", "remap", "zero", "backward_name", "effect", "surface", "rearranges")
 
     def __init__(self, name, kind, rule, impl, *, vjp, jvp, save, save_out, lower, dtypes, cost, remap=None,
-                 zero=None, surface=None):
+                 zero=None, surface=None, rearranges=False):
         if kind not in KINDS:
             raise ValueError(f"primitive {name}: kind {kind!r} is not one of {KINDS}")
         if (lower is None) != (cost is None) or (lower is None) != (not dtypes):
@@ -120,7 +122,9 @@ class Prim:
         if zero is not None and zero not in ZEROS:
             raise ValueError(f"primitive {name}: zero {zero!r} is not one of {ZEROS}")
         self.lower, self.dtypes, self.cost, self.remap, self.zero = lower, tuple(dtypes), cost, remap, zero
-        self.surface = surface
+        if rearranges and kind != "view":
+            raise ValueError(f"primitive {name}: only a view rearranges its input (got kind {kind!r})")
+        self.surface, self.rearranges = surface, rearranges
         self.differentiable = vjp is not None
         self.effect = kind in EFFECTS
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward"
@@ -130,10 +134,11 @@ class Prim:
 
 
 def prim(name, kind, rule, impl, *, vjp, jvp, save, save_out=False, lower, dtypes, cost, remap=None, zero=None,
-         surface=None):
+         surface=None, rearranges=False):
     """Declare primitive `name` with every field (see the module docstring) and register it."""
     if name in PRIMS:
         raise ValueError(f"primitive {name} is declared twice")
     PRIMS[name] = p = Prim(name, kind, rule, impl, vjp=vjp, jvp=jvp, save=save, save_out=save_out,
-                           lower=lower, dtypes=dtypes, cost=cost, remap=remap, zero=zero, surface=surface)
+                           lower=lower, dtypes=dtypes, cost=cost, remap=remap, zero=zero, surface=surface,
+                                rearranges=rearranges)
     return p

@@ -7,9 +7,8 @@ each bound is a comparison on the symbol, recorded as a guard (`B >= 2` for an i
 size where the index is out of range retraces and raises there."""
 import numpy as np
 
+from .core import PRIMS
 from .symint import hint
-
-_SAME_VALUES = ("reshape", "permute")       # views that keep every value of their input (and its count)
 
 
 def check_known_indices(tracer, p, inputs, attrs):
@@ -34,7 +33,7 @@ def _known(tracer, v):
     (labels passed in) are this call's only: checked here so that its error comes in eager's order (a later
     call with the same sizes runs the kernel, which checks them), compared without a guard."""
     node = v.node
-    while node is not None and node.op in _SAME_VALUES:
+    while node is not None and node.op in PRIMS and PRIMS[node.op].rearranges:
         v = node.inputs[0]
         node = v.node
     if node is None:              # a graph input: an index array made inside the function is a frozen one

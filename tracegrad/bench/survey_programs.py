@@ -195,7 +195,7 @@ def _conv_bn_relu(o, x, w, gamma, beta, g):
 LLAMA = dict(B=4, T=128, C=256, H=4, F=688)       # a Llama-style block: 4 heads of 64, SwiGLU hidden 688
 
 
-def _llama_block(o, x, n1, Wq, Wk, Wv, Wo, n2, W1, W3, W2, cos, sin, mask, g):
+def _llama_block(o, x, n1, Wq, Wk, Wv, Wo, n2, W1, W3, W2, cos_t, sin_t, mask, g):
     B, T, C = x.shape
     H = LLAMA["H"]
     D = C // H
@@ -206,8 +206,8 @@ def _llama_block(o, x, n1, Wq, Wk, Wv, Wo, n2, W1, W3, W2, cos, sin, mask, g):
     def heads(t):
         return t.reshape(B, T, H, D)
     h = rms(x, n1)
-    q = o.permute(_rotate(o, heads(h @ o.mT(Wq)), cos[:, None, :], sin[:, None, :]), (0, 2, 1, 3))
-    k = o.permute(_rotate(o, heads(h @ o.mT(Wk)), cos[:, None, :], sin[:, None, :]), (0, 2, 1, 3))
+    q = o.permute(_rotate(o, heads(h @ o.mT(Wq)), cos_t[:, None, :], sin_t[:, None, :]), (0, 2, 1, 3))
+    k = o.permute(_rotate(o, heads(h @ o.mT(Wk)), cos_t[:, None, :], sin_t[:, None, :]), (0, 2, 1, 3))
     v = o.permute(heads(h @ o.mT(Wv)), (0, 2, 1, 3))
     s = (q @ o.mT(k)) * (1.0 / math.sqrt(D))
     a = o.permute(o.softmax(o.T.where(mask, s, -math.inf), -1) @ v, (0, 2, 1, 3)).reshape(B, T, C)
@@ -225,7 +225,7 @@ def _llama_inputs(r):
         return (r.standard_normal((fo, fi)) / math.sqrt(fi)).astype(np.float32)
     return {"x": _n(r, B, T, C), "n1": 1 + 0.1 * _n(r, C), "Wq": lin(C, C), "Wk": lin(C, C), "Wv": lin(C, C),
             "Wo": lin(C, C), "n2": 1 + 0.1 * _n(r, C), "W1": lin(F, C), "W3": lin(F, C), "W2": lin(C, F),
-            "cos": cos, "sin": sin, "mask": np.tril(np.ones((T, T), bool)), "g": _n(r, B, T, C)}
+            "cos_t": cos, "sin_t": sin, "mask": np.tril(np.ones((T, T), bool)), "g": _n(r, B, T, C)}
 
 
 LLAMA_GRADS = ("x", "n1", "Wq", "Wk", "Wv", "Wo", "n2", "W1", "W3", "W2")
@@ -318,8 +318,8 @@ PROGRAMS = [
             "step: 130 small parameters (per-call cost per tensor)",
             _deep_inputs(DEEP64, 8), kind="train", opt=("Adam",), memory_bound=False),
     Program("rotary_embed", "rotary embedding x*cos + rotate_half(x)*sin of (8, 512, 8, 64) (B, T, H, D), fwd+bwd x",
-            lambda r: dict(zip(("cos", "sin"), _rope_tables(512, 64)), x=_n(r, 8, 512, 8, 64), g=_n(r, 8, 512, 8, 64)),
-            lambda o, x, cos, sin, g: _rotary(o, x, cos, sin, g), ("x",)),
+            lambda r: dict(zip(("cos_t", "sin_t"), _rope_tables(512, 64)), x=_n(r, 8, 512, 8, 64), g=_n(r, 8, 512, 8, 64)),
+            lambda o, x, cos_t, sin_t, g: _rotary(o, x, cos_t, sin_t, g), ("x",)),
     Program("swiglu_mlp", "SwiGLU MLP (silu(x W1^T) * x W3^T) W2^T, x (512, 512), hidden 1376, fwd+bwd x, W1, W3, W2",
             lambda r: {"x": _n(r, 512, 512), "W1": 0.04 * _n(r, 1376, 512), "W3": 0.04 * _n(r, 1376, 512),
                        "W2": 0.03 * _n(r, 512, 1376), "g": _n(r, 512, 512)},

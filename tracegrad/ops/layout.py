@@ -126,7 +126,7 @@ def _reshape_rule(shapes, dtypes, shape):
 
 prim("reshape", "view", _reshape_rule, lambda x, shape: x.reshape(shape),
      vjp=(lambda n, g: g.reshape(n.shapes[0]),), jvp=lambda n, ts: ts[0].reshape(n.attrs["shape"]),
-     save=(), remap=_reshape_remap, **_NOT_LOWERED)
+     save=(), remap=_reshape_remap, rearranges=True, **_NOT_LOWERED)
 
 
 def _permute_rule(shapes, dtypes, perm):
@@ -139,7 +139,8 @@ def _permute_rule(shapes, dtypes, perm):
 prim("permute", "view", _permute_rule, lambda x, perm: x.transpose(perm),
      vjp=(lambda n, g: g.permute(*np.argsort(n.attrs["perm"]).tolist()),),
      jvp=lambda n, ts: ts[0].permute(*n.attrs["perm"]), save=(),
-     remap=lambda in_shape, out_shape, strides, offset, perm: ([strides[p] for p in perm], offset), **_NOT_LOWERED)
+     remap=lambda in_shape, out_shape, strides, offset, perm: ([strides[p] for p in perm], offset),
+     rearranges=True, **_NOT_LOWERED)
 
 
 def _expand_rule(shapes, dtypes, shape):
