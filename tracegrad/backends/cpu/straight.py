@@ -77,7 +77,7 @@ def straight_run(prog, general, address):
                       f"            o{k} = FR{k}[7]",
                       f"            if {free}:",
                       f"                FR{k}[4:6], FR{k}[7:9] = FR{k}[7:9], FR{k}[4:6]",
-                      f"            else:",
+                      "            else:",
                       f"                o{k} = {empty}(FSH{k}, FDT{k})",
                       f"                FR{k}[7:9], FR{k}[4:6] = FR{k}[4:6], (o{k}, address(o{k}))",
                       f"            table[{slot}] = FR{k}[5]"]
