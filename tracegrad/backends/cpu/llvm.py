@@ -11,13 +11,13 @@ routines of mathlib/. Each kernel is lowered as its Strategy says (plan/: the pl
 below lowers): loop nests come from loops.py, accumulators from reductions.py, kernels with a
 Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of exp that
 read them by online_columns.py; values constant along every axis (any strategy), or along the rows
-that the inner loop reads, are computed once per call (hoist.py).
+that the inner loop reads, are computed once per call (hoist.py). A symbolic kernel with a short
+innermost extent has a copy specialized to its traced size, chosen at the call (versioned.py).
 """
 import math
-import re
 
 from ...ir.kernels import contiguous_strides, known
-from . import mathlib
+from . import mathlib, versioned
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
 from .host import vector_bytes
@@ -26,11 +26,11 @@ from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, RO
 from .online import online_row
 from .online_columns import online_columns
 from .plan import Kind, Walk, innermost_long
-from .plan.limits import OUTER_BLOCK, SMALL_KERNEL, VERSIONED_EXTENT
+from .plan.limits import OUTER_BLOCK, SMALL_KERNEL
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
-from .sizes import NAME as SIZES, Symbols, _expression, symbolic
+from .sizes import NAME as SIZES, Symbols, symbolic
 from ...symint import hint, is_sym
 from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
@@ -64,7 +64,8 @@ class ModuleBuilder:
                    for t, s in (("float", "f32"), ("double", "f64"))),
                  "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
                  "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
-        bodies = [text for key, name in self.bodies.items() for text in self._body(key, name)]
+        bodies = [text for key, name in self.bodies.items()
+                  for text in versioned.functions(key, name, self.symbols)]
         if self.index_error:
             decls.append(f"@{INDEX_ERROR} = global [4 x i64] zeroinitializer")
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"
@@ -73,24 +74,6 @@ class ModuleBuilder:
         return text + (SCALAR_METADATA if SCALAR in text else "") + \
             (ELEMENTS_METADATA if ELEMENTS in text or ROLLED in text or DISJOINT in text else "") + \
             (ROLLED_METADATA if ROLLED in text else "") + (DISJOINT_METADATA if DISJOINT in text else "")
-
-    def _body(self, key, name):
-        """The functions of body `name`: one; or, versioned on its innermost extent (`version`: the
-        extent's expression and hint), an always-inline copy `<name>.any` taking the extent as `%ext`,
-        called from `<name>` with the constant hint where the call's extent equals it (LLVM folds
-        that copy's trip counts), else with the call's extent."""
-        params, body, attrs, version = key
-        if version is None:
-            return [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n{body}\n}}"]
-        expr, h = version
-        lines = []
-        ext = _expression(lines.append, f"%{SIZES}", self.symbols.index, expr, "%ext")
-        args = ", ".join(" ".join((p.split()[0], p.split()[-1])) for p in params.split(", "))
-        call = f"  call void @{name}.any({args}, i64 {{}})\n  ret void"
-        return [f"define internal void @{name}({params}) noinline{attrs} #1 {{\nentry:\n" + "\n".join(lines)
-                + f"\n  %ext.hint = icmp eq i64 {ext}, {h}\n  br i1 %ext.hint, label %hint, label %any\n"
-                f"hint:\n{call.format(h)}\nany:\n{call.format(ext)}\n}}",
-                f"define internal void @{name}.any({params}, i64 %ext) alwaysinline{attrs} #1 {{\nentry:\n{body}\n}}"]
 
     def kernel(self, kernel, slots, name, strategy):
         """Add a loop or reduce_acc kernel lowered as `strategy` says (plan/: a Strategy); `slots` maps
@@ -113,9 +96,9 @@ class ModuleBuilder:
         for end in ("lo", "hi") if scaled else ():
             f.emit(f"%{end} = mul nsw i64 %{end}.rows, {f.size(rows)}")
         kernel = lowered
-        ext = _versioned(kernel.shape)
-        if ext is not None:                     # the innermost extent: the register %ext (_body)
-            f.size_regs[ext.expr] = "%ext"
+        ext = versioned.extent(kernel.shape)
+        if ext is not None:                     # the innermost extent: the register %ext (versioned.py)
+            f.size_regs[ext.expr] = versioned.EXT
         order = list(dict.fromkeys(slots[id(v)] for v in _buffers(kernel)))    # first use: the body's own order
         streams = {order.index(slots[id(v)]): v for v in kernel.outputs if id(v) in strategy.streams}
         names = [f"%{STREAM}{i}" if i in streams else f"%b{i}" for i in range(len(order))]
@@ -126,11 +109,7 @@ class ModuleBuilder:
         f.emit("ret void")
         self.lowerings[name] = strategy.text() + (f"; {pinned}" if pinned else "")
         small = math.prod(map(hint, kernel.shape)) <= SMALL_KERNEL      # a guess: speed only
-        version = None
-        if ext is not None and any(re.search(r"%ext\b(?!\.)", line) for line in f.lines):
-            version = (ext.expr, hint(ext))
-        elif ext is not None:
-            del f.size_regs[ext.expr]
+        version = versioned.version(f, ext)
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
                + (f"ptr noalias readonly %{SIZES}, " if f.uses_sizes() else "")
                + ("i64 %lo.rows, i64 %hi.rows" if scaled else "i64 %lo, i64 %hi"),
@@ -143,17 +122,6 @@ class ModuleBuilder:
     def function(self, text):
         """Add a function written elsewhere (the driver's, driver.py)."""
         self.functions.append(text)
-
-
-def _versioned(shape):
-    """The innermost extent of a kernel's `shape` (its last axis longer than 1) where its body is
-    versioned on it (_body): a symbolic size whose hint is at most VERSIONED_EXTENT, so short rows,
-    whose loop control and vector remainders a constant trip count removes, run as if compiled for
-    the traced size while it holds (W6's rows of 128: 1.28x -> see the report), and only such small
-    kernels' code doubles; else None."""
-    dims = _squeezed(shape)
-    d = dims[-1] if dims else None
-    return d if is_sym(d) and 1 < hint(d) <= VERSIONED_EXTENT else None
 
 
 def _buffers(kernel):

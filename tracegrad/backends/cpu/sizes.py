@@ -44,7 +44,7 @@ def operand(f, d):
         return str(int(d))
     key = d.expr
     if key not in f.size_regs:
-        f.size_regs[key] = _expression(f.entry, f.sizes_array(), f.symbol_index, d.expr, f"%sz{len(f.size_regs)}")
+        f.size_regs[key] = expression(f.entry, f.sizes_array(), f.symbol_index, d.expr, f"%sz{len(f.size_regs)}")
     return f.size_regs[key]
 
 
@@ -63,10 +63,10 @@ def driver_operand(lines, c, d, symbol_index, sizes_slot):
     if not any(line.startswith(f"  {base} = ") for line in lines):
         lines += [f"  {base}p = getelementptr ptr, ptr %table, i64 {sizes_slot}", f"  {base} = load ptr, ptr {base}p"]
     n = sum(1 for line in lines if line.startswith(f"  %{c}z"))
-    return _expression(lines.append, base, symbol_index, d.expr, f"%{c}z{n}")
+    return expression(lines.append, base, symbol_index, d.expr, f"%{c}z{n}")
 
 
-def _expression(emit, array, index, expr, name):
+def expression(emit, array, index, expr, name):
     """Emit (through emit(line)) the i64 value of polynomial `expr` over the symbols in `array`;
     returns its register (`name`, or names derived from it)."""
     regs, n = {}, [0]

@@ -14,7 +14,7 @@ LINE = 64            # bytes of a cache line
 TILED_ACC_BYTES = 2 << 20   # an accumulation whose reads disagree is tiled above this: below, it stays in L2
 
 # the emitters' sizes (llvm.py, hoist.py, rowcache.py)
-VERSIONED_EXTENT = 256  # a symbolic innermost extent up to this gets a fast copy for its traced size (llvm.py)
+VERSIONED_EXTENT = 256  # a symbolic innermost extent up to this: a fast copy for its traced size (versioned.py)
 SMALL_KERNEL = 1 << 14    # elements: a kernel this small is optimized for size (llvm.py's ModuleBuilder.kernel)
 WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's) kept in float64 stack arrays
 OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
