@@ -350,8 +350,7 @@ class Tracer:
         return t
 
     def apply(self, p, inputs, attrs, shape, dtype, dev):
-        if p.kind == "index":            # indices the trace knows are checked here, as eagerly
-            check_known_indices(self, p, inputs, attrs)
+        check_known_indices(self, p, inputs, attrs)         # indices the trace knows, as eagerly
         out = self.graph.add(p.name, [t._ir for t in inputs], attrs, shape, dtype, self.loc or location())
         view = p.kind == "view"
         if view:               # a reshape the layout cannot view is a copy, as eagerly

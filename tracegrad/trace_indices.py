@@ -12,7 +12,10 @@ from .symint import hint
 
 
 def check_known_indices(tracer, p, inputs, attrs):
-    """IndexError in eager's words for the first known index out of range of `p` (index or index_add)."""
+    """IndexError in eager's words for the first known index out of range of `p` when it indexes (index or
+    index_add); nothing for other primitives."""
+    if p.kind != "index":
+        return
     x_shape = inputs[0]._shape if p.name == "index" else attrs["shape"]
     wrap = attrs.get("wrap", True)
     for axis, idx in zip(attrs["axes"], inputs[1:]):
