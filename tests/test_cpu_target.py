@@ -201,3 +201,14 @@ def test_bench_cpu_runs_the_bench_under_that_build(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("tracegrad bench --cpu: TRACEGRAD_CPU='x86-64-v9': 'x86-64-v9' is not a CPU") and \
         "x86-64-v3" in err
+
+
+def test_the_cpu_names_are_known_after_llvm_listed_them_once_in_this_process(monkeypatch):
+    """LLVM prints its `cpu=help` listing once per process: a second copy of tracegrad in the process (as
+    bench.ab loads) still knows the CPU names, from a child process."""
+    import llvmlite.binding as llvm
+    host.initialize()
+    host._stderr_of(lambda: llvm.Target.from_default_triple().create_target_machine(cpu="help"))
+    monkeypatch.setattr(host, "_ACCEPTED", [])
+    cpus, features = host._accepted()
+    assert llvm.get_host_cpu_name() in cpus and features

@@ -11,6 +11,7 @@ the vector width from the target (`vector_bytes`), never from the host. Code alr
 process stays as it was built; a new compile uses the target named then. The code runs here, so a
 target with features the host lacks is refused (_check_runs_here)."""
 import os
+import subprocess
 import sys
 import tempfile
 from collections import namedtuple
@@ -115,10 +116,18 @@ def _machine(cpu, features):
     return llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
 
 
+_HELP = ("import llvmlite.binding as llvm; llvm.initialize_native_target(); "
+         "llvm.Target.from_default_triple().create_target_machine(cpu='help')")
+
+
 def _accepted():
-    """(CPU names, feature names) as LLVM lists them for `cpu=help` (it writes them to stderr)."""
+    """(CPU names, feature names) as LLVM lists them for `cpu=help` (it writes them to stderr). LLVM
+    prints that listing once per process: where something else in this process asked first (another
+    copy of tracegrad, as bench.ab loads), a child process lists them."""
     if not _ACCEPTED:
         text = _stderr_of(lambda: llvm.Target.from_default_triple().create_target_machine(cpu="help"))
+        if "Available features for this target:" not in text:
+            text = subprocess.run([sys.executable, "-c", _HELP], capture_output=True, text=True).stderr
         cpus_part, _, features_part = text.partition("Available features for this target:")
         _ACCEPTED.append((_names(cpus_part), _names(features_part)))
     return _ACCEPTED[0]
