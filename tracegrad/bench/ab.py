@@ -10,7 +10,8 @@ new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (op_workloads.
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
 and adam (the survey's), SOFTMAX_T
-(softmax over the rows of a transposed view, fwd+bwd); W12 (transformer.py's training step); MLP,
+(softmax over the rows of a transposed view, fwd+bwd); W12 (transformer.py's training step); W11
+(lstm_step.py's training step); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -26,6 +27,7 @@ import time
 
 import numpy as np
 
+from . import lstm_step
 from . import transformer as T
 from . import op_workloads as W
 
@@ -145,6 +147,7 @@ def programs():
         out[name] = lambda tg, name=name: _survey_fwd(tg, name)
     out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
     out["W12"] = lambda tg: T.tg_step(T.inputs(), True)        # the GPT-style training step
+    out["W11"] = lambda tg: lstm_step._tg_setup(lstm_step.inputs(), True)     # the 2-layer LSTM training step
     return out
 
 

@@ -4,13 +4,14 @@ from .cse import cse
 from .dce import dce
 from .factor import factor_sums
 from .fold import fold_constants
+from .product_sums import join_product_sums
 from .simplify import simplify
 
-PIPELINE = (simplify, fold_constants, cse, factor_sums, dce)
+PIPELINE = (simplify, fold_constants, cse, factor_sums, join_product_sums, dce)
 
 
 def optimize(graph, check=True):
-    """Simplify, fold, CSE, factor row sums (factor.py) and DCE until nothing changes (at most a few rounds). check: verify the
+    """Simplify, fold, CSE, factor row sums (factor.py), join sums of products (product_sums.py) and DCE until nothing changes (at most a few rounds). check: verify the
     result (True), after every pass, naming the pass that broke the graph ("each"), or not (False). A pass returns the graph
     it was given when it changes nothing, and is not run again on a graph it left unchanged."""
     kept = {}                   # pass -> the graph it last returned unchanged (a pass is a function of its graph)

@@ -125,7 +125,7 @@ def fuse(graph, enabled=True, half=False):
             bound[id(v)] = size(fused)
             if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
                 materialize(v)
-        elif p.kind == "copy" and enabled and not half and \
+        elif p.kind == "copy" and enabled and not half and not _copied_for_externs(n, consumers) and \
                 (fused := copy_tree(n, [expr[id(i)] for i in n.inputs], buffer_load)) is not None:
             expr[id(v)] = fused
             bound[id(v)] = size(fused)
@@ -178,6 +178,8 @@ def fuse(graph, enabled=True, half=False):
             if n.op == "matmul":
                 for i in n.inputs:
                     _shared_source(i, expr, consumers, producer, materialize)
+                if _shared_transposed_right(n, expr, consumers):
+                    materialize(n.inputs[1])
             args = [buffer_load(i) if not isinstance(expr[id(i)], Const) else _const_buffer(i, expr, kernels)
                     for i in n.inputs]
             kernels.append(Kernel("extern" if p.kind == "extern" else "host", v.shape, node=n, args=args,
@@ -206,6 +208,39 @@ def fuse(graph, enabled=True, half=False):
         return kernels, aliases
     keep = {id(v) for v in graph.outputs} | {id(b) for b in aliases.values()}
     return arrange(kernels, keep), aliases
+
+
+def _shared_transposed_right(n, expr, consumers):
+    """Matrix product n's right operand is a transposed view (x @ w.T: a Linear's weight) that other
+    products read as their right operand too: it is written once in its product's layout. BLAS packs
+    a transposed right operand by strided reads at each call (OpenBLAS, one thread, 32x128 @ 128x512:
+    88 us transposed, 52 us not, 48 us the copy), so a recurrent layer's h @ W_hh.T at every step
+    reads one copy instead."""
+    w = n.inputs[1]
+    tree = expr[id(w)]
+    if len(w.shape) != 2 or not isinstance(tree, Load) or tree.buf is w or \
+            not (known(tree.strides[0], 1) and not known(tree.strides[1], 1)):
+        return False
+    return sum(r.op == "matmul" and r.inputs[1] is w for r in consumers.get(id(w), ())) > 1
+
+
+def _copied_for_externs(n, consumers):
+    """A cat of several pieces that only matrix products (or other extern calls) read, through views:
+    it is written in any case, so a host copy (each piece copied once) beats an expression that
+    reads every piece at each element (a 32-piece cat read transposed by a product: 19 ms fused,
+    a copy ~0.2 ms; product_sums.py makes such cats)."""
+    if n.op != "cat" or len(n.inputs) < 3:
+        return False
+    readers, seen = list(consumers.get(id(n.out), ())), 0
+    while readers:
+        r = readers.pop()
+        seen += 1
+        kind = PRIMS[r.op].kind if r.op in PRIMS else None
+        if kind == "view" and r.op != "windows" and seen < 64:
+            readers.extend(consumers.get(id(r.out), ()))
+        elif kind != "extern":
+            return False
+    return seen > 0
 
 
 def _shared_source(i, expr, consumers, producer, materialize):

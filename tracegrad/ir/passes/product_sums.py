@@ -1,0 +1,99 @@
+"""Sums of matrix products as one product: in a sum a_1 + a_2 + ..., the terms that are 2-D products
+A_i @ B_i of the same [M, N] result, read by nothing but the sum, become one product
+cat(A_i, axis 1) @ cat(B_i, axis 0) of inner size K_1 + K_2 + ... (exact but for rounding: BLAS sums
+the inner axis in its own order). A transposed operand is joined before its transpose: the A_i = a_i^T
+as cat(a_i, axis 0)^T, so the joined operand is whole row blocks one after another.
+
+Where such sums come from: a weight used at every step of a loop (a recurrent layer's W_hh over T
+steps, a weight shared by several layers) gets as gradient the sum over its uses of dY_t^T @ X_t,
+T products of inner size batch, each far from BLAS's rate, then a T-way sum of [M, N] matrices.
+W11 (2-layer LSTM, T=32, batch 32, hidden 128): 32 products of 512x32x128 (~90 us each) and a
+32-way sum (~400 us) per layer became one 512x1024x128 product.
+
+A term joins only where its inner size is at most MAX_INNER (a larger product already runs at BLAS's
+rate, and joining would copy its operands for nothing) and its sizes are known (symbolic sizes are
+left alone); at least two terms must join."""
+from ...ops import PRIMS
+from ...symint import is_sym
+from .rewrite import Builder
+
+MAX_INNER = 256         # inner size of a term, at most
+BUDGET = 4096           # nodes of a sum tree looked into, at most
+
+
+def join_product_sums(graph):
+    """`graph` itself when no sum has two products to join, else a rewritten copy."""
+    uses, users = {}, {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            uses[id(i)] = uses.get(id(i), 0) + 1
+            users[id(i)] = n
+    for v in graph.outputs:
+        uses[id(v)] = uses.get(id(v), 0) + 2
+    roots = {}
+    for n in graph.nodes:
+        if _is_sum(n) and not (uses.get(id(n.out)) == 1 and _is_sum(users[id(n.out)])):
+            terms = _terms(n, uses)
+            if sum(_joinable(t, uses) for t in terms) >= 2:
+                roots[id(n)] = terms
+    if not roots:
+        return graph
+    b = Builder(graph)
+    for n in graph.nodes:
+        terms = roots.get(id(n))
+        b.env[id(n.out)] = b.copy(n) if terms is None else _joined(b, n, terms, uses)
+    return b.finish()
+
+
+def _is_sum(n):
+    """n adds two values of its own type (no broadcast)."""
+    return n.op == "add" and all(i.shape == n.out.shape and i.dtype is n.out.dtype for i in n.inputs)
+
+
+def _terms(root, uses):
+    """The terms of the sum tree at `root`: values its adds (those read only by the tree) sum."""
+    out, stack, seen = [], list(reversed(root.inputs)), 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        if v.node is not None and _is_sum(v.node) and uses.get(id(v)) == 1 and seen < BUDGET:
+            stack.extend(reversed(v.node.inputs))
+        else:
+            out.append(v)
+    return out
+
+
+def _joinable(v, uses):
+    n = v.node
+    if n is None or n.op != "matmul" or uses.get(id(v)) != 1 or not v.dtype.is_floating_point:
+        return False
+    a, b = n.inputs
+    if len(a.shape) != 2 or len(b.shape) != 2 or any(is_sym(s) for s in a.shape + b.shape):
+        return False
+    return a.dtype is v.dtype and b.dtype is v.dtype and 0 < a.shape[1] <= MAX_INNER
+
+
+def _joined(b, n, terms, uses):
+    """The sum at node n with its joinable products as one: the other terms, then the product."""
+    products = [t.node for t in terms if _joinable(t, uses)]
+    a = _cat(b, [b.get(p.inputs[0]) for p in products], 1)
+    c = _cat(b, [b.get(p.inputs[1]) for p in products], 0)
+    out = _emit(b, "matmul", [a, c], n.loc)
+    for t in terms:
+        if not _joinable(t, uses):
+            out = _emit(b, "add", [b.get(t), out], n.loc)
+    return out
+
+
+def _cat(b, parts, axis):
+    """cat(parts, axis) of 2-D values; of transposed values, the transpose of their cat on the other
+    axis (row blocks of the untransposed ones)."""
+    if all(p.node is not None and p.node.op == "permute" for p in parts):
+        joined = _emit(b, "cat", [p.node.inputs[0] for p in parts], None, axis=1 - axis)
+        return _emit(b, "permute", [joined], None, perm=(1, 0))
+    return _emit(b, "cat", parts, None, axis=axis)
+
+
+def _emit(b, op, inputs, loc, **attrs):
+    shape, dtype = PRIMS[op].rule([v.shape for v in inputs], [v.dtype for v in inputs], **attrs)
+    return b.emit(op, inputs, attrs, shape, dtype, loc)
