@@ -39,10 +39,26 @@ def join_product_sums(graph):
     if not roots:
         return graph
     b = Builder(graph)
+    b.row_cats = _row_cats(graph)
     for n in graph.nodes:
         terms = roots.get(id(n))
         b.env[id(n.out)] = b.copy(n) if terms is None else _joined(b, n, terms, uses)
     return b.finish()
+
+
+def _row_cats(graph):
+    """{frozenset of ids of 2-D values: (cat value, those values in its order)} for the cats along axis 0
+    whose pieces are 2-D values, or such values with a leading unit axis added (a stack): the cat,
+    reshaped to 2-D, is those values' rows one block after another."""
+    out = {}
+    for n in graph.nodes:
+        if n.op != "cat" or n.attrs["axis"] != 0:
+            continue
+        rows = [p.node.inputs[0] if p.node is not None and p.node.op == "reshape" and len(p.shape) == 3
+                and tuple(p.shape) == (1,) + tuple(p.node.inputs[0].shape) else p for p in n.inputs]
+        if all(len(r.shape) == 2 for r in rows) and len({id(r) for r in rows}) == len(rows):
+            out[frozenset(id(r) for r in rows)] = (n.out, rows)
+    return out
 
 
 def _is_sum(n):
@@ -76,13 +92,34 @@ def _joinable(v, uses):
 def _joined(b, n, terms, uses):
     """The sum at node n with its joinable products as one: the other terms, then the product."""
     products = [t.node for t in terms if _joinable(t, uses)]
-    a = _cat(b, [b.get(p.inputs[0]) for p in products], 1)
+    a = _existing_left(b, products)
+    if a is None:
+        a = _cat(b, [b.get(p.inputs[0]) for p in products], 1)
+    else:
+        a, products = a
     c = _cat(b, [b.get(p.inputs[1]) for p in products], 0)
     out = _emit(b, "matmul", [a, c], n.loc)
     for t in terms:
         if not _joinable(t, uses):
             out = _emit(b, "add", [b.get(t), out], n.loc)
     return out
+
+
+def _existing_left(b, products):
+    """(the joined left operand, the products in its order) where the left operands are transposes
+    of the row blocks of a cat the graph has already (an RNN's gate gradients, also stacked over
+    time for the input weights' gradient), else None."""
+    lefts = [p.inputs[0] for p in products]
+    if not all(v.node is not None and v.node.op == "permute" for v in lefts):
+        return None
+    found = b.row_cats.get(frozenset(id(v.node.inputs[0]) for v in lefts))
+    if found is None or len(found[1]) != len(lefts):
+        return None
+    cat, rows = found
+    at = {id(r): k for k, r in enumerate(rows)}
+    products = sorted(products, key=lambda p: at[id(p.inputs[0].node.inputs[0])])
+    flat = _emit(b, "reshape", [b.get(cat)], None, shape=(sum(r.shape[0] for r in rows), rows[0].shape[1]))
+    return _emit(b, "permute", [flat], None, perm=(1, 0)), products
 
 
 def _cat(b, parts, axis):

@@ -5,12 +5,14 @@ constant condition, (A @ B)^T as B^T @ A^T when the product is used only transpo
 product then comes out in the layout its consumer reads; the operand transposes are free views), and a
 sum, max or min of a cat along a kept axis as the cat of the pieces' reductions, each over the same
 elements (each piece then reduced by a plain strided loop fused with its expression, instead of every
-element selecting among gathers of all pieces: cat([2a, exp(b), c], 1).sum(0))."""
+element selecting among gathers of all pieces: cat([2a, exp(b), c], 1).sum(0)), and a sum of unslices
+that tile an axis as a cat (tiling.py)."""
 import math
 
 from ...symint import is_sym, same_shape
 from ...ops.rules import _reduce_shape
 from .rewrite import Builder
+from .tiling import unslices_as_cat
 
 
 def _const(v):
@@ -52,6 +54,9 @@ class _Probe:
     def emit(self, *args):
         raise _Applies
 
+    def get(self, v):
+        return v
+
 
 def _applies(graph, uses):
     """Whether some rule rewrites a node of `graph` (as the graph is, before any rewrite)."""
@@ -82,10 +87,10 @@ def _zero(v, sign, dtype):
     return not dtype.is_floating_point or math.copysign(1.0, c) == -sign
 
 
-def _visit_add(b, n, ins):                  # x + (-0.0), (-0.0) + x
+def _visit_add(b, n, ins):                  # x + (-0.0), (-0.0) + x; unslices tiling an axis
     x, y = ins
     d = n.out.dtype
-    return _same(x, n) if _zero(y, 1, d) else _same(y, n) if _zero(x, 1, d) else None
+    return _same(x, n) if _zero(y, 1, d) else _same(y, n) if _zero(x, 1, d) else unslices_as_cat(b, n)
 
 
 def _visit_sub(b, n, ins):                  # x - (+0.0)
