@@ -281,3 +281,24 @@ def test_compiled_values_and_gradients_match_eager(name):
         runs.append([value.item(), xt.grad.numpy()] + [p.grad.numpy() for p in m.parameters()])
     for a, b in zip(*runs):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_steps_accumulate_bias_gradients_apart():
+    """b_ih and b_hh get one gradient value (they are added): compiled, each .grad is its own memory,
+    so steps without zero_grad accumulate as eagerly (main refused the second call: the two .grad
+    fields shared memory)."""
+    grads = []
+    for compiled in (False, True):
+        tg.manual_seed(0)
+        m = nn.LSTM(2, 3)
+        x = tg.randn(2, 1, 2)
+
+        def step(x):
+            (m(x)[0] ** 2).sum().backward()
+        step = tg.compile(step) if compiled else step
+        for _ in range(3):
+            step(x)
+        assert not np.shares_memory(m.bias_ih_l0.grad.numpy(), m.bias_hh_l0.grad.numpy())
+        grads.append([p.grad.numpy().copy() for p in m.parameters()])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

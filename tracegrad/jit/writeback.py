@@ -5,7 +5,7 @@ import numpy as np
 
 from ..ops import PRIMS
 from ..tensor import Tensor
-from ..backends.cuda.run import copy_into
+from ..backends.cuda.run import copy_into, device_copy, shares_memory
 
 
 # graph-input sources resolved per call to a tensor the caller holds: an argument, its .grad, the
@@ -47,7 +47,7 @@ def write_back(entry, outs, leaves, fresh):
         if arr is not t._data:
             copyto(t._data, arr)
         t._ver[0] += bump
-    made = {}
+    made, arrays = {}, []
     for target, how in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
         if how is None or len(how) == 2:    # None, or (source, real) of a tensor the caller holds
@@ -56,9 +56,20 @@ def write_back(entry, outs, leaves, fresh):
         g = made.get(how[0])
         if g is None:               # (output, dtype, device, the in-place updates the function made on it)
             j, dtype, dev, ver = how
-            g = made[j] = Tensor._wrap(outs[j] if j in entry.fwd_fresh else fresh(outs[j]), dtype, dev)
+            arr = separate(outs[j] if j in entry.fwd_fresh else fresh(outs[j]), arrays)
+            g = made[j] = Tensor._wrap(arr, dtype, dev)
             g._ver[0] = ver
         t._grad = g
+
+
+def separate(arr, seen):
+    """arr, or a copy of it where it shares memory with an array in `seen` (the program's outputs for
+    one value, the gradient of two tensors: an RNN's b_ih and b_hh, added), appended to `seen`: each
+    .grad its own memory, as eagerly, so a later call accumulating into one leaves the other alone."""
+    if any(shares_memory(arr, a) for a in seen):
+        arr = np.array(arr) if isinstance(arr, np.ndarray) else device_copy(arr)
+    seen.append(arr)
+    return arr
 
 
 class Fresh:
