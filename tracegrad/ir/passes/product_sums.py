@@ -109,23 +109,35 @@ def _existing_left(b, products):
     """(the joined left operand, the products in its order) where the left operands are transposes
     of the row blocks of a cat the graph has already (an RNN's gate gradients, also stacked over
     time for the input weights' gradient), else None."""
-    lefts = [p.inputs[0] for p in products]
-    if not all(v.node is not None and v.node.op == "permute" for v in lefts):
+    lefts = [_plain(p.inputs[0]) for p in products]
+    if not all(_transposed(v) for v in lefts):
         return None
     found = b.row_cats.get(frozenset(id(v.node.inputs[0]) for v in lefts))
     if found is None or len(found[1]) != len(lefts):
         return None
     cat, rows = found
     at = {id(r): k for k, r in enumerate(rows)}
-    products = sorted(products, key=lambda p: at[id(p.inputs[0].node.inputs[0])])
+    products = sorted(products, key=lambda p: at[id(_plain(p.inputs[0]).node.inputs[0])])
     flat = _emit(b, "reshape", [b.get(cat)], None, shape=(sum(r.shape[0] for r in rows), rows[0].shape[1]))
     return _emit(b, "permute", [flat], None, perm=(1, 0)), products
+
+
+def _plain(v):
+    """v without pairs of transposes around it (x.T.T is x)."""
+    while _transposed(v) and _transposed(v.node.inputs[0]):
+        v = v.node.inputs[0].node.inputs[0]
+    return v
+
+
+def _transposed(v):
+    return v.node is not None and v.node.op == "permute" and v.node.attrs["perm"] == (1, 0)
 
 
 def _cat(b, parts, axis):
     """cat(parts, axis) of 2-D values; of transposed values, the transpose of their cat on the other
     axis (row blocks of the untransposed ones)."""
-    if all(p.node is not None and p.node.op == "permute" for p in parts):
+    parts = [_plain(p) for p in parts]
+    if all(_transposed(p) for p in parts):
         joined = _emit(b, "cat", [p.node.inputs[0] for p in parts], None, axis=1 - axis)
         return _emit(b, "permute", [joined], None, perm=(1, 0))
     return _emit(b, "cat", parts, None, axis=axis)
