@@ -218,7 +218,7 @@ def _shared_transposed_right(n, expr, consumers):
     reads one copy instead."""
     w = n.inputs[1]
     tree = expr[id(w)]
-    if len(w.shape) != 2 or not isinstance(tree, Load) or tree.buf is w or \
+    if len(w.shape) != 2 or not w.dtype.is_floating_point or not isinstance(tree, Load) or tree.buf is w or \
             not (known(tree.strides[0], 1) and not known(tree.strides[1], 1)):
         return False
     return sum(r.op == "matmul" and r.inputs[1] is w for r in consumers.get(id(w), ())) > 1
