@@ -17,7 +17,7 @@ A term joins only where its inner size is at most MAX_INNER (a larger product al
 rate, and joining would copy its operands for nothing) and its sizes are known (symbolic sizes are
 left alone); at least two terms must join."""
 from ...ops import PRIMS
-from ...symint import is_sym
+from ...symint import is_sym, same_shape
 from .rewrite import Builder
 
 MAX_INNER = 256         # inner size of a term, at most
@@ -58,7 +58,7 @@ def _row_cats(graph):
         if n.op != "cat" or n.attrs["axis"] != 0:
             continue
         rows = [p.node.inputs[0] if p.node is not None and p.node.op == "reshape" and len(p.shape) == 3
-                and tuple(p.shape) == (1,) + tuple(p.node.inputs[0].shape) else p for p in n.inputs]
+                and same_shape(p.shape, (1,) + tuple(p.node.inputs[0].shape)) else p for p in n.inputs]
         if all(len(r.shape) == 2 for r in rows) and len({id(r) for r in rows}) == len(rows):
             out[frozenset(id(r) for r in rows)] = (n.out, rows)
     return out
@@ -66,7 +66,7 @@ def _row_cats(graph):
 
 def _is_sum(n):
     """n adds two values of its own type (no broadcast)."""
-    return n.op == "add" and all(i.shape == n.out.shape and i.dtype is n.out.dtype for i in n.inputs)
+    return n.op == "add" and all(same_shape(i.shape, n.out.shape) and i.dtype is n.out.dtype for i in n.inputs)
 
 
 def _terms(root, uses):

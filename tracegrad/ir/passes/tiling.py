@@ -6,21 +6,21 @@ recurrence. Where those slices are unit-step ranges of one axis, whole on every 
 cover it exactly once, the sum is cat(pieces in axis order, axis): exact (each element is one piece's
 value plus zeros), no additions, and a value other passes recognize as row blocks (product_sums.py
 joins products over a cat's pieces by reading the cat itself). Sizes must be known."""
-from ...symint import is_sym
+from ...symint import is_sym, same_shape
 
 BUDGET = 4096           # nodes of a sum tree looked into, at most
 
 
 def unslices_as_cat(b, n):
     """The cat equal to the sum at add node n (of the source graph), emitted with `b`, or None."""
-    if not (n.op == "add" and all(i.shape == n.out.shape and i.dtype is n.out.dtype for i in n.inputs)):
+    if not (n.op == "add" and all(same_shape(i.shape, n.out.shape) and i.dtype is n.out.dtype for i in n.inputs)):
         return None
     terms, stack = [], list(n.inputs)
     while stack:
         v = stack.pop()
         node = v.node
         if node is not None and node.op == "add" and b.uses.get(id(v)) == 1 and len(terms) + len(stack) < BUDGET \
-                and all(i.shape == v.shape and i.dtype is v.dtype for i in node.inputs):
+                and all(same_shape(i.shape, v.shape) and i.dtype is v.dtype for i in node.inputs):
             stack.extend(node.inputs)
         elif node is not None and node.op == "unslice" and b.uses.get(id(v)) == 1:
             terms.append(node)
