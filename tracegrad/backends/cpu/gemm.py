@@ -17,6 +17,11 @@ row blocks where it has none, each one BLAS call with the BLAS set to one thread
 count restored after), the Judge choosing the pool or the calling thread by measured time like any
 split kernel. Smaller products run single-threaded in OpenBLAS anyway (its own threshold); a product
 that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps OpenBLAS's threads.
+
+Sizes known only at the call (dynamic=True) fold and split the same way: `x @ w` with x [B, T, K] is one
+call of B*T rows where that holds for every size, and a product that some sizes make worth splitting gets
+its region compiled in, which each call takes or not by its own sizes (`per_call`), its chunks cut for
+the call's extent (`Chunks.cut`); the BLAS stays on one thread either way.
 """
 import ctypes
 import math
