@@ -3,6 +3,7 @@ call where memory allows, a linear layer's weight gradient as one product over t
 compiled == NumPy for every layout, gradients == central differences in float64."""
 import ctypes
 import math
+import os
 import re
 
 import numpy as np
@@ -260,3 +261,20 @@ def test_symbolic_products_split_per_call(case):
         f(tg.from_numpy(x), tg.from_numpy(w))
         assert region.judge.warm == (warm or worth), (sx, sw, worth)
     assert blas_threads() == before
+
+
+def test_split_products_after_a_numpy_product_leave_blas_threads_alone():
+    """After a NumPy product on OpenBLAS's threads, compiled split products (each region with the BLAS on
+    one thread, its count restored after) create no thread and leave the BLAS's thread count as it was."""
+    if blas_threads() is None or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs OpenBLAS's thread control and /proc")
+    rng = np.random.default_rng(3)
+    a, w = rng.standard_normal((512, 512)).astype(np.float32), rng.standard_normal((512, 384)).astype(np.float32)
+    f = tg.compile(lambda x, y: (x @ y).relu() @ y.T)
+    x, y = tg.from_numpy(a), tg.from_numpy(w)
+    f(x, y)
+    before = blas_threads(), sorted(os.listdir("/proc/self/task"))
+    for _ in range(3):
+        a @ a
+        close(f(x, y).numpy(), np.maximum(a.astype(np.float64) @ w, 0) @ w.T, np.float32)
+    assert (blas_threads(), sorted(os.listdir("/proc/self/task"))) == before
