@@ -2,6 +2,8 @@
 call where memory allows, a linear layer's weight gradient as one product over the folded batch;
 compiled == NumPy for every layout, gradients == central differences in float64."""
 import ctypes
+import math
+import os
 import re
 
 import numpy as np
@@ -9,8 +11,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tracegrad as tg
-from tracegrad.backends.cpu import driver
+from tracegrad.backends.cpu import driver, gemm
+from tracegrad.backends.cpu.sizes import value
 from tracegrad.backends.cpu.gemm import NO_TRANS, TRANS, fold_rows
+from tracegrad.symint import hint, is_sym
 
 
 def close(got, want, dtype):
@@ -197,3 +201,80 @@ def test_split_products_match_numpy(dtype, case):
     for _ in range(4):                 # the Judge tries the pool and the calling thread alone
         close(f(x, y).numpy(), a.astype(np.float64) @ b * 2.0, dtype)
     assert blas_threads() == before
+
+
+def _sym_fold(*shapes):
+    """The BLAS plan of `x @ w` compiled with dynamic=True at input shapes `shapes`."""
+    f = tg.compile(lambda x, w: x @ w, dynamic=True)
+    x, w = (tg.randn(*s) for s in shapes)
+    f(x, w)
+    return driver.gemm_plan(next(k for k in _program(f, x, w).kernels if k.kind == "extern"))
+
+
+def _program(f, *args):
+    """The forward Program of a function compiled with dynamic=True (shared by every size)."""
+    return f._entry_for(args, {})[0].latest().programs[0]
+
+
+def test_symbolic_batch_folds_into_rows():
+    """x [B, T, K] @ w [K, N] with B and T symbolic: one call of B*T rows (a's blocks continue its rows
+    for every size), as with known sizes; a batched b keeps the loop."""
+    plan = _sym_fold((4, 6, 5), (5, 3))
+    assert plan["batch"] == () and is_sym(plan["m"]) and hint(plan["m"]) == 24 and plan["ta"][0] == NO_TRANS, plan
+    plan = _sym_fold((4, 6, 5), (4, 5, 3))
+    assert len(plan["batch"]) == 1 and hint(plan["m"]) == 6, plan
+
+
+SPLIT_CASES = {   # name: (shapes of x and w per call, the view of x, of w): sizes across the split threshold
+    "rows": ([((b, 96), (96, 80)) for b in (300, 1, 0, 7, 2000, 129)], lambda x: x, lambda w: w),
+    "rows_t": ([((96, b), (80, 96)) for b in (2000, 3, 300)], lambda x: x.mT, lambda w: w.mT),
+    "cols": ([((40, 96), (96, n)) for n in (3000, 2, 500, 0)], lambda x: x, lambda w: w),
+    "batch": ([((b, 4, t, 32), (b, 4, 32, t)) for b, t in ((8, 64), (1, 1), (3, 100), (2, 5))],
+              lambda x: x, lambda w: w),
+    "weight_grad": ([((b, 300), (b, 200)) for b in (1000, 2, 513)], lambda x: x.mT, lambda w: w),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_CASES))
+def test_symbolic_products_split_per_call(case):
+    """A product whose sizes are known only at the call splits over the pool where the call's sizes make
+    it worth it (the region runs: its Judge has learnt from it), runs whole where they do not (the
+    region does not run), with its chunks cut for the call's extent; values as NumPy's over the size
+    sequence (empty, 1 and uneven chunks among them); the BLAS's thread count restored."""
+    sizes, va, vb = SPLIT_CASES[case]
+    rng = np.random.default_rng(5)
+    f = tg.compile(lambda x, w: va(x) @ vb(w), dynamic=True)
+    before = blas_threads()
+    for sx, sw in sizes:
+        x, w = rng.standard_normal(sx).astype(np.float32), rng.standard_normal(sw).astype(np.float32)
+        close(f(tg.from_numpy(x), tg.from_numpy(w)).numpy(), va(x).astype(np.float64) @ vb(w), np.float32)
+        if blas_threads() is None:
+            continue
+        prog = _program(f, tg.from_numpy(x), tg.from_numpy(w))
+        region, = prog.regions
+        extent = value(region.chunks.extent, prog.env)
+        work = math.prod(np.broadcast_shapes(va(x).shape[:-2], vb(w).shape[:-2])) * math.prod(va(x).shape[-2:]) \
+            * vb(w).shape[-1]
+        worth = work >= gemm.SPLIT_WORK and extent >= region.chunks.least
+        assert list(region.bounds) == region.chunks.cut(extent)
+        warm = region.judge.warm
+        f(tg.from_numpy(x), tg.from_numpy(w))
+        assert region.judge.warm == (warm or worth), (sx, sw, worth)
+    assert blas_threads() == before
+
+
+def test_split_products_after_a_numpy_product_leave_blas_threads_alone():
+    """After a NumPy product on OpenBLAS's threads, compiled split products (each region with the BLAS on
+    one thread, its count restored after) create no thread and leave the BLAS's thread count as it was."""
+    if blas_threads() is None or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs OpenBLAS's thread control and /proc")
+    rng = np.random.default_rng(3)
+    a, w = rng.standard_normal((512, 512)).astype(np.float32), rng.standard_normal((512, 384)).astype(np.float32)
+    f = tg.compile(lambda x, y: (x @ y).relu() @ y.T)
+    x, y = tg.from_numpy(a), tg.from_numpy(w)
+    f(x, y)
+    before = blas_threads(), sorted(os.listdir("/proc/self/task"))
+    for _ in range(3):
+        a @ a
+        close(f(x, y).numpy(), np.maximum(a.astype(np.float64) @ w, 0) @ w.T, np.float32)
+    assert (blas_threads(), sorted(os.listdir("/proc/self/task"))) == before

@@ -144,9 +144,10 @@ def test_factored_row_sums_over_symbolic_widths_match_eager(shapes):
 
 
 def test_symbolic_matmuls_run_blas_on_one_thread():
-    """A matrix product whose sizes are known only at the call is one BLAS call with the BLAS on one thread
-    (its count restored after: OpenBLAS's own threads would spin after each call against the fused
-    kernels), as a static product's chunks are; values as NumPy's over batch sizes 0, 1 and more."""
+    """A matrix product whose sizes are known only at the call runs with the BLAS on one thread, whole or
+    split over the pool by the call's sizes (its count restored after: OpenBLAS's own threads would spin
+    after each call against the fused kernels), as a static product's chunks do; values as NumPy's over
+    batch sizes 0, 1 and more (test_gemm.py: the split per call)."""
     from tracegrad.backends.cpu.driver import blas
     if blas() is None or not blas()[1].get("set_threads"):
         pytest.skip("no OpenBLAS thread control here")

@@ -6,8 +6,9 @@ from functools import partial
 from ... import logs
 from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
                      segment_function, sized_plan, sizes_slot, step_function, table_size)
-from .gemm import one_thread, operand_slots, region_entry
-from .gemm import split as gemm_split
+from .gemm import one_thread, operand_slots, per_call, region_entry
+from .gemm import split as gemm_split, varies as gemm_varies
+from .gemm_sized import sized_size
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .plan import plan_program
@@ -42,8 +43,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     strategies = plan_program(g, kernels, aliases, slots, inplace)     # plan/: how each kernel runs
     cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
     plans = {j: p for j, k in enumerate(kernels) if (p := gemm_plan(k)) is not None}
-    cut.update({j: ch for j, p in plans.items()                                   # gemm.py (known sizes)
-                if not sized_plan(p) and (ch := gemm_split(p, blas()[1])) is not None})
+    cut.update({j: ch for j, p in plans.items() if (ch := gemm_split(p, blas()[1])) is not None})   # gemm.py
     split = [j for j, c in cut.items() if c.n > 1]
     shared = {run[0]: run for run in groups(kernels, split, in_memory)}
     first = sorted(split + list(shared))            # each region's first kernel, in order
@@ -63,19 +63,25 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := plans.get(j)) is not None:
-            calls[j], gemms[j] = gemm_call(c, k, plan, slots, gemm[plan["dtype"]], pool[0], mb.symbols.index,
-                                           sizes), plan
-            if sized_plan(plan) and blas()[1].get("set_threads"):
-                # sizes known at the call: not split over the pool (gemm.py), and BLAS on one thread
-                # too: OpenBLAS's own threads spin after each threaded call (W4 dynamic=True: 6x the
+            whole = partial(gemm_call, kernel=k, plan=plan, slots=slots, gemm_slot=gemm[plan["dtype"]],
+                            park_slot=pool[0], symbol_index=mb.symbols.index, sizes=sizes)
+            calls[j], gemms[j] = whole(c), plan
+            sized = sized_plan(plan)
+            if sized and blas()[1].get("set_threads"):
+                # sizes known at the call, and too small to split at this call: BLAS on one thread too
+                # (OpenBLAS's own threads spin after each threaded call: W4 dynamic=True took 6x the
                 # step's CPU time, against the fused kernels and the pool)
                 calls[j] = one_thread(c, gemm, calls[j])
             if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
-                mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]])))
+                regions[j].entry = name
+                mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]]),
+                                         sized_size("c", mb.symbols.index, sizes) if sized else None))
                 mb.function(region_functions(mb, name, regions[j]))
-                seg[j] = one_thread(c, gemm, region_call(c, name, regions[j], region_slot(len(slots), first.index(j)),
-                                                         pool, size))
+                seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
+                if gemm_varies(plan):   # split or not, and the chunks, by the call's sizes
+                    seg[j] = per_call(c, plan, cut[j], sized_size(c, mb.symbols.index, sizes), seg[j], whole(f"{c}u"))
+                seg[j] = one_thread(c, gemm, seg[j])
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))
@@ -105,7 +111,7 @@ def _say_kernels(mb, kernels, label, gemms, cut, split, shared):
                 (f"BLAS {dict(float32='s', float64='d')[p['dtype']]}gemm {p['m']}x{p['n']}x{p['k']}"
                  + (f", batch {'x'.join(map(str, p['batch']))}" if p["batch"] else ""))
         if j in split:
-            how += f"; {cut[j].n} chunks over threads"
+            how += f"; {'up to ' if cut[j].symbolic() else ''}{cut[j].n} chunks over threads"
         elif j in grouped:
             how += f"; one region with {len(grouped[j]) - 1} other small kernel(s), a chunk each"
         logs.say("kernels", f"{label} k{j} {k.kind} ops={'+'.join(k.ops()) or 'copy'}: {how}")

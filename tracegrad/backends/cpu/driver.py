@@ -123,8 +123,7 @@ def gemm_plan(kernel):
         return None
     batch = out.shape[:-2]
     abatch, bbatch = _batch_strides(sa, a.strides, batch), _batch_strides(sb, b.strides, batch)
-    sized = symbolic((*batch, m, n, k, *a.strides, *b.strides))
-    if not sized and (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
+    if (folded := fold_rows(m, k, a.strides[-2:], batch, abatch, bbatch)) is not None:   # gemm.py
         m, ta, batch, abatch, bbatch = folded
     plan = dict(m=m, n=n, k=k, ta=ta, tb=tb, batch=batch, dtype=out.dtype.name,
                 a=(a.offset, abatch), b=(b.offset, bbatch))

@@ -17,12 +17,17 @@ row blocks where it has none, each one BLAS call with the BLAS set to one thread
 count restored after), the Judge choosing the pool or the calling thread by measured time like any
 split kernel. Smaller products run single-threaded in OpenBLAS anyway (its own threshold); a product
 that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps OpenBLAS's threads.
+
+Sizes known only at the call (dynamic=True) fold and split the same way: `x @ w` with x [B, T, K] is one
+call of B*T rows where that holds for every size, and a product that some sizes make worth splitting gets
+its region compiled in, which each call takes or not by its own sizes (`per_call`), its chunks cut for
+the call's extent (`Chunks.cut`); the BLAS stays on one thread either way.
 """
 import ctypes
 import math
 
 from ...ir.kernels import known
-from ...symint import is_sym
+from ...symint import hint, is_sym, same_size
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
@@ -54,17 +59,18 @@ def fold_rows(m, k, a_strides, batch, a_batch, b_batch):
     strides, b's batch strides) after folding every innermost batch axis along which b is the same
     matrix (stride 0, or extent 1) and a's row blocks continue its rows at their own stride. The
     output (contiguous, m x n blocks) continues its rows along those axes by construction. Returns
-    None when no axis folds."""
+    None when no axis folds. Sizes and strides may be symbolic: an axis folds where that holds for
+    every size (a symbolic extent that is 1 at a call folds too; no guard is recorded)."""
     sm, sk = a_strides
     batch, a_batch, b_batch = list(batch), list(a_batch), list(b_batch)
     folded = False
     while batch:
         size, sa = batch[-1], a_batch[-1]
-        if size > 1:
-            if b_batch[-1] != 0:
+        if not known(size, 1):
+            if not known(b_batch[-1], 0):
                 break
-            row = sm if m > 1 else sa       # one row: the batch stride becomes the row stride
-            if sa != m * row or operand((m * size, k), (row, sk)) is None:
+            row = sa if known(m, 1) else sm     # one row: the batch stride becomes the row stride
+            if not same_size(sa, m * row) or operand((m * size, k), (row, sk)) is None:
                 break
             m, sm = m * size, row
         batch.pop(), a_batch.pop(), b_batch.pop()
@@ -74,49 +80,67 @@ def fold_rows(m, k, a_strides, batch, a_batch, b_batch):
     return m, operand((m, k), (sm, sk)), tuple(batch), a_batch, b_batch
 
 
-def gemm_lines(c, plan, itype, ptrs, lo, hi, axis=None):
-    """LLVM lines calling BLAS (`ptrs`: registers of a, b, c and the gemm function) for batch entries
-    [lo, hi) of `plan`, or where it has no batch for its rows [lo, hi) (axis "rows") or its columns
-    (axis "cols"); lo, hi: i64 registers, or the constants "0" and the whole extent. Registers and
-    labels start with `c`."""
+def gemm_lines(c, plan, itype, ptrs, lo, hi, axis=None, size=None, lines=()):
+    """LLVM lines (after `lines`) calling BLAS (`ptrs`: registers of a, b, c and the gemm function) for
+    batch entries [lo, hi) of `plan` (at least one), or where it has no batch for its rows [lo, hi) (axis
+    "rows"), its columns (axis "cols") or the whole product (axis None); lo, hi: i64 operands. `size(lines,
+    d)`: the i64 operand of size d, lines computing it appended (sizes.driver_operand, for a plan with
+    symbolic sizes; by default a literal). Registers and labels start with `c`."""
+    lines = list(lines)
     ty = "float" if plan["dtype"] == "float32" else "double"
-    batch, m, n = plan["batch"], plan["m"], plan["n"]
-    (ta, lda), (tb, ldb) = plan["ta"], plan["tb"]
-    lines, offs, size = [], {}, {"rows": str(m), "cols": str(n)}
+    batch, (ta, lda), (tb, ldb) = plan["batch"], plan["ta"], plan["tb"]
+    op = (lambda d: str(int(d))) if size is None else (lambda d: size(lines, d))
+    dims, offs = {"rows": op(plan["m"]), "cols": op(plan["n"]), "k": op(plan["k"])}, {}
+    ldc = dims["cols"]
     if batch:
         lines += [f"  br label %{c}pre", f"{c}pre:", f"  br label %{c}loop", f"{c}loop:",
                   f"  %{c}i = phi i64 [{lo}, %{c}pre], [%{c}i1, %{c}loop]"]
-        for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]), ("c", (0, contiguous(batch, m * n)))):
-            acc, inner = str(offset), 1
+        for reg, (offset, bstrides) in (("a", plan["a"]), ("b", plan["b"]),
+                                        ("c", (0, contiguous(batch, plan["m"] * plan["n"])))):
+            acc, inner = op(offset), 1
             for d in range(len(batch) - 1, -1, -1):
-                if bstrides[d] and batch[d] > 1:
+                if not known(bstrides[d], 0) and not known(batch[d], 1):
                     q = f"%{c}{reg}q{d}"
-                    lines += [f"  {q}a = udiv i64 %{c}i, {inner}", f"  {q}b = urem i64 {q}a, {batch[d]}",
-                              f"  {q}c = mul i64 {q}b, {bstrides[d]}", f"  {q} = add i64 {acc}, {q}c"]
+                    lines += [f"  {q}a = udiv i64 %{c}i, {op(inner)}", f"  {q}b = urem i64 {q}a, {op(batch[d])}",
+                              f"  {q}c = mul i64 {q}b, {op(bstrides[d])}", f"  {q} = add i64 {acc}, {q}c"]
                     acc = q
-                inner *= batch[d]
+                inner = inner * batch[d]
             offs[reg] = acc
     elif axis is None:      # the whole product
-        offs = {"a": str(plan["a"][0]), "b": str(plan["b"][0]), "c": "0"}
+        offs = {"a": op(plan["a"][0]), "b": op(plan["b"][0]), "c": "0"}
     else:                   # rows of a (its unit-stride columns when transposed) or columns of b
         a_step = (lda if ta == NO_TRANS else 1) if axis == "rows" else 0
         b_step = (1 if tb == NO_TRANS else ldb) if axis == "cols" else 0
-        lines += [f"  %{c}ext = sub i64 {hi}, {lo}", f"  %{c}ar = mul i64 {lo}, {a_step}",
-                  f"  %{c}ao = add i64 %{c}ar, {plan['a'][0]}", f"  %{c}br = mul i64 {lo}, {b_step}",
-                  f"  %{c}bo = add i64 %{c}br, {plan['b'][0]}", f"  %{c}co = mul i64 {lo}, {n if axis == 'rows' else 1}"]
-        offs, size[axis] = {"a": f"%{c}ao", "b": f"%{c}bo", "c": f"%{c}co"}, f"%{c}ext"
-        if itype != "i64":
-            lines.append(f"  %{c}ext32 = trunc i64 %{c}ext to {itype}")
-            size[axis] += "32"
+        c_step = plan["n"] if axis == "rows" else 1
+        lines += [f"  %{c}ext = sub i64 {hi}, {lo}", f"  %{c}ar = mul i64 {lo}, {op(a_step)}",
+                  f"  %{c}ao = add i64 %{c}ar, {op(plan['a'][0])}", f"  %{c}br = mul i64 {lo}, {op(b_step)}",
+                  f"  %{c}bo = add i64 %{c}br, {op(plan['b'][0])}", f"  %{c}co = mul i64 {lo}, {op(c_step)}"]
+        offs, dims[axis] = {"a": f"%{c}ao", "b": f"%{c}bo", "c": f"%{c}co"}, f"%{c}ext"
     for reg in "abc":
         lines.append(f"  %{c}{reg}x = getelementptr {ty}, ptr {ptrs[reg]}, i64 {offs[reg]}")
-    lines.append(f"  call void {ptrs['fn']}(i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {itype} {size['rows']}, {itype} {size['cols']}, "
-                 f"{itype} {plan['k']}, {ty} 1.0, ptr %{c}ax, {itype} {lda}, ptr %{c}bx, {itype} {ldb}, {ty} 0.0, "
-                 f"ptr %{c}cx, {itype} {n})")
+    narrow = _narrowing(lines, itype)
+    lines.append(f"  call void {ptrs['fn']}(i32 {ROW_MAJOR}, i32 {ta}, i32 {tb}, {narrow(dims['rows'])}, "
+                 f"{narrow(dims['cols'])}, {narrow(dims['k'])}, {ty} 1.0, ptr %{c}ax, {narrow(op(lda))}, ptr %{c}bx, "
+                 f"{narrow(op(ldb))}, {ty} 0.0, ptr %{c}cx, {narrow(ldc)})")
     if batch:
         lines += [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp ult i64 %{c}i1, {hi}",
                   f"  br i1 %{c}more, label %{c}loop, label %{c}done", f"{c}done:"]
     return lines
+
+
+def _narrowing(lines, itype):
+    """operand -> typed argument of the BLAS interface's int type: an i64 register truncated (once) where
+    it takes i32 (lines appended to `lines`)."""
+    made = {}
+
+    def narrow(x):
+        if itype == "i64" or not x.startswith("%"):
+            return f"{itype} {x}"
+        if x not in made:
+            made[x] = f"{x}.i32"
+            lines.append(f"  {made[x]} = trunc i64 {x} to i32")
+        return f"i32 {made[x]}"
+    return narrow
 
 
 def contiguous(batch, block):
@@ -159,39 +183,78 @@ class Chunks:
     entries; where it has none, its rows in blocks of about BLOCK_ROWS (at least two, of MIN_ROWS or
     more), or where it has too few rows its columns so; no partial results. `axis`: None (batch
     entries), "rows" or "cols". Measured one thread, CPU time, 1024^3 float32: 16 chunks of 64 rows
-    ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b)."""
+    ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b).
+    An extent known only at the call (symbolic) has MAX_CHUNKS chunks, cut per call (`cut`, from
+    Region.resize) as a known one is, the chunks past the count empty."""
     outs, online, members, entry = (), (), None, None
-
-    def symbolic(self):
-        """A product is split only where its sizes are known (its bounds are constants)."""
-        return False
 
     def __init__(self, plan):
         if plan["batch"]:
-            self.axis, extent = None, math.prod(plan["batch"])
-            self.n = min(MAX_CHUNKS, extent)
+            self.axis, self.extent, self.least = None, math.prod(plan["batch"]), 2
         else:
-            self.axis = "rows" if plan["m"] >= 2 * MIN_ROWS else "cols"
-            extent = plan["m"] if self.axis == "rows" else plan["n"]
-            self.n = min(MAX_CHUNKS, max(2, extent // BLOCK_ROWS)) if extent >= 2 * MIN_ROWS else 0
-        self.bounds = [extent * i // self.n for i in range(self.n + 1)] if self.n > 0 else []
+            m = plan["m"]
+            self.axis = "rows" if is_sym(m) or m >= 2 * MIN_ROWS else "cols"
+            self.extent, self.least = (m if self.axis == "rows" else plan["n"]), 2 * MIN_ROWS
+        self.n = MAX_CHUNKS if self.symbolic() else self.count(self.extent)
+        self.bounds = self.cut(hint(self.extent))
+
+    def symbolic(self):
+        """Whether the bounds follow the call's sizes (Region.resize), not constants."""
+        return is_sym(self.extent)
+
+    def count(self, extent):
+        """How many chunks an extent of `extent` (an int) is cut into: 1 where it does not split."""
+        if extent < self.least:
+            return 1
+        return min(MAX_CHUNKS, extent if self.axis is None else max(2, extent // BLOCK_ROWS))
+
+    def cut(self, extent):
+        """The n + 1 chunk bounds for an extent of `extent`: count(extent) even chunks, then empty ones."""
+        k = self.count(extent)
+        return [extent * i // k for i in range(k + 1)] + [extent] * (self.n - k)
+
+
+def varies(plan):
+    """Whether a product's sizes (M, N, K, batch) are known only at the call."""
+    return any(map(is_sym, (plan["m"], plan["n"], plan["k"], *plan["batch"])))
 
 
 def split(plan, blas_fns):
-    """The Chunks of a product worth splitting over the pool, else None: one of at least
-    SPLIT_WORK multiply-adds (below it OpenBLAS runs single-threaded too) and two chunks, where the
-    BLAS's thread count can be set (each chunk's call then runs on one thread: see the module)."""
-    if not blas_fns.get("set_threads") or plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) < SPLIT_WORK:
+    """The Chunks of a product worth splitting over the pool, else None: one of at least SPLIT_WORK
+    multiply-adds (below it OpenBLAS runs single-threaded too) and two chunks, where the BLAS's thread
+    count can be set (each chunk's call then runs on one thread: see the module). A product whose sizes
+    vary is split where some sizes make it worth it; `per_call` decides at each call."""
+    if not blas_fns.get("set_threads"):
         return None
     chunks = Chunks(plan)
-    return chunks if chunks.n > 1 else None
+    if chunks.n < 2 or not varies(plan) and plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) < SPLIT_WORK:
+        return None
+    return chunks
 
 
-def region_entry(name, plan, chunks, itype, reg_slots):
-    """`void @name(ptr %table, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk."""
-    lines, ptrs = pointer_lines("c", reg_slots, [])
+def per_call(c, plan, chunks, size, split_lines, whole_lines):
+    """LLVM lines running a product whose sizes vary (`varies`) split (`split_lines`: its region) where the
+    call's sizes make it worth it (SPLIT_WORK multiply-adds or more, an extent of chunks.least or more), else
+    whole (`whole_lines`: its registers and labels named after `c` + "u"); `size(lines, d)`:
+    sizes.driver_operand with registers named after `c`."""
+    lines = []
+    work = size(lines, plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]))
+    extent = size(lines, chunks.extent)
+    lines += [f"  %{c}wbig = icmp sge i64 {work}, {SPLIT_WORK}", f"  %{c}wwide = icmp sge i64 {extent}, {chunks.least}",
+              f"  %{c}worth = and i1 %{c}wbig, %{c}wwide", f"  br i1 %{c}worth, label %{c}split, label %{c}whole",
+              f"{c}split:"]
+    return (lines + split_lines + [f"  br label %{c}joined", f"{c}whole:"] + whole_lines
+            + [f"  br label %{c}joined", f"{c}joined:"])
+
+
+def region_entry(name, plan, chunks, itype, reg_slots, size=None):
+    """`void @name(ptr %table, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk, none for an
+    empty one; `size`: as gemm_lines' (registers named after "c")."""
+    lines, ptrs = pointer_lines("c", reg_slots, ["  %empty = icmp sge i64 %lo, %hi", "  br i1 %empty, label %end, label %go",
+                                                 "go:"])
+    lines = gemm_lines("c", plan, itype, ptrs, "%lo", "%hi", chunks.axis, size, lines)
     return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
-            + "\n".join(lines + gemm_lines("c", plan, itype, ptrs, "%lo", "%hi", chunks.axis)) + "\n  ret void\n}")
+            + "\n".join(lines) + "\n  br label %end\nend:\n  ret void\n}")
 
 
 def one_thread(c, blas_slots, region):

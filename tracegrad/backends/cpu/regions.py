@@ -124,6 +124,10 @@ class Chunks:
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""
         return self.members is None and varies(self.extent)
 
+    def cut(self, extent):
+        """The n + 1 chunk bounds for an outer loop of `extent` (an int): even chunks."""
+        return [extent * i // self.n for i in range(self.n + 1)]
+
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
         return DESC_TABLES + self.n + (i - 1) * len(self.outs) + o
@@ -323,8 +327,7 @@ class Region:
     def resize(self, env):
         """A region over a symbolic extent: its chunks' bounds for the call's sizes `env`."""
         if self.bounds is not None:
-            extent, n = value(self.chunks.extent, env), self.chunks.n
-            self.bounds[:] = [extent * i // n for i in range(n + 1)]
+            self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice."""

@@ -28,8 +28,9 @@ goes back to sleep on its semaphore; a waiting caller spins briefly, then yields
 Shared words (int64, one cache line each): the job word `gen << 32 | chunks << 16 | next`, the count
 of chunks done, the job (fn, tables, bounds), the park flag (set before BLAS or NumPy steps, so
 spinning workers step aside for their threads), the busy word (1 while a job has the workers), the
-configuration (workers, wake function, semaphores, clock function, clock id); then one state word
-per worker (1 while spinning). Posting stores the job word then reads the states (seq_cst); a worker
+configuration (workers, wake function, semaphores, clock function, clock id, getcpu function, the
+posting thread's CPU: a worker woken there moves off it, `Pool._placed`); then one state word per
+worker (1 while spinning). Posting stores the job word then reads the states (seq_cst); a worker
 stopping clears its state then re-reads the job word (seq_cst): one of the two always sees the
 other, so a posted job never waits on a sleeping worker that nobody wakes.
 """
@@ -48,7 +49,7 @@ WAIT_SPINS = 2000         # pause iterations a waiting caller spins before it yi
 MAX_CHUNKS = 0xFFFF
 _LINE = 8                 # int64s per cache line
 _JOB, _DONE, _FN, _TABLES, _BOUNDS, _PARK, _BUSY, _CONF = (i * _LINE for i in range(8))
-_WORKERS, _WAKE, _SEMS, _CLOCK, _CLOCK_ID = range(_CONF, _CONF + 5)
+_WORKERS, _WAKE, _SEMS, _CLOCK, _CLOCK_ID, _GETCPU, _CALLER = range(_CONF, _CONF + 7)
 _STATES = 8 * _LINE
 SEM_BYTES = 64            # bytes per worker semaphore (glibc's sem_t: 32 or 16)
 DESC_TABLES = 8           # a region descriptor's words: choice, mode used, nanoseconds, ..., then its tables
@@ -138,9 +139,21 @@ exit:
   ret void
 }}
 
-; post a job of n chunks, then wake each worker found asleep: wake(sems + i * SEM_BYTES)
+; post a job of n chunks, then wake each worker found asleep: wake(sems + i * SEM_BYTES); the
+; posting thread's CPU first (getcpu, where there is one), for the workers it wakes
 define void @tg_post(ptr %c, ptr %fn, ptr %tables, ptr %bounds, i64 %n) {{
 entry:
+  {w("gp", _GETCPU)}
+  %getcpu = load ptr, ptr %gp, align 8
+  %hasget = icmp ne ptr %getcpu, null
+  br i1 %hasget, label %where, label %post
+where:
+  %cpu = call i32 %getcpu()
+  %cpu64 = sext i32 %cpu to i64
+  {w("cp", _CALLER)}
+  store atomic i64 %cpu64, ptr %cp monotonic, align 8
+  br label %post
+post:
   {w("fp", _FN)}
   store ptr %fn, ptr %fp, align 8
   {w("tp", _TABLES)}
@@ -166,7 +179,7 @@ entry:
   store atomic i64 %job, ptr %c seq_cst, align 8
   br label %check
 check:
-  %i = phi i64 [0, %entry], [%i1, %next]
+  %i = phi i64 [0, %post], [%i1, %next]
   %more = icmp slt i64 %i, %workers
   br i1 %more, label %body, label %exit
 body:
@@ -313,6 +326,29 @@ def _libc():
     return init, wait, ctypes.cast(post, _P).value, clock
 
 
+def _getcpu():
+    """The C library's sched_getcpu (the CPU the calling thread runs on) as a ctypes function, or None
+    where there is none or a thread cannot be moved (os.sched_setaffinity: Linux)."""
+    fn = getattr(ctypes.CDLL(None), "sched_getcpu", None)
+    if fn is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
+
+
+def apart(cpu, getcpu):
+    """Move the calling thread off CPU `cpu` onto another it may run on, its allowed CPUs restored after
+    (the kernel moves a thread at once when its CPU leaves its mask, and leaves it where it is when the mask
+    comes back). Returns the CPU it ran on in between, or None where it may run on no other."""
+    allowed = os.sched_getaffinity(0)
+    if not allowed - {cpu}:
+        return None
+    os.sched_setaffinity(0, allowed - {cpu})
+    moved = getcpu()
+    os.sched_setaffinity(0, allowed)
+    return moved
+
+
 class Pool:
     """n threads (the caller and n-1 native workers) sharing the chunks of one job at a time."""
 
@@ -344,6 +380,9 @@ class Pool:
         self.words[_WORKERS], self.words[_WAKE] = n - 1, post
         self.words[_SEMS] = self.sems.ctypes.data if init is not None else 0
         self.words[_CLOCK], self.words[_CLOCK_ID] = clock, time.CLOCK_MONOTONIC
+        self._getcpu, self.moves, self.started = _getcpu(), 0, [None] * (n - 1)
+        self.words[_GETCPU] = ctypes.cast(self._getcpu, _P).value if self._getcpu else 0
+        self.words[_CALLER] = -1
         for i in range(n - 1):
             threading.Thread(target=self._work, args=(i,), daemon=True, name=f"tracegrad-worker-{i}").start()
         atexit.register(self.quiesce)
@@ -363,7 +402,21 @@ class Pool:
         state = self.ctl + 8 * self._state(i)
         while True:
             self._sleep(i)
+            self.started[i] = self._placed()
             self._spin(self.ctl, state, self.spin)
+
+    def _placed(self):
+        """After a wake: the CPU this worker spins on, moved off the posting thread's (`apart`, counted in
+        `moves`) where the kernel woke it there: both would share one core, another idle. On the 2-core
+        bench VM, after ~0.1 s idle (OpenBLAS's threads spinning out after a NumPy product, the bench
+        waiting), W12's next step ran both on one core, each waiting milliseconds for the other."""
+        if self._getcpu is None:
+            return None
+        cpu, caller = self._getcpu(), int(self.words[_CALLER])
+        if cpu == caller and (moved := apart(caller, self._getcpu)) is not None:
+            self.moves += 1
+            return moved
+        return cpu
 
     def park(self):
         """Ask spinning workers to sleep now (before a step that uses other threads, e.g. BLAS)."""
