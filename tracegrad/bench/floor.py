@@ -90,7 +90,7 @@ def measure(workloads, log=print, rounds=ROUNDS):
             f.far_traffic = far
         if w.compute_floor:
             f.compute = _best(w.compute_floor(inp), rounds)
-        log(f"  floor of {w.id}: {f.describe()}")
+        log(f"  floor of {w.id}: " + f.describe().replace("\n", "\n  "))
     return out
 
 
@@ -121,20 +121,21 @@ class Floor:
         return self.traffic.nbytes / self.memory / 1e9 if self.own else None
 
     def describe(self):
-        parts = []
+        """What the floor is made of, a line per part: the bytes and passes, each stream's rate over the
+        workload's buffers (the best first), beyond the last-level cache, the compute floor."""
+        lines = []
         if self.own:
-            best = min(self.own, key=self.own.get)
+            ways = sorted(self.own, key=self.own.get)
             far = min(self.far, key=self.far.get)
-            parts.append(
-                f"bandwidth {self.memory * 1e3:.3f} ms = {self.traffic.nbytes / 1e6:.1f} MB "
-                f"({self.traffic.describe()}) at {self.gbs:.1f} GB/s ({_way(best)}; "
-                + ", ".join(f"{_way(k)} {self.traffic.nbytes / v / 1e9:.1f}" for k, v in self.own.items() if k != best)
-                + f"); beyond the {streams.last_level_cache() >> 20} MB last-level cache "
-                f"{self.far_traffic.nbytes / self.far[far] / 1e9:.1f} GB/s ({_way(far)}), which would make it "
-                f"{self.traffic.nbytes / (self.far_traffic.nbytes / self.far[far]) * 1e3:.3f} ms")
+            far_gbs = self.far_traffic.nbytes / self.far[far] / 1e9
+            lines += [f"{self.traffic.nbytes / 1e6:.1f} MB must move: {self.traffic.describe()}",
+                      f"  over its own buffers: {self.memory * 1e3:.3f} ms, {self.gbs:.1f} GB/s ({_way(ways[0])}); "
+                      + ", ".join(f"{_way(k)} {self.traffic.nbytes / self.own[k] / 1e9:.1f}" for k in ways[1:]),
+                      f"  beyond the {streams.last_level_cache() >> 20} MB last-level cache: {far_gbs:.1f} GB/s "
+                      f"({_way(far)}), which would make it {self.traffic.nbytes / far_gbs / 1e6:.3f} ms"]
         if self.compute is not None:
-            parts.append(f"compute {self.compute * 1e3:.3f} ms")
-        return "; ".join(parts)
+            lines.append(f"  compute on cached data: {self.compute * 1e3:.3f} ms")
+        return "\n".join(lines)
 
 
 def floor_lines(rows, columns, width, floors):
