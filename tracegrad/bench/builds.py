@@ -119,7 +119,8 @@ def _run_child(path, columns, workload, quick, repeats):
     to this build's instruction set, peer_env)."""
     from ..backends.cpu import host
     from . import target
-    os.environ.update(peer_env(host.current().vector_bytes, host.current_native().vector_bytes))
+    env = peer_env(host.current().vector_bytes, host.current_native().vector_bytes)
+    os.environ.update(env)
     selected = [find(workload)] if workload else WORKLOADS
     repeats = int(repeats) or (5 if quick == "1" else 9)
     target_s = 0.005 if quick == "1" else 0.02
@@ -131,9 +132,8 @@ def _run_child(path, columns, workload, quick, repeats):
         loads[w.id] = (load.others, load.note())
         print(f"  {w.id} {w.name} done ({os.environ.get('TRACEGRAD_CPU')})", file=sys.stderr, flush=True)
     with open(path, "w") as fh:
-        json.dump({"target": target() + "".join(f", {k}={v}" for k, v in sorted(peer_env(
-            host.current().vector_bytes, host.current_native().vector_bytes).items())),
-            "results": results, "loads": loads}, fh)
+        json.dump({"target": target() + "".join(f", {k}={v}" for k, v in sorted(env.items())),
+                   "results": results, "loads": loads}, fh)
 
 
 if __name__ == "__main__":
