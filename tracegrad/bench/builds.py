@@ -3,8 +3,8 @@
 Each build runs in a process of its own (TRACEGRAD_CPU set before tracegrad is imported, so nothing
 compiled for one build is reused by the other, and each calibrates its own thresholds), every column in
 it: a build's peers run in its process with the same instruction set (`peer_env`: a build without
-AVX-512 gets ATEN_CPU_CAPABILITY=avx2 for torch's kernels and torch.compile's generated code, and
-XLA_FLAGS=--xla_cpu_max_isa=AVX2 for jax), so an AVX2 build is set against what the peers do on an
+AVX-512 gets ATEN_CPU_CAPABILITY=avx2 for torch's kernels and torch.compile's generated code, with a
+torch.compile cache folder of its own (its keys miss the instruction set), and XLA_FLAGS=--xla_cpu_max_isa=AVX2 for jax), so an AVX2 build is set against what the peers do on an
 AVX2 host, not against their AVX-512 kernels (W2's softmax, one thread: torch's built-in 2.53 ms with
 AVX-512, 3.63 ms with ATEN_CPU_CAPABILITY=avx2). A peer's column is named with its build where that
 is not native ("torch built-in x86-64-v3"). The floors are measured once, first, in this process.
@@ -12,6 +12,7 @@ Each process interleaves its own columns in rounds; two builds are timed one aft
 interleaved, so compare their columns in a quiet run (the load line gives each process's share of the
 machine that others used). Ratios are to the first process's numpy column.
 """
+import getpass
 import json
 import os
 import subprocess
@@ -89,9 +90,18 @@ def peer_env(vector_bytes, native_bytes):
     follows too) and XLA's; for 16-byte ones torch's default kernels."""
     if vector_bytes >= native_bytes:
         return {}
+    capability = "avx2" if vector_bytes == 32 else "default"
+    env = {"ATEN_CPU_CAPABILITY": capability, "TORCHINDUCTOR_CACHE_DIR": _inductor_cache() + "_" + capability}
     if vector_bytes == 32:
-        return {"ATEN_CPU_CAPABILITY": "avx2", "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip()}
-    return {"ATEN_CPU_CAPABILITY": "default"}
+        env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip()
+    return env
+
+
+def _inductor_cache():
+    """torch.compile's cache folder (its default where unset). Its keys leave ATEN_CPU_CAPABILITY out: an AVX2
+    process found the AVX-512 process's W1 code there and returned wrong values (max rel error 1.0), so an
+    instruction set other than the host's gets a folder of its own."""
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
 
 
 def _result(d):
