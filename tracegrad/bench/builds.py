@@ -3,14 +3,15 @@
 Each build runs in a process of its own (TRACEGRAD_CPU set before tracegrad is imported, so nothing
 compiled for one build is reused by the other, and each calibrates its own thresholds), every column in
 it: a build's peers run in its process with the same instruction set (`peer_env`: a build without
-AVX-512 gets ATEN_CPU_CAPABILITY=avx2 for torch's kernels and torch.compile's generated code, with a
-torch.compile cache folder of its own (its keys miss the instruction set), and XLA_FLAGS=--xla_cpu_max_isa=AVX2 for jax), so an AVX2 build is set against what the peers do on an
-AVX2 host, not against their AVX-512 kernels (W2's softmax, one thread: torch's built-in 2.53 ms with
-AVX-512, 3.63 ms with ATEN_CPU_CAPABILITY=avx2). A peer's column is named with its build where that
-is not native ("torch built-in x86-64-v3"). The floors are measured once, first, in this process.
-Each process interleaves its own columns in rounds; two builds are timed one after the other, not
-interleaved, so compare their columns in a quiet run (the load line gives each process's share of the
-machine that others used). Ratios are to the first process's numpy column.
+AVX-512 gets ATEN_CPU_CAPABILITY=avx2 for torch's kernels and torch.compile's generated code, a
+torch.compile cache folder of its own, and XLA_FLAGS=--xla_cpu_max_isa=AVX2 for jax), so an AVX2
+build is set against what the peers do on an AVX2 host, not against their AVX-512 kernels (W2's
+softmax, one thread: torch's built-in 2.53 ms with AVX-512, 3.63 ms with ATEN_CPU_CAPABILITY=avx2). A
+peer's column is named with its build where that is not native ("torch built-in x86-64-v3"). The
+floors are measured once, first, in this process. Each process interleaves its own columns in
+rounds; two builds are timed one after the other, not interleaved, so compare their columns in a
+quiet run (the load line gives each process's share of the machine that others used). Ratios are to
+the first process's numpy column.
 """
 import getpass
 import json
