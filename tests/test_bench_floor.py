@@ -1,10 +1,11 @@
 """The bench's floors (floor.py, streams.py): the bytes each memory-bound workload must move, from its shapes;
 the stream kernels' values; the floor table's arithmetic. No timing is asserted."""
 import numpy as np
+import pytest
 
 from tracegrad.bench import Result
 from tracegrad.bench.floor import Floor, floor_lines, floor_setup, measure
-from tracegrad.bench.streams import ITEM, LANES, Pass, Streams, Traffic, beyond_l3, last_level_cache
+from tracegrad.bench.streams import ITEM, STEP, Pass, Streams, Traffic, beyond_l3, last_level_cache
 from tracegrad.bench.workload_base import Workload
 from tracegrad.bench.workloads import find
 
@@ -27,7 +28,7 @@ def test_each_workloads_bytes_come_from_its_shapes():
 def test_beyond_l3_keeps_the_passes_on_arrays_four_times_the_cache():
     t = Traffic(1024, (Pass(("x",)), Pass(("x",), ("dx",))))
     far = beyond_l3(t)
-    assert far.passes == t.passes and far.n % LANES == 0 and far.n * ITEM >= 4 * last_level_cache()
+    assert far.passes == t.passes and far.n % STEP == 0 and far.n * ITEM >= 4 * last_level_cache()
     assert far.nbytes == 3 * far.n * ITEM
 
 
@@ -42,7 +43,7 @@ def test_last_level_cache_reads_the_largest_cache_in_sysfs(tmp_path):
 def test_stream_passes_compute_what_they_say():
     """A pass writes the sum of its reads to each write; a pass without writes sums into the sink, whose 16-lane
     partial sums per chunk add up to the whole sum; threads split the same elements."""
-    n = 4 * LANES * 7
+    n = STEP * 7
     for nontemporal in (False, True):
         for chunks in (1, 2, 3):
             s = Streams(Traffic(n, (Pass(("x", "g"), ("dx", "y")),)))
@@ -56,10 +57,12 @@ def test_stream_passes_compute_what_they_say():
     s.sink[:] = 0
     s.run(False, 3)
     assert s.sink.sum() == (np.arange(n) % 5).sum()
+    with pytest.raises(ValueError, match=f"a multiple of {STEP} is needed"):
+        Streams(Traffic(n + 16, (Pass(("x",)),)))
 
 
 def test_measure_times_one_and_more_threads_both_store_kinds_and_says_what_the_floor_is():
-    n = 64 * LANES
+    n = 16 * STEP
     w = Workload("Wx", "toy", "", lambda: {"x": np.ones(n, np.float32)}, None)
     w.traffic = lambda inp: Traffic(inp["x"].size, (Pass(("x",), ("y",)),))
     w.compute_floor = lambda inp: (lambda: inp["x"].sum())

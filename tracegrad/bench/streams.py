@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 LANES = 16                  # float32 per vector: 64 bytes, one cache line
+UNROLL = 4
+STEP = UNROLL * LANES       # elements per loop iteration: a Traffic's n is a multiple of it
 ITEM = 4                    # bytes per float32
 L3_FALLBACK = 32 << 20
 
@@ -67,33 +69,38 @@ def last_level_cache(root="/sys/devices/system/cpu/cpu0/cache"):
 
 def beyond_l3(traffic, factor=4):
     """The same passes over arrays each `factor` times the last-level cache (or the workload's own, if larger)."""
-    n = max(traffic.n, -(-factor * last_level_cache() // ITEM) // LANES * LANES)
+    n = max(traffic.n, -(-factor * last_level_cache() // ITEM) // STEP * STEP)
     return Traffic(n, traffic.passes)
 
 
 def _loop_ir(name, reads, writes, nontemporal):
     """void name(i64 ptrs..., i64 lo, i64 hi, i64 sink): for each 64-byte vector i in [lo, hi) sum the reads;
-    store it to each write (non-temporal or not), or, with no writes, add it to a register stored to sink."""
+    store it to each write (non-temporal or not), or, with no writes, add it to one of UNROLL accumulators
+    (one alone would make the pass wait on its adds, not on memory), their sum stored to sink. lo and hi
+    are multiples of STEP elements."""
     v = f"<{LANES} x float>"
-    ptrs = [f"p{i}" for i in range(reads + writes)]
-    args = ", ".join(f"i64 %{p}" for p in ptrs + ["lo", "hi", "sink"])
+    args = ", ".join(f"i64 %{p}" for p in [f"p{i}" for i in range(reads + writes)] + ["lo", "hi", "sink"])
     body = [f"%a{i} = inttoptr i64 %p{i} to ptr" for i in range(reads + writes)]
-    body += ["br label %loop", "loop:", "%i = phi i64 [ %lo, %entry ], [ %next, %loop ]",
-             f"%acc = phi {v} [ zeroinitializer, %entry ], [ %acc1, %loop ]"]
-    for r in range(reads):
-        body += [f"%g{r} = getelementptr float, ptr %a{r}, i64 %i", f"%l{r} = load {v}, ptr %g{r}, align 64"]
-    total = "%l0"
-    for r in range(1, reads):
-        body.append(f"%s{r} = fadd {v} {total}, %l{r}")
-        total = f"%s{r}"
-    body.append(f"%acc1 = fadd {v} %acc, {total}" if not writes else f"%acc1 = fadd {v} %acc, zeroinitializer")
+    body += ["br label %loop", "loop:", "%i = phi i64 [ %lo, %entry ], [ %next, %loop ]"]
+    body += [f"%acc{u} = phi {v} [ zeroinitializer, %entry ], [ %acc{u}n, %loop ]" for u in range(UNROLL)]
     meta = ", !nontemporal !0" if nontemporal else ""
-    for w in range(reads, reads + writes):
-        body += [f"%g{w} = getelementptr float, ptr %a{w}, i64 %i", f"store {v} {total}, ptr %g{w}, align 64{meta}"]
-    body += [f"%next = add i64 %i, {LANES}", "%more = icmp ult i64 %next, %hi", "br i1 %more, label %loop, label %done",
-             "done:", "%out = inttoptr i64 %sink to ptr", f"store {v} %acc1, ptr %out, align 64", "ret void"]
-    return f"define void @{name}({args}) {{\nentry:\n  " + "\n  ".join(body).replace("\n  loop:", "\nloop:").replace(
-        "\n  done:", "\ndone:") + "\n}\n"
+    for u in range(UNROLL):
+        body.append(f"%i{u} = add i64 %i, {u * LANES}")
+        for r in range(reads):
+            body += [f"%g{r}_{u} = getelementptr float, ptr %a{r}, i64 %i{u}", f"%l{r}_{u} = load {v}, ptr %g{r}_{u}, align 64"]
+        total = f"%l0_{u}"
+        for r in range(1, reads):
+            body.append(f"%s{r}_{u} = fadd {v} {total}, %l{r}_{u}")
+            total = f"%s{r}_{u}"
+        body.append(f"%acc{u}n = fadd {v} %acc{u}, " + (total if not writes else "zeroinitializer"))
+        for w in range(reads, reads + writes):
+            body += [f"%g{w}_{u} = getelementptr float, ptr %a{w}, i64 %i{u}", f"store {v} {total}, ptr %g{w}_{u}, align 64{meta}"]
+    body += [f"%next = add i64 %i, {STEP}", "%more = icmp ult i64 %next, %hi", "br i1 %more, label %loop, label %done",
+             "done:"]
+    body += [f"%t{u} = fadd {v} %t{u - 1}, %acc{u}n" if u else f"%t0 = fadd {v} zeroinitializer, %acc0n" for u in range(UNROLL)]
+    body += ["%out = inttoptr i64 %sink to ptr", f"store {v} %t{UNROLL - 1}, ptr %out, align 64", "ret void"]
+    text = "\n  ".join(body).replace("\n  loop:", "\nloop:").replace("\n  done:", "\ndone:")
+    return f"define void @{name}({args}) {{\nentry:\n  {text}\n}}\n"
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,7 +119,7 @@ def _kernel(reads, writes, nontemporal):
 
     @numba.njit(parallel=True, cache=False)
     def run(ptrs, n, chunks, sink):
-        step = (n // chunks + LANES - 1) // LANES * LANES
+        step = (n // chunks + STEP - 1) // STEP * STEP
         for c in numba.prange(chunks):
             lo = c * step
             hi = min(n, lo + step)
@@ -141,6 +148,9 @@ class Streams:
     """Buffers of one Traffic, allocated once; `best(threads, nontemporal, rounds)` times its passes."""
 
     def __init__(self, traffic):
+        if traffic.n % STEP:
+            raise ValueError(f"streams over {traffic.n} elements: a multiple of {STEP} is needed (64-byte vectors, "
+                             f"{UNROLL} a loop)")
         self.traffic = traffic
         self.buffers = {a: _aligned(traffic.n) for a in traffic.arrays}
         self.sink = _aligned(64 * LANES)
