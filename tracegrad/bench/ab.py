@@ -135,7 +135,7 @@ def _softmax_t(tg, rows=2048, cols=1000):
 
 def programs():
     out = {}
-    for wid in ("w1", "w3", "w5", "w7"):
+    for wid in ("w1", "w2", "w3", "w5", "w7"):
         inp = getattr(W, f"{wid}_inputs")()
         out[wid.upper()] = lambda tg, wid=wid, inp=inp: getattr(W, f"{wid}_tg_compiled")(inp)
     out["MLP"] = lambda tg: _mlp(tg)
