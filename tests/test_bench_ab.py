@@ -49,3 +49,5 @@ def test_rounds_set_the_sides_up_in_both_orders():
     assert made == ["old", "new", "new", "old"]
     assert len(times["old"]) == len(times["new"]) == 5 and all(t == 0.5 for t in times["old"] + times["new"])   # one tick over 2 calls
     assert calls.count("old") == calls.count("new") == 2 * 3 + 5 * 2     # 3 warm-up calls per setup, 2 per round
+    timed = calls[6:6 + 3 * 4]                                             # the first setup's 3 rounds, after warm-up
+    assert timed == ["old"] * 2 + ["new"] * 2 + ["new"] * 2 + ["old"] * 2 + ["old"] * 2 + ["new"] * 2

@@ -167,7 +167,8 @@ def _time(run, calls, clock=time.perf_counter):
 
 
 def rounds(setups, runs, calls, clock):
-    """{side: per-call seconds of each round}: `runs` rounds of `calls` calls of each side in turn. Half the
+    """{side: per-call seconds of each round}: `runs` rounds of `calls` calls of each side in turn, which side
+    first alternating from round to round. Half the
     rounds with the sides set up in one order, half after setting them up again in the other: the side set
     up second ran up to 1.2x slower with the same code on both sides (softmax_dim0, x86-64-v3, one thread:
     1.08-1.23 new/old against --rev HEAD; 0.78-1.08 with the setups swapped)."""
@@ -178,8 +179,8 @@ def rounds(setups, runs, calls, clock):
         for r in run.values():
             for _ in range(3):
                 r()
-        for _ in range(half):
-            for side in order:
+        for r in range(half):
+            for side in (order if r % 2 == 0 else order[::-1]):       # which side goes first alternates too
                 times[side].append(_time(run[side], calls, clock))
         del run
         order.reverse()
