@@ -21,7 +21,7 @@ import numpy as np
 
 from . import streams
 
-ROUNDS = 9
+ROUNDS = 15
 FLOOR = ("copy, threads", "copy, one thread")      # the survey's and tools' pseudo-columns (floor_setup)
 
 
