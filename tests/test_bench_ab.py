@@ -35,3 +35,19 @@ def test_the_command_exits_with_the_message(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tracegrad.bench.ab", "--only", "W5"], cwd=tmp_path,
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "not the top of a git checkout" in r.stderr, r.stderr
+
+
+def test_rounds_set_the_sides_up_in_both_orders():
+    """Half the rounds after setting up old then new, half after new then old; each round times both."""
+    made, calls = [], []
+
+    def setup(side):
+        made.append(side)
+        return lambda: calls.append(side)
+    ticks = iter(range(10_000))
+    times = ab.rounds({"old": lambda: setup("old"), "new": lambda: setup("new")}, 5, 2, lambda: next(ticks))
+    assert made == ["old", "new", "new", "old"]
+    assert len(times["old"]) == len(times["new"]) == 5 and all(t == 0.5 for t in times["old"] + times["new"])   # one tick over 2 calls
+    assert calls.count("old") == calls.count("new") == 2 * 3 + 5 * 2     # 3 warm-up calls per setup, 2 per round
+    timed = calls[6:6 + 3 * 4]                                             # the first setup's 3 rounds, after warm-up
+    assert timed == ["old"] * 2 + ["new"] * 2 + ["new"] * 2 + ["old"] * 2 + ["old"] * 2 + ["new"] * 2

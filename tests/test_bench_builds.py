@@ -36,3 +36,16 @@ def test_a_build_whose_process_fails_is_named(monkeypatch):
     lines = []
     assert builds.main(["no-such-cpu"], workload="W5", quick=True, repeats=1, out=lines.append) == 1
     assert "FAIL build no-such-cpu: its process exited with an error" in lines[-1]
+
+
+def test_peers_keep_to_the_builds_instruction_set():
+    """An AVX2 build on an AVX-512 host runs torch (and torch.compile's code, and jax) on AVX2 too; the host's own
+    build changes nothing; a peer's column carries its build's name unless native."""
+    assert builds.peer_env(64, 64) == {} and builds.peer_env(32, 32) == {}
+    env = builds.peer_env(32, 64)
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["XLA_FLAGS"].endswith("--xla_cpu_max_isa=AVX2")
+    assert env["TORCHINDUCTOR_CACHE_DIR"].endswith("_avx2")       # torch.compile's cache keys miss the ISA
+    assert builds.peer_env(16, 64)["ATEN_CPU_CAPABILITY"] == "default" and "XLA_FLAGS" not in builds.peer_env(16, 64)
+    assert builds._named("torch built-in", "x86-64-v3") == "torch built-in x86-64-v3"
+    assert builds._named("torch built-in", "native") == "torch built-in"
+    assert builds._named("tg compiled", "native") == "tg compiled native" and builds._named("numpy", "x86-64-v3") == "numpy"

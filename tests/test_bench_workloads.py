@@ -1,9 +1,8 @@
-"""The reference workloads' definitions (W7, W8), the per-output tolerance check, the floors, the third-call
+"""The reference workloads' definitions (W7, W8), the per-output tolerance check, the third-call
 check and the load measure."""
 import numpy as np
 
-from tracegrad.bench import Result, bench_workload, check, third_call
-from tracegrad.bench.floor import Floor, bandwidth, floor_lines, floor_setup
+from tracegrad.bench import bench_workload, check, third_call
 from tracegrad.bench.load import BUSY, Load
 from tracegrad.bench.workload_base import _np
 from tracegrad.bench.workloads import WORKLOADS, find
@@ -22,7 +21,7 @@ def test_the_workloads_with_ids_and_names():
     assert find("lenet").id == "W9" and find("w10").name == "cifar_cnn_train_step"
     assert find("gpt").id == "W12" and find("w13").name == "adam_multi_tensor"
     assert find("column_center").id == "W7" and find("w8").name == "mlp_deep_narrow_adam"
-    assert [w.id for w in WORKLOADS if w.floor_bytes] == ["W1", "W2", "W3", "W7"]
+    assert [w.id for w in WORKLOADS if w.traffic] == ["W1", "W2", "W3", "W7"]
 
 
 def test_w7_numpy_and_eager_match_the_float64_reference():
@@ -78,30 +77,6 @@ def test_check_names_each_output_over_its_tolerance():
     assert check(outs, refs)[1] is None                        # the default tolerance, 1e-3
 
 
-def test_floor_lines_give_time_over_the_larger_floor():
-    w = find("W1")
-    f = Floor()
-    f.rates = {"copy, threads": 5.0, "triad, threads": 10.0}      # the best: 10 GB/s
-    f.memory = w.floor_bytes / 10e9
-    res = {"numpy": Result(), "tg eager": Result(), "tg compiled": Result()}
-    res["numpy"].times = [f.memory * 3]                           # 3x the bandwidth floor
-    res["tg eager"].times = [f.memory / 2]                        # faster than the floor: it read low
-    res["tg compiled"].failure = "broken"
-    cols = ["numpy", "tg eager", "tg compiled"]
-    lines = floor_lines([(w, res), (find("W4"), res)], cols, 14, {"W1": f})
-    assert "best copy or triad bandwidth" in lines[0] and len(lines) == 3      # W4 has no floor
-    assert lines[2].startswith("W1 gelu_fwd") and " 10.0" in lines[2] and "3.00x" in lines[2]
-    assert "below" in lines[2] and lines[2].rstrip().endswith("-")
-    f.compute = f.memory * 2                                      # compute-bound: the floor doubles
-    assert "1.50x" in floor_lines([(w, res)], cols, 14, {"W1": f})[2]
-
-
-def test_bandwidth_of_copy_and_triad():
-    rates = bandwidth(1 << 20, rounds=2)
-    assert set(rates) == {"copy, threads", "triad, threads", "copy, one thread"}
-    assert all(r > 0 for r in rates.values())
-
-
 def test_the_third_call_is_checked_as_well_as_the_first():
     """A column whose later calls go wrong fails the run, though its first call is right."""
     w = find("W6")
@@ -144,11 +119,6 @@ def test_load_sees_another_process():
     finally:
         spin.kill()
     assert load.others is not None and load.others > BUSY / 2 and "not meaningful" in load.note()
-
-
-def test_floor_copies_move_the_workloads_bytes():
-    for threaded in (True, False):
-        assert floor_setup(1 << 20, threaded)() == []            # 512 KiB read, 512 KiB written
 
 
 def test_w12_transformer_numpy_backward_matches_tracegrads_autograd():

@@ -278,6 +278,18 @@ def test_f32_tanh_dense_at_its_seams(jit):
     assert np.isnan(jit("tanh", "f32", nans)).all()
 
 
+def test_f32_exp_keeps_nans_in_its_vector_loop(jit):
+    """exp has no nan test of its own (f32.py): nans of both signs and any payload, among finite values,
+    through the vectorized loop (1000 elements, not the scalar remainder) come out nan, the rest as NumPy's."""
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x7FFFFFFF, 0xFF800001], np.uint32).view(np.float32)
+    x = np.random.default_rng(0).uniform(-110, 90, 1000).astype(np.float32)
+    x[::7] = np.resize(nans, x[::7].size)
+    got = jit("exp", "f32", x)
+    assert np.array_equal(np.isnan(got), np.isnan(x))
+    finite = ~np.isnan(x)
+    assert ulp_distance(got[finite], np.exp(x[finite].astype(np.float64)).astype(np.float32)).max() <= 1
+
+
 def test_f32_tanh_coefficients_are_the_fit():
     """f32._TANH_H is what fit.py derives: h(r) = (e^(2r) - 1)/2 = r + r^2 P(r) within 1.6e-8
     relative on the reduced range (float64 check), and a refit lands within a few float32 ulps."""

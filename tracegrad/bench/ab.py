@@ -5,7 +5,7 @@
 The other revision is `git archive REV tracegrad` unpacked as package `tg_ab` in a temporary folder
 (tracegrad's own imports are relative, so both load side by side, each with its own thread pool and
 code). For each program, both sides are set up the same way, then timed in alternation: `runs`
-rounds of `calls` calls each side; the table shows each side's median per-call time and the ratio
+rounds of `calls` calls each side, half of them with the setups made in the other order (`rounds`); the table shows each side's median per-call time and the ratio
 new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (op_workloads.py, "tg compiled");
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
@@ -135,7 +135,7 @@ def _softmax_t(tg, rows=2048, cols=1000):
 
 def programs():
     out = {}
-    for wid in ("w1", "w3", "w5", "w7"):
+    for wid in ("w1", "w2", "w3", "w5", "w7"):
         inp = getattr(W, f"{wid}_inputs")()
         out[wid.upper()] = lambda tg, wid=wid, inp=inp: getattr(W, f"{wid}_tg_compiled")(inp)
     out["MLP"] = lambda tg: _mlp(tg)
@@ -166,6 +166,27 @@ def _time(run, calls, clock=time.perf_counter):
     return (clock() - t0) / calls
 
 
+def rounds(setups, runs, calls, clock):
+    """{side: per-call seconds of each round}: `runs` rounds of `calls` calls of each side in turn, which side
+    first alternating from round to round. Half the
+    rounds with the sides set up in one order, half after setting them up again in the other: the side set
+    up second ran up to 1.2x slower with the same code on both sides (softmax_dim0, x86-64-v3, one thread:
+    1.08-1.23 new/old against --rev HEAD; 0.78-1.08 with the setups swapped)."""
+    times = {side: [] for side in setups}
+    order = list(setups)
+    for half in (runs - runs // 2, runs // 2):
+        run = {side: setups[side]() for side in order}
+        for r in run.values():
+            for _ in range(3):
+                r()
+        for r in range(half):
+            for side in (order if r % 2 == 0 else order[::-1]):       # which side goes first alternates too
+                times[side].append(_time(run[side], calls, clock))
+        del run
+        order.reverse()
+    return times
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rev", default="main")
@@ -192,15 +213,10 @@ def main(argv=None):
           f"interleaved; new = this tree, "
           f"old = {args.rev}; {os.cpu_count()} cores")
     print(f"{'program':8} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
+    packages = {"old": old, "new": new}
     for name in names:
-        runs = {side: _as(tg, lambda tg=tg: progs[name](tg)) for side, tg in (("old", old), ("new", new))}
-        for run in runs.values():
-            for _ in range(3):
-                run()
-        times = {"old": [], "new": []}
-        for _ in range(args.runs):
-            for side in ("old", "new"):
-                times[side].append(_time(runs[side], args.calls, time.process_time if args.cpu else time.perf_counter))
+        setups = {side: lambda tg=tg: _as(tg, lambda: progs[name](tg)) for side, tg in packages.items()}
+        times = rounds(setups, args.runs, args.calls, time.process_time if args.cpu else time.perf_counter)
         med = {s: statistics.median(t) for s, t in times.items()}
         print(f"{name:8} {med['old'] * 1e3:9.3f} {med['new'] * 1e3:9.3f} {med['new'] / med['old']:8.3f}", flush=True)
 

@@ -41,13 +41,17 @@ def w1_tg_compiled(inp):
     return lambda: [f(x)]
 
 
-def w1_compute_floor(inp, block=65536):
-    """W1's formula on as many elements, from a 256 KB block that stays in cache, summed (floor.py)."""
+def w1_compute_floor(inp, block=16384):
+    """W1's formula on as many elements, read from a 64 KB block that stays in cache, summed (floor.py): x
+    expanded to (n // block, block) plus a per-row offset of zeros, so no row's arithmetic is the same
+    expression as another's (an expanded x alone lets LLVM compute a column's value once for every row); two
+    operations per element more than W1 (the offset's add, the sum's)."""
     import tracegrad as tg
-    n = inp["x"].size
+    rows = inp["x"].size // block
     x = tg.from_numpy(np.ascontiguousarray(inp["x"][:block]))
-    f = tg.compile(lambda x: _gelu(x.expand(n // block, block), lambda t: t.tanh()).sum())
-    return lambda: f(x)
+    zeros = tg.from_numpy(np.zeros((rows, 1), np.float32))
+    f = tg.compile(lambda x, z: _gelu(x.expand(rows, block) + z, lambda t: t.tanh()).sum())
+    return lambda: f(x, zeros)
 
 
 # ================================================================== W2 softmax_fwd

@@ -20,7 +20,7 @@ class Workload:
     columns: dict = field(default_factory=dict)     # column name -> setup(inp) -> run
     implied: callable = None                        # (inp, outputs) -> outputs to check (W4: params -> grads)
     tolerances: tuple = None                        # per output max rel error (default: the bench's TOLERANCE)
-    floor_bytes: int = None                         # memory-bound: bytes that must move per call
+    traffic: callable = None                        # memory-bound: inp -> streams.Traffic it must move
     compute_floor: callable = None                  # inp -> run(): its arithmetic on cached data (floor.py)
     stateful: bool = False                          # each call updates parameters (a training step)
 

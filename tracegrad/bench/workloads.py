@@ -15,12 +15,15 @@ Columns: "numpy" (hand-written backward; x**3 written x*x*x), "tg eager", "tg co
 "jax.jit" (only when importable). Framework modules are imported lazily, inside the setup
 functions.
 """
+import functools
+
 from . import adam_update as ADAM_UPDATE
 from . import mlp_workloads, op_workloads, peers
 from . import transformer as GPT
 from .cnn_workloads import CNN_WORKLOADS
 from .lstm_step import workload as lstm_workload
 from .np_steps import sgd_implied
+from .streams import Pass, Traffic
 from .workload_base import LR, Workload, _reference
 # The helpers GPU probes and examples take from here (../examples/gpu_*.py and the first-contact probe):
 # they keep this address since the split.
@@ -54,8 +57,13 @@ def _model_workload(wid, name, what, inputs, numpy_setup, tg_setup, torch_setup,
     return w
 
 
+def _traffic(passes, inp):
+    """The workload's passes over float32 arrays of x's size."""
+    return Traffic(inp["x"].size, passes)
+
+
+_COPY = (Pass(("x",), ("y",)),)
 OPS, MLP = op_workloads, mlp_workloads
-MB16 = 4096 * 1024 * 4          # one (4096, 1024) or (8192, 512) float32 array, or W1's 4M elements
 WORKLOADS = [
     _workload(OPS, "W1", "gelu_fwd", "4M elements, 0.5*x*(1+tanh(0.7978845608*(x+0.044715*x**3))), forward"),
     _workload(OPS, "W2", "softmax_fwd", "(4096, 1024) row softmax from primitives, forward"),
@@ -73,10 +81,13 @@ WORKLOADS[3].implied = sgd_implied(mlp_workloads.PARAMS, LR)
 WORKLOADS[0].compute_floor = op_workloads.w1_compute_floor
 WORKLOADS[3].stateful = WORKLOADS[7].stateful = True
 WORKLOADS[6].tolerances = (1e-5, 1e-4, 1e-4)     # loss, dx, dw (WORKLOADS.md)
-# Memory-bound workloads: bytes that must move per call (read the inputs, write the outputs; W7
-# reads x twice, for the means and then for the centered values, and writes dx).
-for _w, _bytes in zip(WORKLOADS, (2 * MB16, 2 * MB16, 3 * MB16, None, None, None, 3 * MB16, None)):
-    _w.floor_bytes = _bytes
+# Memory-bound workloads: the arrays a call must read and write, as big as x (streams.py). W1, W2: read x,
+# write y; W3: read x and g, write dx (a row's statistics stay in cache); W7: read x for the column means, then
+# read it again for the centered values and write dx. The vectors (w, b, their gradients) are left out: under
+# 0.1 % of the bytes.
+for _w, _passes in zip(WORKLOADS, (_COPY, _COPY, (Pass(("x", "g"), ("dx",)),), None, None, None,
+                                   (Pass(("x",)), Pass(("x",), ("dx",))), None)):
+    _w.traffic = _passes and functools.partial(_traffic, _passes)
 
 WORKLOADS.append(lstm_workload())
 WORKLOADS += CNN_WORKLOADS
