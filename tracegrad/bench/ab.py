@@ -11,7 +11,7 @@ DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
 and adam (the survey's), SOFTMAX_T
 (softmax over the rows of a transposed view, fwd+bwd); W12 (transformer.py's training step); W11
-(lstm_step.py's training step); MLP,
+(lstm_step.py's training step); W9, W10 (cnn_workloads.py's LeNet and CIFAR training steps); MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from . import cnn_workloads as C
 from . import lstm_step
 from . import transformer as T
 from . import op_workloads as W
@@ -148,7 +149,15 @@ def programs():
     out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
     out["W12"] = lambda tg: T.tg_step(T.inputs(), True)        # the GPT-style training step
     out["W11"] = lambda tg: lstm_step._tg_setup(lstm_step.inputs(), True)     # the 2-layer LSTM training step
+    for wid, seed in (("W9", 9), ("W10", 10)):                    # the CNN training steps
+        out[wid] = lambda tg, wid=wid, seed=seed: _traced(C.cnn_tg(wid, C.cnn_inputs(wid, seed), True))
     return out
+
+
+def _traced(run):
+    """run, called once here: a step that imports tracegrad while it is traced sees the side's package."""
+    run()
+    return run
 
 
 def _survey_fwd(tg, name):

@@ -51,7 +51,7 @@ from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_
 from .copies import copy_tree
 from .gathers import index_tree
 from .merge import MAX_TREE_OPS, arrange
-from .window_sums import window_sum_tree
+from .window_sums import window_sum_tree, written_once
 from ..layout import columns_first, rows_first
 
 RECOMPUTE_LIMIT = 8
@@ -123,7 +123,8 @@ def fuse(graph, enabled=True, half=False):
                 else index_tree(n, [expr[id(i)] for i in n.inputs]))) is not None:
             expr[id(v)] = fused
             bound[id(v)] = size(fused)
-            if len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
+            if n.op == "unwindows" and written_once(n) or \
+                    len(consumers.get(id(v), ())) > 1 and bound[id(v)] > RECOMPUTE_LIMIT:
                 materialize(v)
         elif p.kind == "copy" and enabled and not half and \
                 (fused := copy_tree(n, [expr[id(i)] for i in n.inputs], buffer_load)) is not None:

@@ -7,7 +7,11 @@ a sum of prod(size) gathers at clamped coordinates, each coordinate and its test
 axis and offset and shared. So the gradient of a convolution's input is a fused loop reading the
 product's result where it is, not a host kernel adding strided slices (W10's backward: two host
 kernels, 23 ms of its 135 ms of kernel time on the loaded bench machine, before).
-More than MAX_OFFSETS offsets (a 7x7 kernel) stays a host kernel: each element would sum them all."""
+More than MAX_OFFSETS offsets (a 7x7 kernel) stays a host kernel: each element would sum them all.
+More than RECOMPUTE_OFFSETS offsets (a 5x5 kernel) is written once: a consumer reading it broadcast
+(a 2x2 max pool's gradient reads each element 4 times) would redo every gather per read (W9's
+LeNet: 2.8 ms fused, 1.0 + 0.2 written, one thread); a 3x3 one is recomputed, faster than written
+and read back (W10: 1.7 ms fused, 2.2 + 1.0 written)."""
 import math
 
 import numpy as np
@@ -19,6 +23,12 @@ from .copies import CHEAP_PIECE_OPS, _along, _op
 from .gathers import through
 
 MAX_OFFSETS = 27
+RECOMPUTE_OFFSETS = 9
+
+
+def written_once(n):
+    """Whether unwindows node n is written to a buffer rather than recomputed by its consumers."""
+    return math.prod(n.attrs["size"]) > RECOMPUTE_OFFSETS
 
 
 def window_sum_tree(n, tree, buffer_load):
