@@ -34,6 +34,9 @@ def kernel_lines(fn, *arrays):
     (lambda x: x.permute(1, 2, 0).mean((0, 1)), (5, 7, 9), "5x7x9 split=1 ops=sum"),
     (lambda x: x.permute(1, 2, 0).amax(dim=(0, 1)), (6, 4, 3), "6x4x3 split=1 ops=max"),
     (lambda x: x.transpose(0, 2).sum((0, 1)), (4, 5, 6), "4x5x6 split=1 ops=sum"),
+    (lambda x: x.T.sum(0, keepdim=True), (37, 53), "37x53 split=1 ops=sum"),        # keepdims too: a batch
+    (lambda x: x.permute(1, 0, 2, 3).mean((0, 2, 3), keepdim=True), (3, 4, 5, 6),   # norm's statistics of a
+     "3x4x5x6 split=1 ops=sum"),                                                     # channel-major conv output
 ])
 def test_reductions_over_memory_rows_are_row_kernels(fn, shape, space):
     lines = kernel_lines(fn, RNG.standard_normal(shape).astype(np.float32))
@@ -132,8 +135,8 @@ def test_row_reductions_whose_reads_disagree_match_numpy_and_interpret(case):
 
 
 SIZES = [1, 2, 3, 7, 31, 33, 65, 130]
-OPS = {"sum": lambda z, ax: z.sum(ax), "mean": lambda z, ax: z.mean(ax), "amax": lambda z, ax: z.amax(dim=ax),
-       "amin": lambda z, ax: z.amin(dim=ax)}
+OPS = {"sum": lambda z, ax, k=False: z.sum(ax, keepdim=k), "mean": lambda z, ax, k=False: z.mean(ax, keepdim=k),
+       "amax": lambda z, ax, k=False: z.amax(dim=ax, keepdim=k), "amin": lambda z, ax, k=False: z.amin(dim=ax, keepdim=k)}
 NP = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}
 
 
@@ -153,22 +156,23 @@ def cases(draw):
     shape, axes = _space(draw, 4, keep_one=True)
     perm = tuple(draw(st.permutations(range(len(shape)))))
     step = draw(st.sampled_from([None] + list(range(len(shape)))))
-    return tuple(shape), perm, axes, step, draw(st.sampled_from(sorted(OPS))), draw(st.sampled_from([np.float32, np.float64]))
+    return (tuple(shape), perm, axes, step, draw(st.sampled_from(sorted(OPS))),
+            draw(st.sampled_from([np.float32, np.float64])), draw(st.booleans()))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_reductions_of_permuted_views_match_numpy_and_interpret(case):
-    shape, perm, axes, step, op, dtype = case
+    shape, perm, axes, step, op, dtype, keep = case
     x = (RNG.standard_normal(shape) + 0.5).astype(dtype)
     idx = tuple(slice(None, None, 2) if d == step else slice(None) for d in range(len(shape)))
     view = x[idx].transpose(perm)
     assume(all(view.shape[d] > 0 for d in axes) or op == "sum")
 
     def fn(x):
-        return OPS[op](x[idx].permute(*perm) * 1.5, axes)
+        return OPS[op](x[idx].permute(*perm) * 1.5, axes, keep)
 
-    expect = NP[op](view.astype(np.float64) * 1.5, axis=axes)
+    expect = NP[op](view.astype(np.float64) * 1.5, axis=axes, keepdims=keep)
     results = []
     for backend in ("llvm", "interpret"):
         xs = tg.tensor(x, requires_grad=True)
