@@ -6,8 +6,9 @@ first and reshaped to columns (the one copy, im2col), times the weight as a matr
 and batch entry (BLAS; the weight the same matrix for each entry), whose result is the output in NCHW
 order, no permuted view: what follows (bias, batch norm, pooling) reads it in order. Its weight
 gradient is a product per entry and their sum: split over the batch, the first layers' long thin
-products (LeNet's 6 x 25 over 50,176 positions) ran 2-5x faster than one (one thread). Its input gradient is the transposed product
-scattered back by `unwindows` (col2im), which is also conv_transpose's forward."""
+products (LeNet's 6 x 25 over 50,176 positions) ran 2-5x faster than one (one thread). Its input
+gradient is the transposed product scattered back by `unwindows` (col2im), which is also
+conv_transpose's forward."""
 import math
 
 import numpy as np
@@ -197,8 +198,8 @@ def conv(input, weight, bias, stride, padding, dilation, groups, d, name):
     o, g = weight.shape[0], groups
     k = c // g * math.prod(kernel)
     cols = win.permute(1, *range(2 + d, 2 + 2 * d), 0, *range(2, 2 + d)).reshape(g, k, n, math.prod(out_sp))
-    y = weight.reshape(g, 1, o // g, k) @ cols.permute(0, 2, 1, 3)     # (G, N, O/G, prod(out_spatial))
-    y = y.permute(1, 0, 2, 3).reshape(n, o, *out_sp)
+    y = weight.reshape(1, g, o // g, k) @ cols.permute(2, 0, 1, 3)     # (N, G, O/G, prod(out_spatial))
+    y = y.reshape(n, o, *out_sp)
     if bias is not None:
         y = y + bias.reshape(o, *(1,) * d)
     return _named(y.squeeze(0) if unbatched else y, "ConvolutionBackward")
