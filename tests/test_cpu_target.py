@@ -168,10 +168,24 @@ def test_unknown_cpu_or_feature_is_a_clear_error(spec, given_, accepted, monkeyp
 def test_native_is_the_host(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_CPU", raising=False)
     default = host.current()
-    assert default.cpu == engine.llvm.get_host_cpu_name()
-    assert default.features == engine.llvm.get_host_cpu_features().flatten()
+    cpu, features = engine.llvm.get_host_cpu_name(), engine.llvm.get_host_cpu_features().flatten()
+    assert default.cpu == cpu
+    assert default.features == ",".join([features, *host.tuning(cpu, features)])
     monkeypatch.setenv("TRACEGRAD_CPU", "native")
     assert host.current()[1:3] == default[1:3]
+
+
+def test_zen_with_avx512_builds_without_gathers_and_tuning_flags_are_never_lacking(monkeypatch):
+    """AMD Zen's AVX-512 gathers are slow: code for it is built with LLVM's prefer-no-gather/scatter;
+    not for other CPUs or without AVX-512; a flag asked for is no feature the host could lack."""
+    assert host.tuning("znver4", "+sse2,+avx512f,+avx2") == ("+prefer-no-gather", "+prefer-no-scatter")
+    assert host.tuning("znver4", "+avx2,-avx512f") == () == host.tuning("skylake-avx512", "+avx512f")
+    assert host.tuning("znver3", "+avx2") == ()
+    monkeypatch.setenv("TRACEGRAD_CPU", "x86-64-v3,+prefer-no-gather")
+    x = rng.standard_normal((9, 33)).astype(np.float32)
+    got = tg.compile(lambda t: t.T.softmax(-1))(tg.tensor(x)).numpy()
+    np.testing.assert_allclose(got, _softmax(x.T), rtol=1e-5, atol=1e-6)
+    assert "+prefer-no-gather" in host.current().features.split(",")
 
 
 def test_a_feature_the_host_lacks_is_refused_before_any_code_runs(monkeypatch):
