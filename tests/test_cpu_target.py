@@ -168,24 +168,35 @@ def test_unknown_cpu_or_feature_is_a_clear_error(spec, given_, accepted, monkeyp
 def test_native_is_the_host(monkeypatch):
     monkeypatch.delenv("TRACEGRAD_CPU", raising=False)
     default = host.current()
-    cpu, features = engine.llvm.get_host_cpu_name(), engine.llvm.get_host_cpu_features().flatten()
-    assert default.cpu == cpu
-    assert default.features == ",".join([features, *host.tuning(cpu, features)])
+    assert default.cpu == engine.llvm.get_host_cpu_name()
+    assert default.features == engine.llvm.get_host_cpu_features().flatten()
     monkeypatch.setenv("TRACEGRAD_CPU", "native")
     assert host.current()[1:3] == default[1:3]
 
 
-def test_zen_with_avx512_builds_without_gathers_and_tuning_flags_are_never_lacking(monkeypatch):
-    """AMD Zen's AVX-512 gathers are slow: code for it is built with LLVM's prefer-no-gather/scatter;
-    not for other CPUs or without AVX-512; a flag asked for is no feature the host could lack."""
-    assert host.tuning("znver4", "+sse2,+avx512f,+avx2") == ("+prefer-no-gather", "+prefer-no-scatter")
-    assert host.tuning("znver4", "+avx2,-avx512f") == () == host.tuning("skylake-avx512", "+avx512f")
-    assert host.tuning("znver3", "+avx2") == ()
+@pytest.mark.parametrize("slow", [True, False])
+def test_maps_are_built_without_gathers_where_they_are_slow(slow, monkeypatch):
+    """Where the host's vector gathers are slow (AVX-512 on AMD Zen: host.slow_gathers), a map kernel's
+    function asks LLVM for none (prefer-no-gather, with the target's features); a row reduction keeps
+    them; the values are the same."""
+    from tracegrad.backends.cpu.plan import Kind, Strategy
+    monkeypatch.setattr(host, "slow_gathers", lambda: slow)
+    assert host.no_gathers(Strategy(Kind.MAP)) == "" and host.current().features in \
+        host.no_gathers(Strategy(Kind.MAP, gathers=False))
+    x, idx = rng.standard_normal((40, 37)).astype(np.float32), rng.integers(0, 40, 300)
+    f = tg.compile(lambda x, i: (x[i] * 2.0, (x.T * x.T).sum(1)))
+    got = f(tg.tensor(x), tg.tensor(idx))
+    np.testing.assert_allclose(got[0].numpy(), x[idx] * 2, rtol=1e-6)
+    np.testing.assert_allclose(got[1].numpy(), (x.T * x.T).sum(1), rtol=1e-5)
+    defines = [line for line in f.ir(tg.tensor(x), tg.tensor(idx), stage="llvm").splitlines()
+               if line.startswith("define internal")]
+    assert sum("prefer-no-gather" in line for line in defines) == (1 if slow else 0), defines
+
+
+def test_tuning_flags_are_no_features_the_host_could_lack(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_CPU", "x86-64-v3,+prefer-no-gather")
     x = rng.standard_normal((9, 33)).astype(np.float32)
-    got = tg.compile(lambda t: t.T.softmax(-1))(tg.tensor(x)).numpy()
-    np.testing.assert_allclose(got, _softmax(x.T), rtol=1e-5, atol=1e-6)
-    assert "+prefer-no-gather" in host.current().features.split(",")
+    np.testing.assert_allclose(tg.compile(lambda t: t * 3.0)(tg.tensor(x)).numpy(), x * 3, rtol=1e-6)
 
 
 def test_a_feature_the_host_lacks_is_refused_before_any_code_runs(monkeypatch):

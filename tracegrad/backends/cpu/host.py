@@ -9,8 +9,7 @@ so that code for an AVX2 machine can be built, checked and timed on an AVX-512 o
 CPU and features are part of every disk cache key (engine.target_id), and code generation reads
 the vector width from the target (`vector_bytes`), never from the host. Code already compiled in a
 process stays as it was built; a new compile uses the target named then. The code runs here, so a
-target with features the host lacks is refused (_check_runs_here). Tuning flags for the host the code
-runs on are added to any target (`tuning`: no gathers on AMD Zen with AVX-512)."""
+target with features the host lacks is refused (_check_runs_here)."""
 import os
 import subprocess
 import sys
@@ -84,7 +83,6 @@ def _resolve(spec):
                              f"this machine's architecture; write +name to add or -name to remove one of "
                              f"{', '.join(sorted(features))}")
     features = ",".join(filter(None, [base, *changes]))
-    features = ",".join(filter(None, [features, *tuning(llvm.get_host_cpu_name(), features)]))
     machine = _machine(cpu, features)
     target = Target(spec, cpu, features, machine, _widest_vector(machine))
     if name != NATIVE or changes:
@@ -92,21 +90,24 @@ def _resolve(spec):
     return target
 
 
-def tuning(host_cpu, features):
-    """LLVM tuning flags (no instructions, only choices among them) for code that runs on `host_cpu`:
-    on AMD Zen with AVX-512 (znver4 and later), prefer no gathers and scatters. LLVM's cost model
-    takes AVX-512 gathers to be cheap, and Zen's are not: on a 2-core EPYC (znver4) W10's kernels
-    that read strided or gathered elements (a max pool's picks, its window-major copy, paddings)
-    ran 2-4x slower than the same kernels built for x86-64-v3, and as fast with these flags."""
-    if host_cpu.startswith("znver") and "+avx512f" in features.split(","):
-        return ("+prefer-no-gather", "+prefer-no-scatter")
-    return ()
+def slow_gathers():
+    """Whether the target's vector gathers are slow on this host: AVX-512 code on AMD Zen (znver4 and
+    later), whose gathers LLVM's cost model takes to be cheap (the planner's `limits.gathers`)."""
+    return llvm.get_host_cpu_name().startswith("znver") and "+avx512f" in current().features.split(",")
+
+
+def no_gathers(strategy):
+    """The function attributes of a kernel whose Strategy rules out vector gathers and scatters: the
+    target's features and LLVM's prefer-no-gather, prefer-no-scatter; "" for the others."""
+    if strategy.gathers:
+        return ""
+    return f' "target-features"="{current().features},+prefer-no-gather,+prefer-no-scatter"'
 
 
 def _check_runs_here(target, changes):
     """Compiled code runs in this process: a target with features the host lacks (one it names, or
     vectors wider than the host's) would stop it with an illegal instruction, so it is refused.
-    Tuning flags (prefer-*) are no instructions: never lacking."""
+    LLVM's tuning flags (prefer-*: no instructions, choices among them) are never lacking."""
     host = llvm.get_host_cpu_features()
     lacking = [c[1:] for c in changes if c[0] == "+" and not c[1:].startswith("prefer-")
                and not host.get(c[1:], False)]

@@ -20,7 +20,7 @@ from ...ir.kernels import contiguous_strides, known
 from . import mathlib, versioned
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
-from .host import vector_bytes
+from .host import no_gathers, vector_bytes
 from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
                     SCALAR_METADATA, _loops, _nest)
 from .online import online_row
@@ -113,7 +113,7 @@ class ModuleBuilder:
         key = ("".join(f"ptr noalias {'align 64 ' if i in streams else ''}{n}, " for i, n in enumerate(names))
                + (f"ptr noalias readonly %{SIZES}, " if f.uses_sizes() else "")
                + ("i64 %lo.rows, i64 %hi.rows" if scaled else "i64 %lo, i64 %hi"),
-               "\n".join(f.allocas + f.lines), " optsize" if small else "", version)
+               "\n".join(f.allocas + f.lines), (" optsize" if small else "") + no_gathers(strategy), version)
         body = self.bodies.setdefault(key, f"{name}_body")
         if streams and body == f"{name}_body":
             self.comments.append(stream_comment(body, sorted(streams.items())))

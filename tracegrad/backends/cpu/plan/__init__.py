@@ -62,7 +62,8 @@ class Strategy:
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
     `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
-    float64 stack array (column_walk, row_wide)."""
+    float64 stack array (column_walk, row_wide); `gathers`: the code may use vector gathers and
+    scatters (limits.gathers)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
@@ -71,12 +72,14 @@ class Strategy:
     row_cache: int = None
     walk: Walk = None
     wide: frozenset = frozenset()
+    gathers: bool = True
 
     def text(self):
         """The strategy in words (TRACEGRAD_LOG=kernels): its name, then its options."""
         return self.kind.value + "".join(f", {w}" for w, on in (
             ("register-transposed reads", self.transposed), ("walks", self.walks), ("online rows", self.online),
-            (f"row cache for rows up to {self.row_cache}", self.row_cache), ("streamed stores", self.streams)) if on)
+            (f"row cache for rows up to {self.row_cache}", self.row_cache), ("streamed stores", self.streams),
+            ("no vector gathers", not self.gathers)) if on)
 
 
 def plan_program(graph, kernels, aliases, slots, inplace):
@@ -104,11 +107,12 @@ def plan(kernel, stream=frozenset()):
     if sch is not None and sch.across is not None:
         return Strategy(Kind.ACROSS_ROWS if sch.rows else Kind.ACROSS_TILES, streams, transposed=bool(sch.transposed))
     if sch is not None and sch.reorders():
-        return Strategy(Kind.TRANSPOSED_MAP if sch.transposed else Kind.PERMUTED_MAP, streams)
+        return Strategy(Kind.TRANSPOSED_MAP if sch.transposed else Kind.PERMUTED_MAP, streams,
+                        gathers=limits.gathers())
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     lowered = coalesce(kernel)
     return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
-                    wide=row_wide(lowered))
+                    wide=row_wide(lowered), gathers=kind is Kind.ROWS or limits.gathers())
 
 
 def column_walk(kernel):

@@ -1,7 +1,7 @@
 """Every threshold of the CPU planner: constants measured on the bench machine (each with its
 measurement where it is used), and the machine-dependent ones, calibrated on the machine at hand
 (machine.py: measured once per CPU model and target, cached beside the kernel cache)."""
-from .. import machine
+from .. import host, machine
 
 # walk orders (order.py)
 MIXED_TILE = 32      # the across tile where other heavy reads walk a reduced axis with unit stride (mixed)
@@ -57,3 +57,12 @@ def hoist_bytes():
 def parallel_min_work():
     """Element-ops a kernel (or a group of small ones) needs before threads split it (regions.py; calibrated)."""
     return machine.value("parallel_min_work")
+
+
+def gathers():
+    """Whether a map kernel's code may use vector gathers and scatters (LLVM's choice). Not where they
+    are slow (host.slow_gathers): on a 2-core EPYC (znver4), W10's maps that read strided or gathered
+    elements (a max pool's picks and window-major copy, paddings) ran 2-4x slower in the native AVX-512
+    build than in the x86-64-v3 one, and as fast without gathers; a reduction across a kept axis
+    ((x.T * z).sum(1)) ran 5-20 % faster with them, so the choice is the maps' only."""
+    return not host.slow_gathers()
