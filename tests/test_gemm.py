@@ -278,3 +278,23 @@ def test_split_products_after_a_numpy_product_leave_blas_threads_alone():
         a @ a
         close(f(x, y).numpy(), np.maximum(a.astype(np.float64) @ w, 0) @ w.T, np.float32)
     assert (blas_threads(), sorted(os.listdir("/proc/self/task"))) == before
+
+
+@pytest.mark.parametrize("m,n,k,solo", [(64, 120, 400, True), (100, 100, 2000, False), (1, 7, 3, True)])
+def test_small_whole_products_run_blas_on_one_thread(m, n, k, solo):
+    """A product of known sizes too small to split (no batch, under 2 * MIN_ROWS rows and columns) runs
+    with the BLAS on one thread below gemm.SOLO_WORK multiply-adds (a Linear layer of a small model: its
+    OpenBLAS worker, busy elsewhere, stalled each call), keeps OpenBLAS's threads above it; values as
+    NumPy's, and the BLAS's thread count is as before."""
+    if not driver.blas()[1].get("set_threads"):
+        pytest.skip("no OpenBLAS thread control here")
+    assert gemm.solo({"m": m, "n": n, "k": k, "batch": ()}) is solo
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    f = tg.compile(lambda x, y: (x @ y).relu())
+    x, y = tg.from_numpy(a), tg.from_numpy(b)
+    before = blas_threads()
+    close(f(x, y).numpy(), np.maximum(a.astype(np.float64) @ b, 0), np.float32)
+    assert blas_threads() == before
+    text = f.ir(x, y, stage="llvm")
+    assert bool(re.search(r"call void %c\d+bts\w*\(i32 1\)", text)) is solo

@@ -6,7 +6,7 @@ from functools import partial
 from ... import logs
 from .driver import (blas, body_call, entry_function, gemm_call, gemm_plan, gemm_slots, pool_slots, region_slot,
                      segment_function, sized_plan, sizes_slot, step_function, table_size)
-from .gemm import one_thread, operand_slots, per_call, region_entry
+from .gemm import one_thread, operand_slots, per_call, region_entry, solo
 from .gemm import split as gemm_split, varies as gemm_varies
 from .gemm_sized import sized_size
 from .engine import compile_module
@@ -72,6 +72,8 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 # (OpenBLAS's own threads spin after each threaded call: W4 dynamic=True took 6x the
                 # step's CPU time, against the fused kernels and the pool)
                 calls[j] = one_thread(c, gemm, calls[j])
+            elif j not in split and solo(plan) and blas()[1].get("set_threads"):
+                calls[j] = one_thread(c, gemm, calls[j])      # small and whole: no OpenBLAS threads either
             if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 regions[j].entry = name

@@ -16,7 +16,8 @@ multiply-adds is a parallel region of tracegrad's pool (regions.py): chunks of b
 row blocks where it has none, each one BLAS call with the BLAS set to one thread for the region (its
 count restored after), the Judge choosing the pool or the calling thread by measured time like any
 split kernel. Smaller products run single-threaded in OpenBLAS anyway (its own threshold); a product
-that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps OpenBLAS's threads.
+that cannot split (no batch, fewer than 2 * MIN_ROWS rows and columns) keeps OpenBLAS's threads where
+it is large (SOLO_WORK or more: `solo`), and runs on one thread where it is not.
 
 Sizes known only at the call (dynamic=True) fold and split the same way: `x @ w` with x [B, T, K] is one
 call of B*T rows where that holds for every size, and a product that some sizes make worth splitting gets
@@ -31,6 +32,7 @@ from ...symint import hint, is_sym, same_size
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_WORK = 1 << 18      # multiply-adds: OpenBLAS's own threshold for threads (SMP_THRESHOLD_MIN * 4)
+SOLO_WORK = 1 << 23       # multiply-adds: an unsplit product below this runs with the BLAS on one thread
 MIN_ROWS = 64             # rows (or columns) per chunk of an unbatched product, at least
 BLOCK_ROWS = 256          # and where there are enough, this many: each call packs its whole other operand
 MAX_CHUNKS = 16
@@ -230,6 +232,14 @@ def split(plan, blas_fns):
     if chunks.n < 2 or not varies(plan) and plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) < SPLIT_WORK:
         return None
     return chunks
+
+
+def solo(plan):
+    """Whether a product of known sizes that does not split runs with the BLAS on one thread: below
+    SOLO_WORK multiply-adds (~0.1 ms on one core) a second OpenBLAS thread saves little, and on a busy
+    host its call waits for that thread: W9's Linear products (64x400x120) took 23-57 ms each at a
+    load of 8 with OpenBLAS's threads, under 0.1 ms on one."""
+    return not varies(plan) and plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) < SOLO_WORK
 
 
 def per_call(c, plan, chunks, size, split_lines, whole_lines):
