@@ -18,6 +18,7 @@ import math
 
 from ...ir.kernels import contiguous_strides, known
 from . import mathlib, versioned
+from .boxes import boxed
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
 from .host import vector_bytes
@@ -137,10 +138,13 @@ def _columns(mb, f, kernel, ptrs, strategy):
 
 
 def _rows(mb, f, kernel, ptrs, strategy):
-    """ROWS and MAP: per-row values once per call (hoist.py), then the row loop; symbolic rows that
-    the row cache takes (strategy.row_cache) branch at the call between a cached and an uncached loop."""
+    """ROWS and MAP: per-row values once per call (hoist.py), then the row loop (a map over pieces box by
+    box: boxes.py); symbolic rows that the row cache takes (strategy.row_cache) branch at the call between
+    a cached and an uncached loop."""
     kernel, plan = hoisted(kernel, kernel.split)
     prelude(mb, f, kernel, kernel.split, ptrs, plan)
+    if strategy.boxes and boxed(mb, f, kernel, ptrs):
+        return
     cap = strategy.row_cache
     if cap is not None:             # symbolic rows: cached where they fit its buffers, else recomputed
         n = f.size(math.prod(kernel.shape[kernel.split:]))

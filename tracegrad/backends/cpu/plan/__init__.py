@@ -18,12 +18,14 @@ The strategies (Kind), each lowered by one entry of llvm.py's EMIT:
   ACROSS_TILES    the same in tiles of the kept axis, maybe reading tiles transposed in registers
   PERMUTED_MAP    maps in a permuted loop order (scheduled.py)
   TRANSPOSED_MAP  maps tiled as a transpose, tiles transposed in registers (transpose.py)
-  ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py)
+  ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py);
+                  a MAP over the pieces of a cat, an unslice or a pad box by box (`boxes`, boxes.py)
 """
 import enum
 import math
 from dataclasses import dataclass
 
+from ....ir import boxes as B
 from ....ir.kernels import known, nbytes
 from ....lowering.slots import roles
 from ....symint import hint, is_sym
@@ -62,7 +64,8 @@ class Strategy:
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
     `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
-    float64 stack array (column_walk, row_wide)."""
+    float64 stack array (column_walk, row_wide); `boxes`: a map kernel over pieces (a cat, an unslice, a
+    pad: ir/boxes.py) writes each box of its space by a loop nest of its own (boxes.py)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
@@ -71,11 +74,13 @@ class Strategy:
     row_cache: int = None
     walk: Walk = None
     wide: frozenset = frozenset()
+    boxes: bool = False
 
     def text(self):
         """The strategy in words (TRACEGRAD_LOG=kernels): its name, then its options."""
         return self.kind.value + "".join(f", {w}" for w, on in (
             ("register-transposed reads", self.transposed), ("walks", self.walks), ("online rows", self.online),
+            ("box by box", self.boxes),
             (f"row cache for rows up to {self.row_cache}", self.row_cache), ("streamed stores", self.streams)) if on)
 
 
@@ -108,7 +113,7 @@ def plan(kernel, stream=frozenset()):
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     lowered = coalesce(kernel)
     return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
-                    wide=row_wide(lowered))
+                    wide=row_wide(lowered), boxes=kind is Kind.MAP and 1 < B.count(B.bounds(lowered)) <= limits.MAX_BOXES)
 
 
 def column_walk(kernel):
