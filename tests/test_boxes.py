@@ -14,7 +14,9 @@ from tracegrad.backends.cpu import llvm
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
 PIECES = {"x": lambda x: x, "neg": lambda x: -x, "exp": lambda x: x.exp(), "affine": lambda x: x * 2.0 + 1.0}
 CONSUMERS = {"none": lambda y, w: y * 1.0, "tanh": lambda y, w: y.tanh(), "mulw": lambda y, w: y * w,
-             "tanh_w": lambda y, w: (y + w).tanh() * y}
+             "tanh_w": lambda y, w: (y + w).tanh() * y,
+             "sum": lambda y, w: (y.tanh() * w).sum() * y,                   # a column walk to a scalar
+             "sum0": lambda y, w: (y * w).sum(0, keepdim=True) + y}          # ... to a row of columns
 
 
 def lowerings(fn, *args):
@@ -163,6 +165,19 @@ def test_rotary_cat_tanh_and_pad_are_written_box_by_box():
     for fn, args in ((rotate, (x, c, s)), (lambda a, b: tg.cat([a, b * 2], -1).tanh(), (x, x)),
                      (lambda a: F.pad(a * 2, (1, 1, 1, 1), value=0.5), (x,))):
         np.testing.assert_allclose(tg.compile(fn)(*args).numpy(), fn(*args).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_column_walks_over_pieces_are_written_box_by_box():
+    """Reductions over leading or all axes of a cat or a pad accumulate box by box (natural order)."""
+    r = np.random.default_rng(3)
+    a, b = (tg.tensor(r.standard_normal((5, 7, 9)).astype(np.float32)) for _ in range(2))
+    fns = [lambda a, b: (tg.cat([a.exp(), -b, a[:, :2]], 1) * 0.5).sum(),
+           lambda a, b: tg.cat([a.exp(), -b], 2).tanh().sum(0),
+           lambda a, b: (F.pad(a.exp(), (3, 1, 0, 2), value=-2.0) * 1.5).sum((0, 1))]
+    for fn in fns:
+        assert any("column accumulation, natural order, box by box" in how for how in lowerings(fn, a, b))
+        want = fn(tg.tensor(a.numpy().astype(np.float64)), tg.tensor(b.numpy().astype(np.float64))).numpy()
+        np.testing.assert_allclose(tg.compile(fn)(a, b).numpy(), want, rtol=1e-5, atol=1e-4)
 
 
 def test_gradcheck_float64_through_cat_pad_and_slice():

@@ -17,7 +17,7 @@ import itertools
 from .. import dtypes as D
 from .. import scalar as S
 from ..symint import hint, is_sym, same_size
-from .kernels import Const, Gather, Iota, Load, Op, applies, postorder
+from .kernels import Const, Gather, Iota, Load, Op, applies, loads, postorder
 
 
 def bounds(kernel):
@@ -73,6 +73,20 @@ def resolved(tree, cuts, box, memo):
             args = [memo[id(a)] for a in x.args] if isinstance(x, Op) else None
             memo[id(x)] = _resolve(x, args, cuts, box)
     return memo[id(tree)]
+
+
+def reads(kernel, most=64):
+    """The Loads of `kernel`, those under box tests as each box reads them (Kernel.reads reads a piece
+    gathered along the cut axis: its source's stride there 0): where the kernel walks memory, for the
+    planners' facts about memory order (ir/layout.py). Kernel.reads when it has more than `most` boxes."""
+    cuts = bounds(kernel)
+    if not cuts or count(cuts) > most:
+        return kernel.reads
+    out = []
+    for box in boxes(cuts):
+        memo = {}
+        out += [ld for ph in kernel.phases for _, t in ph.outputs for ld in loads(resolved(t, cuts, box, memo))]
+    return out
 
 
 def _unit_axis(t, ndim):

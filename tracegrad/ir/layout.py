@@ -7,6 +7,7 @@ import math
 
 from ..strides import contiguous_strides
 from ..symint import hint, is_sym
+from . import boxes
 from .kernels import hinted, hinted_tree, loads, nbytes
 
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
@@ -28,7 +29,8 @@ def memory_order(shape, strides):
 
 def operands(k):
     """[(bytes, strides over k's space)] of the buffers kernel k writes, then of those it reads (an
-    output comes first among equals: contiguous stores matter more than loads). Sizes at their hints."""
+    output comes first among equals: contiguous stores matter more than loads; the pieces of a cat as
+    its boxes read them, boxes.reads). Sizes at their hints."""
     out = []
     full = contiguous_strides(k.shape)
     for ph in k.phases:
@@ -41,7 +43,7 @@ def operands(k):
                 for d, s in zip(kept, contiguous_strides([k.shape[d] for d in kept])):
                     strides[d] = s
                 out.append((nbytes(v), tuple(strides)))
-    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
+    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in boxes.reads(k)]
 
 
 def read_bytes(shape, ld):

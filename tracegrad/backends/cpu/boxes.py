@@ -14,6 +14,7 @@ from ...ir import boxes as B
 from ...ir.kernels import contiguous_strides, loads
 from ...symint import is_sym
 from .loops import ROLL_MIN, ROLLED, _counted
+from .reductions import _blocked_loops
 from .scalar import Emitter, linear, store
 
 
@@ -22,15 +23,7 @@ def boxed(mb, f, kernel, ptrs):
     it emitted a check of the symbolic bounds' order and leaves the general loop to follow it (the
     current block runs it when the check fails)."""
     cuts = B.bounds(kernel)
-    checks = [f.assign(f"icmp sle i64 {f.size(a)}, {f.size(b)}") for a, b in B.ordered(cuts)]
-    general = None
-    if checks:
-        ok = checks[0]
-        for c in checks[1:]:
-            ok = f.assign(f"and i1 {ok}, {c}")
-        go, general = f.label(), f.label()
-        f.emit(f"br i1 {ok}, label %{go}, label %{general}")
-        f.block(go)
+    general = _check(f, cuts)
     made = {id(v) for ph in kernel.phases for v, _ in ph.outputs}
     apart = any(id(ld.buf) in made for ph in kernel.phases for _, t in ph.outputs for ld in loads(t))
     groups = [[ph] for ph in kernel.phases] if apart else [kernel.phases]   # a phase reading another's: in turn
@@ -38,7 +31,7 @@ def boxed(mb, f, kernel, ptrs):
         for box in B.boxes(cuts):
             memo = {}
             trees = [(v, B.resolved(t, cuts, box, memo)) for ph in group for v, t in ph.outputs]
-            _box_loops(mb, f, kernel, ptrs, cuts, box, trees)
+            _box_loops(mb, f, kernel, ptrs, _ranges(f, kernel, cuts, box), trees)
     if general is None:
         return True
     f.emit("ret void")
@@ -46,22 +39,70 @@ def boxed(mb, f, kernel, ptrs):
     return False
 
 
-def _box_loops(mb, f, kernel, ptrs, cuts, box, trees):
-    """The loop nest over one box, storing each tree's value at its element."""
-    shape, full = kernel.shape, contiguous_strides(kernel.shape)
-    ranges = []
-    for d, n in enumerate(shape):
+def boxed_walk(f, kernel, current, body, accs, natural, rows=("%lo", "%hi"), meta=None):
+    """A reduce_acc kernel's natural walk (llvm.py's _reduce_acc: Walk.BLOCKED, or a block of rows of
+    Walk.OUTER_BLOCKS) box by box: for each box, `current` (a dict that body(f, idx) reads its trees
+    from: id(tree) -> tree) holds the box's resolved trees, and its blocked loop nest runs body at each
+    element (axis 0 over `rows` clipped to the box; `meta` on that loop). Symbolic bounds out of order
+    at the call run natural(f) instead."""
+    cuts = B.bounds(kernel)
+    general = _check(f, cuts)
+    done = f.label() if general else None
+    trees = [t for ph in kernel.phases for _, t in ph.outputs]
+    for box in B.boxes(cuts):
+        memo = {}
+        current.update({id(t): B.resolved(t, cuts, box, memo) for t in trees})
+        ranges = _ranges(f, kernel, cuts, box, rows)
+        dims = [k if k is not None else f.assign(f"sub nsw i64 {hi}, {lo}") for lo, hi, k in ranges]
+        starts = [lo for lo, _, _ in ranges]
+
+        def shifted(f, i, starts=starts):       # axis 0 runs over its absolute range, the others from 0
+            body(f, i[:1] + [j if s == "0" else f.assign(f"add nsw i64 {j}, {s}") for j, s in zip(i[1:], starts[1:])])
+        _blocked_loops(f, dims, shifted, accs, lo_hi=ranges[0][:2], meta=meta)
+    current.clear()
+    if general:
+        f.emit(f"br label %{done}")
+        f.block(general)
+        natural(f)
+        f.emit(f"br label %{done}")
+        f.block(done)
+
+
+def _check(f, cuts):
+    """Where symbolic bounds must keep their order (ir/boxes.py's `ordered`): a branch on it, into a new
+    block when they do; returns the label of the block where they do not (None: nothing to check)."""
+    checks = [f.assign(f"icmp sle i64 {f.size(a)}, {f.size(b)}") for a, b in B.ordered(cuts)]
+    if not checks:
+        return None
+    ok = checks[0]
+    for c in checks[1:]:
+        ok = f.assign(f"and i1 {ok}, {c}")
+    go, general = f.label(), f.label()
+    f.emit(f"br i1 {ok}, label %{go}, label %{general}")
+    f.block(go)
+    return general
+
+
+def _ranges(f, kernel, cuts, box, rows=("%lo", "%hi")):
+    """[(lo, hi, extent if known else None)] of each axis over `box`, axis 0 clipped to `rows` (the
+    threads' [%lo, %hi)) when they split it."""
+    out = []
+    for d, n in enumerate(kernel.shape):
         lo, hi = (cuts[d][box[d]], cuts[d][box[d] + 1]) if d in box else (0, n)
         known = None if is_sym(lo) or is_sym(hi) else hi - lo
         lo, hi = f.size(lo), f.size(hi)
-        if d == 0 and kernel.split:         # the threads' rows
-            lo = _pick(f, "sgt", lo, "%lo")
-            hi = _pick(f, "slt", hi, "%hi")
-        ranges.append((lo, hi, known))
-    idx = []
+        if d == 0 and (kernel.split or kernel.kind == "reduce_acc"):
+            lo, hi = _pick(f, "sgt", lo, rows[0]), _pick(f, "slt", hi, rows[1])
+        out.append((lo, hi, known))
+    return out
+
+
+def _box_loops(mb, f, kernel, ptrs, ranges, trees):
+    """The loop nest over one box (`ranges`), storing each tree's value at its element."""
+    full, idx = contiguous_strides(kernel.shape), []
 
     def level(d):
-        if d == len(shape):
+        if d == len(ranges):
             em = Emitter(mb, f, ptrs, list(idx))
             vals = [(v, em.value(t)) for v, t in trees]
             off = linear(f, idx, full)
@@ -74,7 +115,7 @@ def _box_loops(mb, f, kernel, ptrs, cuts, box, trees):
             idx.append(i)
             level(d + 1)
             idx.pop()
-        _counted(f, lo, hi, trip, ROLLED if d == len(shape) - 1 and known is not None and known >= ROLL_MIN else None)
+        _counted(f, lo, hi, trip, ROLLED if d == len(ranges) - 1 and known is not None and known >= ROLL_MIN else None)
     level(0)
 
 

@@ -18,7 +18,7 @@ import math
 
 from ...ir.kernels import contiguous_strides, known
 from . import mathlib, versioned
-from .boxes import boxed
+from .boxes import boxed, boxed_walk
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
 from .host import vector_bytes
@@ -397,6 +397,7 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         phases.append((ph.lower, v, tree, ostrides, acc, wide, oshape, flushed))
     accs = [p[4] for p in phases if p[4] is not None]
     flushed = [p for p in phases if p[7]]
+    current = {}                # the trees of the box being walked (strategy.boxes: boxes.py)
 
     def body(f, idx):
         em = Emitter(mb, f, ptrs, idx)
@@ -404,9 +405,9 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
             off = linear(f, idx, contiguous_strides(shape))
             for ph in maps:
                 for v, tree in ph.outputs:
-                    store(f, ptrs, v, off, em.value(tree))
+                    store(f, ptrs, v, off, em.value(current.get(id(tree), tree)))
         for op, v, tree, ostrides, acc, wide, _, flush in phases:
-            x = em.value(tree)
+            x = em.value(current.get(id(tree), tree))
             if acc is not None:
                 acc.add(f, x)
                 continue
@@ -430,7 +431,10 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         # gradient 1491 machine instructions (349 rolled), W4's module 0.33 -> 0.17 s of LLVM, and
         # the column sums of (256, 256) ran 10-30% slower unrolled, none faster
         def rows(f, start, stop):           # then each output joins the float64 array and restarts
-            _blocked_loops(f, shape, body, accs, lo_hi=(start, stop), meta=ROLLED)
+            def natural(f):
+                _blocked_loops(f, shape, body, accs, lo_hi=(start, stop), meta=ROLLED)
+            boxed_walk(f, kernel, current, body, accs, natural, (start, stop), ROLLED) if strategy.boxes \
+                else natural(f)
             for op, v, _, _, _, wide, oshape, _ in flushed:
                 def join(f, idx, v=v, wide=wide, oshape=oshape, op=op, at=_acc_dtype(op, v.dtype)):
                     p, ty = _at(f, wide, at, idx, oshape), regtype(v.dtype)
@@ -455,7 +459,9 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         f.emit(f"br label %{done}")
         f.block(done)
     elif walk is Walk.BLOCKED:
-        _blocked_loops(f, shape, body, accs, lo_hi=("%lo", "%hi") if shape else None)
+        def natural(f):
+            _blocked_loops(f, shape, body, accs, lo_hi=("%lo", "%hi") if shape else None)
+        boxed_walk(f, kernel, current, body, accs, natural) if strategy.boxes else natural(f)
     elif walk is Walk.ONE_AXIS:                  # one axis longer than 1, the threads' one
         d = levels[0][0]
         _blocked_loops(f, [None], lambda f, i: body(f, [i[0] if e == d else "0" for e in range(len(shape))]),

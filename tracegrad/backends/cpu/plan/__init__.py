@@ -19,7 +19,8 @@ The strategies (Kind), each lowered by one entry of llvm.py's EMIT:
   PERMUTED_MAP    maps in a permuted loop order (scheduled.py)
   TRANSPOSED_MAP  maps tiled as a transpose, tiles transposed in registers (transpose.py)
   ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py);
-                  a MAP over the pieces of a cat, an unslice or a pad box by box (`boxes`, boxes.py)
+                  a MAP (or a COLUMNS walk in natural order) over the pieces of a cat, an unslice or a
+                  pad box by box (`boxes`, boxes.py)
 """
 import enum
 import math
@@ -64,7 +65,7 @@ class Strategy:
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
     `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
-    float64 stack array (column_walk, row_wide); `boxes`: a map kernel over pieces (a cat, an unslice, a
+    float64 stack array (column_walk, row_wide); `boxes`: a map kernel (or a natural column walk) over pieces (a cat, an unslice, a
     pad: ir/boxes.py) writes each box of its space by a loop nest of its own (boxes.py)."""
     kind: Kind
     streams: frozenset = frozenset()
@@ -104,8 +105,10 @@ def plan(kernel, stream=frozenset()):
     if kernel.kind == "reduce_acc" and online:
         return Strategy(Kind.ONLINE_COLUMNS, streams)
     if kernel.kind == "reduce_acc":
-        walk, wide = column_walk(coalesce(kernel))
-        return Strategy(Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS, streams, walk=walk, wide=wide)
+        lowered = coalesce(kernel)
+        walk, wide = column_walk(lowered)
+        return Strategy(Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS, streams, walk=walk, wide=wide,
+                        boxes=walk in (Walk.BLOCKED, Walk.OUTER_BLOCKS) and boxes(lowered))
     if sch is not None and sch.across is not None:
         return Strategy(Kind.ACROSS_ROWS if sch.rows else Kind.ACROSS_TILES, streams, transposed=bool(sch.transposed))
     if sch is not None and sch.reorders():
@@ -113,7 +116,14 @@ def plan(kernel, stream=frozenset()):
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     lowered = coalesce(kernel)
     return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
-                    wide=row_wide(lowered), boxes=kind is Kind.MAP and 1 < B.count(B.bounds(lowered)) <= limits.MAX_BOXES)
+                    wide=row_wide(lowered), boxes=kind is Kind.MAP and boxes(lowered))
+
+
+def boxes(kernel):
+    """Whether a map or a column accumulation in natural order (coalesced: the kernel its emitter lowers)
+    over the pieces of a cat, an unslice or a pad is written box by box (boxes.py): when its space has
+    2 to MAX_BOXES boxes (ir/boxes.py)."""
+    return 1 < B.count(B.bounds(kernel)) <= limits.MAX_BOXES
 
 
 def column_walk(kernel):
