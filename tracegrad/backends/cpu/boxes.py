@@ -39,12 +39,18 @@ def boxed(mb, f, kernel, ptrs):
     return False
 
 
-def boxed_walk(f, kernel, current, body, accs, natural, rows=("%lo", "%hi"), meta=None):
+def blocked_walk(f, kernel, boxes, current, body, accs, rows, meta=None):
     """A reduce_acc kernel's natural walk (llvm.py's _reduce_acc: Walk.BLOCKED, or a block of rows of
-    Walk.OUTER_BLOCKS) box by box: for each box, `current` (a dict that body(f, idx) reads its trees
-    from: id(tree) -> tree) holds the box's resolved trees, and its blocked loop nest runs body at each
-    element (axis 0 over `rows` clipped to the box; `meta` on that loop). Symbolic bounds out of order
-    at the call run natural(f) instead."""
+    Walk.OUTER_BLOCKS) over axis 0's `rows`, blocked for the accumulators `accs` (`meta` on axis 0's
+    loop); with `boxes` (Strategy.boxes) box by box: for each box, `current` (a dict that body(f, idx)
+    reads its trees from: id(tree) -> tree) holds the box's resolved trees, and a blocked loop nest over
+    the box (axis 0's `rows` clipped to it) runs body at each element. Symbolic bounds out of order at
+    the call run the natural walk instead."""
+    def natural(f):
+        _blocked_loops(f, kernel.shape, body, accs, lo_hi=rows, meta=meta)
+    if not boxes:
+        natural(f)
+        return
     cuts = B.bounds(kernel)
     general = _check(f, cuts)
     done = f.label() if general else None
