@@ -19,7 +19,7 @@ CONSUMERS = {"none": lambda y, w: y * 1.0, "tanh": lambda y, w: y.tanh(), "mulw"
              "sum0": lambda y, w: (y * w).sum(0, keepdim=True) + y}          # ... to a row of columns
 
 
-def lowerings(fn, *args):
+def lowerings(fn, *args, **compile_kw):
     """The lowering in words of each loop kernel built while compiling fn(*args) for the llvm backend."""
     got = []
     kernel = llvm.ModuleBuilder.kernel
@@ -29,7 +29,7 @@ def lowerings(fn, *args):
         got.append(self.lowerings[name])
         return out
     with mock.patch.object(llvm.ModuleBuilder, "kernel", spy):
-        tg.compile(fn)(*args)
+        tg.compile(fn, **compile_kw)(*args)
     return got
 
 
@@ -210,3 +210,18 @@ def test_symbolic_piece_bounds():
         np.testing.assert_allclose(got, want, rtol=1e-10)
         for g, w in zip(grads, wgrads):
             np.testing.assert_allclose(g, w, rtol=1e-10)
+
+
+def test_symbolic_bounds_out_of_their_traced_order_run_the_selects():
+    """A bound that is a size of another input (arange(n) < m): traced with m < n, its boxes assume that
+    order; a call with m > n fails the check at the call and runs the general loop."""
+    def fn(x, y):
+        return tg.where(tg.arange(x.shape[1]) < y.shape[0], x.exp(), -x) * 2
+    f = tg.compile(fn, dynamic=True)
+    r = np.random.default_rng(4)
+    x0, y0 = tg.tensor(r.standard_normal((3, 6)).astype(np.float32)), tg.zeros(3)
+    assert any("box by box" in how for how in lowerings(fn, x0, y0, dynamic=True))
+    for n, m in ((6, 3), (7, 2), (5, 9), (4, 0), (8, 8)):
+        x = tg.tensor(r.standard_normal((3, n)).astype(np.float32))
+        y = tg.zeros(m)
+        np.testing.assert_allclose(f(x, y).numpy(), fn(x, y).numpy(), rtol=1e-6, atol=1e-6)
