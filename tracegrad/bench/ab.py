@@ -12,7 +12,7 @@ survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layo
 and adam (the survey's), SOFTMAX_T
 (softmax over the rows of a transposed view, fwd+bwd); ROTARY (the survey's rotary_embed), CAT_TANH and
 PAD (maps over the pieces of a cat and a pad, written box by box); W12 (transformer.py's training step); W11
-(lstm_step.py's training step); MLP,
+(lstm_step.py's training step); `--only` also takes any survey program's name; MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -234,7 +234,8 @@ def main(argv=None):
     print(f"{'program':8} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
     packages = {"old": old, "new": new}
     for name in names:
-        setups = {side: lambda tg=tg: _as(tg, lambda: progs[name](tg)) for side, tg in packages.items()}
+        make = progs.get(name) or (lambda tg, name=name: _survey_fwd(tg, name))     # any survey program by name
+        setups = {side: lambda tg=tg: _as(tg, lambda: make(tg)) for side, tg in packages.items()}
         times = rounds(setups, args.runs, args.calls, time.process_time if args.cpu else time.perf_counter)
         med = {s: statistics.median(t) for s, t in times.items()}
         print(f"{name:8} {med['old'] * 1e3:9.3f} {med['new'] * 1e3:9.3f} {med['new'] / med['old']:8.3f}", flush=True)

@@ -31,12 +31,23 @@ def boxed(mb, f, kernel, ptrs):
     general = _check(f, cuts)
     made = {id(v) for ph in kernel.phases for v, _ in ph.outputs}
     apart = any(id(ld.buf) in made for ph in kernel.phases for _, t in ph.outputs for ld in loads(t))
-    groups = [[ph] for ph in kernel.phases] if apart else [kernel.phases]   # a phase reading another's: in turn
-    for group in groups:
-        for box in B.boxes(cuts):
-            memo = {}
-            trees = [(v, B.resolved(t, cuts, box, memo)) for ph in group for v, t in ph.outputs]
-            _box_loops(mb, f, kernel, ptrs, _ranges(f, kernel, cuts, box), trees)
+    full = contiguous_strides(kernel.shape)
+    for group in [[ph] for ph in kernel.phases] if apart else [kernel.phases]:   # a phase reading another's: in turn
+        outs = [(v, t) for ph in group for v, t in ph.outputs]
+        trees = _Trees(cuts, [t for _, t in outs])
+
+        def inner(f, lo, hi, known, idx, box, outs=outs, trees=trees):
+            resolved = trees.at(box)
+
+            def element(f, j):
+                at = idx + [j]
+                em = Emitter(mb, f, ptrs, at)
+                vals = [(v, em.value(resolved[id(t)])) for v, t in outs]
+                off = linear(f, at, full)
+                for v, x in vals:
+                    store(f, ptrs, v, off, x)
+            _counted(f, lo, hi, element, ROLLED if known is not None and known >= ROLL_MIN else None)
+        _nest(f, kernel, cuts, ("%lo", "%hi"), inner)
     if general is None:
         return True
     f.emit("ret void")
@@ -47,10 +58,9 @@ def boxed(mb, f, kernel, ptrs):
 def blocked_walk(f, kernel, boxes, current, body, accs, rows, meta=None):
     """A reduce_acc kernel's natural walk (llvm.py's _reduce_acc: Walk.BLOCKED, or a block of rows of
     Walk.OUTER_BLOCKS) over axis 0's `rows`, blocked for the accumulators `accs` (`meta` on axis 0's
-    loop); with `boxes` (Strategy.boxes) box by box: for each box, `current` (a dict that body(f, idx)
-    reads its trees from: id(tree) -> tree) holds the box's resolved trees, and a blocked loop nest over
-    the box (axis 0's `rows` clipped to it) runs body at each element. Symbolic bounds out of order at
-    the call run the natural walk instead."""
+    loop); with `boxes` (Strategy.boxes) box by box: `current` (a dict that body(f, idx) reads its trees
+    from: id(tree) -> tree) holds the resolved trees of the box whose innermost loop is being emitted.
+    Symbolic bounds out of order at the call run the natural walk instead."""
     def natural(f):
         _blocked_loops(f, kernel.shape, body, accs, lo_hi=rows, meta=meta)
     if not boxes:
@@ -59,17 +69,12 @@ def blocked_walk(f, kernel, boxes, current, body, accs, rows, meta=None):
     cuts = B.bounds(kernel)
     general = _check(f, cuts)
     done = f.label() if general else None
-    trees = [t for ph in kernel.phases for _, t in ph.outputs]
-    for box in B.boxes(cuts):
-        memo = {}
-        current.update({id(t): B.resolved(t, cuts, box, memo) for t in trees})
-        ranges = _ranges(f, kernel, cuts, box, rows)
-        dims = [k if k is not None else f.assign(f"sub nsw i64 {hi}, {lo}") for lo, hi, k in ranges]
-        starts = [lo for lo, _, _ in ranges]
+    trees = _Trees(cuts, [t for ph in kernel.phases for _, t in ph.outputs])
 
-        def shifted(f, i, starts=starts):       # axis 0 runs over its absolute range, the others from 0
-            body(f, i[:1] + [j if s == "0" else f.assign(f"add nsw i64 {j}, {s}") for j, s in zip(i[1:], starts[1:])])
-        _blocked_loops(f, dims, shifted, accs, lo_hi=ranges[0][:2], meta=meta)
+    def inner(f, lo, hi, known, idx, box):
+        current.update(trees.at(box))
+        _blocked_loops(f, [None], lambda f, j: body(f, idx + j), accs, lo_hi=(lo, hi))
+    _nest(f, kernel, cuts, rows, inner, meta)
     current.clear()
     if general:
         f.emit(f"br label %{done}")
@@ -77,6 +82,44 @@ def blocked_walk(f, kernel, boxes, current, body, accs, rows, meta=None):
         natural(f)
         f.emit(f"br label %{done}")
         f.block(done)
+
+
+class _Trees:
+    """The trees of a kernel resolved over each box of `cuts` (ir/boxes.py), each box's once."""
+
+    def __init__(self, cuts, trees):
+        self.cuts, self.trees, self.boxes = cuts, trees, {}
+
+    def at(self, box):
+        """{id(tree): the tree over box `box`}."""
+        key = tuple(sorted(box.items()))
+        if key not in self.boxes:
+            memo = {}
+            self.boxes[key] = {id(t): B.resolved(t, self.cuts, box, memo) for t in self.trees}
+        return self.boxes[key]
+
+
+def _nest(f, kernel, cuts, rows, inner, meta=None):
+    """The loop nest over the kernel's space in natural order (memory order: each row's pieces in turn),
+    an axis that `cuts` cut run interval by interval, each interval's loop holding the rest of the nest;
+    inner(f, lo, hi, known, idx, box) emits the innermost axis's loop over [lo, hi) (`known`: its trip
+    count where known) at outer indices `idx`, in box `box`. Axis 0 is clipped to `rows` (the threads'
+    [%lo, %hi)) when they split it; `meta` is its loop's metadata."""
+    shape, last = kernel.shape, len(kernel.shape) - 1
+
+    def level(d, idx, box):
+        line = cuts.get(d, (0, shape[d]))
+        for i, (a, b) in enumerate(zip(line, line[1:])):
+            known = None if is_sym(a) or is_sym(b) else b - a
+            lo, hi = f.size(a), f.size(b)
+            if d == 0 and (kernel.split or kernel.kind == "reduce_acc"):
+                lo, hi = _pick(f, "sgt", lo, rows[0]), _pick(f, "slt", hi, rows[1])
+            here = {**box, d: i} if d in cuts else box
+            if d == last:
+                inner(f, lo, hi, known, idx, here)
+            else:
+                _counted(f, lo, hi, lambda f, j, here=here: level(d + 1, idx + [j], here), meta if d == 0 else None)
+    level(0, [], {})
 
 
 def _check(f, cuts):
@@ -92,42 +135,6 @@ def _check(f, cuts):
     f.emit(f"br i1 {ok}, label %{go}, label %{general}")
     f.block(go)
     return general
-
-
-def _ranges(f, kernel, cuts, box, rows=("%lo", "%hi")):
-    """[(lo, hi, extent if known else None)] of each axis over `box`, axis 0 clipped to `rows` (the
-    threads' [%lo, %hi)) when they split it."""
-    out = []
-    for d, n in enumerate(kernel.shape):
-        lo, hi = (cuts[d][box[d]], cuts[d][box[d] + 1]) if d in box else (0, n)
-        known = None if is_sym(lo) or is_sym(hi) else hi - lo
-        lo, hi = f.size(lo), f.size(hi)
-        if d == 0 and (kernel.split or kernel.kind == "reduce_acc"):
-            lo, hi = _pick(f, "sgt", lo, rows[0]), _pick(f, "slt", hi, rows[1])
-        out.append((lo, hi, known))
-    return out
-
-
-def _box_loops(mb, f, kernel, ptrs, ranges, trees):
-    """The loop nest over one box (`ranges`), storing each tree's value at its element."""
-    full, idx = contiguous_strides(kernel.shape), []
-
-    def level(d):
-        if d == len(ranges):
-            em = Emitter(mb, f, ptrs, list(idx))
-            vals = [(v, em.value(t)) for v, t in trees]
-            off = linear(f, idx, full)
-            for v, x in vals:
-                store(f, ptrs, v, off, x)
-            return
-        lo, hi, known = ranges[d]
-
-        def trip(f, i):
-            idx.append(i)
-            level(d + 1)
-            idx.pop()
-        _counted(f, lo, hi, trip, ROLLED if d == len(ranges) - 1 and known is not None and known >= ROLL_MIN else None)
-    level(0)
 
 
 def _pick(f, cmp, a, b):
