@@ -65,8 +65,8 @@ class Strategy:
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
     `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
-    float64 stack array (column_walk, row_wide); `boxes`: a map kernel (or a natural column walk) over pieces (a cat, an unslice, a
-    pad: ir/boxes.py) writes each box of its space by a loop nest of its own (boxes.py)."""
+    float64 stack array (column_walk, row_wide); `boxes`: a map or a natural column walk over pieces (a
+    cat, an unslice, a pad: ir/boxes.py) runs each piece's region by loops of its own (boxes.py)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
