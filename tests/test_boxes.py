@@ -225,3 +225,19 @@ def test_symbolic_bounds_out_of_their_traced_order_run_the_selects():
         x = tg.tensor(r.standard_normal((3, n)).astype(np.float32))
         y = tg.zeros(m)
         np.testing.assert_allclose(f(x, y).numpy(), fn(x, y).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_threads_split_rows_across_box_bounds(monkeypatch):
+    """Every kernel split over threads (parallel_min_work=1): each chunk of rows [lo, hi) clips the boxes
+    along axis 0, cat and pad along axis 0 and 1, maps and column sums."""
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "parallel_min_work=1")
+    r = np.random.default_rng(5)
+    a, b = (tg.tensor(r.standard_normal((37, 19))) for _ in range(2))
+    fns = [lambda a, b: tg.cat([a.tanh(), -b, a[:5]], 0) * 2.0,
+           lambda a, b: tg.cat([a, b * 3], 1).tanh(),
+           lambda a, b: F.pad(a * b, (2, 1, 3, 4), value=1.5),
+           lambda a, b: (tg.cat([a * 2.0, -b], 0) * 0.5).sum(0),
+           lambda a, b: (F.pad(a * b, (2, 1, 3, 4)) + 1.0).sum()]
+    for fn in fns:
+        assert any("box by box" in how for how in lowerings(fn, a, b))
+        np.testing.assert_allclose(tg.compile(fn)(a, b).numpy(), fn(a, b).numpy(), rtol=1e-12, atol=1e-12)

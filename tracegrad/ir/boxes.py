@@ -23,13 +23,17 @@ from .kernels import Const, Gather, Iota, Load, Op, applies, loads, postorder
 def bounds(kernel):
     """{axis: [0, c_1, ..., c_k, n]}: the distinct bounds of the box tests on each axis of the kernel's
     space, in the order of their hints (only axes some test cuts; none whose bounds leave [0, n])."""
-    shape, found = kernel.shape, {}
-    for ph in kernel.phases:
-        for _, t in ph.outputs:
-            for x in postorder(t):
-                test = _test(x, len(shape))
-                if test is not None:
-                    found.setdefault(test[0], []).append(test[1])
+    return tree_bounds(kernel.shape, _trees(kernel))
+
+
+def tree_bounds(shape, trees):
+    """bounds() of expression trees over a space of `shape`."""
+    found = {}
+    for t in trees:
+        for x in postorder(t):
+            test = _test(x, len(shape))
+            if test is not None:
+                found.setdefault(test[0], []).append(test[1])
     out = {}
     for d, cs in sorted(found.items()):
         n = shape[d]
@@ -75,18 +79,28 @@ def resolved(tree, cuts, box, memo):
     return memo[id(tree)]
 
 
-def reads(kernel, most=64):
-    """The Loads of `kernel`, those under box tests as each box reads them (Kernel.reads reads a piece
-    gathered along the cut axis: its source's stride there 0): where the kernel walks memory, for the
-    planners' facts about memory order (ir/layout.py). Kernel.reads when it has more than `most` boxes."""
-    cuts = bounds(kernel)
+def reads(kernel):
+    """The Loads of loop or reduce_acc kernel `kernel`, those under box tests as each box reads them
+    (Kernel.reads reads a piece gathered along the cut axis: its source's stride there 0): where the
+    kernel walks memory, for the facts about memory order (ir/layout.py)."""
+    return tree_reads(kernel.shape, _trees(kernel))
+
+
+def tree_reads(shape, trees, most=64):
+    """reads() of expression trees over a space of `shape`; their plain loads() where they have more
+    than `most` boxes."""
+    cuts = tree_bounds(shape, trees)
     if not cuts or count(cuts) > most:
-        return kernel.reads
+        return [ld for t in trees for ld in loads(t)]
     out = []
     for box in boxes(cuts):
         memo = {}
-        out += [ld for ph in kernel.phases for _, t in ph.outputs for ld in loads(resolved(t, cuts, box, memo))]
+        out += [ld for t in trees for ld in loads(resolved(t, cuts, box, memo))]
     return out
+
+
+def _trees(kernel):
+    return [t for ph in kernel.phases for _, t in ph.outputs]
 
 
 def _unit_axis(t, ndim):

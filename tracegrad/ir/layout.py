@@ -8,7 +8,7 @@ import math
 from ..strides import contiguous_strides
 from ..symint import hint, is_sym
 from . import boxes
-from .kernels import hinted, hinted_tree, loads, nbytes
+from .kernels import hinted, hinted_tree, nbytes
 
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
 
@@ -84,7 +84,7 @@ def in_order(k):
     big = heavy(ops)
     if any(ph.kind == "reduce" for ph in k.phases):
         reduced = set(range(k.split, len(k.shape)))
-        reads = [(nbytes(ld.buf), ld.strides) for ld in k.reads if unit_axis(k.shape, ld.strides) is not None]
+        reads = [(nbytes(ld.buf), ld.strides) for ld in boxes.reads(k) if unit_axis(k.shape, ld.strides) is not None]
         src = max(reads, key=lambda o: o[0])[1] if reads else big[0][1]
         return mixed(k, reads, reduced) is None and unit_axis(k.shape, src) in reduced
     return len({unit_axis(k.shape, st) for _, st in big}) == 1 and \
@@ -102,7 +102,8 @@ def columns_first(shape, axes, tree):
     shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in boxes.tree_reads(shape, [tree])
+             if unit_axis(shape, ld.strides) is not None]
     if not axes or not reads:
         return None
     big = heavy(reads)
@@ -139,7 +140,8 @@ def rows_first(shape, axes, tree):
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
         return None
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in boxes.tree_reads(shape, [tree])
+             if unit_axis(shape, ld.strides) is not None]
     if not reads:
         return None
     big = heavy(reads)
