@@ -241,3 +241,19 @@ def test_threads_split_rows_across_box_bounds(monkeypatch):
     for fn in fns:
         assert any("box by box" in how for how in lowerings(fn, a, b))
         np.testing.assert_allclose(tg.compile(fn)(a, b).numpy(), fn(a, b).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_streamed_outputs_stream_from_each_interval(monkeypatch):
+    """An output whose stores stream (stream.py; every output here): each interval of a row runs its
+    elements up to an aligned vector alone, then stores whole aligned vectors, which stream."""
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", "stream_min_bytes=1")
+    r = np.random.default_rng(6)
+    a = tg.tensor(r.standard_normal((97, 203)).astype(np.float32))
+    b = tg.tensor(r.standard_normal((97, 101)).astype(np.float32))
+
+    def fn(a, b):
+        return tg.cat([a, b * 2], 1).tanh()
+    assert any("box by box, streamed stores" in how for how in lowerings(fn, a, b))
+    f = tg.compile(fn)
+    np.testing.assert_allclose(f(a, b).numpy(), fn(a, b).numpy(), rtol=1e-6, atol=1e-6)
+    assert "!nontemporal" in f.ir(a, b, stage="llvm", optimized=True)

@@ -18,9 +18,11 @@ piece it lies in and read it with a clamped gather, which LLVM did not vectorize
 from ...ir import boxes as B
 from ...ir.kernels import contiguous_strides, loads
 from ...symint import is_sym
-from .loops import ROLL_MIN, ROLLED, _counted
+from .loops import ROLL_MIN, ROLLED, SCALAR, _counted
 from .reductions import _blocked_loops
-from .scalar import Emitter, linear, store
+from .scalar import Emitter, linear, lltype, store
+from .stream import ALIGN
+from .stream import NAME as STREAM
 
 
 def boxed(mb, f, kernel, ptrs):
@@ -37,16 +39,38 @@ def boxed(mb, f, kernel, ptrs):
         trees = _Trees(cuts, [t for _, t in outs])
 
         def inner(f, lo, hi, known, idx, box, outs=outs, trees=trees):
-            resolved = trees.at(box)
+            resolved, meta = trees.at(box), ROLLED if known is not None and known >= ROLL_MIN else None
 
-            def element(f, j):
+            def element(f, j, rebased=None):
                 at = idx + [j]
                 em = Emitter(mb, f, ptrs, at)
                 vals = [(v, em.value(resolved[id(t)])) for v, t in outs]
                 off = linear(f, at, full)
                 for v, x in vals:
-                    store(f, ptrs, v, off, x)
-            _counted(f, lo, hi, element, ROLLED if known is not None and known >= ROLL_MIN else None)
+                    if rebased and id(v) in rebased:
+                        p, first = rebased[id(v)]
+                        store(f, {id(v): p}, v, f.assign(f"sub nsw i64 {off}, {first}"), x)
+                    else:
+                        store(f, ptrs, v, off, x)
+            streamed = [v for v, _ in outs if ptrs[id(v)].startswith(f"%{STREAM}")]
+            if len({v.dtype.itemsize for v in streamed}) != 1:
+                _counted(f, lo, hi, element, meta)
+                return
+            # streamed outputs (stream.py): the interval's elements up to an aligned vector alone, the rest
+            # stored through pointers LLVM knows are aligned (llvm.py's _aligned_rows)
+            vec = ALIGN // streamed[0].dtype.itemsize
+            off = linear(f, idx + [lo], full)
+            neg = f.assign(f"sub nsw i64 0, {off}")
+            head = f.assign(f"add nsw i64 {lo}, {f.assign(f'and i64 {neg}, {vec - 1}')}")
+            start = _pick(f, "slt", head, hi)
+            _counted(f, lo, start, element, SCALAR)
+            first = f.assign(f"add nsw i64 {off}, {f.assign(f'sub nsw i64 {start}, {lo}')}")
+            rebased = {}
+            for v in streamed:
+                ty = lltype(v.dtype)
+                q = f.assign(f"getelementptr inbounds {ty}, ptr {ptrs[id(v)]}, i64 {first}")
+                rebased[id(v)] = (f.assign(f"call ptr @llvm.ptrmask.p0.i64(ptr {q}, i64 {-ALIGN})"), first)
+            _counted(f, start, hi, lambda f, j: element(f, j, rebased), meta)
         _nest(f, kernel, cuts, ("%lo", "%hi"), inner)
     if general is None:
         return True
