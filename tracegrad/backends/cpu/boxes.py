@@ -1,19 +1,21 @@
 """Maps and natural column walks over the pieces of a cat, an unslice or a pad, box by box (the
 planner's Strategy.boxes).
 
-ir/boxes.py cuts the kernel's space where the pieces meet; each box gets a loop nest of its own over
-its bounds, its trees resolved there (each element reads its one piece at an affine index, a pad's
-border is a constant fill), storing into the one output buffer at the element's place, or adding into
-the accumulators. The threads' rows [lo, hi) clip the boxes' bounds along axis 0. Bounds with symbolic
+ir/boxes.py cuts the kernel's space where the pieces meet. The loop nest keeps natural (memory) order,
+a cut axis running interval by interval, each interval's loop holding the rest of the nest; the
+innermost loop of each box runs its trees resolved there (each element reads its one piece at an
+affine index, a pad's border is a constant fill), storing into the one output buffer at the element's
+place, or adding into the accumulators. The threads' rows [lo, hi) clip the boxes' bounds along axis 0. Bounds with symbolic
 sizes are checked at the call (ir/boxes.py's `ordered`); where they do not hold the kernel runs its
 natural loop (the selects).
 
 Measured (python -m tracegrad.bench.ab --rev main --cpu, TRACEGRAD_THREADS=1, CPU time per call, medians
-of 21 interleaved rounds, a 2-core AMD EPYC with AVX-512 at load 4.9; native / TRACEGRAD_CPU=x86-64-v3):
-ROTARY (the survey's rotary embedding fwd+bwd) 2.07 -> 1.34 ms / 4.14 -> 1.32; CAT_TANH
-(cat((a, b), -1).tanh(), two (1024, 512) float32) 1.45 -> 0.34 / 1.25 -> 0.45; PAD (F.pad(relu(x),
-(1, 1, 1, 1)), (16, 32, 56, 56)) 2.21 -> 0.36 / 1.66 -> 0.24. Before, each element computed which
-piece it lies in and read it with a clamped gather, which LLVM did not vectorize well.
+of 21 interleaved rounds, a 2-core AMD EPYC with AVX-512 at load 7-10; native / TRACEGRAD_CPU=x86-64-v3):
+ROTARY (the survey's rotary embedding fwd+bwd) 2.46 -> 1.02 ms / 4.40 -> 1.12; CAT_TANH
+(cat((a, b), -1).tanh(), two (1024, 512) float32) 1.64 -> 0.34 / 1.30 -> 0.72; PAD (F.pad(relu(x),
+(1, 1, 1, 1)), (16, 32, 56, 56)) 2.58 -> 0.39 / 1.77 -> 0.36. Before, each element computed which
+piece it lies in and read it with a clamped gather. The survey's slice_assign fwd+bwd is 1.04-1.09x
+(its forward 0.85x): LLVM turns the zero interval of its gradient into a memset, which does not stream.
 """
 from ...ir import boxes as B
 from ...ir.kernels import contiguous_strides, loads
