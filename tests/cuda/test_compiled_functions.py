@@ -136,3 +136,13 @@ def test_backward_from_one_of_two_outputs_on_the_device():
         got[dev] = [host(x.grad) for x in xs]
     assert got["cuda"][0] is None and got["cuda"][2] is None and got["cpu"][0] is None
     np.testing.assert_array_equal(got["cuda"][1], got["cpu"][1])
+
+
+def test_cat_pad_and_slice_gradient_stay_on_the_gather_path():
+    """The pieces of a cat, a pad and a slice's gradient: the CPU writes them box by box (backends/cpu/
+    boxes.py); cuda evaluates the same kernels' selects (its planner and emitters do not split boxes)."""
+    def fn(x, c, s):
+        half = x.shape[-1] // 2
+        rot = x * c + tg.cat([-x[..., half:], x[..., :half]], -1) * s
+        return rot.tanh(), F.pad(x * 2, (1, 2, 0, 1), value=0.5), (x[:, 1:3].exp()).sum()
+    compare(fn, [r(3, 4, 6), r(6), r(6)], grad=(0,))

@@ -10,8 +10,10 @@ new/old of the medians. Programs: W1, W3, W5, W7 of the workloads (op_workloads.
 DEEP64 (the survey's mlp_deep64_adam: 64 Linear(16, 16), Adam, one compiled step), INFER_B1 (the
 survey's mlp_infer_b1), softmax_dim0, logsumexp_dim0, batchnorm_nchw, mixed_layout_rowsum, sgd_momentum
 and adam (the survey's), SOFTMAX_T
-(softmax over the rows of a transposed view, fwd+bwd); W12 (transformer.py's training step); W11
-(lstm_step.py's training step); W9, W10 (cnn_workloads.py's LeNet and CIFAR training steps); MLP,
+(softmax over the rows of a transposed view, fwd+bwd); ROTARY (the survey's rotary_embed), CAT_TANH and
+PAD (maps over the pieces of a cat and a pad, written box by box); W12 (transformer.py's training step); W11
+(lstm_step.py's training step); W9, W10 (cnn_workloads.py's LeNet and CIFAR training steps); `--only` also
+takes any survey program's name; MLP,
 a mid-size MLP training step (forward, backward, Adam: matrix products between split elementwise
 kernels and small ones); MIX, split kernels, small ones and a matrix product in one forward. `--callgrind NAME,SIDE,N`: set up one program on one side ("new" or
 "old"), run N calls after two warm-up calls and exit (for valgrind --tool=callgrind, run it with N
@@ -134,6 +136,21 @@ def _softmax_t(tg, rows=2048, cols=1000):
     return run
 
 
+def _pieces(tg, kind):
+    """A map over pieces (backends/cpu/boxes.py), forward only: CAT_TANH cat((a, b), -1).tanh() of two
+    (1024, 512) float32; PAD a convolution's zero pad F.pad(relu(x), (1, 1, 1, 1)) of (16, 32, 56, 56)."""
+    import tracegrad as t
+    F = importlib.import_module(t.__name__ + ".nn.functional")
+    rng = np.random.default_rng(0)
+    if kind == "cat":
+        a, b = (t.from_numpy(rng.standard_normal((1024, 512)).astype(np.float32)) for _ in range(2))
+        f = t.compile(lambda a, b: t.cat([a, b], -1).tanh())
+        return lambda: f(a, b)
+    x = t.from_numpy(rng.standard_normal((16, 32, 56, 56)).astype(np.float32))
+    g = t.compile(lambda x: F.pad(x.relu(), (1, 1, 1, 1)))
+    return lambda: g(x)
+
+
 def programs():
     out = {}
     for wid in ("w1", "w2", "w3", "w5", "w7"):
@@ -147,6 +164,9 @@ def programs():
                  "mixed_layout_rowsum", "sgd_momentum", "adam"):            # reads that disagree; optimizer steps
         out[name] = lambda tg, name=name: _survey_fwd(tg, name)
     out["SOFTMAX_T"] = lambda tg: _softmax_t(tg)
+    out["ROTARY"] = lambda tg: _survey_fwd(tg, "rotary_embed")       # a cat of rotated halves, fwd+bwd
+    out["CAT_TANH"] = lambda tg: _pieces(tg, "cat")
+    out["PAD"] = lambda tg: _pieces(tg, "pad")
     out["W12"] = lambda tg: T.tg_step(T.inputs(), True)        # the GPT-style training step
     out["W11"] = lambda tg: lstm_step._tg_setup(lstm_step.inputs(), True)     # the 2-layer LSTM training step
     for wid, seed in (("W9", 9), ("W10", 10)):                    # the CNN training steps
@@ -224,7 +244,8 @@ def main(argv=None):
     print(f"{'program':8} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
     packages = {"old": old, "new": new}
     for name in names:
-        setups = {side: lambda tg=tg: _as(tg, lambda: progs[name](tg)) for side, tg in packages.items()}
+        make = progs.get(name) or (lambda tg, name=name: _survey_fwd(tg, name))     # any survey program by name
+        setups = {side: lambda tg=tg: _as(tg, lambda: make(tg)) for side, tg in packages.items()}
         times = rounds(setups, args.runs, args.calls, time.process_time if args.cpu else time.perf_counter)
         med = {s: statistics.median(t) for s, t in times.items()}
         print(f"{name:8} {med['old'] * 1e3:9.3f} {med['new'] * 1e3:9.3f} {med['new'] / med['old']:8.3f}", flush=True)

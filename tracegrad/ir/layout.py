@@ -7,7 +7,8 @@ import math
 
 from ..strides import contiguous_strides
 from ..symint import hint, is_sym
-from .kernels import hinted, hinted_tree, loads, nbytes
+from . import boxes
+from .kernels import hinted, hinted_tree, nbytes
 
 HEAVY = 0.5          # operands at least this fraction of the largest one's bytes decide the order
 
@@ -28,7 +29,8 @@ def memory_order(shape, strides):
 
 def operands(k):
     """[(bytes, strides over k's space)] of the buffers kernel k writes, then of those it reads (an
-    output comes first among equals: contiguous stores matter more than loads). Sizes at their hints."""
+    output comes first among equals: contiguous stores matter more than loads; the pieces of a cat as
+    its boxes read them, boxes.reads). Sizes at their hints."""
     out = []
     full = contiguous_strides(k.shape)
     for ph in k.phases:
@@ -41,7 +43,7 @@ def operands(k):
                 for d, s in zip(kept, contiguous_strides([k.shape[d] for d in kept])):
                     strides[d] = s
                 out.append((nbytes(v), tuple(strides)))
-    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in k.reads]
+    return out + [(read_bytes(k.shape, ld), ld.strides) for ld in boxes.reads(k)]
 
 
 def read_bytes(shape, ld):
@@ -82,7 +84,7 @@ def in_order(k):
     big = heavy(ops)
     if any(ph.kind == "reduce" for ph in k.phases):
         reduced = set(range(k.split, len(k.shape)))
-        reads = [(nbytes(ld.buf), ld.strides) for ld in k.reads if unit_axis(k.shape, ld.strides) is not None]
+        reads = [(nbytes(ld.buf), ld.strides) for ld in boxes.reads(k) if unit_axis(k.shape, ld.strides) is not None]
         src = max(reads, key=lambda o: o[0])[1] if reads else big[0][1]
         return mixed(k, reads, reduced) is None and unit_axis(k.shape, src) in reduced
     return len({unit_axis(k.shape, st) for _, st in big}) == 1 and \
@@ -100,7 +102,8 @@ def columns_first(shape, axes, tree):
     shape, tree = hinted_tree(shape, tree)     # heuristics on the hints: speed only
     nd = len(shape)
     kept = [d for d in range(nd) if d not in axes]
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in boxes.tree_reads(shape, [tree])
+             if unit_axis(shape, ld.strides) is not None]
     if not axes or not reads:
         return None
     big = heavy(reads)
@@ -137,7 +140,8 @@ def rows_first(shape, axes, tree):
     kept = [d for d in range(nd) if d not in axes]
     if not kept or not axes or list(axes) == list(range(nd - len(axes), nd)):
         return None
-    reads = [(read_bytes(shape, ld), ld.strides) for ld in loads(tree) if unit_axis(shape, ld.strides) is not None]
+    reads = [(read_bytes(shape, ld), ld.strides) for ld in boxes.tree_reads(shape, [tree])
+             if unit_axis(shape, ld.strides) is not None]
     if not reads:
         return None
     big = heavy(reads)

@@ -9,15 +9,16 @@ allocas that SROA turns into registers; float sums use `reassoc` adds so they ve
 One element's expression is lowered by scalar.py; transcendentals call the inlined, branch-free
 routines of mathlib/. Each kernel is lowered as its Strategy says (plan/: the planner chooses, EMIT
 below lowers): loop nests come from loops.py, accumulators from reductions.py, kernels with a
-Schedule's map or across order are lowered by scheduled.py, column maxima with the sums of exp that
-read them by online_columns.py; values constant along every axis (any strategy), or along the rows
-that the inner loop reads, are computed once per call (hoist.py). A symbolic kernel with a short
-innermost extent has a copy specialized to its traced size, chosen at the call (versioned.py).
+Schedule's map or across order by scheduled.py, column maxima with the sums of exp that read them by
+online_columns.py, the boxes of a cat or pad by boxes.py; values constant along every axis (any
+strategy), or along the rows that the inner loop reads, are computed once per call (hoist.py). A
+symbolic kernel with a short innermost extent has a copy specialized to its traced size (versioned.py).
 """
 import math
 
 from ...ir.kernels import contiguous_strides, known
 from . import mathlib, versioned
+from .boxes import blocked_walk, boxed
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
 from .host import no_gathers, vector_bytes
@@ -36,7 +37,6 @@ from .scheduled import _across_kernel, _scheduled_map
 from .stream import ALIGN
 from .stream import NAME as STREAM
 from .stream import comment as stream_comment
-
 
 
 class ModuleBuilder:
@@ -137,10 +137,12 @@ def _columns(mb, f, kernel, ptrs, strategy):
 
 
 def _rows(mb, f, kernel, ptrs, strategy):
-    """ROWS and MAP: per-row values once per call (hoist.py), then the row loop; symbolic rows that
-    the row cache takes (strategy.row_cache) branch at the call between a cached and an uncached loop."""
+    """ROWS and MAP: per-row values once per call (hoist.py), then the row loop (strategy.boxes: box by box,
+    boxes.py); symbolic rows the row cache takes (strategy.row_cache) run a cached or an uncached loop."""
     kernel, plan = hoisted(kernel, kernel.split)
     prelude(mb, f, kernel, kernel.split, ptrs, plan)
+    if strategy.boxes and boxed(mb, f, kernel, ptrs):
+        return
     cap = strategy.row_cache
     if cap is not None:             # symbolic rows: cached where they fit its buffers, else recomputed
         n = f.size(math.prod(kernel.shape[kernel.split:]))
@@ -393,6 +395,7 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         phases.append((ph.lower, v, tree, ostrides, acc, wide, oshape, flushed))
     accs = [p[4] for p in phases if p[4] is not None]
     flushed = [p for p in phases if p[7]]
+    current = {}                # the trees of the box being walked (strategy.boxes: boxes.py)
 
     def body(f, idx):
         em = Emitter(mb, f, ptrs, idx)
@@ -400,9 +403,9 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
             off = linear(f, idx, contiguous_strides(shape))
             for ph in maps:
                 for v, tree in ph.outputs:
-                    store(f, ptrs, v, off, em.value(tree))
+                    store(f, ptrs, v, off, em.value(current.get(id(tree), tree)))
         for op, v, tree, ostrides, acc, wide, _, flush in phases:
-            x = em.value(tree)
+            x = em.value(current.get(id(tree), tree))
             if acc is not None:
                 acc.add(f, x)
                 continue
@@ -426,7 +429,7 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         # gradient 1491 machine instructions (349 rolled), W4's module 0.33 -> 0.17 s of LLVM, and
         # the column sums of (256, 256) ran 10-30% slower unrolled, none faster
         def rows(f, start, stop):           # then each output joins the float64 array and restarts
-            _blocked_loops(f, shape, body, accs, lo_hi=(start, stop), meta=ROLLED)
+            blocked_walk(f, kernel, strategy.boxes, current, body, accs, (start, stop), ROLLED)
             for op, v, _, _, _, wide, oshape, _ in flushed:
                 def join(f, idx, v=v, wide=wide, oshape=oshape, op=op, at=_acc_dtype(op, v.dtype)):
                     p, ty = _at(f, wide, at, idx, oshape), regtype(v.dtype)
@@ -451,7 +454,7 @@ def _reduce_acc(mb, f, kernel, ptrs, strategy):
         f.emit(f"br label %{done}")
         f.block(done)
     elif walk is Walk.BLOCKED:
-        _blocked_loops(f, shape, body, accs, lo_hi=("%lo", "%hi") if shape else None)
+        blocked_walk(f, kernel, strategy.boxes, current, body, accs, ("%lo", "%hi") if shape else None)
     elif walk is Walk.ONE_AXIS:                  # one axis longer than 1, the threads' one
         d = levels[0][0]
         _blocked_loops(f, [None], lambda f, i: body(f, [i[0] if e == d else "0" for e in range(len(shape))]),

@@ -8,7 +8,8 @@ memory: a unit-step piece without loads (a constant, an arange) is read at the s
 index; a small expression without transcendentals (CHEAP_PIECE_OPS) with its loads gathered at the
 piece's coordinate clamped into range; any other is a buffer (the piece materialized over its own,
 smaller space) gathered so. Then the result is not written unless a non-fusible op or several
-large readers need it.
+large readers need it. The CPU writes a map or a natural column walk over such a tree box by box
+(ir/boxes.py: each piece's region by its own loop nest, selects and clamps resolved); cuda keeps the selects.
   t = x * 2; t[:, 100:300] = tanh(y); (t * g).sum(), (4096, 1024) float32, fwd+bwd: 68 -> 4.6 ms
   CPU per call (host index_add scatters and their mask before; survey slice_assign);
   (x[::2].exp() * g).sum(), x (4096, 1024), fwd+bwd, one thread: 6.5 -> 3.3 ms (a host copy before);

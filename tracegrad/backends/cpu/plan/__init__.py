@@ -18,12 +18,15 @@ The strategies (Kind), each lowered by one entry of llvm.py's EMIT:
   ACROSS_TILES    the same in tiles of the kept axis, maybe reading tiles transposed in registers
   PERMUTED_MAP    maps in a permuted loop order (scheduled.py)
   TRANSPOSED_MAP  maps tiled as a transpose, tiles transposed in registers (transpose.py)
-  ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py)
+  ROWS, MAP       row kernels in memory order: shared walks, online rows, a row cache (llvm.py);
+                  a MAP (or a COLUMNS walk in natural order) over the pieces of a cat, an unslice or a
+                  pad box by box (`boxes`, boxes.py)
 """
 import enum
 import math
 from dataclasses import dataclass
 
+from ....ir import boxes as B
 from ....ir.kernels import known, nbytes
 from ....lowering.slots import roles
 from ....symint import hint, is_sym
@@ -62,8 +65,9 @@ class Strategy:
     kernel's shared walks and online pairs (Schedule.walks, .online); `row_cache`: for a row kernel
     with symbolic rows, the elements its row buffers hold (longer rows run uncached), else None;
     `walk`: a column accumulation's Walk; `wide`: the indices of the phases whose float32 sums keep a
-    float64 stack array (column_walk, row_wide); `gathers`: the code may use vector gathers and
-    scatters (limits.gathers)."""
+    float64 stack array (column_walk, row_wide); `boxes`: a map or a natural column walk over pieces (a
+    cat, an unslice, a pad: ir/boxes.py) runs each piece's region by loops of its own (boxes.py);
+    `gathers`: the code may use vector gathers and scatters (limits.gathers)."""
     kind: Kind
     streams: frozenset = frozenset()
     transposed: bool = False
@@ -72,12 +76,14 @@ class Strategy:
     row_cache: int = None
     walk: Walk = None
     wide: frozenset = frozenset()
+    boxes: bool = False
     gathers: bool = True
 
     def text(self):
         """The strategy in words (TRACEGRAD_LOG=kernels): its name, then its options."""
         return self.kind.value + "".join(f", {w}" for w, on in (
             ("register-transposed reads", self.transposed), ("walks", self.walks), ("online rows", self.online),
+            ("box by box", self.boxes),
             (f"row cache for rows up to {self.row_cache}", self.row_cache), ("streamed stores", self.streams),
             ("no vector gathers", not self.gathers)) if on)
 
@@ -102,8 +108,10 @@ def plan(kernel, stream=frozenset()):
     if kernel.kind == "reduce_acc" and online:
         return Strategy(Kind.ONLINE_COLUMNS, streams)
     if kernel.kind == "reduce_acc":
-        walk, wide = column_walk(coalesce(kernel))
-        return Strategy(Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS, streams, walk=walk, wide=wide)
+        lowered = coalesce(kernel)
+        walk, wide = column_walk(lowered)
+        return Strategy(Kind.COLUMNS if sch is None else Kind.TILED_COLUMNS, streams, walk=walk, wide=wide,
+                        boxes=walk in (Walk.BLOCKED, Walk.OUTER_BLOCKS) and boxes(lowered))
     if sch is not None and sch.across is not None:
         return Strategy(Kind.ACROSS_ROWS if sch.rows else Kind.ACROSS_TILES, streams, transposed=bool(sch.transposed))
     if sch is not None and sch.reorders():
@@ -112,7 +120,15 @@ def plan(kernel, stream=frozenset()):
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     lowered = coalesce(kernel)
     return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
-                    wide=row_wide(lowered), gathers=kind is Kind.ROWS or limits.gathers())
+                    wide=row_wide(lowered), boxes=kind is Kind.MAP and boxes(lowered),
+                    gathers=kind is Kind.ROWS or limits.gathers())
+
+
+def boxes(kernel):
+    """Whether a map or a column accumulation in natural order (coalesced: the kernel its emitter lowers)
+    over the pieces of a cat, an unslice or a pad is written box by box (boxes.py): when its space has
+    2 to MAX_BOXES boxes (ir/boxes.py)."""
+    return 1 < B.count(B.bounds(kernel)) <= limits.MAX_BOXES
 
 
 def column_walk(kernel):

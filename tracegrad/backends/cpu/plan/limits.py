@@ -20,6 +20,7 @@ WIDE_LIMIT = 16384     # outputs of float32 leading-axis sums (all of a kernel's
 OUTER_BLOCK = 16       # rows of the outermost axis a float32 sum adds in float32 before joining it
 HOIST_ROWS = 8         # rows a kernel needs before its per-column values are computed apart (hoist.py)
 MAX_KEPT = 8           # row buffers per kernel at most (rowcache.py; stack: 8 x 32 KiB of float32)
+MAX_BOXES = 64         # boxes of a kernel over pieces run box by box at most (boxes.py: an inner loop's code each)
 MIN_OPS = 2            # a value a later walk reads again, of fewer ops, is recomputed instead (rowcache.py)
 
 

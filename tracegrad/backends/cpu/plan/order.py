@@ -46,6 +46,7 @@ Kernels already in memory order, without such a pair, keep `schedule = None` and
 """
 import math
 
+from ....ir import boxes
 from ....ir.kernels import Schedule, hinted, nbytes
 from ....ir.layout import heavy, memory_order, mixed, operands, unit_axis
 from .sized import generic, pin, settled, strategy
@@ -232,7 +233,7 @@ def choose(k):
         # written across the kept axis touches one cache line per tile column, refilled over the
         # next rows: a tile's lines stay in L1.
         reduced = set(range(k.split, len(k.shape)))
-        reads = [(nbytes(ld.buf), ld.strides) for ld in k.reads if unit_axis(k.shape, ld.strides) is not None]
+        reads = [(nbytes(ld.buf), ld.strides) for ld in boxes.reads(k) if unit_axis(k.shape, ld.strides) is not None]
         src = max(reads, key=lambda o: o[0])[1] if reads else lead
         u = unit_axis(k.shape, src)
         across = mixed(k, reads, reduced)
