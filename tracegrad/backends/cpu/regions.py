@@ -44,7 +44,7 @@ from .plan import limits
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
-from .sizes import symbolic, value, varies
+from .sizes import value, varies
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
 from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
 
@@ -67,8 +67,7 @@ def splits(kernel):
     """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
     partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
     return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= limits.parallel_min_work()
-            and all(v.dtype.name in JOINED and (not symbolic(v.shape) or getattr(kernel, "pinned_for", None))
-                    for ph in kernel.partials() for v, _ in ph.outputs))   # (pinned: its sizes are the hints)
+            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
 
 
 def groups(kernels, split, slots):
@@ -111,6 +110,7 @@ class Chunks:
         self.extent = extent = kernel.parallel_extent()
         n = max(2, work(kernel) * 4 // limits.parallel_min_work())
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
+        self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
         if self.outs:                     # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //
                     (16 * max(math.prod(map(hint, v.shape)) for _, v, _ in self.outs)))
@@ -131,6 +131,16 @@ class Chunks:
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
         return DESC_TABLES + self.n + (i - 1) * len(self.outs) + o
+
+    def count_word(self, o):
+        """The descriptor word holding output o's elements at the call (read by the join where symbolic)."""
+        return DESC_TABLES + self.n + (self.n - 1) * len(self.outs) + o
+
+    def count(self, f, o):
+        """The i64 operand, in join function f (its `%desc`), of output o's elements at the call."""
+        if not varies(self.counts[o]):
+            return str(self.counts[o])
+        return f.assign(f"load i64, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {self.count_word(o)}')}")
 
 
 def _load(lines, c, reg, base, index):
@@ -229,7 +239,7 @@ def _join_function(mb, name, chunks):
                 for x in xs[1:]:
                     total = _combine(f, lower, total, x, at)
             f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
-        _loops(f, [math.prod(map(hint, v.shape))], element, meta=ELEMENTS)
+        _loops(f, [chunks.count(f, o)], element, meta=ELEMENTS)
     f.emit("ret void")
     return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
             + "\n".join(f.allocas + f.lines) + "\n}\n")
@@ -285,7 +295,7 @@ def _online_join(mb, f, chunks, m, sums):
                 term = f.assign(f"select i1 {gone}, {aty} {fconst(0, acc)}, {aty} {f.assign(f'fmul {aty} {s_i}, {wide}')}")
                 total = f.assign(f"fadd {aty} {total}, {term}")
             f.emit(f"store {ty} {_narrow(f, total, dt, acc)}, ptr {dst}, {ACCESS}")
-    _loops(f, [math.prod(map(hint, mv.shape))], element, meta=DISJOINT)
+    _loops(f, [chunks.count(f, m)], element, meta=DISJOINT)
 
 
 def _compensated(f, xs, ty):
@@ -312,22 +322,36 @@ class Region:
     def __init__(self, chunks, table, table_slots, bounds=None):
         n, outs = chunks.n, chunks.outs
         self.bounds = None if bounds is None else (ctypes.c_int64 * (n + 1)).from_address(bounds)
-        self.desc = np.zeros(DESC_TABLES + n + (n - 1) * len(outs), np.int64)
-        self.partials = [_partials(n - 1, v) for _, v, _ in outs] if outs else []
+        self.desc = np.zeros(DESC_TABLES + n + n * len(outs), np.int64)
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
-        for o, p in enumerate(self.partials):
-            for i in range(1, n):
-                self.desc[chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
-        self.chunks, self.judge = chunks, Judge()
+        self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
+        for o in range(len(outs)):
+            self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
         self.address = self.desc.ctypes.data
 
+    def _partials(self, o, elements):
+        """Output o's partials for `elements` at the call (a symbolic output's grow to the largest call's):
+        n - 1 rows of one array, a cache line apart, so that threads writing neighbouring rows never
+        share one; their addresses and the count written into the descriptor."""
+        n, v, p = self.chunks.n, self.chunks.outs[o][1], self.partials[o]
+        self.desc[self.chunks.count_word(o)] = elements
+        if p is not None and p.shape[1] >= elements:
+            return
+        dtype = np.dtype(v.dtype.np)
+        self.partials[o] = p = np.empty((n - 1, elements + 64 // dtype.itemsize), dtype)
+        for i in range(1, n):
+            self.desc[self.chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
+
     def resize(self, env):
-        """A region over a symbolic extent: its chunks' bounds for the call's sizes `env`."""
+        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
         if self.bounds is not None:
             self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
+        for o in range(len(self.chunks.outs)):
+            if varies(self.chunks.counts[o]):
+                self._partials(o, value(self.chunks.counts[o], env))
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice."""
@@ -337,10 +361,3 @@ class Region:
             self.judge.record(used == 1, int(d[2]) * 1e-9)
             d[0], d[1] = self.judge.parallel(), -1
 
-
-def _partials(n, v):
-    """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
-    cache line apart, so that threads writing neighbouring rows never share one."""
-    shape = tuple(map(hint, v.shape))      # (a pinned kernel's symbolic outputs: their hints, by its guards)
-    size, dtype = math.prod(shape), np.dtype(v.dtype.np)
-    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + shape)

@@ -1,0 +1,100 @@
+"""Threads for programs compiled with symbolic sizes (dynamic=True): at the traced size, the split over
+the thread pool and the regions (backends/cpu/regions.py) are those of the static compile, and the values
+match NumPy over size sequences. A kernel whose chunks accumulate partial results of symbolic shape (a
+layer norm's backward: the weight and bias gradients summed over the rows, of width T) splits too, its
+partials sized per call (Region.resize)."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+
+RNG = np.random.default_rng(26)
+SPLIT_AT = 4096       # element-ops: the kernels of these tests' sizes split
+
+
+@pytest.fixture
+def split_small(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={SPLIT_AT}")
+
+
+def _layernorm(x, w, b, g):
+    mean = x.mean(axis=1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=1, keepdims=True)
+    return ((d / (var + 1e-5).sqrt() * w + b) * g).sum()
+
+
+def _numpy_layernorm(x, w, b, g):
+    """loss, dx, dw, db of _layernorm in float64."""
+    x, w, b, g = (a.astype(np.float64) for a in (x, w, b, g))
+    d = x - x.mean(axis=1, keepdims=True)
+    rstd = 1 / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5)
+    xhat = d * rstd
+    dxhat = g * w
+    dx = rstd * (dxhat - dxhat.mean(axis=1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=1, keepdims=True))
+    return ((xhat * w + b) * g).sum(), dx, (g * xhat).sum(axis=0), g.sum(axis=0)
+
+
+def _center(x, w):
+    z = x.t()
+    y = (z - z.mean(axis=1, keepdims=True)) * w[:, None]
+    return (y * y).sum()
+
+
+def _arrays(b, t):
+    return [RNG.standard_normal(s).astype(np.float32) for s in ((b, t), (t,), (t,), (b, t))]
+
+
+def _step(f, arrays):
+    ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+    loss = f(*ts)
+    loss.backward()
+    return [loss.detach().numpy()] + [t.grad.numpy() for t in ts[:3]]
+
+
+def _regions(f, ts):
+    """Per program of f's entry for tensors `ts` (forward, the backward its calls used, the forward with
+    gradient where joined): its split kernels as (index, kind, chunks, accumulated outputs)."""
+    entry, _ = f._entry_for(tuple(ts), {}, concrete=True)
+    progs = [*(entry.programs or ()), *(p for got in entry._partial.values() for p in got[0]),
+             getattr(entry, "joined_program", None)]
+    out = []
+    for p in (p for p in progs if p is not None):
+        kernels = {r.chunks.entry: r.chunks for r in p.regions if r.chunks.members is None}
+        out.append(sorted((j, k.kind, kernels[name].n, len(kernels[name].outs))
+                          for j, k in enumerate(p.kernels) for name in kernels if name.endswith(f"_k{j}")))
+    return out
+
+
+@pytest.mark.parametrize("fn, shapes", [(_layernorm, ((64, 96), (96,), (96,), (64, 96))),
+                                        (_center, ((256, 32), (32,)))])
+def test_symbolic_programs_split_as_the_static_one(split_small, fn, shapes):
+    """At the traced sizes, dynamic=True splits the same kernels into the same chunks, with the same
+    accumulated partials, as the static compile: the layer norm's backward row kernel (its weight and
+    bias gradients partials of symbolic width) and the centering's backward across rows included."""
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    got = {}
+    for dynamic in (False, True):
+        f = tg.compile(fn, dynamic=dynamic)
+        ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+        f(*ts).backward()
+        got[dynamic] = _regions(f, ts)
+    assert got[True] == got[False], got
+    assert sum(1 for prog in got[True] for *_, outs in prog if outs) >= 2, got     # regions joining partials
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sizes=st.lists(st.tuples(st.sampled_from([1, 2, 3, 40, 200]), st.sampled_from([2, 3, 17, 96, 300])),
+                      min_size=3, max_size=6))
+def test_partials_of_symbolic_width_follow_each_call(split_small, sizes):
+    """A layer norm compiled once with dynamic=True over rows and widths that grow and shrink (the
+    partials of its weight and bias gradients reallocated for a wider call, a narrower one joining only
+    its own width; fewer rows than chunks): loss and gradients as NumPy's in float64."""
+    f = tg.compile(_layernorm, dynamic=True)
+    for b, t in [(64, 96)] + sizes:
+        arrays = _arrays(b, t)
+        for got, want in zip(_step(f, arrays), _numpy_layernorm(*arrays)):
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert f.stats()["traces"] == 1, f.stats()
