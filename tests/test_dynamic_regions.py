@@ -98,3 +98,24 @@ def test_partials_of_symbolic_width_follow_each_call(split_small, sizes):
         for got, want in zip(_step(f, arrays), _numpy_layernorm(*arrays)):
             np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
     assert f.stats()["traces"] == 1, f.stats()
+
+
+
+def test_kernel_by_kernel_runs_split_symbolic_kernels_over_the_calls_chunks(split_small):
+    """Profiles and check mode run a program kernel by kernel through its step module, a second copy of
+    the code: there too a split kernel of symbolic extent takes its chunks' bounds from the call (they
+    were a global of the first copy only, zeros in the second: nothing computed). The forward program's
+    outputs kernel by kernel equal a normal run's, over several sizes; f.profile times every kernel."""
+    f = tg.compile(_layernorm, dynamic=True)
+    for b, t in [(64, 96), (40, 17), (200, 96)]:
+        ts = [tg.tensor(a) for a in _arrays(b, t)]
+        np.testing.assert_allclose(f(*ts).numpy(), _numpy_layernorm(*(x.numpy() for x in ts))[0], rtol=2e-3)
+        entry, _ = f._entry_for(tuple(ts), {}, concrete=True)
+        prog, arrays = entry.programs[0], [x.numpy() for x in ts]
+        assert prog.regions and all(r.chunks.symbolic() for r in prog.regions)
+        normal = [np.array(o) for o in prog.run(arrays)]
+        timed = []
+        for got, want in zip(prog.run(arrays, timings=timed), normal):
+            np.testing.assert_array_equal(got, want)
+        assert len(timed) == len(prog.kernels)
+        assert len(f.profile(*ts)) == len(prog.kernels)

@@ -28,7 +28,8 @@ column walk's join rescales each chunk's sums to the joined maximum (`_online_jo
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
 Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
-the privates) and the partials' addresses. After each native call, `Region.learn` hands the time to
+the privates), the partials' addresses, their element counts, and, where the sizes are symbolic, the
+chunks' bounds (set per call, as the counts are). After each native call, `Region.learn` hands the time to
 the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
 Python per region and call (a region is >= parallel_min_work element-ops (machine.py): hundreds of us).
 """
@@ -136,6 +137,12 @@ class Chunks:
         """The descriptor word holding output o's elements at the call (read by the join where symbolic)."""
         return DESC_TABLES + self.n + (self.n - 1) * len(self.outs) + o
 
+    def bounds_word(self):
+        """The first of the descriptor's n + 1 words holding the chunks' bounds, where they follow the call's
+        sizes (data, not a global of the module: the step module of check mode and profiles, a second copy
+        of the code, reads the same)."""
+        return DESC_TABLES + self.n + self.n * len(self.outs)
+
     def count(self, f, o):
         """The i64 operand, in join function f (its `%desc`), of output o's elements at the call."""
         if not varies(self.counts[o]):
@@ -166,8 +173,11 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
             part = _load(lines, c, f"q{i}_{o}", desc, chunks.partial_word(i, o))
             lines += [f"  %{c}s{i}_{o} = getelementptr ptr, ptr {private}, i64 {slot}",
                       f"  store ptr {part}, ptr %{c}s{i}_{o}"]
-    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr @{entry}_bounds, i64 {chunks.n}, "
-                 f"ptr {desc})")
+    bounds = f"@{entry}_bounds"
+    if chunks.symbolic():
+        bounds = f"%{c}bounds"
+        lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {chunks.bounds_word()}")
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
     return lines
@@ -185,11 +195,9 @@ def group_function(name, calls):
 def region_functions(mb, entry, chunks):
     """The module text a region needs besides its kernel's entry: its chunk bounds, and the join of
     its partials (a kernel that accumulates); `mb` the module (the joins of online sums call exp)."""
-    if chunks.symbolic():               # set per call (Region.resize)
-        text = f"@{entry}_bounds = global [{chunks.n + 1} x i64] zeroinitializer\n"
-    else:
-        text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
-                f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
+    text = "" if chunks.symbolic() else (             # else in its descriptor, set per call (Region.resize)
+        f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
+        f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
     return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
@@ -319,10 +327,9 @@ class Region:
     """A split kernel's run-time state: its descriptor (see the module's text), its private pointer
     tables and partial arrays, and its Judge."""
 
-    def __init__(self, chunks, table, table_slots, bounds=None):
+    def __init__(self, chunks, table, table_slots):
         n, outs = chunks.n, chunks.outs
-        self.bounds = None if bounds is None else (ctypes.c_int64 * (n + 1)).from_address(bounds)
-        self.desc = np.zeros(DESC_TABLES + n + n * len(outs), np.int64)
+        self.desc = np.zeros(DESC_TABLES + n + n * len(outs) + (n + 1 if chunks.symbolic() else 0), np.int64)
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
@@ -347,8 +354,9 @@ class Region:
 
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
-        if self.bounds is not None:
-            self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
+        if self.chunks.symbolic():
+            extent, n, at = value(self.chunks.extent, env), self.chunks.n, self.chunks.bounds_word()
+            self.desc[at:at + n + 1] = [extent * i // n for i in range(n + 1)]
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
