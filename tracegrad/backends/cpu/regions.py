@@ -118,7 +118,7 @@ class Chunks:
         if kernel.schedule is not None and kernel.schedule.online:
             n = min(n, ONLINE_CHUNKS)
         self.n = min(n, hint(extent), MAX_CHUNKS, POOL_MAX_CHUNKS)
-        self.bounds = [hint(extent) * i // self.n for i in range(self.n + 1)]
+        self.bounds = self.cut(hint(extent))
         self.online = online_joins(kernel, self.outs)
 
     def symbolic(self):
@@ -137,17 +137,18 @@ class Chunks:
         """The descriptor word holding output o's elements at the call (read by the join where symbolic)."""
         return DESC_TABLES + self.n + (self.n - 1) * len(self.outs) + o
 
-    def bounds_word(self):
-        """The first of the descriptor's n + 1 words holding the chunks' bounds, where they follow the call's
-        sizes (data, not a global of the module: the step module of check mode and profiles, a second copy
-        of the code, reads the same)."""
-        return DESC_TABLES + self.n + self.n * len(self.outs)
-
     def count(self, f, o):
         """The i64 operand, in join function f (its `%desc`), of output o's elements at the call."""
         if not varies(self.counts[o]):
             return str(self.counts[o])
         return f.assign(f"load i64, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {self.count_word(o)}')}")
+
+
+def bounds_word(chunks):
+    """The first of the n + 1 descriptor words holding the bounds of `chunks` (a Chunks, or gemm.py's) where
+    they follow the call's sizes (Region.resize): data, not a global of the module, so that the step module
+    of check mode and profiles, a second copy of the code, reads the same."""
+    return DESC_TABLES + chunks.n + chunks.n * len(chunks.outs)
 
 
 def _load(lines, c, reg, base, index):
@@ -176,7 +177,7 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
     bounds = f"@{entry}_bounds"
     if chunks.symbolic():
         bounds = f"%{c}bounds"
-        lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {chunks.bounds_word()}")
+        lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks)}")
     lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
@@ -355,8 +356,8 @@ class Region:
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
         if self.chunks.symbolic():
-            extent, n, at = value(self.chunks.extent, env), self.chunks.n, self.chunks.bounds_word()
-            self.desc[at:at + n + 1] = [extent * i // n for i in range(n + 1)]
+            at = bounds_word(self.chunks)
+            self.desc[at:at + self.chunks.n + 1] = self.chunks.cut(value(self.chunks.extent, env))
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
