@@ -331,6 +331,8 @@ class Region:
     def __init__(self, chunks, table, table_slots):
         n, outs = chunks.n, chunks.outs
         self.desc = np.zeros(DESC_TABLES + n + n * len(outs) + (n + 1 if chunks.symbolic() else 0), np.int64)
+        # symbolic bounds: the descriptor's words (set per call), else None (constants of the module)
+        self.bounds = self.desc[bounds_word(chunks):] if chunks.symbolic() else None
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
@@ -355,9 +357,8 @@ class Region:
 
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
-        if self.chunks.symbolic():
-            at = bounds_word(self.chunks)
-            self.desc[at:at + self.chunks.n + 1] = self.chunks.cut(value(self.chunks.extent, env))
+        if self.bounds is not None:
+            self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
