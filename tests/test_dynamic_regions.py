@@ -54,10 +54,16 @@ def _step(f, arrays):
     return [loss.detach().numpy()] + [t.grad.numpy() for t in ts[:3]]
 
 
+def _entry(f, ts):
+    """f's entry (for these sizes) that a call on tensors like `ts` (their grads not yet set) runs."""
+    like = [tg.tensor(t.detach().numpy(), requires_grad=t.requires_grad) for t in ts]
+    return f._entry_for(tuple(like), {}, concrete=True)[0]
+
+
 def _regions(f, ts):
     """Per program of f's entry for tensors `ts` (forward, the backward its calls used, the forward with
     gradient where joined): its split kernels as (index, kind, chunks, accumulated outputs)."""
-    entry, _ = f._entry_for(tuple(ts), {}, concrete=True)
+    entry = _entry(f, ts)
     progs = [*(entry.programs or ()), *(p for got in entry._partial.values() for p in got[0]),
              getattr(entry, "joined_program", None)]
     out = []
@@ -119,3 +125,25 @@ def test_kernel_by_kernel_runs_split_symbolic_kernels_over_the_calls_chunks(spli
             np.testing.assert_array_equal(got, want)
         assert len(timed) == len(prog.kernels)
         assert len(f.profile(*ts)) == len(prog.kernels)
+
+
+
+def test_the_judge_of_a_symbolic_region_compares_time_per_row(split_small):
+    """A region whose extent is symbolic runs calls of many sizes: its Judge learns seconds per row of
+    the call, so one-thread tries that happen to fall on short calls (10 rows: 20 us) never beat the
+    pool's long ones (1000 rows: 1 ms) when the pool is faster per row (1 us against 2)."""
+    f = tg.compile(_layernorm, dynamic=True)
+    ts = [tg.tensor(a) for a in _arrays(64, 96)]
+    f(*ts)
+    prog = _entry(f, ts).programs[0]
+    region, = prog.regions
+    (symbol,) = region.chunks.extent.expr.symbols()
+    modes = []
+    for _ in range(200):
+        pool = bool(region.desc[0])
+        rows = 1000 if pool else 10
+        region.resize({**prog.env, symbol: rows})
+        region.desc[1], region.desc[2] = int(pool), rows * (1000 if pool else 2000)     # nanoseconds
+        region.learn()
+        modes.append(pool)
+    assert region.judge.best and sum(not p for p in modes) <= 10, modes

@@ -337,6 +337,7 @@ class Region:
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
         self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
+        self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
         for o in range(len(outs)):
             self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
@@ -358,16 +359,19 @@ class Region:
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
         if self.bounds is not None:
-            self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
+            self.rows = value(self.chunks.extent, env)
+            self.bounds[:] = self.chunks.cut(self.rows)
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
 
     def learn(self):
-        """The Judge learns from the last run (if the region ran since) and sets the next choice."""
+        """The Judge learns from the last run (if the region ran since) and sets the next choice: from its
+        seconds per row of the split extent where that is symbolic, so that calls of other sizes compare
+        (a ragged batch's 17 rows on one thread never beat 256 on the pool by being shorter)."""
         d = self.desc
         used = int(d[1])
         if used >= 0:
-            self.judge.record(used == 1, int(d[2]) * 1e-9)
+            self.judge.record(used == 1, int(d[2]) * 1e-9 / max(self.rows, 1))
             d[0], d[1] = self.judge.parallel(), -1
 
