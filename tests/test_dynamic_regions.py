@@ -92,7 +92,7 @@ def test_symbolic_programs_split_as_the_static_one(split_small, fn, shapes):
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(sizes=st.lists(st.tuples(st.sampled_from([1, 2, 3, 40, 200]), st.sampled_from([2, 3, 17, 96, 300])),
+@given(sizes=st.lists(st.tuples(st.sampled_from([1, 3, 40, 200]), st.sampled_from([2, 17, 96, 300])),
                       min_size=3, max_size=6))
 def test_partials_of_symbolic_width_follow_each_call(split_small, sizes):
     """A layer norm compiled once with dynamic=True over rows and widths that grow and shrink (the
