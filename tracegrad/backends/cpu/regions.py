@@ -47,7 +47,8 @@ from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from .sizes import value, varies
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
-from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
+from .judge import Judge
+from .threads import DESC_TABLES, MAX_CHUNKS as POOL_MAX_CHUNKS
 
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of parallel_min_work each, at least)
 ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see the module's text)
