@@ -191,6 +191,20 @@ def test_judge_learns_nothing_from_a_slow_first_run():
     assert j.best and sum(not p for p in modes) <= 3
 
 
+def test_judge_tries_again_a_mode_beaten_after_one_slow_run():
+    """A slow second run on the workers (the first learnt from: still cold) that loses to a one-thread
+    try does not hand the next runs to one thread: the workers are tried again at the next run, win,
+    and run the later runs (the bench's few calls per column then time the faster mode)."""
+    j, runs = threads.Judge(), []
+
+    def seconds(p):
+        runs.append(p)
+        return 30.0 if len(runs) == 1 else 12.0 if len(runs) == 2 else 1.2 if p else 2.2
+    modes = _learn(j, seconds, 14)
+    assert modes[:4] == [True, True, False, True]            # warm-up, timed, the try, the workers again
+    assert j.best and sum(not p for p in modes[4:]) <= 1
+
+
 class _Always:
     def parallel(self):
         return True

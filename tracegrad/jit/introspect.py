@@ -5,6 +5,7 @@ import sys
 import numpy as np
 
 from ..ir import print_graph
+from ..symint import evaluate
 
 STAGES = "traced, forward, backward, kernels, llvm, cuda"
 SYMBOLIC_STAGES = ("traced", "forward", "backward")     # a symbolic entry's own; the others: a program's
@@ -91,9 +92,10 @@ def profile_rows(entry, leaves, repeat, plot=None):
         prog.run(arrays, timings=t)
         runs.append(t)
     rows = []
+    env = prog.env if getattr(prog, "symbolic", False) else {}     # symbolic sizes: the profiled call's
     for j, k in enumerate(prog.kernels):
         sec = float(np.median([r[j] for r in runs]))
-        moved = k.bytes_moved()
+        moved = evaluate(k.bytes_moved(), env)
         rows.append({"kernel": f"k{j}", "kind": k.kind, "ops": k.ops(), "time": sec, "bytes": moved,
                      "GB/s": moved / sec / 1e9 if sec > 0 else float("inf")})
     if entry.on_device:             # this machine's roofline is the cpu's
@@ -101,6 +103,8 @@ def profile_rows(entry, leaves, repeat, plot=None):
             raise ValueError("profile(plot=...) draws the cpu's roofline; for backend='cuda' use the rows' GB/s")
         return rows
     from ..viz import roofline
+    for row, k in zip(rows, prog.kernels):
+        row["flops"] = evaluate(roofline.kernel_flops(k), env)
     roofline.annotate(rows, prog.kernels)
     if plot:
         roofline.write_roofline(rows, plot, f"{entry.name}: forward kernels on the roofline")

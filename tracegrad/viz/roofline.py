@@ -62,10 +62,11 @@ def kernel_flops(k):
 
 def annotate(rows, kernels):
     """Add to each profile row: "flops", "GFLOP/s", "intensity" (flop per byte), "bandwidth share"
-    (GB/s over the measured peak) and "compute share" (GFLOP/s over the measured matmul rate)."""
+    (GB/s over the measured peak) and "compute share" (GFLOP/s over the measured matmul rate). A row's
+    "flops" already there are kept (a kernel of symbolic sizes: its count at the profiled call's)."""
     peak = peaks()
     for row, k in zip(rows, kernels):
-        flops, sec = kernel_flops(k), row["time"]
+        flops, sec = row["flops"] if "flops" in row else kernel_flops(k), row["time"]
         row["flops"] = flops
         row["GFLOP/s"] = flops / sec / 1e9 if sec > 0 else float("inf")
         row["intensity"] = flops / row["bytes"] if row["bytes"] else float("inf")

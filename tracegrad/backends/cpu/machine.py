@@ -17,7 +17,7 @@ complete file. `fingerprint()`, the values that shape generated code, is part of
 key (engine.target_id), so a kernel compiled under other thresholds is never reused.
 
 Chosen at run time from measured cost instead: whether a split kernel's chunks run on the worker
-threads or on the calling thread alone (threads.Judge, per kernel, from its own times).
+threads or on the calling thread alone (judge.Judge, per kernel, from its own times).
 """
 import contextlib
 import hashlib

@@ -28,7 +28,8 @@ column walk's join rescales each chunk's sums to the joined maximum (`_online_jo
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
 Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
-the privates) and the partials' addresses. After each native call, `Region.learn` hands the time to
+the privates), the partials' addresses, their element counts, and, where the sizes are symbolic, the
+chunks' bounds (set per call, as the counts are). After each native call, `Region.learn` hands the time to
 the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
 Python per region and call (a region is >= parallel_min_work element-ops (machine.py): hundreds of us).
 """
@@ -44,9 +45,10 @@ from .plan import limits
 from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
-from .sizes import symbolic, value, varies
+from .sizes import value, varies
 from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
-from .threads import DESC_TABLES, Judge, MAX_CHUNKS as POOL_MAX_CHUNKS
+from .judge import Judge
+from .threads import DESC_TABLES, MAX_CHUNKS as POOL_MAX_CHUNKS
 
 MAX_CHUNKS = 64               # chunks of one split kernel (a quarter of parallel_min_work each, at least)
 ACC_CHUNKS = 16               # chunks of one that accumulates over its outer loop (see the module's text)
@@ -67,8 +69,7 @@ def splits(kernel):
     """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
     partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
     return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= limits.parallel_min_work()
-            and all(v.dtype.name in JOINED and (not symbolic(v.shape) or getattr(kernel, "pinned_for", None))
-                    for ph in kernel.partials() for v, _ in ph.outputs))   # (pinned: its sizes are the hints)
+            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
 
 
 def groups(kernels, split, slots):
@@ -111,13 +112,14 @@ class Chunks:
         self.extent = extent = kernel.parallel_extent()
         n = max(2, work(kernel) * 4 // limits.parallel_min_work())
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
+        self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
         if self.outs:                     # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //
                     (16 * max(math.prod(map(hint, v.shape)) for _, v, _ in self.outs)))
         if kernel.schedule is not None and kernel.schedule.online:
             n = min(n, ONLINE_CHUNKS)
         self.n = min(n, hint(extent), MAX_CHUNKS, POOL_MAX_CHUNKS)
-        self.bounds = [hint(extent) * i // self.n for i in range(self.n + 1)]
+        self.bounds = self.cut(hint(extent))
         self.online = online_joins(kernel, self.outs)
 
     def symbolic(self):
@@ -131,6 +133,23 @@ class Chunks:
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
         return DESC_TABLES + self.n + (i - 1) * len(self.outs) + o
+
+    def count_word(self, o):
+        """The descriptor word holding output o's elements at the call (read by the join where symbolic)."""
+        return DESC_TABLES + self.n + (self.n - 1) * len(self.outs) + o
+
+    def count(self, f, o):
+        """The i64 operand, in join function f (its `%desc`), of output o's elements at the call."""
+        if not varies(self.counts[o]):
+            return str(self.counts[o])
+        return f.assign(f"load i64, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {self.count_word(o)}')}")
+
+
+def bounds_word(chunks):
+    """The first of the n + 1 descriptor words holding the bounds of `chunks` (a Chunks, or gemm.py's) where
+    they follow the call's sizes (Region.resize): data, not a global of the module, so that the step module
+    of check mode and profiles, a second copy of the code, reads the same."""
+    return DESC_TABLES + chunks.n + chunks.n * len(chunks.outs)
 
 
 def _load(lines, c, reg, base, index):
@@ -156,8 +175,11 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
             part = _load(lines, c, f"q{i}_{o}", desc, chunks.partial_word(i, o))
             lines += [f"  %{c}s{i}_{o} = getelementptr ptr, ptr {private}, i64 {slot}",
                       f"  store ptr {part}, ptr %{c}s{i}_{o}"]
-    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr @{entry}_bounds, i64 {chunks.n}, "
-                 f"ptr {desc})")
+    bounds = f"@{entry}_bounds"
+    if chunks.symbolic():
+        bounds = f"%{c}bounds"
+        lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks)}")
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
     return lines
@@ -175,11 +197,9 @@ def group_function(name, calls):
 def region_functions(mb, entry, chunks):
     """The module text a region needs besides its kernel's entry: its chunk bounds, and the join of
     its partials (a kernel that accumulates); `mb` the module (the joins of online sums call exp)."""
-    if chunks.symbolic():               # set per call (Region.resize)
-        text = f"@{entry}_bounds = global [{chunks.n + 1} x i64] zeroinitializer\n"
-    else:
-        text = (f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
-                f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
+    text = "" if chunks.symbolic() else (             # else in its descriptor, set per call (Region.resize)
+        f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
+        f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
     return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
@@ -229,7 +249,7 @@ def _join_function(mb, name, chunks):
                 for x in xs[1:]:
                     total = _combine(f, lower, total, x, at)
             f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
-        _loops(f, [math.prod(map(hint, v.shape))], element, meta=ELEMENTS)
+        _loops(f, [chunks.count(f, o)], element, meta=ELEMENTS)
     f.emit("ret void")
     return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
             + "\n".join(f.allocas + f.lines) + "\n}\n")
@@ -285,7 +305,7 @@ def _online_join(mb, f, chunks, m, sums):
                 term = f.assign(f"select i1 {gone}, {aty} {fconst(0, acc)}, {aty} {f.assign(f'fmul {aty} {s_i}, {wide}')}")
                 total = f.assign(f"fadd {aty} {total}, {term}")
             f.emit(f"store {ty} {_narrow(f, total, dt, acc)}, ptr {dst}, {ACCESS}")
-    _loops(f, [math.prod(map(hint, mv.shape))], element, meta=DISJOINT)
+    _loops(f, [chunks.count(f, m)], element, meta=DISJOINT)
 
 
 def _compensated(f, xs, ty):
@@ -309,38 +329,50 @@ class Region:
     """A split kernel's run-time state: its descriptor (see the module's text), its private pointer
     tables and partial arrays, and its Judge."""
 
-    def __init__(self, chunks, table, table_slots, bounds=None):
+    def __init__(self, chunks, table, table_slots):
         n, outs = chunks.n, chunks.outs
-        self.bounds = None if bounds is None else (ctypes.c_int64 * (n + 1)).from_address(bounds)
-        self.desc = np.zeros(DESC_TABLES + n + (n - 1) * len(outs), np.int64)
-        self.partials = [_partials(n - 1, v) for _, v, _ in outs] if outs else []
+        self.desc = np.zeros(DESC_TABLES + n + n * len(outs) + (n + 1 if chunks.symbolic() else 0), np.int64)
+        # symbolic bounds: the descriptor's words (set per call), else None (constants of the module)
+        self.bounds = self.desc[bounds_word(chunks):] if chunks.symbolic() else None
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
-        for o, p in enumerate(self.partials):
-            for i in range(1, n):
-                self.desc[chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
-        self.chunks, self.judge = chunks, Judge()
+        self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
+        self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
+        for o in range(len(outs)):
+            self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
         self.address = self.desc.ctypes.data
 
+    def _partials(self, o, elements):
+        """Output o's partials for `elements` at the call (a symbolic output's grow to the largest call's):
+        n - 1 rows of one array, a cache line apart, so that threads writing neighbouring rows never
+        share one; their addresses and the count written into the descriptor."""
+        n, v, p = self.chunks.n, self.chunks.outs[o][1], self.partials[o]
+        self.desc[self.chunks.count_word(o)] = elements
+        if p is not None and p.shape[1] >= elements:
+            return
+        dtype = np.dtype(v.dtype.np)
+        self.partials[o] = p = np.empty((n - 1, elements + 64 // dtype.itemsize), dtype)
+        for i in range(1, n):
+            self.desc[self.chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
+
     def resize(self, env):
-        """A region over a symbolic extent: its chunks' bounds for the call's sizes `env`."""
+        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
         if self.bounds is not None:
-            self.bounds[:] = self.chunks.cut(value(self.chunks.extent, env))
+            self.rows = value(self.chunks.extent, env)
+            self.bounds[:] = self.chunks.cut(self.rows)
+        for o in range(len(self.chunks.outs)):
+            if varies(self.chunks.counts[o]):
+                self._partials(o, value(self.chunks.counts[o], env))
 
     def learn(self):
-        """The Judge learns from the last run (if the region ran since) and sets the next choice."""
+        """The Judge learns from the last run (if the region ran since) and sets the next choice: from its
+        seconds per row of the split extent where that is symbolic, so that calls of other sizes compare
+        (a ragged batch's 17 rows on one thread never beat 256 on the pool by being shorter)."""
         d = self.desc
         used = int(d[1])
         if used >= 0:
-            self.judge.record(used == 1, int(d[2]) * 1e-9)
+            self.judge.record(used == 1, int(d[2]) * 1e-9 / max(self.rows, 1))
             d[0], d[1] = self.judge.parallel(), -1
 
-
-def _partials(n, v):
-    """n private partial results of Value v, as rows of one array (a view of shape (n,) + v.shape); a
-    cache line apart, so that threads writing neighbouring rows never share one."""
-    shape = tuple(map(hint, v.shape))      # (a pinned kernel's symbolic outputs: their hints, by its guards)
-    size, dtype = math.prod(shape), np.dtype(v.dtype.np)
-    return np.empty((n, size + 64 // dtype.itemsize), dtype)[:, :size].reshape((n,) + shape)

@@ -118,8 +118,7 @@ class Program:
         self.out_slots = [s for s, shape in self.outputs] if all(sh is None for _, sh in self.outputs) else None
         self.regions = []               # Regions (split kernels, shared runs of small ones) in kernel order
         for r, j in enumerate(sorted(chunks)):
-            bounds = engine_ref.global_address(f"{chunks[j].entry}_bounds") if chunks[j].symbolic() else None
-            self.regions.append(Region(chunks[j], self.table, self.n_slots, bounds))
+            self.regions.append(Region(chunks[j], self.table, self.n_slots))
             self.table[region_slot(len(slots), r)] = self.regions[-1].address
         self.pool_slots, self._pool = pool_slots(len(slots)), None
         self.other = {}                 # kernel index: its step run from Python (NumPy)

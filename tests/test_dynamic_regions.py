@@ -1,0 +1,149 @@
+"""Threads for programs compiled with symbolic sizes (dynamic=True): at the traced size, the split over
+the thread pool and the regions (backends/cpu/regions.py) are those of the static compile, and the values
+match NumPy over size sequences. A kernel whose chunks accumulate partial results of symbolic shape (a
+layer norm's backward: the weight and bias gradients summed over the rows, of width T) splits too, its
+partials sized per call (Region.resize)."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracegrad as tg
+
+RNG = np.random.default_rng(26)
+SPLIT_AT = 4096       # element-ops: the kernels of these tests' sizes split
+
+
+@pytest.fixture
+def split_small(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={SPLIT_AT}")
+
+
+def _layernorm(x, w, b, g):
+    mean = x.mean(axis=1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=1, keepdims=True)
+    return ((d / (var + 1e-5).sqrt() * w + b) * g).sum()
+
+
+def _numpy_layernorm(x, w, b, g):
+    """loss, dx, dw, db of _layernorm in float64."""
+    x, w, b, g = (a.astype(np.float64) for a in (x, w, b, g))
+    d = x - x.mean(axis=1, keepdims=True)
+    rstd = 1 / np.sqrt((d * d).mean(axis=1, keepdims=True) + 1e-5)
+    xhat = d * rstd
+    dxhat = g * w
+    dx = rstd * (dxhat - dxhat.mean(axis=1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=1, keepdims=True))
+    return ((xhat * w + b) * g).sum(), dx, (g * xhat).sum(axis=0), g.sum(axis=0)
+
+
+def _center(x, w):
+    z = x.t()
+    y = (z - z.mean(axis=1, keepdims=True)) * w[:, None]
+    return (y * y).sum()
+
+
+def _arrays(b, t):
+    return [RNG.standard_normal(s).astype(np.float32) for s in ((b, t), (t,), (t,), (b, t))]
+
+
+def _step(f, arrays):
+    ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+    loss = f(*ts)
+    loss.backward()
+    return [loss.detach().numpy()] + [t.grad.numpy() for t in ts[:3]]
+
+
+def _entry(f, ts):
+    """f's entry (for these sizes) that a call on tensors like `ts` (their grads not yet set) runs."""
+    like = [tg.tensor(t.detach().numpy(), requires_grad=t.requires_grad) for t in ts]
+    return f._entry_for(tuple(like), {}, concrete=True)[0]
+
+
+def _regions(f, ts):
+    """Per program of f's entry for tensors `ts` (forward, the backward its calls used, the forward with
+    gradient where joined): its split kernels as (index, kind, chunks, accumulated outputs)."""
+    entry = _entry(f, ts)
+    progs = [*(entry.programs or ()), *(p for got in entry._partial.values() for p in got[0]),
+             getattr(entry, "joined_program", None)]
+    out = []
+    for p in (p for p in progs if p is not None):
+        kernels = {r.chunks.entry: r.chunks for r in p.regions if r.chunks.members is None}
+        out.append(sorted((j, k.kind, kernels[name].n, len(kernels[name].outs))
+                          for j, k in enumerate(p.kernels) for name in kernels if name.endswith(f"_k{j}")))
+    return out
+
+
+@pytest.mark.parametrize("fn, shapes", [(_layernorm, ((64, 96), (96,), (96,), (64, 96))),
+                                        (_center, ((256, 32), (32,)))])
+def test_symbolic_programs_split_as_the_static_one(split_small, fn, shapes):
+    """At the traced sizes, dynamic=True splits the same kernels into the same chunks, with the same
+    accumulated partials, as the static compile: the layer norm's backward row kernel (its weight and
+    bias gradients partials of symbolic width) and the centering's backward across rows included."""
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    got = {}
+    for dynamic in (False, True):
+        f = tg.compile(fn, dynamic=dynamic)
+        ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+        f(*ts).backward()
+        got[dynamic] = _regions(f, ts)
+    assert got[True] == got[False], got
+    assert sum(1 for prog in got[True] for *_, outs in prog if outs) >= 2, got     # regions joining partials
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sizes=st.lists(st.tuples(st.sampled_from([1, 3, 40, 200]), st.sampled_from([2, 17, 96, 300])),
+                      min_size=3, max_size=6))
+def test_partials_of_symbolic_width_follow_each_call(split_small, sizes):
+    """A layer norm compiled once with dynamic=True over rows and widths that grow and shrink (the
+    partials of its weight and bias gradients reallocated for a wider call, a narrower one joining only
+    its own width; fewer rows than chunks): loss and gradients as NumPy's in float64."""
+    f = tg.compile(_layernorm, dynamic=True)
+    for b, t in [(64, 96)] + sizes:
+        arrays = _arrays(b, t)
+        for got, want in zip(_step(f, arrays), _numpy_layernorm(*arrays)):
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert f.stats()["traces"] == 1, f.stats()
+
+
+
+def test_kernel_by_kernel_runs_split_symbolic_kernels_over_the_calls_chunks(split_small):
+    """Profiles and check mode run a program kernel by kernel through its step module, a second copy of
+    the code: there too a split kernel of symbolic extent takes its chunks' bounds from the call (they
+    were a global of the first copy only, zeros in the second: nothing computed). The forward program's
+    outputs kernel by kernel equal a normal run's, over several sizes; f.profile times every kernel."""
+    f = tg.compile(_layernorm, dynamic=True)
+    for b, t in [(64, 96), (40, 17), (200, 96)]:
+        ts = [tg.tensor(a) for a in _arrays(b, t)]
+        np.testing.assert_allclose(f(*ts).numpy(), _numpy_layernorm(*(x.numpy() for x in ts))[0], rtol=2e-3)
+        entry, _ = f._entry_for(tuple(ts), {}, concrete=True)
+        prog, arrays = entry.programs[0], [x.numpy() for x in ts]
+        assert prog.regions and all(r.chunks.symbolic() for r in prog.regions)
+        normal = [np.array(o) for o in prog.run(arrays)]
+        timed = []
+        for got, want in zip(prog.run(arrays, timings=timed), normal):
+            np.testing.assert_array_equal(got, want)
+        assert len(timed) == len(prog.kernels)
+        assert len(f.profile(*ts)) == len(prog.kernels)
+
+
+
+def test_the_judge_of_a_symbolic_region_compares_time_per_row(split_small):
+    """A region whose extent is symbolic runs calls of many sizes: its Judge learns seconds per row of
+    the call, so one-thread tries that happen to fall on short calls (10 rows: 20 us) never beat the
+    pool's long ones (1000 rows: 1 ms) when the pool is faster per row (1 us against 2)."""
+    f = tg.compile(_layernorm, dynamic=True)
+    ts = [tg.tensor(a) for a in _arrays(64, 96)]
+    f(*ts)
+    prog = _entry(f, ts).programs[0]
+    region, = prog.regions
+    (symbol,) = region.chunks.extent.expr.symbols()
+    modes = []
+    for _ in range(200):
+        pool = bool(region.desc[0])
+        rows = 1000 if pool else 10
+        region.resize({**prog.env, symbol: rows})
+        region.desc[1], region.desc[2] = int(pool), rows * (1000 if pool else 2000)     # nanoseconds
+        region.learn()
+        modes.append(pool)
+    assert region.judge.best and sum(not p for p in modes) <= 10, modes
