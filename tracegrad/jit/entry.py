@@ -153,7 +153,7 @@ class Entry:
             i, name = next((i, name) for i, name in self.updated if not writable(arrays[i]))
             raise_read_only(self.name, name, sources[i])
         if self.check and (self.programs is not None or not self.on_device):
-            outs = checked_run(self.programs, 0, self.fwd, arrays)
+            outs = checked_run(self.programs, 0, self.fwd, arrays, self.sizes)
         else:
             outs = self.run_fwd(arrays)
         if self.host_outs:

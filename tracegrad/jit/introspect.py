@@ -89,7 +89,7 @@ def profile_rows(entry, leaves, repeat, plot=None):
     runs = []
     for _ in range(repeat):
         t = []
-        prog.run(arrays, timings=t)
+        prog.run(arrays, timings=t, sizes=entry.sizes)
         runs.append(t)
     rows = []
     env = prog.env if getattr(prog, "symbolic", False) else {}     # symbolic sizes: the profiled call's

@@ -129,7 +129,7 @@ class CompiledNode(GraphNode):
         if entry.on_device:
             arrays = entry.device_bwd_inputs(arrays)
         if entry.check and (programs is not None or not entry.on_device):
-            outs = checked_run(programs, 1, graph, arrays)
+            outs = checked_run(programs, 1, graph, arrays, entry.sizes)
         else:
             outs = run(arrays)
         if entry.host_grads:
