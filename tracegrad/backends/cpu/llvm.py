@@ -24,6 +24,7 @@ from .hoist import hoisted, prelude
 from .host import no_gathers, vector_bytes
 from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
                     SCALAR_METADATA, _loops, _nest)
+from . import prefetch
 from .online import online_row
 from .online_columns import online_columns
 from .plan import Kind, Walk, innermost_long
@@ -63,7 +64,7 @@ class ModuleBuilder:
                  *(f"declare {t} @llvm.{fn}.{s}({t})" for fn in "floor ceil trunc".split()
                    for t, s in (("float", "f32"), ("double", "f64"))),
                  "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-                 "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"]
+                 "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)", prefetch.DECLARE]
         bodies = [text for key, name in self.bodies.items()
                   for text in versioned.functions(key, name, self.symbols)]
         if self.index_error:
@@ -182,7 +183,11 @@ def _loop_kernel(mb, f, kernel, ptrs, wide, capacity=None):
     sums = {id(ph): _RowSums(f, ph, shape, ptrs, i in wide) for i, ph in enumerate(kernel.phases) if id(ph) in summed}
     rebased = {}
 
+    reads = prefetch.row_reads(kernel)
+
     def outer_body(f, oidx):
+        if reads:
+            prefetch.next_row(f, ptrs, reads, inner[0], oidx[0])
         for w, group in enumerate(groups):
             if group[0] in online:              # with the next phase: one walk (online.py)
                 online_row(mb, f, kernel, ptrs, oidx, group[0], cache.bufs)
