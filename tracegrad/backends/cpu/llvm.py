@@ -17,14 +17,13 @@ symbolic kernel with a short innermost extent has a copy specialized to its trac
 import math
 
 from ...ir.kernels import contiguous_strides, known
-from . import mathlib, versioned
+from . import mathlib, prefetch, versioned
 from .boxes import blocked_walk, boxed
 from .coalesce import coalesce, scale
 from .hoist import hoisted, prelude
 from .host import no_gathers, vector_bytes
 from .loops import (DISJOINT, DISJOINT_METADATA, ELEMENTS, ELEMENTS_METADATA, ROLLED, ROLLED_METADATA, SCALAR,
                     SCALAR_METADATA, _loops, _nest)
-from . import prefetch
 from .online import online_row
 from .online_columns import online_columns
 from .plan import Kind, Walk, innermost_long
@@ -126,8 +125,7 @@ class ModuleBuilder:
 
 
 def _buffers(kernel):
-    out = [ld.buf for ld in kernel.reads] + kernel.outputs
-    return out
+    return [ld.buf for ld in kernel.reads] + kernel.outputs
 
 
 def _columns(mb, f, kernel, ptrs, strategy):
@@ -181,13 +179,10 @@ def _loop_kernel(mb, f, kernel, ptrs, wide, capacity=None):
                      capacity=capacity)
     summed = {id(ph) for ph in kernel.accumulated()}
     sums = {id(ph): _RowSums(f, ph, shape, ptrs, i in wide) for i, ph in enumerate(kernel.phases) if id(ph) in summed}
-    rebased = {}
-
-    reads = prefetch.row_reads(kernel)
+    rebased, reads = {}, prefetch.row_reads(kernel)        # reads: the rows prefetched a row ahead
 
     def outer_body(f, oidx):
-        if reads:
-            prefetch.next_row(f, ptrs, reads, inner[0], oidx[0])
+        prefetch.next_row(f, ptrs, reads, inner, oidx)
         for w, group in enumerate(groups):
             if group[0] in online:              # with the next phase: one walk (online.py)
                 online_row(mb, f, kernel, ptrs, oidx, group[0], cache.bufs)

@@ -33,9 +33,12 @@ def row_reads(kernel):
     return list(out.values()) if len(out) >= MIN_READS else []
 
 
-def next_row(f, ptrs, reads, n, row):
-    """Emit prefetches of row `row` + 1 of each of `reads` (row_reads), rows of `n` elements."""
-    nxt = f.assign(f"add nsw i64 {row}, 1")
+def next_row(f, ptrs, reads, inner, oidx):
+    """Emit prefetches of the row after the row at outer index `oidx` of each of `reads` (row_reads; none:
+    nothing), rows of shape `inner`."""
+    if not reads:
+        return
+    n, nxt = inner[0], f.assign(f"add nsw i64 {oidx[0]}, 1")
     for ld, stride, offset in reads:
         step = max(1, LINE // ld.dtype.itemsize)
         lines = -(-n // step)
