@@ -57,15 +57,15 @@ class ModuleBuilder:
 
     def text(self):
         head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
+        bodies = [text for key, name in self.bodies.items()
+                  for text in versioned.functions(key, name, self.symbols)]
         decls = ["declare float @llvm.maximum.f32(float, float)", "declare float @llvm.minimum.f32(float, float)",
                  "declare double @llvm.maximum.f64(double, double)", "declare double @llvm.minimum.f64(double, double)",
                  "declare float @llvm.fabs.f32(float)", "declare double @llvm.fabs.f64(double)",
                  *(f"declare {t} @llvm.{fn}.{s}({t})" for fn in "floor ceil trunc".split()
                    for t, s in (("float", "f32"), ("double", "f64"))),
                  "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)", "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-                 "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)", prefetch.DECLARE]
-        bodies = [text for key, name in self.bodies.items()
-                  for text in versioned.functions(key, name, self.symbols)]
+                 "declare ptr @llvm.ptrmask.p0.i64(ptr, i64)"] + prefetch.declared(bodies + self.functions)
         if self.index_error:
             decls.append(f"@{INDEX_ERROR} = global [4 x i64] zeroinitializer")
         text = (head + "\n".join(decls) + "\n\n" + mathlib.definitions(self.math) + "\n\n"

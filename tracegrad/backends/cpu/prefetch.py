@@ -18,6 +18,11 @@ MIN_READS = 2              # rows read per row of the kernel from which it prefe
 DECLARE = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"
 
 
+def declared(functions):
+    """The declaration a module of `functions` (LLVM text) needs for its prefetches: [] where none."""
+    return [DECLARE] if any("@llvm.prefetch.p0(" in t for t in functions) else []
+
+
 def row_reads(kernel):
     """The reads of a 2-d row kernel (one outer axis, rows of a known length) that reduces along its rows,
     which walk the row with unit stride and move to another row with the outer index: (load, row stride,
