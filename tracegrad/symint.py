@@ -250,6 +250,15 @@ def _divide(a, b, mod):
     q = ea.exact_div(eb)
     if q is not None and (not isinstance(b, SymInt) or b > 0):
         return 0 if mod else _make(q, hint(a) // hint(b))
+    if not isinstance(b, SymInt) and isinstance(a, SymInt) and env is not None:    # B // 2: a derived symbol
+        k = int(b)
+        whole = Expr({m: c // k for m, c in ea.terms})                           # ea == k*whole + rest
+        rest = Expr({m: c % k for m, c in ea.terms})
+        if rest.is_const():
+            q = _make(whole + Expr.const(rest.constant() // k), hint(a) // k)
+        else:
+            q = _make(whole + as_expr(env.floordiv(rest, k)), hint(a) // k)
+        return a - k * q if mod else q
     if isinstance(b, SymInt) and 0 <= hint(a) < hint(b) and a >= 0 and a < b:     # guards: roll(2) of B rows
         return a if mod else 0
     if isinstance(b, SymInt) and -hint(b) < hint(a) < 0 and a < 0 and a + b > 0:   # roll(-1): -1 % B == B-1
@@ -303,17 +312,31 @@ def _decide(diff, op, answer, kind, lhs, rhs):
     if env is None:
         raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
                            f"is recording guards, so no one could check it")
-    env.add_guard(Guard(lhs, op, rhs, kind))
+    env.add_guard(Guard(lhs, op, rhs, kind, _modular_text(env, lhs - rhs, op)))
+
+
+def _modular_text(env, diff, op):
+    """`diff OP 0` as `E % k OP c` when diff is +-(E - k*(E//k)) + c (a divisibility test), else None."""
+    names = [n for n in diff.symbols() if n in env.derived]
+    if len(names) != 1:
+        return None
+    expr, k = env.derived[names[0]]
+    q = Expr.symbol(names[0])
+    for sign in (1, -1):
+        c = diff - (expr - q * Expr.const(k)) * Expr.const(sign)
+        if c.is_const():
+            return f"{expr} % {k} {op if sign == 1 else _FLIP[op]} {-sign * c.constant()}"
+    return None
 
 
 class Guard:
     """A decision `lhs OP rhs` on sizes that must hold for a program traced under it to apply."""
     __slots__ = ("lhs", "op", "rhs", "kind", "text")
 
-    def __init__(self, lhs, op, rhs, kind="compare"):
+    def __init__(self, lhs, op, rhs, kind="compare", text=None):
         lhs, op, rhs = _tidy(lhs, rhs, op)
         self.lhs, self.op, self.rhs, self.kind = lhs, op, rhs, kind
-        self.text = f"{lhs} {op} {rhs}"
+        self.text = text or f"{lhs} {op} {rhs}"
 
     def holds(self, env):
         return _OPS[self.op](self.lhs.evaluate(env) - self.rhs.evaluate(env))
@@ -347,6 +370,8 @@ class ShapeEnv:
         self._texts = set()
         self.extra_sources = {}          # name -> further (input, dim) sources that share the symbol
         self.replacements = {}           # name -> the Expr an equality guard made it (unification)
+        self.hints = {}                  # name -> the size seen when traced
+        self.derived = {}                # name -> (Expr, k): a symbol that is Expr // k (B // 2), bound per call
 
     def sym(self, name, hint_value, lo=0, hi=None, source=None):
         if name in self.symbols:
@@ -354,7 +379,28 @@ class ShapeEnv:
         if lo < 0 or hint_value < lo or (hi is not None and hint_value > hi):
             raise ValueError(f"symbol {name}: hint {hint_value} outside its range [{lo}, {hi}]")
         self.symbols[name] = (lo, hi, source)
+        self.hints[name] = hint_value
         return SymInt(Expr.symbol(name), hint_value)
+
+    def floordiv(self, expr, k):
+        """The symbol that is `expr // k` (k > 0): made once per (expr, k), its value worked out from the
+        others' at each call (`derive`), so B // 2 and B % 2 == B - 2*(B//2) stay expressions."""
+        for name, d in self.derived.items():
+            if d == (expr, k):
+                return SymInt(Expr.symbol(name), self.hints[name])
+        base = str(expr) if len(expr.terms) == 1 and expr.symbols() and str(expr).isidentifier() else "D"
+        name = next(n for n in (f"{base}_div{k}", *(f"D{i}_div{k}" for i in range(len(self.derived) + 1)))
+                    if n not in self.hints)
+        self.derived[name], self.hints[name] = (expr, k), expr.evaluate(self.hints) // k
+        return SymInt(Expr.symbol(name), self.hints[name])
+
+    def derive(self, env):
+        """`env` {name: int} of the input symbols with the derived ones (B_div2) added."""
+        env = dict(env)
+        for name, (expr, k) in self.derived.items():
+            if name not in env:
+                env[name] = expr.evaluate(env) // k
+        return env
 
     def add_source(self, name, source):
         """Another input dim that takes the same symbol (checked equal at each call)."""
@@ -383,6 +429,9 @@ class ShapeEnv:
     def ranges(self):
         """Each symbol's range narrowed by the guards on it alone (B != 0 with lo 0 gives lo 1)."""
         out = {n: (lo, hi) for n, (lo, hi, _) in self.symbols.items()}
+        for name, (expr, k) in self.derived.items():      # expr's terms have coefficients in [0, k): lo >= 0
+            lo, hi = expr.bounds(out)
+            out[name] = (lo // k, None if hi is None else hi // k)
         for g in self.guards:
             names = g.lhs.symbols()
             if len(names) == 1 and g.rhs.is_const() and g.lhs == Expr.symbol(next(iter(names))):
@@ -400,6 +449,7 @@ class ShapeEnv:
 
     def check(self, env, shapes=None):
         """The text of the first condition that fails under env (a range, a shared size, a guard), or None."""
+        env = self.derive(env)
         for name, (lo, hi, _) in self.symbols.items():
             if name in env and (env[name] < lo or (hi is not None and env[name] > hi)):
                 return f"{name} = {env[name]} outside [{lo}, {'inf' if hi is None else hi}]"

@@ -3,7 +3,7 @@ index_select, tril, triu, masked_fill."""
 from .. import dtypes as D
 from ..broadcast import broadcast_shapes
 from ..ops import _norm_axis, normalize_axes
-from ..symint import as_size, is_size
+from ..symint import as_size, hint, is_size
 from ..tensor.base import _ArgError, TensorBase
 from ..tensor.dispatch import _named
 from ..tensor.factories import arange
@@ -24,11 +24,11 @@ def split(x, split_size_or_sections, dim=0):
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                f"at dimension {a}), but got split_sizes={sizes}")
     else:
-        size = int(split_size_or_sections)
+        size = as_size(split_size_or_sections)
         if size < 0 or size == 0 and n:
             raise RuntimeError(f"split expects split_size be positive (0 only for a dimension of size 0), but "
                                f"got split_size={size} for dimension {a} of size {n}")
-        sizes = [min(size, n - i) for i in range(0, n, size)] if n else [0]
+        sizes = _pieces(n, size) if n else [0]
     label = "SplitWithSizesBackward" if isinstance(split_size_or_sections, (list, tuple)) else "SplitBackward"
     out, start = [], 0
     for s in sizes:
@@ -46,7 +46,17 @@ def chunk(x, chunks, dim=0):
     n = x._shape[_norm_axis(dim, x.ndim)]
     if n == 0:
         return split(x, [0] * chunks, dim)
-    return split(x, -(-n // chunks), dim)
+    return split(x, (n + chunks - 1) // chunks, dim)
+
+
+def _pieces(n, size):
+    """The sizes of split(n, size) for n > 0: size each, the last the rest. Where n or size is symbolic
+    the count is decided by guards ((m-1)*size < n <= m*size), the sizes stay expressions: chunk(B, 2)
+    of an even B gives [B//2, B//2] under the guard B % 2 == 0 it met."""
+    m = -(-hint(n) // hint(size))
+    if not (n > (m - 1) * size and n <= m * size):
+        raise AssertionError("split: the piece count disagrees with its own guards")
+    return [size] * (m - 1) + [n - (m - 1) * size]
 
 
 def flip(x, dims):

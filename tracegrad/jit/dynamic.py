@@ -160,7 +160,7 @@ class SymbolicEntry:
 
     def sizes(self, leaves):
         """{symbol: size} of a call."""
-        return {name: leaves[k]._shape[d] for name, (k, d) in self.at.items()}
+        return self.env.derive({name: leaves[k]._shape[d] for name, (k, d) in self.at.items()})
 
     def guard_failure(self, leaves):
         """None when this entry applies to the call, else why not: a state guard, then shape_failure."""
