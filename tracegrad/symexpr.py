@@ -1,5 +1,6 @@
 """Integer polynomials over symbol names (the expressions of symbolic sizes, symint.py) and their
 text: `B*T+1`, `T-1`, `2*B`, `B**2`. A leaf: imports nothing of tracegrad."""
+import hashlib
 import re
 
 
@@ -82,13 +83,17 @@ class Expr:
         return out
 
     def evaluate(self, env):
+        """The value under bindings {name: int}; a derived symbol (B_div2) not bound is worked out."""
         total = 0
         for m, c in self.terms:
             v = c
             for n, p in m:
-                if n not in env:
+                if n in env:
+                    v *= env[n] ** p
+                elif n in DERIVED:
+                    v *= (DERIVED[n][0].evaluate(env) // DERIVED[n][1]) ** p
+                else:
                     raise KeyError(f"symbol {n} of {self} is not bound (bound: {sorted(env)})")
-                v *= env[n] ** p
             total += v
         return total
 
@@ -123,6 +128,19 @@ class Expr:
         return text[1:] if text[0] == "+" else text
 
     __repr__ = __str__
+
+
+DERIVED = {}     # name -> (Expr, k): the symbol that is Expr // k, for every process-wide name (derived_name)
+
+
+def derived_name(expr, k):
+    """The symbol name of expr // k (k > 0), the same for the same pair: B_div2, B_p2_div3 for (B+2)//3."""
+    text = str(expr).replace("**", "_pow").replace("+", "_p").replace("-", "_m").replace("*", "_x")
+    name = f"{text if text.isidentifier() else 'D_' + text}_div{k}"
+    if not name.isidentifier() or DERIVED.get(name, (expr, k)) != (expr, k):
+        name = f"D{hashlib.sha1(f'{expr}//{k}'.encode()).hexdigest()[:8]}_div{k}"
+    DERIVED[name] = (expr, k)
+    return name
 
 
 def _mul_iv(a, b):

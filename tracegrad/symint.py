@@ -12,7 +12,7 @@ import numbers
 import operator
 import threading
 
-from .symexpr import Expr, parse_expr
+from .symexpr import Expr, derived_name, parse_expr
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
@@ -385,13 +385,11 @@ class ShapeEnv:
     def floordiv(self, expr, k):
         """The symbol that is `expr // k` (k > 0): made once per (expr, k), its value worked out from the
         others' at each call (`derive`), so B // 2 and B % 2 == B - 2*(B//2) stay expressions."""
-        for name, d in self.derived.items():
-            if d == (expr, k):
-                return SymInt(Expr.symbol(name), self.hints[name])
-        base = str(expr) if len(expr.terms) == 1 and expr.symbols() and str(expr).isidentifier() else "D"
-        name = next(n for n in (f"{base}_div{k}", *(f"D{i}_div{k}" for i in range(len(self.derived) + 1)))
-                    if n not in self.hints)
-        self.derived[name], self.hints[name] = (expr, k), expr.evaluate(self.hints) // k
+        name = derived_name(expr, k)
+        if name in self.symbols:
+            raise ValueError(f"the symbol {name} of {expr} // {k} is an input's symbol too")
+        if name not in self.derived:
+            self.derived[name], self.hints[name] = (expr, k), expr.evaluate(self.hints) // k
         return SymInt(Expr.symbol(name), self.hints[name])
 
     def derive(self, env):

@@ -52,10 +52,10 @@ def chunk(x, chunks, dim=0):
 def _pieces(n, size):
     """The sizes of split(n, size) for n > 0: size each, the last the rest. Where n or size is symbolic
     the count is decided by guards ((m-1)*size < n <= m*size), the sizes stay expressions: chunk(B, 2)
-    of an even B gives [B//2, B//2] under the guard B % 2 == 0 it met."""
+    gives [(B+1)//2, B-(B+1)//2] for any B >= 2, and [B//2, B//2] after a test B % 2 == 0."""
     m = -(-hint(n) // hint(size))
-    if not (n > (m - 1) * size and n <= m * size):
-        raise AssertionError("split: the piece count disagrees with its own guards")
+    counted = n > (m - 1) * size and n <= m * size      # true at the hints; records the count's guards
+    assert counted
     return [size] * (m - 1) + [n - (m - 1) * size]
 
 
