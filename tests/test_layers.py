@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "tracegrad"
 # A module of a layer may import modules of its own layer and of the layers before it.
 LAYERS = [
     ("leaves", ["_version", "dtypes", "device", "broadcast", "pytree", "strides", "scalar", "errors", "locks",
-                "logs", "modes", "size", "return_types", "printing", "hooks", "symexpr", "symint"]),
+                "logs", "modes", "size", "return_types", "printing", "hooks", "symexpr", "symguard", "symint"]),
     ("core", ["core", "generator"]),
     ("ops", ["ops", "ops."]),
     # device memory and the eager device kernels that eager tensors hold and call (no compiler)
@@ -167,9 +167,11 @@ def test_the_checker_sees_function_level_and_relative_imports():
 
 
 def test_leaves_import_nothing_from_tracegrad():
-    """Modules every layer may use: symexpr imports no tracegrad module, symint only symexpr."""
+    """Modules every layer may use: symexpr imports no tracegrad module, symguard only symexpr, symint only
+    those two."""
     assert imports("symexpr") == set()
-    assert imports("symint") <= {"symexpr"}, imports("symint")
+    assert imports("symguard") <= {"symexpr"}, imports("symguard")
+    assert imports("symint") <= {"symexpr", "symguard"}, imports("symint")
 
 
 def test_import_tracegrad_loads_neither_numba_cuda_nor_the_cuda_compiler():

@@ -13,6 +13,7 @@ import operator
 import threading
 
 from .symexpr import Expr, derived_name, parse_expr
+from .symguard import NEGATE, OPS, Guard, modular_text, provable
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
@@ -267,9 +268,6 @@ def _divide(a, b, mod):
     return a % b if mod else a // b
 
 
-_OPS = {"==": lambda v: v == 0, "!=": lambda v: v != 0, "<": lambda v: v < 0, "<=": lambda v: v <= 0,
-        ">": lambda v: v > 0, ">=": lambda v: v >= 0}
-_NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
 def _compare(a, b, op):
@@ -278,87 +276,26 @@ def _compare(a, b, op):
             return op == "!="
         b = math.floor(b) if op in (">", "<=") else math.ceil(b)
     elif isinstance(b, float):
-        return _OPS[op](0.0 - b) if not math.isnan(b) else op == "!="      # +-inf, nan: whatever the size
+        return OPS[op](0.0 - b) if not math.isnan(b) else op == "!="      # +-inf, nan: whatever the size
     if not is_size(b):
         return NotImplemented
     ea, eb = as_expr(a), as_expr(b)
-    answer = _OPS[op](hint(a) - hint(b))
-    final = op if answer else _NEGATE[op]
+    answer = OPS[op](hint(a) - hint(b))
+    final = op if answer else NEGATE[op]
     _decide(ea - eb, final, answer, kind="compare", lhs=ea, rhs=eb)
     return answer
-
-
-def _provable(diff, op, ranges):
-    """Whether `diff OP 0` holds for every value in the ranges."""
-    if diff.is_const():
-        return _OPS[op](diff.constant())
-    lo, hi = diff.bounds(ranges)
-    if op == "==":
-        return False
-    if op == "!=":
-        step = math.gcd(*(c for m, c in diff.terms if m))      # 2*B - 1 is odd: never 0
-        return (lo is not None and lo > 0) or (hi is not None and hi < 0) or diff.constant() % step != 0
-    if op in (">", ">="):
-        return lo is not None and _OPS[op](lo)
-    return hi is not None and _OPS[op](hi)
 
 
 def _decide(diff, op, answer, kind, lhs, rhs):
     """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
     env = active()
     ranges = env.ranges() if env is not None else {}
-    if _provable(diff if env is None else env.simplify(diff), op, ranges):
+    if provable(diff if env is None else env.simplify(diff), op, ranges):
         return
     if env is None:
         raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
                            f"is recording guards, so no one could check it")
-    env.add_guard(Guard(lhs, op, rhs, kind, _modular_text(env, lhs - rhs, op)))
-
-
-def _modular_text(env, diff, op):
-    """`diff OP 0` as `E % k OP c` when diff is +-(E - k*(E//k)) + c (a divisibility test), else None."""
-    names = [n for n in diff.symbols() if n in env.derived]
-    if len(names) != 1:
-        return None
-    expr, k = env.derived[names[0]]
-    q = Expr.symbol(names[0])
-    for sign in (1, -1):
-        c = diff - (expr - q * Expr.const(k)) * Expr.const(sign)
-        if c.is_const():
-            return f"{expr} % {k} {op if sign == 1 else _FLIP[op]} {-sign * c.constant()}"
-    return None
-
-
-class Guard:
-    """A decision `lhs OP rhs` on sizes that must hold for a program traced under it to apply."""
-    __slots__ = ("lhs", "op", "rhs", "kind", "text")
-
-    def __init__(self, lhs, op, rhs, kind="compare", text=None):
-        lhs, op, rhs = _tidy(lhs, rhs, op)
-        self.lhs, self.op, self.rhs, self.kind = lhs, op, rhs, kind
-        self.text = text or f"{lhs} {op} {rhs}"
-
-    def holds(self, env):
-        return _OPS[self.op](self.lhs.evaluate(env) - self.rhs.evaluate(env))
-
-    def symbols(self):
-        return self.lhs.symbols() | self.rhs.symbols()
-
-    def __repr__(self):
-        return f"Guard({self.text})"
-
-
-def _tidy(lhs, rhs, op):
-    """`lhs OP rhs` with symbols on the left, constants on the right: B - 1 > 0 reads B > 1, 3 - B > 0
-    reads B < 3, B - S1 == 0 reads B == S1."""
-    diff = lhs - rhs
-    if all(c < 0 for m, c in diff.terms if m):
-        diff, op = -diff, _FLIP[op]
-    left = Expr({m: c for m, c in diff.terms if m and c > 0})
-    return left, op, left - diff
-
-
-_FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+    env.add_guard(Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op)))
 
 
 class ShapeEnv:
