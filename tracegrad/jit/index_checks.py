@@ -1,0 +1,72 @@
+"""Bounds of data-dependent indices, checked at every call at the Python boundary, before the kernels run.
+
+An index whose values come from the inputs (labels, token ids, a `where` of them as nll_loss makes) is
+checked by the kernel that reads it, but only if one does: a gather whose result is unused (dead code) or
+empty (an empty dimension beside the index) reads none, and eager raises there all the same. So each call
+computes such indices from its input arrays (NumPy, trace_indices.computed) and raises eager's IndexError
+for the first one out of range, in program order. Indices the trace knows (a list, an arange) are checked
+while tracing, with guards on symbolic sizes (trace_indices.py), and need nothing here."""
+from ..ir.graph import bind_sizes
+from ..ops import PRIMS
+from ..symint import hints
+from ..trace_indices import check_bounds, computed
+
+
+def index_checks(graph, sizes):
+    """[(index value, dimension size, axis, wrap)] of the index ops of traced `graph` whose indices depend on
+    its inputs; `sizes`: the call's symbol values, binding the graph's symbolic sizes."""
+    out = []
+    for n in graph.nodes:
+        if n.op not in PRIMS or PRIMS[n.op].kind != "index":
+            continue
+        shape = n.inputs[0].shape if n.op == "index" else n.attrs["shape"]
+        for axis, idx in zip(n.attrs["axes"], n.inputs[1:]):
+            if _reads_input(idx):
+                out.append((idx, hints(bind_sizes(shape[axis], sizes)), axis, n.attrs.get("wrap", True)))
+    return out
+
+
+def _reads_input(v):
+    """Whether value v is a graph input or computed from one (not made of constants alone)."""
+    seen, stack = set(), [v]
+    while stack:
+        u = stack.pop()
+        if u.node is None:
+            return True
+        if id(u.node) not in seen:
+            seen.add(id(u.node))
+            stack.extend(u.node.inputs)
+    return False
+
+
+def checking(run, graph, sizes):
+    """`run` (a forward on the arrays of `graph`'s inputs) checking the data-dependent indices first; `run`
+    itself where there are none."""
+    checks = index_checks(graph, sizes)
+    if not checks:
+        return run
+    position = {id(v): k for k, v in enumerate(graph.inputs)}
+
+    def bind(x):
+        return hints(bind_sizes(x, sizes))
+
+    def checked_run(arrays):
+        def leaf(v):
+            return arrays[position[id(v)]] if id(v) in position else None
+        for idx, size, axis, wrap in checks:
+            a = leaf(idx) if idx.node is None else _rearranged_input(idx, leaf)
+            if a is None:
+                a = computed(idx, leaf, bind)
+            if a is not None and not hasattr(a, "__cuda_array_interface__"):
+                check_bounds(a, size, axis, wrap)
+        return run(arrays)
+    return checked_run
+
+
+def _rearranged_input(v, leaf):
+    """The input array v rearranges (reshape, permute: each element once), or None: its bounds are v's."""
+    node = v.node
+    while node is not None and node.op in PRIMS and PRIMS[node.op].rearranges:
+        v = node.inputs[0]
+        node = v.node
+    return leaf(v) if node is None else None
