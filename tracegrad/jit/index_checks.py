@@ -47,7 +47,9 @@ def checking(run, graph, sizes):
         return run
     position = {id(v): k for k, v in enumerate(graph.inputs)}
 
-    def bind(x):
+    def bind(x):                        # a shape, or a node's attributes
+        if type(x) is dict:
+            return {k: hints(bind_sizes(v, sizes)) for k, v in x.items()}
         return hints(bind_sizes(x, sizes))
 
     def checked_run(arrays):
