@@ -138,3 +138,25 @@ def test_an_overflowing_product_agrees_with_eager_under_the_fuzz_rule(m, k, n, s
             ref = fn(tg.tensor(x.astype(np.float64)), tg.tensor(w.astype(np.float64))).numpy()
             got = tg.compile(fn, backend="llvm")(tg.tensor(x), tg.tensor(w)).numpy()
         assert compare_values(want, got, ref, "float32") is None
+
+
+@SETTINGS
+@given(rows=st.lists(st.sampled_from([0, 1, 2, 3, 6]), min_size=3, max_size=5))
+def test_jvp_of_a_compiled_function_making_an_arange_of_a_symbolic_size(rows):
+    """tg.jvp of a compiled function whose cross_entropy makes arange(B) (an iota of symbolic length under
+    forward mode): values and tangents as eager's, and no symbolic compile lost (was: AttributeError
+    'Forward' object has no attribute 'iota', a warning and a compile per size)."""
+    def f(x, t, y):
+        return F.cross_entropy(x, t, reduction="none") * 2.0 + y.sum()
+
+    compiled = [tg.compile(f, backend="llvm", dynamic=True), tg.compile(f, backend="llvm")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)        # a lost symbolic compile warns
+        for n in [4, *rows]:
+            rng = np.random.default_rng(n)
+            args = (tg.tensor(rng.standard_normal((n, 3))), tg.tensor(rng.integers(0, 3, n)), tg.tensor(np.ones(2)))
+            tangents = (tg.tensor(rng.standard_normal((n, 3))), tg.zeros(n, dtype=tg.int64), tg.tensor(np.ones(2)))
+            want = tg.jvp(f, args, tangents)
+            for c in compiled:
+                for g, w in zip(tg.jvp(c, args, tangents), want):
+                    np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-9, atol=1e-9)
