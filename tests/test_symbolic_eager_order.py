@@ -26,7 +26,7 @@ def _outcome(fn, *args):
             warnings.simplefilter("ignore")
             out = fn(*args)
     except (IndexError, RuntimeError, ValueError) as e:
-        return type(e), str(e).split(" (while tracing")[0]
+        return type(e), str(e).splitlines()[0].split(" (while tracing")[0]
     outs = out if isinstance(out, tuple) else (out,)
     return "ok", [o.detach().numpy() for o in outs]
 

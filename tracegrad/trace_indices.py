@@ -87,6 +87,13 @@ def _ops_before(v, order, seen):
     return order
 
 
+def through_rearranges(v):
+    """The value v rearranges (reshape, permute: each element once, so the same values), or v."""
+    while v.node is not None and v.node.op in PRIMS and PRIMS[v.node.op].rearranges:
+        v = v.node.inputs[0]
+    return v
+
+
 def _input_array(tracer, v):
     """The array of this call's value of graph input v (cpu only), or None."""
     entry = next((e for e in tracer.order if e.value is v), None)
@@ -97,11 +104,9 @@ def _known(tracer, v):
     """(least, greatest, the values in order, whether made inside the function) of traced value v when the
     trace knows them and they are not none (an empty index checks nothing); else None. An input's values
     (labels passed in) are this call's only: checked here so that its error comes in eager's order (a later
-    call with the same sizes runs the kernel, which checks them), compared without a guard."""
+    call with the same sizes checks them at the call, jit/index_checks.py), compared without a guard."""
+    v = through_rearranges(v)
     node = v.node
-    while node is not None and node.op in PRIMS and PRIMS[node.op].rearranges:
-        v = node.inputs[0]
-        node = v.node
     if node is None:              # a graph input: an index array made inside the function is a frozen one
         a = _input_array(tracer, v)
         if a is None or not a.size or a.dtype.kind not in "iu":

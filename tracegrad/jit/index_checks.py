@@ -9,7 +9,7 @@ while tracing, with guards on symbolic sizes (trace_indices.py), and need nothin
 from ..ir.graph import bind_sizes
 from ..ops import PRIMS
 from ..symint import hints
-from ..trace_indices import check_bounds, computed
+from ..trace_indices import check_bounds, computed, through_rearranges
 
 
 def index_checks(graph, sizes):
@@ -40,7 +40,7 @@ def _reads_input(v):
 
 
 def checking(run, graph, sizes):
-    """`run` (a forward on the arrays of `graph`'s inputs) checking the data-dependent indices first; `run`
+    """`run` (a forward on the host arrays of `graph`'s inputs) checking the data-dependent indices first; `run`
     itself where there are none."""
     checks = index_checks(graph, sizes)
     if not checks:
@@ -56,19 +56,11 @@ def checking(run, graph, sizes):
         def leaf(v):
             return arrays[position[id(v)]] if id(v) in position else None
         for idx, size, axis, wrap in checks:
-            a = leaf(idx) if idx.node is None else _rearranged_input(idx, leaf)
+            root = through_rearranges(idx)
+            a = leaf(root) if root.node is None else None
             if a is None:
                 a = computed(idx, leaf, bind)
-            if a is not None and not hasattr(a, "__cuda_array_interface__"):
+            if a is not None:
                 check_bounds(a, size, axis, wrap)
         return run(arrays)
     return checked_run
-
-
-def _rearranged_input(v, leaf):
-    """The input array v rearranges (reshape, permute: each element once), or None: its bounds are v's."""
-    node = v.node
-    while node is not None and node.op in PRIMS and PRIMS[node.op].rearranges:
-        v = node.inputs[0]
-        node = v.node
-    return leaf(v) if node is None else None
