@@ -3,8 +3,9 @@
 An index whose values come from the inputs (labels, token ids, a `where` of them as nll_loss makes) is
 checked by the kernel that reads it, but only if one does: a gather whose result is unused (dead code) or
 empty (an empty dimension beside the index) reads none, and eager raises there all the same. So each call
-computes such indices from its input arrays (NumPy, trace_indices.computed) and raises eager's IndexError
-for the first one out of range, in program order. Indices the trace knows (a list, an arange) are checked
+computes such indices from its integer input arrays (NumPy, trace_indices.computed) and raises eager's
+IndexError for the first one out of range, in program order (an index computed from float inputs is
+checked at the trace and by the kernel reading it only). Indices the trace knows (a list, an arange) are checked
 while tracing, with guards on symbolic sizes (trace_indices.py), and need nothing here."""
 from ..ir.graph import bind_sizes
 from ..ops import PRIMS
@@ -27,16 +28,20 @@ def index_checks(graph, sizes):
 
 
 def _reads_input(v):
-    """Whether value v is a graph input or computed from one (not made of constants alone)."""
-    seen, stack = set(), [v]
+    """Whether value v is a graph input or computed from some, all of them integers or bools (labels, ids,
+    masks: cheap to compute again at each call; an index computed from floats, argmax(x @ w), is left to
+    the kernel that reads it)."""
+    seen, stack, found = set(), [v], False
     while stack:
         u = stack.pop()
         if u.node is None:
-            return True
-        if id(u.node) not in seen:
+            if u.dtype.is_floating_point:
+                return False
+            found = True
+        elif id(u.node) not in seen:
             seen.add(id(u.node))
             stack.extend(u.node.inputs)
-    return False
+    return found
 
 
 def checking(run, graph, sizes):
