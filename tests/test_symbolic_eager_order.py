@@ -160,3 +160,27 @@ def test_jvp_of_a_compiled_function_making_an_arange_of_a_symbolic_size(rows):
             for c in compiled:
                 for g, w in zip(tg.jvp(c, args, tangents), want):
                     np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@SETTINGS
+@given(sizes=st.lists(st.sampled_from([0, 1, 2, 5]), min_size=2, max_size=5), dtype=st.sampled_from(["float32", "float64"]))
+def test_a_mean_count_is_no_zero_constant_of_a_partial_backward(sizes, dtype):
+    """A mean's count is a symbolic constant of the trace; a backward for some cotangents only (the first of
+    two results), first built at a later size, must not take it for a literal 0 because the trace's size was 0
+    (was: the gradient at the next sizes read uninitialized memory, 300 -> 0 -> 1 in fuzz --sizes seed 26 #515)."""
+    def f(x):
+        v = (x * 3.0).cumsum(-1)
+        return v.sum(-1), v.tanh().mean()
+
+    for c in (tg.compile(f, backend="llvm"), tg.compile(f, backend="llvm", dynamic=True)):
+        for n in [6, 0, 1, *sizes]:
+            x, xe = (tg.tensor(np.linspace(-1, 1, 2 * n).reshape(2, n), dtype=getattr(tg, dtype), requires_grad=True)
+                     for _ in range(2))
+            for _ in range(2):
+                out, want = c(x), f(xe)
+                if n == 0:              # no backward at the empty size: the next size builds it
+                    break
+                out[0].sum().backward()
+                want[0].sum().backward()
+                np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-6)
+                x.grad = xe.grad = None
