@@ -98,8 +98,8 @@ def test_a_size_pinned_for_one_kernel_is_a_constant_in_all():
                                        atol=1e-4)
             np.testing.assert_allclose(wt.grad.numpy(), (2 * y * d).sum(axis=1), rtol=1e-3, atol=1e-3)
     s = f.stats()
-    # (the empty batch is a trace of its own: the mean over the batch divides by it, a guard B != 0)
-    assert s["traces"] == 2 and s["retrace_reasons"] == ["guard B != 0 failed (B = 0)"], s
+    # (the empty batch too: the mean over the batch divides by B as it is, NaN at 0, no guard B != 0)
+    assert s["traces"] == 1 and s["retrace_reasons"] == [], s
     assert all("T == 64" in d["guards"] for d in s["dynamic"]), s
     prog, entry = _program(f, tg.tensor(np.zeros((4096, 64), np.float32)), tg.tensor(w))
     kernels = [k for p in entry.programs if p is not None for k in p.kernels]

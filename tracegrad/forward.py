@@ -28,6 +28,9 @@ class Forward:
     def constant_array(self, arr, dtype, dev, requires_grad=False):
         return self.below.constant_array(arr, dtype, dev, requires_grad)
 
+    def iota(self, n, start, step, dtype, dev, requires_grad=False):
+        return self.below.iota(n, start, step, dtype, dev, requires_grad)     # arange(B): no tangent
+
     def lift(self, t):
         return self.below.lift(t)
 

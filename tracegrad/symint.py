@@ -213,6 +213,8 @@ def slice_length(start, stop, step):
 def same_size(a, b):
     """Whether two sizes are equal for every value of their symbols that passes the active env's
     guards (records no guard)."""
+    if not isinstance(a, SymInt) and not isinstance(b, SymInt):     # plain sizes: no expression to build
+        return a == b
     diff = as_expr(a) - as_expr(b)
     env = active()
     return not (diff if env is None else env.simplify(diff)).terms

@@ -14,7 +14,8 @@ from .programs import KINDS, generate
 from .sizes import CALLS, SizedProgram, compare_sized, modes, trace_problems
 
 BACKENDS = ("interpret", "llvm")
-SHRINK_PER_CLASS = 2   # failing programs shrunk per class (kind, backend, category); later ones are written as is
+SHRINK_PER_CLASS = 2
+WARM_UP_KINDS = ("graph", "train", "penalty")   # failing programs shrunk per class (kind, backend, category); later ones are written as is
 
 
 def observe(run, mode, dtype, device=None):
@@ -131,6 +132,14 @@ def check_forked(program, backends, tally):
     return eager_error, problems
 
 
+def warm_up(modes_run):
+    """Check a few fixed programs here, in the parent, so that what every program's forked child would
+    otherwise load and build again (LLVM's target, the runtime's native helpers, NumPy and numba
+    dispatch, lazy imports) is there before the fork; their results are not counted."""
+    for kind in WARM_UP_KINDS:
+        check(SizedProgram(generate(0, 0, kind=kind)), modes_run)
+
+
 def _eager(run, dtype, *device):
     """The eager observation of a program, and its float64 reference (on `device`: default cpu)."""
     eager = observe(run, "eager", dtype, *device)
@@ -220,6 +229,8 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
     os.makedirs(out, exist_ok=True)
     modes_run = modes(backends) if sizes else list(backends)
     t0 = time.time()
+    if sizes:
+        warm_up(modes_run)
     tally = {}
     by_kind, eager_refused, internal, classes = collections.Counter(), collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):

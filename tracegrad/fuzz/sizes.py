@@ -121,8 +121,10 @@ def compare_sized(eager, other, ref, dtype):
     if eager.error is not None or other.error is not None:
         return compare_runs(eager, other, ref, dtype)
     problems = []
-    for k in sorted({_size_of(label) for label, _ in eager.items + other.items}):
-        found = compare_runs(*(_at(obs, k) for obs in (eager, other, ref)), dtype)
+    by_size = [_by_size(obs) for obs in (eager, other, ref)]
+    for k in sorted(set(by_size[0]) | set(by_size[1])):
+        found = compare_runs(*(_at(obs, items.get(k, []), k) for obs, items in zip((eager, other, ref), by_size)),
+                             dtype)
         problems += [(cat, text if text.startswith("size") else f"size{k}.: {text}") for cat, text in found]
     return problems
 
@@ -131,11 +133,18 @@ def _size_of(label):
     return int(re.match(r"size(\d+)\.", label).group(1))
 
 
-def _at(obs, k):
-    """The observation of size k alone: its items, or the error it raised there."""
+def _by_size(obs):
+    """{size k: the observation's items at size k}."""
+    out = {}
+    for item in obs.items:
+        out.setdefault(_size_of(item[0]), []).append(item)
+    return out
+
+
+def _at(obs, items, k):
+    """The observation of size k alone (`items`: its items there), or the error it raised there."""
     if obs.error is not None:
         return obs
-    items = [(label, v) for label, v in obs.items if _size_of(label) == k]
     if items and items[-1][0].endswith(".raised"):
         name, text = items[-1][1]
         return Observation(error=(name, f"at size{k}: {text}"), kinds=[name])

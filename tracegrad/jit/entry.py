@@ -14,6 +14,7 @@ from .aliases import rebuild_aliases
 from .callgen import sized_run, straight_apply, straight_backward, straight_call, straight_general_call
 from .check import checked_run
 from ..backends.cuda.run import DeviceFresh, DeviceInputs, expanded, to_host
+from .index_checks import checking
 from .joined import choosing_call, joinable
 from .node import CompiledNode, RefusedBackward, watch_plan
 from .pipeline import compile_call, finish, partial_backward
@@ -46,6 +47,8 @@ class Entry:
         self.run_fwd, self.run_bwd = s.run_fwd, s.run_bwd
         self.backend, self.device = s.backend, s.device
         self.on_device = s.device.type == "cuda"
+        if not self.on_device and self.run_fwd is not None:     # indices of the inputs' values, at each call
+            self.run_fwd = checking(self.run_fwd, s.traced, s.sizes)
         # the forward's and the backward's host inputs kept on the device
         self.device_inputs = DeviceInputs() if self.on_device else None
         self.device_bwd_inputs = DeviceInputs() if self.on_device else None

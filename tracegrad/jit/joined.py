@@ -24,6 +24,7 @@ as apart; float sums may round differently.
 
 from ..autograd import _Mode
 from .callgen import sized_run, straight_call
+from .index_checks import checking
 from .pipeline import forward_with_gradient
 
 JOIN_AFTER = 2
@@ -68,5 +69,5 @@ def _build(entry):
     entry.joined_program, run, keeps_saved = got
     if entry.shared is not None:        # a symbolic trace's program: this entry's sizes at each call
         run = sized_run(run, entry.sizes)
-    call, entry.joined_source = straight_call(entry, run, keeps_saved)
+    call, entry.joined_source = straight_call(entry, checking(run, entry.traced, entry.sizes), keeps_saved)
     return call

@@ -7,6 +7,7 @@ from .. import composites as C
 from .. import dtypes as D
 from .. import ops
 from ..ops import normalize_axes
+from ..symint import is_sym
 from .base import TensorBase
 from .dispatch import _P, _axis_kw, _keep_kw, _named, dispatch, in_float32
 
@@ -39,8 +40,9 @@ class ReduceMethods:
                                f"or complex dtype. Got: {x._dtype}")
         axis = normalize_axes(_axis_kw(axis, dim), x.ndim)
         n = math.prod(x._shape[a] for a in axis)
+        # a symbolic count divides as it is (0 / 0 is NaN at the call, no guard); a plain 0 divides as NaN
         return in_float32(lambda t: _named(t._reduce("sum", axis, _keep_kw(keepdims, keepdim)) /
-                                           (n if n else float("nan")), "MeanBackward"), x)
+                                           (n if is_sym(n) or n else float("nan")), "MeanBackward"), x)
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         """x.max(): the largest element; x.max(dim): the named tuple (values, indices); x.max(other)."""

@@ -19,8 +19,8 @@ A cat of more than MAX_PIECES pieces stays a host copy: each element would test 
 host, 2.5 fused; 64: even)."""
 from ... import dtypes as D
 from ...ops import PRIMS
-from ...symint import same_size
-from ..kernels import Const, Iota, Op, gathered, loads, postorder, remap, size
+from ...symint import is_sym, same_size
+from ..kernels import Const, Iota, Op, gathered, known, loads, postorder, remap, size
 from .gathers import through
 
 MAX_PIECES = 32
@@ -54,7 +54,7 @@ def copy_tree(n, trees, buffer_load):
     expressions; None when it stays a host kernel. buffer_load(v) is v as a plain Load (v
     materialized first when it is an expression)."""
     shape, dtype = tuple(n.out.shape), n.out.dtype
-    if not fusible(n) or 0 in shape or dtype.name not in PRIMS["where"].dtypes:
+    if not fusible(n) or any(known(d, 0) for d in shape) or dtype.name not in PRIMS["where"].dtypes:
         return None
     parts = pieces(n)
     ndim = len(shape)
@@ -62,10 +62,12 @@ def copy_tree(n, trees, buffer_load):
     tree = None if n.op == "cat" else Const(0, dtype)
     for k in reversed(range(len(parts))):
         v, box = parts[k]
-        if 0 in v.shape:
+        if any(known(d, 0) for d in v.shape):
             continue
         cut = {d: _along(coord[d], a, step, v.shape[d]) for d, (a, b, step) in enumerate(box)
                if not (step == 1 and same_size(a, 0) and same_size(b, shape[d]))}   # whole axis: no cut, no guard
+        if any(is_sym(v.shape[d]) for d in cut) and not _shifts(trees[k], box, cut):
+            return None     # where that size is 0 the clamped reads would leave the piece's memory: a host copy
         read = _read(v, trees[k], box, cut, buffer_load)
         if tree is None:                     # cat's last piece: wherever no earlier one is
             tree = read
@@ -99,12 +101,17 @@ def _along(p, a, step, n):
     return q, _op("logical_and", [test, on], D.bool_)
 
 
+def _shifts(tree, box, cut):
+    """Whether a piece is read at the shifted index, touching no memory (see _read)."""
+    return not cut or all(box[d][2] == 1 for d in cut) and not loads(tree) and not gathered(tree)
+
+
 def _read(v, tree, box, cut, buffer_load):
     """Piece v (expression `tree`, placed at `box`) read at the result's element: shifted when its
     steps are 1 and it has no memory to leave; a small expression without transcendentals read
     with its loads gathered at the clamped coordinates along the cut axes (no buffer); any other
     piece's buffer gathered there."""
-    if not cut or all(box[d][2] == 1 for d in cut) and not loads(tree) and not gathered(tree):
+    if _shifts(tree, box, cut):
         return remap(tree, lambda st, off: (st, off - sum(s * box[d][0] for d, s in enumerate(st))))
     ndim = len(box)
     coords = {d: (None, 0, cut[d][0]) if d in cut else (tuple(int(k == d) for k in range(ndim)), 0, None)

@@ -11,6 +11,7 @@ zero constant where a kept node uses one, and reports the gradients that are suc
 eagerly).
 """
 from ...ops import PRIMS
+from ...symint import is_sym
 from ..graph import Graph
 
 
@@ -59,4 +60,7 @@ def drop_cotangents(bwd, present):
 
 
 def _literal_zero(v):
-    return v.node is not None and v.node.op == "const" and v.node.attrs["value"] == 0
+    """Whether v is a constant 0 (a symbolic size as a constant, a mean's count, is none: comparing it
+    would decide on the trace's hint, for every call)."""
+    return v.node is not None and v.node.op == "const" and not is_sym(v.node.attrs["value"]) and \
+        v.node.attrs["value"] == 0
