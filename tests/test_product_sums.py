@@ -77,7 +77,6 @@ def test_gradient_of_chunks_is_a_cat(widths, rows, axis, seed):
     shape = [rows, rows]
     shape[axis] = sum(widths)
     x = rng.standard_normal(shape)
-    ws = [rng.standard_normal(shape) for _ in widths]
 
     def f(x):
         xt = x.detach().requires_grad_()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import hangs
 import tracegrad as tg
-from tracegrad.backends.cpu import gemm, machine, regions, threads
+from tracegrad.backends.cpu import gemm, judge, machine, regions, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_AT = 4096       # element-ops: kernels of these tests' sizes split, their small ones do not
@@ -152,9 +152,9 @@ FORK = """
     import os, signal, sys
     import numpy as np
     import tracegrad as tg
-    from tracegrad.backends.cpu import regions, threads
+    from tracegrad.backends.cpu import judge, regions, threads
     os.environ["TRACEGRAD_THRESHOLDS"] = "parallel_min_work=4096"
-    threads.Judge.parallel = lambda self: True          # every region on the workers
+    judge.Judge.parallel = lambda self: True          # every region on the workers
     x = tg.from_numpy(np.random.default_rng(0).standard_normal((513, 129)).astype(np.float32))
     f = tg.compile(lambda x: ((x * 2.0).tanh().sum(axis=0), (x + 1.0).exp() * 0.5))
     want = [o.numpy().copy() for o in f(x)]
@@ -266,7 +266,7 @@ def test_small_independent_kernels_share_one_region(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={max(works) + 1}")   # none splits; together they are worth it
     shared = tg.compile(_independent)
     for parallel in (True, False, True):
-        monkeypatch.setattr(threads.Judge, "parallel", lambda self, p=parallel: p)
+        monkeypatch.setattr(judge.Judge, "parallel", lambda self, p=parallel: p)
         for got, w in zip(shared(*args), want):
             np.testing.assert_array_equal(got.numpy(), w)            # each kernel whole: the same bits
     prog, = _programs(shared, *args)

@@ -12,7 +12,7 @@ import pytest
 
 import hangs
 import tracegrad as tg
-from tracegrad.backends.cpu import threads
+from tracegrad.backends.cpu import judge as judges, threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +117,7 @@ def test_workers_and_calling_thread_alone_give_the_same_bits(split_everything, m
     f = tg.compile(lambda x: (x.sum(axis=0), (x * x).sum(), x.amin(axis=0), (x * 2.0).tanh()))
     runs = {}
     for parallel in (True, False):
-        monkeypatch.setattr(threads.Judge, "parallel", lambda self, p=parallel: p)
+        monkeypatch.setattr(judges.Judge, "parallel", lambda self, p=parallel: p)
         runs[parallel] = [_outputs(f, x) for _ in range(3)]
     for outs in runs[True][1:] + runs[False]:
         for a, b in zip(runs[True][0], outs):
@@ -160,19 +160,19 @@ def _learn(judge, seconds, runs):
 
 
 def test_judge_falls_back_to_one_thread_when_workers_are_slow_and_returns():
-    j = threads.Judge()
+    j = judges.Judge()
     busy = _learn(j, lambda p: 3.0 if p else 1.0, 2000)            # workers not getting a core
     assert not j.best and sum(busy) <= 12                            # a few tries, ever rarer
     tries = [i for i, p in enumerate(busy) if p]
     assert all(b - a >= a // 4 for a, b in zip(tries[2:], tries[3:]))   # intervals grow
     quiet = _learn(j, lambda p: 0.5 if p else 1.0, 2000)            # the machine is quiet again
     back = quiet.index(True)                                          # the next try of the workers wins
-    assert j.best and back <= threads.Judge.MAX_EXPLORE and all(quiet[back:back + 8])
+    assert j.best and back <= judges.Judge.MAX_EXPLORE and all(quiet[back:back + 8])
     assert sum(not p for p in quiet[-1000:]) <= 8                     # one-thread tries grow rare
 
 
 def test_judge_follows_a_mode_that_gets_slower():
-    j = threads.Judge()
+    j = judges.Judge()
     _learn(j, lambda p: 0.5 if p else 1.0, 100)
     assert j.best
     _learn(j, lambda p: 4.0 if p else 1.0, 10)                       # load arrives mid-stream
@@ -181,7 +181,7 @@ def test_judge_follows_a_mode_that_gets_slower():
 
 def test_judge_learns_nothing_from_a_slow_first_run():
     """A first run that pays for faulting in fresh memory does not hand the next runs to one thread."""
-    j, runs = threads.Judge(), []
+    j, runs = judges.Judge(), []
 
     def seconds(p):
         runs.append(p)
@@ -195,7 +195,7 @@ def test_judge_tries_again_a_mode_beaten_after_one_slow_run():
     """A slow second run on the workers (the first learnt from: still cold) that loses to a one-thread
     try does not hand the next runs to one thread: the workers are tried again at the next run, win,
     and run the later runs (the bench's few calls per column then time the faster mode)."""
-    j, runs = threads.Judge(), []
+    j, runs = judges.Judge(), []
 
     def seconds(p):
         runs.append(p)

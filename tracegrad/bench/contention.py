@@ -20,7 +20,7 @@ import time
 def child(wid):
     """Serve turns: read a duration per line, run the step that long, print the median step time."""
     from tracegrad.bench import workloads
-    from tracegrad.backends.cpu.threads import Judge
+    from tracegrad.backends.cpu.judge import Judge
     w = workloads.find(wid)
     run = w.columns["tg compiled"](w.inputs())
     for _ in range(3):

@@ -40,7 +40,7 @@ def main(argv=None):
     ap.add_argument("--dynamic", action="store_true", help="compile the step with dynamic=True")
     args = ap.parse_args(argv)
     import tracegrad as tg
-    from ..backends.cpu import threads
+    from ..backends.cpu import judge, threads
     inp = T.inputs()
     step, _ = T.tg_steps(inp, (lambda f: tg.compile(f, dynamic=True)) if args.dynamic else tg.compile)
     idx, tgt = tg.from_numpy(inp["idx"]), tg.from_numpy(inp["tgt"])
@@ -49,12 +49,12 @@ def main(argv=None):
     pool, a = threads.pool(), np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
     runs = {"none": lambda: None, "numpy": lambda: a @ a, "sleep": lambda: time.sleep(0.15)}
     kinds = [k for k in args.before.split(",") if k in runs]
-    modes, record = [0, 0], threads.Judge.record
+    modes, record = [0, 0], judge.Judge.record
 
     def counting(judge, parallel, seconds):
         modes[0 if parallel else 1] += 1
         return record(judge, parallel, seconds)
-    threads.Judge.record = counting
+    judge.Judge.record = counting
     rows, load = {k: [] for k in kinds}, Load()
     try:
         for _ in range(args.reps):
@@ -71,7 +71,7 @@ def main(argv=None):
                     t2 = time.perf_counter()
                 rows[kind].append(((t1 - t0) * 1e3, (t2 - t1) * 1e3, q1 - q0, m1[0] - m0[0], m1[1] - m0[1], moved))
     finally:
-        threads.Judge.record = record
+        judge.Judge.record = record
     print(f"W12 {'dynamic=True' if args.dynamic else 'compiled'}, median of {args.reps}; load average "
           f"{os.getloadavg()[0]:.1f}")
     for kind, v in rows.items():

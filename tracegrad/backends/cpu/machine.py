@@ -195,7 +195,7 @@ def describe(remeasure=False):
     for name, f in FIELDS.items():
         mark = " (TRACEGRAD_THRESHOLDS)" if name in hand else ""
         lines.append(f"{name:<18} {values[name]:>10} {f.default:>10} {f'{f.lo}..{f.hi}':>20}  {f.reader}: {f.meaning}{mark}")
-    lines.append("chosen at run time: a split kernel on the worker threads or the calling thread alone (threads.Judge)")
+    lines.append("chosen at run time: a split kernel on the worker threads or the calling thread alone (judge.Judge)")
     return "\n".join(lines)
 
 

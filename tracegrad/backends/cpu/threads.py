@@ -44,7 +44,6 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import forksafe, machine
-from .judge import Judge  # noqa: F401 -- threads.Judge: the class Pool.run takes one of
 
 WAIT_SPINS = 2000         # pause iterations a waiting caller spins before it yields its core
 MAX_CHUNKS = 0xFFFF
