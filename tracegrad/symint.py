@@ -300,12 +300,20 @@ def _decide(diff, op, answer, kind, lhs, rhs):
     env.add_guard(Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op)))
 
 
+class LateGuard(RuntimeError):
+    """A new guard asked of a sealed ShapeEnv: decided on the trace's sizes after calls of other sizes
+    were checked against the guards (or while one runs), so no one would check it for them. The
+    compile asking takes a choice that holds for every size instead (joined.py, entry.py)."""
+
+
 class ShapeEnv:
-    """One compile's symbols (name -> (lo, hi, source)) and the guards recorded on them."""
+    """One compile's symbols (name -> (lo, hi, source)) and the guards recorded on them. Sealed
+    (dynamic.py, once the symbolic graphs are lowered), it refuses a new guard: LateGuard."""
 
     def __init__(self):
         self.symbols = {}
         self.guards = []
+        self.sealed = False
         self._texts = set()
         self.extra_sources = {}          # name -> further (input, dim) sources that share the symbol
         self.replacements = {}           # name -> the Expr an equality guard made it (unification)
@@ -344,6 +352,9 @@ class ShapeEnv:
         self.extra_sources.setdefault(name, []).append(source)
 
     def add_guard(self, guard):
+        if guard.text not in self._texts and self.sealed:
+            raise LateGuard(f"the decision {guard.text} on symbolic sizes was asked after the guards were fixed "
+                            f"(decided on the trace's sizes, no call of other sizes would check it)")
         if guard.text not in self._texts:
             self._texts.add(guard.text)
             self.guards.append(guard)

@@ -143,6 +143,7 @@ class SymbolicEntry:
         of its sizes); guards a pass records go to a scratch copy of the env."""
         if self._optimized is None:
             scratch = copy.deepcopy(self.env)
+            scratch.sealed = False
             with using(scratch):
                 bwd = self.stages.backward
                 self._optimized = (optimize(self.traced), None if bwd is None else optimize(bwd.graph))
@@ -198,13 +199,15 @@ class SymbolicEntry:
         """The finished stages for one set of sizes. On the CPU (llvm) and cuda the symbolic graphs are
         lowered once, into programs that take the sizes at each call (backends/cpu/sizes.py,
         backends/cuda/sizes.py): every set of sizes shares them, with no LLVM or kernel work; a strategy
-        that needs a size compiled in records its guard in this entry's ShapeEnv. The interpreter runs
-        the graphs instantiated for the sizes."""
+        that needs a size compiled in records its guard in this entry's ShapeEnv, which is then sealed:
+        a later compile (a partial backward, a joined forward) that would record one takes a choice
+        holding for every size (LateGuard). The interpreter runs the graphs instantiated for the sizes."""
         if self.stages.backend not in ("llvm", "cuda"):
             return instantiate(self.stages, sizes)
         if self.core is None:
             with using(self.env):
                 self.core = finish(copy.copy(self.stages), self.cf.fuse)
+            self.env.sealed = True
             self.core.shape_env, self.core.shared = self.env, {}
         out = copy.copy(self.core)
         out.sizes = dict(sizes)

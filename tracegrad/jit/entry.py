@@ -8,7 +8,7 @@ import numpy as np
 from ..autograd import _Mode
 from ..ir.graph import bind_sizes
 from ..pytree import unflatten
-from ..symint import substitute, using
+from ..symint import LateGuard, substitute, using
 from ..tensor import Tensor
 from .aliases import rebuild_aliases
 from .callgen import sized_run, straight_apply, straight_backward, straight_call, straight_general_call
@@ -188,16 +188,25 @@ class Entry:
 
     def partial_backward(self, present):
         """(programs, graph, run, absent) of the backward for the cotangents `present[i]` True only,
-        built on first use (pipeline.partial_backward; a race builds it twice, harmlessly)."""
+        built on first use (pipeline.partial_backward; a race builds it twice, harmlessly). A symbolic
+        trace's entries share one for every size, unless building it would decide on a symbolic size
+        (LateGuard: the trace's size would decide for all): each entry then builds its own, for its sizes."""
         got = self._partial.get(present)
-        if got is None:         # a symbolic trace's entries share theirs (programs for every size)
+        if got is None:
             cache = self._partial if self.shared is None else self.shared.setdefault("partial", {})
             got = cache.get(present)
             if got is None:
                 with using(self.shape_env):
-                    got = cache[present] = partial_backward(self.bwd, present, self.backend, self.device,
-                                                            self.cf.fuse)
-            if self.shared is not None:     # a symbolic trace's program: this entry's sizes at each call
+                    try:
+                        got = partial_backward(self.bwd, present, self.backend, self.device, self.cf.fuse)
+                    except LateGuard:
+                        got = False
+                cache[present] = got
+            if got is False:
+                bwd = self.bwd.substitute(self.sizes)
+                bwd.grads_of = self.bwd.grads_of
+                got = partial_backward(bwd, present, self.backend, self.device, self.cf.fuse)
+            elif self.shared is not None:     # a symbolic trace's program: this entry's sizes at each call
                 programs, graph, run, absent = got
                 got = programs, graph, sized_run(run, self.sizes), absent
             self._partial[present] = got

@@ -10,7 +10,7 @@ from ..ir.passes.remat import rematerialize
 from .. import logs
 from ..autograd import FREED_MESSAGE, is_grad_enabled
 from ..ops import PRIMS
-from ..symint import using
+from ..symint import LateGuard, using
 from ..tensor import TraceError
 from .capture import Capture
 from ..backends.cuda.run import choose_backend
@@ -166,9 +166,13 @@ def forward_with_gradient(entry):
     from the inputs in the rare use that needs them, jit/node.py) unless the forward draws random
     numbers, which a second run would draw anew: an activation's loss (tanh gelu's, fwd+bwd,
     (1000, 999) float32) then moves 12 MB per call, not 28. Decided without them, W6's broadcast
-    loss joined into one accumulation of four sums over different axes, 2.7x slower than apart."""
+    loss joined into one accumulation of four sums over different axes, 2.7x slower than apart.
+    None too where joining would decide on a symbolic size (LateGuard: a guard no other size checks)."""
     with logs.compiling(entry.name, "forward with gradient"), using(entry.shape_env):
-        return _forward_with_gradient(entry)
+        try:
+            return _forward_with_gradient(entry)
+        except LateGuard:
+            return None
 
 
 def _forward_with_gradient(entry):
