@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
-from tracegrad.ir.passes import cotangents
+from tracegrad.ir.passes import cotangents, join
 from tracegrad.symint import LateGuard, ShapeEnv, hint, is_sym, using
 
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
@@ -70,5 +70,40 @@ def test_a_late_decision_of_a_partial_backward_never_reaches_other_sizes(sizes):
             np.testing.assert_allclose(x.grad.numpy(), 2 * xe.grad.numpy(), rtol=1e-6)
         assert not any("guard" in r for r in c.stats()["retrace_reasons"])
         assert all(not e["guards"] for e in c.stats()["dynamic"])   # f's trace has none; the late one none
+    finally:
+        mp.undo()
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows=st.lists(st.integers(260, 300), min_size=2, max_size=3, unique=True))
+def test_a_late_decision_of_a_joined_forward_and_gradient_is_refused(rows):
+    """A loss whose calls are each followed by backward() gets the forward joined with its gradient, built on
+    first use at a later size: a decision on sizes there is refused (no joined program), the gradients are
+    eager's at every size and no guard is recorded."""
+    original, asked = join.forward_with_gradient, []
+
+    def deciding(fwd, *args, **kwargs):
+        asked.append(fwd)
+        dims = [d for v in fwd.inputs for d in v.shape if is_sym(d)]
+        if dims:
+            bool(dims[0] >= hint(dims[0]))
+        return original(fwd, *args, **kwargs)
+
+    def f(x):
+        return (x * x).tanh().sum()
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(join, "forward_with_gradient", deciding)
+    try:
+        c = tg.compile(f, backend="llvm", dynamic=True)
+        for n in rows + rows[:1]:
+            x = tg.tensor(np.linspace(-1, 1, 512 * n).reshape(n, 512), requires_grad=True)
+            xe = tg.tensor(x.detach().numpy(), requires_grad=True)
+            f(xe).backward()
+            for _ in range(4):
+                c(x).backward()
+                np.testing.assert_allclose(x.grad.numpy(), xe.grad.numpy(), rtol=1e-9, atol=1e-12)
+                x.grad = None
+        assert asked and all(not e["guards"] for e in c.stats()["dynamic"])
     finally:
         mp.undo()
