@@ -193,7 +193,8 @@ class CompiledFunction:
             self._stats["cache_hits"] += 1
         if isinstance(entry, SymbolicEntry):
             # the program of these sizes: its guards are the trace's state guards, so the hot paths,
-            # which see these exact shapes again, need not check the shape guards
+            # which see these exact shapes again, need not check the shape guards (fixed once the
+            # first program is built: the ShapeEnv is sealed, a later compile cannot add one)
             entry = entry.program_for(leaves)
         if fast is not None:
             self._fast[fast] = entry
