@@ -131,3 +131,27 @@ def test_view_by_a_divisor_of_a_symbolic_size():
         want = xv.reshape(2, -1).sum(1) * [1, 2]
         np.testing.assert_allclose(g(tg.tensor(xv)).numpy(), want)
     assert g.stats()["traces"] == 1, g.stats()["retrace_reasons"]
+
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from([6, 17]), st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 3)),
+                                          min_size=1, max_size=3))
+def test_reshape_by_a_literal_returned_as_is_for_every_size(k, more):
+    """x (B, T, S) as (-1, k), returned (its gradient is the cotangent read back as (B, T, S) through
+    the quotient symbol B_xS0_xT_divk): traced static, then symbolic at an empty size (B*S0*T % k
+    == 0 by the hint 0), then sizes whose product k divides; values and gradients as eager's, no
+    failed symbolic compile (it was NotAffine: a row-major layout that grouped with nothing)."""
+    def f(x):
+        return x.reshape(-1, k)
+    g = tg.compile(f)
+    for b, t, s in [(2, 3, k), (5, 0, 2 * k + 1)] + [(b, t, k * m) for b, t, m in more]:
+        xv = np.random.default_rng(b * 100 + t * 10 + s).standard_normal((b, t, s))
+        got_x, want_x = tg.tensor(xv, requires_grad=True), tg.tensor(xv, requires_grad=True)
+        got, want = g(got_x), f(want_x)
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        w = tg.arange(float(k))
+        (got * w).sum().backward()
+        (want * w).sum().backward()
+        np.testing.assert_array_equal(got_x.grad.numpy(), want_x.grad.numpy())
+    assert g.stats()["symbolic_failures"] == []
