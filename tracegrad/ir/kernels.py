@@ -13,6 +13,7 @@ their input buffers. Nothing here depends on a target or on the primitive table.
 """
 import math
 
+from .. import scalar as S
 from ..scalar import head
 from ..strides import contiguous_strides  # noqa: F401  (the kernel IR's row-major strides; backends import it here)
 from ..symint import hint, is_sym, same_size
@@ -87,6 +88,20 @@ class Op:
     def with_args(self, args):
         """This op applied to other arguments."""
         return Op(self.op, args, self.dtype, self.lower, self.cost)
+
+
+# The lowering of a float division whose divisor is broadcast along its result (a softmax's row sum, a
+# layer norm's std: one divisor per row), as fusion gives it (`broadcast_divisor`): a / b, which a target
+# may compute as a times b's reciprocal (the CPU's scalar.py). It is decided by the graph's shapes alone, so
+# every kernel computing the value, forward or backward, rounds it alike.
+BROADCAST_DIV = S.a / S.b
+
+
+def broadcast_divisor(out_shape, divisor_shape):
+    """Whether a divisor of `divisor_shape` is broadcast along some axis of a division's result: an
+    axis it lacks or has of size 1 where the result's is not known to be 1."""
+    lead = len(out_shape) - len(divisor_shape)
+    return any(i < lead or known(divisor_shape[i - lead], 1) and not known(d, 1) for i, d in enumerate(out_shape))
 
 
 def applies(t, fn):

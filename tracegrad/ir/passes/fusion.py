@@ -46,8 +46,8 @@ import math
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
 from ...symint import hint, is_sym
-from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase, contiguous_strides, known, loads, postorder,
-                       remap, same_shape, size)
+from ..kernels import (BROADCAST_DIV, Const, Gather, Iota, Kernel, Load, Op, Phase, broadcast_divisor,
+                       contiguous_strides, known, loads, postorder, remap, same_shape, size)
 from .copies import copy_tree
 from .gathers import index_tree
 from .merge import MAX_TREE_OPS, arrange
@@ -134,7 +134,9 @@ def fuse(graph, enabled=True, half=False):
                 materialize(v)
         elif p.kind == "elementwise" and lowerable(n, half):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
-            expr[id(v)] = Op(n.op, args, v.dtype, p.lower, p.cost)
+            lower = BROADCAST_DIV if n.op == "div" and v.dtype.is_floating_point and \
+                broadcast_divisor(v.shape, n.inputs[1].shape) else p.lower
+            expr[id(v)] = Op(n.op, args, v.dtype, lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
             if len(consumers.get(id(v), ())) > 1 and _element_ops(expr[id(v)], v.shape) > _recompute_limit(v):
                 materialize(v)
