@@ -101,7 +101,7 @@ def broadcast_divisor(out_shape, divisor_shape):
     """Whether a divisor of `divisor_shape` is broadcast along some axis of a division's result: an
     axis it lacks or has of size 1 where the result's is not known to be 1."""
     lead = len(out_shape) - len(divisor_shape)
-    return any(i < lead or known(divisor_shape[i - lead], 1) and not known(d, 1) for i, d in enumerate(out_shape))
+    return any((i < lead or known(divisor_shape[i - lead], 1)) and not known(d, 1) for i, d in enumerate(out_shape))
 
 
 def applies(t, fn):
