@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.ir.kernels import broadcast_divisor
+from tracegrad.ir.kernels import Const, Load, broadcast_divisor
 
 LENGTHS = [1, 7, 1000, 1024, 4097]
 
@@ -49,8 +49,11 @@ def test_a_row_divisor_is_a_reciprocal_multiply_in_the_llvm_text(dtype):
     ty = "float" if dtype == "float32" else "double"
     # the row's reciprocal: 1 / (s * scale), then two multiplies per element
     assert f"fdiv {ty} 0x3FF0000000000000," in by_row
-    by_element = tg.compile(lambda x: x / (x + 1.0)).ir(x, stage="llvm")     # same shapes: a division
-    assert f"fdiv {ty} 0x3FF0000000000000," not in by_element and f"fdiv {ty} %" in by_element
+    for other in (lambda x: x / (x + 1.0),                   # same shapes
+                  lambda x: x / x.sum(0, keepdims=True),       # a divisor per column: it varies along rows
+                  lambda x: x.T / x.T.sum(1, keepdims=True)):  # the same, seen transposed
+        text = tg.compile(other).ir(x, stage="llvm")
+        assert f"fdiv {ty} 0x3FF0000000000000," not in text and f"fdiv {ty} %" in text
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -84,8 +87,16 @@ def test_generated_row_normalizations_match_numpy(rows, n, dtype, seed, kind):
                                atol=(1e-6 if dtype == "float32" else 1e-13) * scale)
 
 
-def test_the_rule_reads_shapes_only():
-    assert broadcast_divisor((4, 8), (4, 1)) and broadcast_divisor((4, 8), (8,)) and broadcast_divisor((4, 8), ())
-    assert not broadcast_divisor((4, 8), (4, 8)) and not broadcast_divisor((1, 8), (1, 8))
-    assert not broadcast_divisor((1, 8), (1, 8)) and not broadcast_divisor((4, 1), (4, 1))
-    assert not broadcast_divisor((1,), ()) and broadcast_divisor((2,), (1,))
+def test_the_rule_follows_the_dividends_memory_order():
+    def ld(*strides):
+        return Load(_Buf(), strides)
+    rows, cols = ld(8, 1), ld(1, 4)                    # (4, 8) read row-major, and transposed
+    assert broadcast_divisor((4, 8), (4, 1), rows) and broadcast_divisor((4, 8), (), rows)
+    assert not broadcast_divisor((4, 8), (1, 8), rows) and not broadcast_divisor((4, 8), (8,), rows)
+    assert broadcast_divisor((4, 8), (1, 8), cols) and not broadcast_divisor((4, 8), (4, 1), cols)
+    assert not broadcast_divisor((4, 8), (4, 8), rows) and not broadcast_divisor((1,), (), ld(1))
+    assert broadcast_divisor((4, 8), (4, 1), Const(2.0, tg.float32))     # no loads: the last axis
+
+
+class _Buf:
+    dtype = tg.float32

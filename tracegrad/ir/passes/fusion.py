@@ -135,7 +135,7 @@ def fuse(graph, enabled=True, half=False):
         elif p.kind == "elementwise" and lowerable(n, half):
             args = [broadcast(expr[id(i)], i.shape, v.shape) for i in n.inputs]
             lower = BROADCAST_DIV if n.op == "div" and v.dtype.is_floating_point and \
-                broadcast_divisor(v.shape, n.inputs[1].shape) else p.lower
+                broadcast_divisor(v.shape, n.inputs[1].shape, args[0]) else p.lower
             expr[id(v)] = Op(n.op, args, v.dtype, lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
             if len(consumers.get(id(v), ())) > 1 and _element_ops(expr[id(v)], v.shape) > _recompute_limit(v):
