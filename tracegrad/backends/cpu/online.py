@@ -17,7 +17,7 @@ import math
 from ...ir.kernels import contiguous_strides, loads
 from . import mathlib
 from .plan import limits
-from .loops import _loops, tiles
+from .loops import ROLLED, _loops, tiles
 from .reductions import BLOCK, _acc_dtype, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import SHORT, Emitter, fconst, linear, regtype, store
 
@@ -123,7 +123,9 @@ def online_row(mb, f, kernel, ptrs, oidx, i, scratch):
             f.emit(f"store {aty} {joined}, ptr {total}")
         length = f.assign(f"sub nsw i64 {stop}, {start}")
         runs = f.assign(f"sdiv i64 {f.assign(f'add nsw i64 {length}, {BLOCK - 1}')}, {BLOCK}")
-        _loops(f, [None], run, lo_hi=("0", runs))
+        # the runs stay a loop: unrolled whole (W2: 8 runs of 128), a row's exp-and-sum was 2.4x the
+        # machine code with vector spills, 3% slower on an AVX-512 Zen 4 (one thread), the same on AVX2
+        _loops(f, [None], run, lo_hi=("0", runs), meta=ROLLED)
     blocks(f, walk)
 
     final = f.assign(f"load {ty}, ptr {run_max}")
