@@ -14,6 +14,7 @@ from .llvm import ModuleBuilder
 from .plan import plan_program
 from .regions import Chunks, group_function, groups, region_call, region_functions, splits
 from .runtime import Program
+from .scatter import scatter_call, scatter_function, scatter_plan
 from .sizes import Symbols, driver_operand
 from ...lowering.slots import per_graph
 
@@ -84,6 +85,11 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
                 if gemm_varies(plan):   # split or not, and the chunks, by the call's sizes
                     seg[j] = per_call(c, plan, cut[j], sized_size(c, mb.symbols.index, sizes), seg[j], whole(f"{c}u"))
                 seg[j] = one_thread(c, gemm, seg[j])
+        elif (sp := scatter_plan(k, in_memory)) is not None:     # an embedding's gradient: scatter.py
+            name = f"{label}_k{j}"
+            mb.function(scatter_function(name, sp))
+            mb.index_error, mb.lowerings[name] = True, f"native scatter-add of {sp['count']} rows of {sp['width']}"
+            calls[j] = scatter_call(c, name, sp)
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))

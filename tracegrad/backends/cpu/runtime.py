@@ -140,7 +140,8 @@ class Program:
         if straight is not None:         # a small program's call without the loops of Program.run
             self.run, self.run_source = straight
         if any(isinstance(t, Checked) for k in kernels for ph in k.phases for _, tree in ph.outputs
-               for t in postorder(tree)):
+               for t in postorder(tree)) or any(k.kind == "host" and j not in self.other   # scatter.py's
+                                                for j, k in enumerate(kernels)):
             self.run = _index_checked(self, self.run, engine_ref)
 
     @property
