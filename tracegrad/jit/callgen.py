@@ -31,7 +31,7 @@ from ..tensor import Tensor
 from ..tensor.factories import _implicit_gradient
 from .aliases import rebuild_aliases
 from .node import REGENERATE, CompiledNode, RefusedBackward, raise_double_backward
-from .writeback import Fresh, raise_read_only, resolve, separate
+from .writeback import Fresh, Seen, raise_read_only, resolve, separate
 
 
 def sized_run(run, sizes):
@@ -115,7 +115,7 @@ def straight_general_call(entry):
         return None
     env = {"entry": entry, "run_fwd": entry.run_fwd, "wrap": Tensor._wrap, "Mode": _Mode, "Node": CompiledNode,
            "unflatten": unflatten, "STRUCT": entry.out_struct, "resolve": resolve, "copyto": np.copyto,
-           "separate": separate, "Fresh": Fresh, "writeable": attrgetter("flags.writeable"), "raise_read_only": raise_read_only,
+           "separate": separate, "Seen": Seen, "Fresh": Fresh, "writeable": attrgetter("flags.writeable"), "raise_read_only": raise_read_only,
            "RefusedBackward": RefusedBackward, "rebuild_aliases": rebuild_aliases}
     lines = ["def call(leaves):"]
     args = set()
@@ -174,7 +174,7 @@ def straight_general_call(entry):
                   f"    t._ver[0] += {bump}"]
     made = set()
     if entry.grad_writes:
-        lines.append("    seen = []")
+        lines.append("    seen = Seen()")
     for q, (target, how) in enumerate(entry.grad_writes):
         if target[0] == "arg":
             t = leaf(target[1])

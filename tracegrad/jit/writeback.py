@@ -47,7 +47,7 @@ def write_back(entry, outs, leaves, fresh):
         if arr is not t._data:
             copyto(t._data, arr)
         t._ver[0] += bump
-    made, arrays = {}, []
+    made, arrays = {}, Seen()
     for target, how in entry.grad_writes:
         t = leaves[target[1]] if target[0] == "arg" else target[1]
         if how is None or len(how) == 2:    # None, or (source, real) of a tensor the caller holds
@@ -62,13 +62,45 @@ def write_back(entry, outs, leaves, fresh):
         t._grad = g
 
 
+class Seen:
+    """The arrays given to .grad fields in one call (`separate`), by the NumPy array owning their memory
+    (None: a device array, or memory NumPy does not own): arrays of two owners never share memory, so
+    each is compared with those of its own owner and the unknown ones only (W12's 28 gradients: 378
+    overlap tests per call before, 0.17 ms of a 14 ms step)."""
+    __slots__ = ("owned", "unknown")
+
+    def __init__(self):
+        self.owned, self.unknown = {}, []
+
+    def near(self, own):
+        """The arrays seen that may share memory with one whose memory `own` owns."""
+        if own is None:
+            return [a for arrays in self.owned.values() for a in arrays] + self.unknown
+        return self.owned.get(id(own), []) + self.unknown
+
+    def add(self, arr, own):
+        (self.unknown if own is None else self.owned.setdefault(id(own), [])).append(arr)
+
+
+def _owner(a):
+    """The NumPy array owning a's memory, or None (a device array; memory from elsewhere)."""
+    if not isinstance(a, np.ndarray):
+        return None
+    b = a.base
+    if b is None:
+        return a if a.flags.owndata else None
+    return b if type(b) is np.ndarray and b.base is None and b.flags.owndata else None
+
+
 def separate(arr, seen):
-    """arr, or a copy of it where it shares memory with an array in `seen` (the program's outputs for
-    one value, the gradient of two tensors: an RNN's b_ih and b_hh, added), appended to `seen`: each
+    """arr, or a copy of it where it shares memory with an array in `seen` (a Seen: the program's outputs
+    for one value, the gradient of two tensors: an RNN's b_ih and b_hh, added), added to `seen`: each
     .grad its own memory, as eagerly, so a later call accumulating into one leaves the other alone."""
-    if any(shares_memory(arr, a) for a in seen):
+    own = _owner(arr)
+    if any(shares_memory(arr, a) for a in seen.near(own)):
         arr = np.array(arr) if isinstance(arr, np.ndarray) else device_copy(arr)
-    seen.append(arr)
+        own = _owner(arr)
+    seen.add(arr, own)
     return arr
 
 
