@@ -6,7 +6,8 @@ steps becomes one segment, an LLVM function `@<program>_s<i>(ptr %table)` callin
 functions in order, so Python makes one call per segment instead of one per kernel. A kernel large
 enough to split runs as a parallel region inside its segment (regions.py: the chunks posted to the
 thread pool and joined natively). What stays in Python between segments, explicitly: host kernels (a
-primitive's NumPy implementation: cumsum, indexing, float16 arithmetic, ...) and matrix products
+primitive's NumPy implementation: cumsum, indexing, float16 arithmetic, ...; not the scatter-add of rows
+that an embedding's gradient is, which runs natively: scatter.py) and matrix products
 BLAS cannot take (integer dtypes, operands whose two innermost axes both have a stride other than
 one, empty products). A program without host steps is one native call.
 
