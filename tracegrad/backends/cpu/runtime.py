@@ -37,8 +37,9 @@ STEP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 _addressof, _c_char = ctypes.addressof, ctypes.c_char
 # fresh outputs this small are recycled once nothing holds them (see _bind): a fresh array past glibc's mmap
 # threshold is new pages each call; W12's seven 192-256 KiB weight gradients made ~190 page faults per step
-# (0.6 ms of 22.6 ms one-thread CPU, load 8) at 64 KiB, none at 1 MiB
-RECYCLE_BYTES = 1 << 20
+# (0.6 ms of 22.6 ms one-thread CPU, load 8) at 64 KiB, none at 512 KiB. Larger ones are new arrays each call
+# (test_inplace_direct's 1 MiB gradient shows what the general path allocates)
+RECYCLE_BYTES = 1 << 19
 _getrefcount = sys.getrefcount
 
 
