@@ -68,3 +68,20 @@ def test_a_row_scatter_with_an_id_out_of_range_raises_as_eager(capsys, monkeypat
     with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 0 with size 5"):
         compiled(g, ids)
     np.testing.assert_array_equal(compiled(g, ok).numpy(), want * 2.0)     # no error left behind
+
+
+def test_a_dynamic_row_scatter_runs_natively_at_every_size(capsys, monkeypatch):
+    """dynamic=True: the ids' count and the table's rows are symbols, read at each call."""
+    f = tg.compile(lambda W, i: (W[i] * W[i]).sum(), dynamic=True)
+    r = np.random.default_rng(5)
+    logged = ""
+    for n, k in ((30, 40), (17, 9), (50, 111), (3, 64)):
+        W0, ids0 = r.standard_normal((n, 6)).astype(np.float32), r.integers(-n, n, (k,))
+        W = tg.tensor(W0, requires_grad=True)
+        loss, err = _kernel_log(capsys, monkeypatch, f, W, tg.tensor(ids0))
+        loss.backward()
+        logged += err
+        want = np.zeros_like(W0)
+        np.add.at(want, (ids0,), 2 * W0[ids0])
+        assert np.array_equal(W.grad.numpy(), want), (n, k)
+    assert "native scatter-add of" in logged, logged

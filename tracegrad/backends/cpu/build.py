@@ -89,7 +89,7 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
             name = f"{label}_k{j}"
             mb.function(scatter_function(name, sp))
             mb.index_error, mb.lowerings[name] = True, f"native scatter-add of {sp['count']} rows of {sp['width']}"
-            calls[j] = scatter_call(c, name, sp)
+            calls[j] = scatter_call(c, name, sp, mb.symbols.index, sizes)
     for j, run in shared.items():   # small independent kernels: one region, a chunk each
         name, regions[j] = f"{label}_g{j}", Chunks(None, in_memory, run)
         mb.function(group_function(name, [calls[m] for m in run]))
