@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import tracegrad as tg
 import tracegrad.nn.functional as F
-from tracegrad.ir.kernels import Const, Load, broadcast_divisor
+from tracegrad.ir.divisors import broadcast_divisor
+from tracegrad.ir.kernels import Const, Load
 
 LENGTHS = [1, 7, 1000, 1024, 4097]
 

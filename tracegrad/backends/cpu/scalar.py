@@ -7,7 +7,8 @@ import numpy as np
 
 from ... import dtypes as D
 from ... import scalar as S
-from ...ir.kernels import BROADCAST_DIV, Checked, Const, Gather, Iota, Load, known
+from ...ir.divisors import BROADCAST_DIV
+from ...ir.kernels import Checked, Const, Gather, Iota, Load, known
 from ...symint import is_sym
 from . import mathlib
 from .sizes import NAME as SIZES

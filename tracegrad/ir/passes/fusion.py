@@ -46,7 +46,8 @@ import math
 from ...ops import PRIMS
 from ...ops.layout import broadcast_strides
 from ...symint import hint, is_sym
-from ..kernels import (BROADCAST_DIV, Const, Gather, Iota, Kernel, Load, Op, Phase, broadcast_divisor,
+from ..divisors import BROADCAST_DIV, broadcast_divisor
+from ..kernels import (Const, Gather, Iota, Kernel, Load, Op, Phase,
                        contiguous_strides, known, loads, postorder, remap, same_shape, size)
 from .copies import copy_tree
 from .gathers import index_tree
