@@ -62,14 +62,14 @@ def _entry(f, ts):
 
 def _regions(f, ts):
     """Per program of f's entry for tensors `ts` (forward, the backward its calls used, the forward with
-    gradient where joined): its split kernels as (index, kind, chunks, accumulated outputs)."""
+    gradient where joined): the kernels its last call ran split as (index, kind, chunks, accumulated outputs)."""
     entry = _entry(f, ts)
     progs = [*(entry.programs or ()), *(p for got in entry._partial.values() for p in got[0]),
              getattr(entry, "joined_program", None)]
     out = []
     for p in (p for p in progs if p is not None):
-        kernels = {r.chunks.entry: r.chunks for r in p.regions if r.chunks.members is None}
-        out.append(sorted((j, k.kind, kernels[name].n, len(kernels[name].outs))
+        kernels = {r.chunks.entry: r for r in p.regions if r.chunks.members is None and r.used > 1}
+        out.append(sorted((j, k.kind, kernels[name].used, len(kernels[name].chunks.outs))
                           for j, k in enumerate(p.kernels) for name in kernels if name.endswith(f"_k{j}")))
     return out
 
@@ -147,3 +147,53 @@ def test_the_judge_of_a_symbolic_region_compares_time_per_row(split_small):
         region.learn()
         modes.append(pool)
     assert region.judge.best and sum(not p for p in modes) <= 10, modes
+
+
+def _heard(f, ts):
+    """{(program, region): runs its Judge has heard of} of f's entry for tensors like `ts` (the joined
+    forward with gradient once the calls run it)."""
+    entry = _entry(f, ts)
+    progs = [getattr(entry, "joined_program", None)]
+    if progs[0] is None:
+        progs = [*(entry.programs or ()), *(p for got in entry._partial.values() for p in got[0])]
+    return {(p.graph.name, r.chunks.entry): r.judge.warm + sum(r.judge.runs.values())
+            for p in progs if p is not None for r in p.regions}
+
+
+def test_a_kernel_traced_at_small_sizes_splits_at_a_large_call(split_small):
+    """Traced at sizes too small to split (a ragged batch of 3), a layer norm compiled with dynamic=True has
+    its kernels compiled split all the same, and each call's sizes decide as the static compile at those
+    sizes does: at large sizes its regions run on the pool's chunks (their Judges hear of it), the same
+    kernels in as many chunks as the static compile's; at small ones none runs (the kernels run whole on
+    the calling thread); values as NumPy's over sizes 0, 1, small and large."""
+    f = tg.compile(_layernorm, dynamic=True)
+    seen = {}
+    for b, t in [(3, 16), (200, 96), (1, 16), (0, 16), (200, 96), (5, 17), (300, 40)]:
+        arrays = _arrays(b, t)
+        ts = [tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]
+        for got, want in zip(_step(f, arrays), _numpy_layernorm(*arrays)):
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+        now = _heard(f, ts)
+        ran, seen = {k for k, v in now.items() if v != seen.get(k, 0)}, now
+        assert now and ran == (set(now) if b >= 200 else set()), (b, t, ran, now)
+        if b >= 200:
+            static = tg.compile(_layernorm)
+            static(*[tg.tensor(a, requires_grad=k < 3) for k, a in enumerate(arrays)]).backward()
+            assert _regions(f, ts) == _regions(static, ts), (b, t)
+    assert f.stats()["traces"] == 1, f.stats()
+
+
+def test_an_elementwise_kernel_traced_small_splits_per_call(split_small):
+    """An elementwise kernel of symbolic rows traced at 17 rows (too few to split) runs split at 4096
+    (its region's chunks cut for the call, the Judge hearing of it) and whole at 17 and 1 again."""
+    f = tg.compile(lambda x: (x * 2 + 1).relu(), dynamic=True)
+    for rows in (17, 4096, 17, 1, 0, 4096):
+        x = RNG.standard_normal((rows, 8)).astype(np.float32)
+        np.testing.assert_array_equal(f(tg.tensor(x)).numpy(), np.maximum(x * 2 + 1, 0))
+        region, = _entry(f, [tg.tensor(x)]).programs[0].regions
+        heard = region.judge.warm + sum(region.judge.runs.values())
+        f(tg.tensor(x))
+        split = region.judge.warm + sum(region.judge.runs.values()) != heard
+        assert split == (rows == 4096) and (region.used > 1) == split, (rows, region.used)
+        if split:
+            assert list(region.bounds) == region.chunks.cut(rows, region.used)

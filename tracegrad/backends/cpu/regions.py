@@ -57,19 +57,34 @@ JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's joi
 # softmax over dim 0 of (2048, 1000) float32, the walk's CPU time, interleaved in one process:
 # 1.47 ms in 16 chunks, 1.37 in 8, 1.19 in one; the whole call the same within noise)
 ONLINE_CHUNKS = 4
+WHOLE = 3                     # descriptor word: 1 where this call runs a per-call kernel whole (Region.resize)
+
+
+def weight(kernel):
+    """A loop kernel's ops per element, transcendentals (the primitive's cost) counting 8."""
+    return sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
 
 
 def work(kernel):
-    """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
-    counting 8 (symbolic sizes at their hints: a guess, which changes speed only)."""
-    return math.prod(map(hint, kernel.shape)) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+    """A rough cost of a loop kernel: elements times weight (symbolic sizes at their hints: a guess,
+    which changes speed only)."""
+    return math.prod(map(hint, kernel.shape)) * weight(kernel)
+
+
+def per_call(kernel):
+    """Whether a kernel's sizes are known only at the call (dynamic=True): whether it splits is then
+    decided per call (Region.resize), since any of its symbolic sizes may make it worth it."""
+    return any(map(varies, kernel.shape))
 
 
 def splits(kernel):
-    """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
-    partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
-    return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= limits.parallel_min_work()
-            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
+    """Whether a loop or reduce_acc kernel is compiled split over the thread pool: large enough (or of
+    sizes known only at the call, its rows not one: `per_call`), its partial results, if any, of a
+    dtype the join adds."""
+    extent = kernel.parallel_extent()
+    big = varies(extent) or hint(extent) > 1 if per_call(kernel) else \
+        hint(extent) > 1 and work(kernel) >= limits.parallel_min_work()
+    return big and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs)
 
 
 def groups(kernels, split, slots):
@@ -101,34 +116,50 @@ def groups(kernels, split, slots):
 class Chunks:
     """How a region is cut: n chunks, their bounds, and the outputs that accumulate ([(table slot,
     Value, lowering)]); `members`: the kernels of a shared region (chunk i runs member i whole), else
-    None (a split kernel's chunks of its outer loop)."""
+    None (a split kernel's chunks of its outer loop). A kernel of sizes known only at the call
+    (`per_call`) has as many chunks as any call may use; each call uses `chunks_at` of them (`Region.resize`):
+    those a kernel of its sizes known when compiled would have, the others empty, or none (run whole)."""
 
     def __init__(self, kernel, slots, members=None):
-        self.members, self.entry = members, None    # entry: its kernel's entry function (build.py)
+        self.members, self.entry, self.per_call = members, None, False   # entry: its kernel's entry function (build.py)
         if members is not None:
             self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
         # the extent and the chunk count by its hint where symbolic: the bounds are then set per call (resize)
         self.extent = extent = kernel.parallel_extent()
-        n = max(2, work(kernel) * 4 // limits.parallel_min_work())
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
-        if self.outs:                     # private partials: at most a sixteenth of the input's size
-            n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //
-                    (16 * max(math.prod(map(hint, v.shape)) for _, v, _ in self.outs)))
-        if kernel.schedule is not None and kernel.schedule.online:
-            n = min(n, ONLINE_CHUNKS)
-        self.n = min(n, hint(extent), MAX_CHUNKS, POOL_MAX_CHUNKS)
+        self.shape, self.weight, self.online_walk = kernel.shape, weight(kernel), bool(kernel.schedule and kernel.schedule.online)
+        self.per_call = per_call(kernel)
+        self.n = min(ACC_CHUNKS if self.outs else MAX_CHUNKS, ONLINE_CHUNKS if self.online_walk else MAX_CHUNKS,
+                     MAX_CHUNKS if varies(extent) else hint(extent), POOL_MAX_CHUNKS) if self.per_call else \
+            self.chunks_at(hint, hint(extent))
         self.bounds = self.cut(hint(extent))
         self.online = online_joins(kernel, self.outs)
 
+    def chunks_at(self, size, extent):
+        """The chunks a call whose sizes are `size(d)` (ints) and outer extent `extent` runs: 1 where it runs
+        whole. About four per parallel_min_work of work; a kernel with partials at most a sixteenth of its
+        space per chunk (each costs a copy and its share of the join)."""
+        elements = math.prod(map(size, self.shape))
+        if self.per_call and (extent < 2 or elements * self.weight < limits.parallel_min_work()):
+            return 1
+        n = max(2, elements * self.weight * 4 // limits.parallel_min_work())
+        if self.outs:                     # private partials: at most a sixteenth of the input's size
+            n = min(n, ACC_CHUNKS, 1 + elements // (16 * max(size(c) for c in self.counts)))
+        if self.online_walk:
+            n = min(n, ONLINE_CHUNKS)
+        return min(n, extent, MAX_CHUNKS, POOL_MAX_CHUNKS)
+
     def symbolic(self):
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""
-        return self.members is None and varies(self.extent)
+        return self.members is None and (self.per_call or varies(self.extent))
 
-    def cut(self, extent):
-        """The n + 1 chunk bounds for an outer loop of `extent` (an int): even chunks."""
-        return [extent * i // self.n for i in range(self.n + 1)]
+    def cut(self, extent, k=None):
+        """The n + 1 chunk bounds for an outer loop of `extent` (an int): k (default n) even chunks, then
+        empty ones."""
+        k = k or self.n
+        return [extent * i // k for i in range(k + 1)] + [extent] * (self.n - k)
 
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
@@ -167,6 +198,7 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
     ctl = _load(lines, c, "ctl", "%table", pool_slots[0])
     run = _load(lines, c, "run", "%table", pool_slots[1])
     desc = _load(lines, c, "d", "%table", desc_slot)
+    head, lines = lines, []
     lines.append(f"  %{c}tabs = getelementptr i64, ptr {desc}, i64 {DESC_TABLES}")
     for i in range(1, chunks.n) if chunks.outs else ():
         private = _load(lines, c, f"t{i}", f"%{c}tabs", i)
@@ -182,7 +214,18 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
     lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
-    return lines
+    return head + (_per_call(c, entry, chunks, desc, lines) if chunks.per_call else lines)
+
+
+def _per_call(c, entry, chunks, desc, region):
+    """The lines of `region` behind a branch on the descriptor's WHOLE word (set per call: Region.resize):
+    where it is set, the kernel's entry runs all its rows at once on this thread (into the outputs
+    themselves: no partials, no join), the pool and the Judge untouched."""
+    return [f"  %{c}wp = getelementptr i64, ptr {desc}, i64 {WHOLE}", f"  %{c}w = load i64, ptr %{c}wp",
+            f"  %{c}one = icmp ne i64 %{c}w, 0", f"  br i1 %{c}one, label %{c}whole, label %{c}split", f"{c}whole:",
+            f"  %{c}extp = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks) + chunks.n}",
+            f"  %{c}ext = load i64, ptr %{c}extp", f"  call void @{entry}(ptr %table, i64 0, i64 %{c}ext)",
+            f"  br label %{c}done", f"{c}split:"] + region + [f"  br label %{c}done", f"{c}done:"]
 
 
 def group_function(name, calls):
@@ -339,6 +382,7 @@ class Region:
             if outs else [ctypes.addressof(table)] * n
         self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
         self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
+        self.used = chunks.n   # the chunks this call runs (1: whole; per call where chunks.per_call)
         for o in range(len(outs)):
             self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
@@ -358,10 +402,16 @@ class Region:
             self.desc[self.chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
 
     def resize(self, env):
-        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
+        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`,
+        and where it splits per call (Chunks.per_call), how many chunks, or whole (the WHOLE word)."""
         if self.bounds is not None:
             self.rows = value(self.chunks.extent, env)
-            self.bounds[:] = self.chunks.cut(self.rows)
+            if self.chunks.per_call:
+                self.used = self.chunks.chunks_at(lambda d: value(d, env), self.rows)
+                self.desc[WHOLE] = self.used < 2
+                self.bounds[:] = self.chunks.cut(self.rows, self.used)
+            else:
+                self.bounds[:] = self.chunks.cut(self.rows)
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
