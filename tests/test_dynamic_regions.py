@@ -160,6 +160,34 @@ def _heard(f, ts):
             for p in progs if p is not None for r in p.regions}
 
 
+def _numpy_center(x, w):
+    """loss, dx, dw of _center in float64."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    d = x.T - x.T.mean(axis=1, keepdims=True) if len(x) else x.T      # (no rows: nothing to center)
+    y = d * w[:, None]
+    g = 2 * y * w[:, None]
+    return (y * y).sum(), (g - g.mean(axis=1, keepdims=True)).T if len(x) else g.T, (2 * y * d).sum(axis=1)
+
+
+def test_rows_centered_across_traced_small_split_per_call(split_small):
+    """The centering's backward across rows (partials of its weight gradient) traced at 3 rows: values as
+    NumPy's at 1, few, many and 0 rows; at many rows (the program traced at 3) the static compile's split
+    kernels and chunks."""
+    f = tg.compile(_center, dynamic=True)
+    for b, t in [(3, 32), (1, 32), (512, 32), (5, 32), (300, 32), (0, 32)]:     # (its width is pinned)
+        arrays = [RNG.standard_normal(s).astype(np.float32) for s in ((b, t), (t,))]
+        ts = [tg.tensor(a, requires_grad=True) for a in arrays]
+        loss = f(*ts)
+        loss.backward()
+        for got, want in zip([loss.detach().numpy(), ts[0].grad.numpy(), ts[1].grad.numpy()], _numpy_center(*arrays)):
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+        if b >= 300:
+            static = tg.compile(_center)
+            static(*[tg.tensor(a, requires_grad=True) for a in arrays]).backward()
+            assert _regions(f, ts) == _regions(static, ts) != [[], []], (b, t)
+            assert f.stats()["traces"] == 1, f.stats()
+
+
 def test_a_kernel_traced_at_small_sizes_splits_at_a_large_call(split_small):
     """Traced at sizes too small to split (a ragged batch of 3), a layer norm compiled with dynamic=True has
     its kernels compiled split all the same, and each call's sizes decide as the static compile at those
@@ -183,17 +211,20 @@ def test_a_kernel_traced_at_small_sizes_splits_at_a_large_call(split_small):
     assert f.stats()["traces"] == 1, f.stats()
 
 
-def test_an_elementwise_kernel_traced_small_splits_per_call(split_small):
-    """An elementwise kernel of symbolic rows traced at 17 rows (too few to split) runs split at 4096
-    (its region's chunks cut for the call, the Judge hearing of it) and whole at 17 and 1 again."""
+@pytest.mark.parametrize("shape", [lambda n: (n, 8), lambda n: (4, n)], ids=["rows", "columns"])
+def test_an_elementwise_kernel_traced_small_splits_per_call(split_small, shape):
+    """An elementwise kernel of a symbolic size (its rows, or its columns under 4 known rows) traced at 17
+    (too small to split) runs split at 4096 (its region's chunks cut for the call, the Judge hearing of
+    it) and whole at 17, 1 and 0 again."""
     f = tg.compile(lambda x: (x * 2 + 1).relu(), dynamic=True)
-    for rows in (17, 4096, 17, 1, 0, 4096):
-        x = RNG.standard_normal((rows, 8)).astype(np.float32)
+    for n in (17, 4096, 17, 1, 0, 4096):
+        x = RNG.standard_normal(shape(n)).astype(np.float32)
+        rows = x.shape[0]
         np.testing.assert_array_equal(f(tg.tensor(x)).numpy(), np.maximum(x * 2 + 1, 0))
         region, = _entry(f, [tg.tensor(x)]).programs[0].regions
         heard = region.judge.warm + sum(region.judge.runs.values())
         f(tg.tensor(x))
         split = region.judge.warm + sum(region.judge.runs.values()) != heard
-        assert split == (rows == 4096) and (region.used > 1) == split, (rows, region.used)
+        assert split == (n == 4096) and (region.used > 1) == split, (n, region.used)
         if split:
             assert list(region.bounds) == region.chunks.cut(rows, region.used)

@@ -25,6 +25,14 @@ sums exactly. Such a kernel has at most ACC_CHUNKS chunks (an online column walk
 partial costs a copy of the pointer table and its share of the join on every call. An online
 column walk's join rescales each chunk's sums to the joined maximum (`_online_join`).
 
+Sizes known only at the call (dynamic=True): a kernel whose sizes vary (`per_call`) is compiled split
+whatever the sizes it was traced at (a ragged first batch, the shortest sequence), with as many chunks
+as any call may use; each call (Region.resize) cuts it as a static compile at its sizes would
+(`Chunks.chunks_at`), the chunks past those empty, or, where those sizes would not split it, sets the
+descriptor's WHOLE word: its entry then runs all its rows on the calling thread, the pool and the Judge
+untouched (gemm.py's `per_call` for products). Such a kernel is in the split list at every call, so
+it never joins a shared region of small kernels (`groups`).
+
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
 Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
