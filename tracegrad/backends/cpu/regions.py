@@ -137,8 +137,8 @@ class Chunks:
         self.extent = extent = kernel.parallel_extent()
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
-        self.shape, self.weight, self.online_walk = kernel.shape, weight(kernel), bool(kernel.schedule and kernel.schedule.online)
-        self.per_call = per_call(kernel)
+        self.shape, self.weight, self.per_call = kernel.shape, weight(kernel), per_call(kernel)
+        self.online_walk = kernel.schedule is not None and bool(kernel.schedule.online)
         self.n = min(ACC_CHUNKS if self.outs else MAX_CHUNKS, ONLINE_CHUNKS if self.online_walk else MAX_CHUNKS,
                      MAX_CHUNKS if varies(extent) else hint(extent), POOL_MAX_CHUNKS) if self.per_call else \
             self.chunks_at(hint, hint(extent))
