@@ -188,7 +188,7 @@ class Chunks:
     ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b).
     An extent known only at the call (symbolic) has MAX_CHUNKS chunks, cut per call (`cut`, from
     Region.resize) as a known one is, the chunks past the count empty."""
-    outs, online, members, entry, per_call = (), (), None, None, False
+    outs, online, members, entry, per_call, counted = (), (), None, None, False, False
 
     def __init__(self, plan):
         if plan["batch"]:

@@ -28,10 +28,14 @@ column walk's join rescales each chunk's sums to the joined maximum (`_online_jo
 Sizes known only at the call (dynamic=True): a kernel whose sizes vary (`per_call`) is compiled split
 whatever the sizes it was traced at (a ragged first batch, the shortest sequence), with as many chunks
 as any call may use; each call (Region.resize) cuts it as a static compile at its sizes would
-(`Chunks.chunks_at`), the chunks past those empty, or, where those sizes would not split it, sets the
-descriptor's WHOLE word: its entry then runs all its rows on the calling thread, the pool and the Judge
-untouched (gemm.py's `per_call` for products). Such a kernel is in the split list at every call, so
-it never joins a shared region of small kernels (`groups`).
+(`Chunks.chunks_at`) into the descriptor's USED word: where those sizes would not split it (1), its entry
+runs all its rows on the calling thread, the pool and the Judge untouched (gemm.py's `per_call` for
+products); else the pool runs that many chunks, and only those chunks' partials are copied and joined
+(`Chunks.counted`: the join's loop over the chunks is run-time, `_counted_join`), so that a call costs
+what the static compile's at its sizes does, not the most chunks any call may use. An online column
+walk's join reads every chunk (its empty chunks run, setting their partials to the walk's start). A
+kernel in a shared region of small kernels at its traced sizes (`groups`) stays there: only kernels
+outside such runs are split per call, so a tiny program's small kernels are grouped as statically.
 
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
@@ -54,7 +58,7 @@ from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from .sizes import value, varies
-from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
+from .loops import ACCESS, DISJOINT, ELEMENTS, _counted, _loops
 from .judge import Judge
 from .threads import DESC_TABLES, MAX_CHUNKS as POOL_MAX_CHUNKS
 
@@ -65,7 +69,8 @@ JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's joi
 # softmax over dim 0 of (2048, 1000) float32, the walk's CPU time, interleaved in one process:
 # 1.47 ms in 16 chunks, 1.37 in 8, 1.19 in one; the whole call the same within noise)
 ONLINE_CHUNKS = 4
-WHOLE = 3                     # descriptor word: 1 where this call runs a per-call kernel whole (Region.resize)
+USED = 3                      # descriptor word: the chunks this call runs a per-call kernel in (1: whole; Region.resize)
+JOIN_BLOCK = 256              # elements of a counted join's running sums (two float64 arrays on the stack: 4 KiB)
 
 
 def weight(kernel):
@@ -85,12 +90,12 @@ def per_call(kernel):
     return any(map(varies, kernel.shape))
 
 
-def splits(kernel):
+def splits(kernel, at_hints=False):
     """Whether a loop or reduce_acc kernel is compiled split over the thread pool: large enough (or of
-    sizes known only at the call, its rows not one: `per_call`), its partial results, if any, of a
-    dtype the join adds."""
+    sizes known only at the call, its rows not one: `per_call`; with `at_hints`, large enough at its
+    hints, as a static compile at the traced sizes), its partial results, if any, of a dtype the join adds."""
     extent = kernel.parallel_extent()
-    big = varies(extent) or hint(extent) > 1 if per_call(kernel) else \
+    big = varies(extent) or hint(extent) > 1 if per_call(kernel) and not at_hints else \
         hint(extent) > 1 and work(kernel) >= limits.parallel_min_work()
     return big and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs)
 
@@ -129,7 +134,8 @@ class Chunks:
     those a kernel of its sizes known when compiled would have, the others empty, or none (run whole)."""
 
     def __init__(self, kernel, slots, members=None):
-        self.members, self.entry, self.per_call = members, None, False   # entry: its kernel's entry function (build.py)
+        self.members, self.entry = members, None   # entry: its kernel's entry function (build.py)
+        self.per_call = self.counted = False
         if members is not None:
             self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
@@ -144,6 +150,8 @@ class Chunks:
             self.chunks_at(hint, hint(extent))
         self.bounds = self.cut(hint(extent))
         self.online = online_joins(kernel, self.outs)
+        # per call, the pool runs only the call's chunks, and only their partials are copied and joined
+        self.counted = self.per_call and not self.online
 
     def chunks_at(self, size, extent):
         """The chunks a call whose sizes are `size(d)` (ints) and outer extent `extent` runs: 1 where it runs
@@ -208,29 +216,47 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
     desc = _load(lines, c, "d", "%table", desc_slot)
     head, lines = lines, []
     lines.append(f"  %{c}tabs = getelementptr i64, ptr {desc}, i64 {DESC_TABLES}")
-    for i in range(1, chunks.n) if chunks.outs else ():
+    for i in range(1, chunks.n) if chunks.outs and not chunks.counted else ():
         private = _load(lines, c, f"t{i}", f"%{c}tabs", i)
         lines.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr {private}, ptr %table, i64 {8 * table_slots}, i1 false)")
         for o, (slot, _, _) in enumerate(chunks.outs):
             part = _load(lines, c, f"q{i}_{o}", desc, chunks.partial_word(i, o))
             lines += [f"  %{c}s{i}_{o} = getelementptr ptr, ptr {private}, i64 {slot}",
                       f"  store ptr {part}, ptr %{c}s{i}_{o}"]
+    if chunks.outs and chunks.counted:
+        lines += _private_tables(c, chunks, desc, table_slots)
     bounds = f"@{entry}_bounds"
     if chunks.symbolic():
         bounds = f"%{c}bounds"
         lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks)}")
-    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
+    n = f"%{c}k" if chunks.counted else chunks.n
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
     return head + (_per_call(c, entry, chunks, desc, lines) if chunks.per_call else lines)
 
 
+def _private_tables(c, chunks, desc, table_slots):
+    """Lines copying the pointer table into the private tables of chunks 1 .. %<c>k - 1 (the call's chunks,
+    Chunks.counted) and pointing each at its partials: a loop, as the count is the call's."""
+    lines = [f"  br label %{c}cp", f"{c}cp:", f"  %{c}i = phi i64 [1, %{c}split], [%{c}i1, %{c}cp]"]
+    private = _load(lines, c, "t", f"%{c}tabs", f"%{c}i")
+    lines += [f"  call void @llvm.memcpy.p0.p0.i64(ptr {private}, ptr %table, i64 {8 * table_slots}, i1 false)",
+              f"  %{c}i0 = sub i64 %{c}i, 1", f"  %{c}pw = mul i64 %{c}i0, {len(chunks.outs)}"]
+    for o, (slot, _, _) in enumerate(chunks.outs):
+        lines.append(f"  %{c}pw{o} = add i64 %{c}pw, {chunks.partial_word(1, o)}")
+        part = _load(lines, c, f"q{o}", desc, f"%{c}pw{o}")
+        lines += [f"  %{c}s{o} = getelementptr ptr, ptr {private}, i64 {slot}", f"  store ptr {part}, ptr %{c}s{o}"]
+    return lines + [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp slt i64 %{c}i1, %{c}k",
+                    f"  br i1 %{c}more, label %{c}cp, label %{c}cpd", f"{c}cpd:"]
+
+
 def _per_call(c, entry, chunks, desc, region):
-    """The lines of `region` behind a branch on the descriptor's WHOLE word (set per call: Region.resize):
-    where it is set, the kernel's entry runs all its rows at once on this thread (into the outputs
+    """The lines of `region` behind a branch on the descriptor's USED word (set per call: Region.resize):
+    where it is 1, the kernel's entry runs all its rows at once on this thread (into the outputs
     themselves: no partials, no join), the pool and the Judge untouched."""
-    return [f"  %{c}wp = getelementptr i64, ptr {desc}, i64 {WHOLE}", f"  %{c}w = load i64, ptr %{c}wp",
-            f"  %{c}one = icmp ne i64 %{c}w, 0", f"  br i1 %{c}one, label %{c}whole, label %{c}split", f"{c}whole:",
+    return [f"  %{c}kp = getelementptr i64, ptr {desc}, i64 {USED}", f"  %{c}k = load i64, ptr %{c}kp",
+            f"  %{c}one = icmp slt i64 %{c}k, 2", f"  br i1 %{c}one, label %{c}whole, label %{c}split", f"{c}whole:",
             f"  %{c}extp = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks) + chunks.n}",
             f"  %{c}ext = load i64, ptr %{c}extp", f"  call void @{entry}(ptr %table, i64 0, i64 %{c}ext)",
             f"  br label %{c}done", f"{c}split:"] + region + [f"  br label %{c}done", f"{c}done:"]
@@ -251,7 +277,8 @@ def region_functions(mb, entry, chunks):
     text = "" if chunks.symbolic() else (             # else in its descriptor, set per call (Region.resize)
         f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
         f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
-    return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
+    join = _counted_join if chunks.counted else _join_function
+    return text + (join(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
 def online_joins(kernel, outs):
@@ -301,6 +328,70 @@ def _join_function(mb, name, chunks):
                     total = _combine(f, lower, total, x, at)
             f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
         _loops(f, [chunks.count(f, o)], element, meta=ELEMENTS)
+    f.emit("ret void")
+    return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
+            + "\n".join(f.allocas + f.lines) + "\n}\n")
+
+
+def _counted_join(mb, name, chunks):
+    """`void @name(ptr %table, ptr %desc)`: `_join_function` for the call's chunks (the descriptor's USED
+    word, 2 or more: Chunks.counted): per block of JOIN_BLOCK elements, each output's running sum (and
+    its compensation) in a stack array, then each chunk's partial added into it in chunk order, an element
+    loop LLVM vectorizes, then narrowed into the output: the static join's operations in its order."""
+    f = Fn()
+    k = f.assign(f"load i64, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {USED}')}")
+    for o, (slot, v, lower) in enumerate(chunks.outs):
+        out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
+        dt, at = v.dtype, _acc_dtype(lower, v.dtype)
+        ty, aty, kahan = regtype(dt), regtype(at), _join(lower) == "+" and at.is_floating_point
+        sums, comps = f.alloca(f"[{JOIN_BLOCK} x {aty}]"), kahan and f.alloca(f"[{JOIN_BLOCK} x {aty}]")
+        count = chunks.count(f, o)
+        blocks = f.assign(f"sdiv i64 {f.assign(f'add nsw i64 {count}, {JOIN_BLOCK - 1}')}, {JOIN_BLOCK}")
+
+        def block(f, b):        # (emitted within this output's turn of the loop: its values)
+            first = f.assign(f"mul nsw i64 {b}, {JOIN_BLOCK}")
+            left = f.assign(f"sub nsw i64 {count}, {first}")
+            m = f.assign(f"select i1 {f.assign(f'icmp slt i64 {left}, {JOIN_BLOCK}')}, i64 {left}, i64 {JOIN_BLOCK}")
+
+            def at_(f, arr, e):
+                return f.assign(f"getelementptr [{JOIN_BLOCK} x {aty}], ptr {arr}, i64 0, i64 {e}")
+
+            def element(f, base, e):
+                return f.assign(f"getelementptr {ty}, ptr {base}, i64 {f.assign(f'add nsw i64 {first}, {e}')}")
+
+            def start(f, e):
+                x = f.assign(f"load {ty}, ptr {element(f, out, e)}")
+                f.emit(f"store {aty} {_widen(f, x, dt, at)}, ptr {at_(f, sums, e)}")
+                if kahan:
+                    f.emit(f"store {aty} 0.0, ptr {at_(f, comps, e)}")
+
+            def chunk(f, i):
+                row = f.assign(f"mul i64 {f.assign(f'sub i64 {i}, 1')}, {len(chunks.outs)}")
+                word = f.assign(f"add i64 {row}, {chunks.partial_word(1, o)}")
+                part = f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {word}')}")
+
+                def add(f, e):
+                    x = _widen(f, f.assign(f"load {ty}, ptr {element(f, part, e)}"), dt, at)
+                    sp = at_(f, sums, e)
+                    total = f.assign(f"load {aty}, ptr {sp}")
+                    if kahan:
+                        cp = at_(f, comps, e)
+                        total, comp = _neumaier(f, total, f.assign(f"load {aty}, ptr {cp}"), x, aty)
+                        f.emit(f"store {aty} {comp}, ptr {cp}")
+                    else:
+                        total = _combine(f, lower, total, x, at)
+                    f.emit(f"store {aty} {total}, ptr {sp}")
+                _counted(f, "0", m, add, ELEMENTS)
+
+            def end(f, e):
+                total = f.assign(f"load {aty}, ptr {at_(f, sums, e)}")
+                if kahan:
+                    total = _neumaier_total(f, total, f.assign(f"load {aty}, ptr {at_(f, comps, e)}"), aty)
+                f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {element(f, out, e)}")
+            _counted(f, "0", m, start, ELEMENTS)
+            _counted(f, "1", k, chunk)
+            _counted(f, "0", m, end, ELEMENTS)
+        _counted(f, "0", blocks, block)
     f.emit("ret void")
     return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
             + "\n".join(f.allocas + f.lines) + "\n}\n")
@@ -363,16 +454,27 @@ def _compensated(f, xs, ty):
     """The sum of float registers xs (Neumaier's compensated sum, no fast-math: the rounding errors
     of the additions are added back at the end). A non-finite sum (inf, NaN) is returned as it is."""
     s, comp = xs[0], "0.0"
-    fabs = f"@llvm.fabs.{'f64' if ty == 'double' else 'f32'}"
     for x in xs[1:]:
-        t = f.assign(f"fadd {ty} {s}, {x}")
-        ge = f.assign(f"fcmp oge {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, {f.assign(f'call {ty} {fabs}({ty} {x})')}")
-        big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
-        err = f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
-        comp, s = f.assign(f"fadd {ty} {comp}, {err}"), t
-    if len(xs) == 1:
-        return s
-    finite = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, 0x7FF0000000000000")
+        s, comp = _neumaier(f, s, comp, x, ty)
+    return s if len(xs) == 1 else _neumaier_total(f, s, comp, ty)
+
+
+def _fabs(f, x, ty):
+    return f.assign(f"call {ty} @llvm.fabs.{'f64' if ty == 'double' else 'f32'}({ty} {x})")
+
+
+def _neumaier(f, s, comp, x, ty):
+    """(s + x, comp plus that addition's rounding error): one step of Neumaier's sum."""
+    t = f.assign(f"fadd {ty} {s}, {x}")
+    ge = f.assign(f"fcmp oge {ty} {_fabs(f, s, ty)}, {_fabs(f, x, ty)}")
+    big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
+    err = f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
+    return t, f.assign(f"fadd {ty} {comp}, {err}")
+
+
+def _neumaier_total(f, s, comp, ty):
+    """The compensated total of sum s and compensation comp; a non-finite s as it is."""
+    finite = f.assign(f"fcmp olt {ty} {_fabs(f, s, ty)}, 0x7FF0000000000000")
     return f.assign(f"select i1 {finite}, {ty} {f.assign(f'fadd {ty} {s}, {comp}')}, {ty} {s}")
 
 
@@ -411,12 +513,12 @@ class Region:
 
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`,
-        and where it splits per call (Chunks.per_call), how many chunks, or whole (the WHOLE word)."""
+        and where it splits per call (Chunks.per_call), how many chunks, or whole (the USED word)."""
         if self.bounds is not None:
             self.rows = value(self.chunks.extent, env)
             if self.chunks.per_call:
                 self.used = self.chunks.chunks_at(lambda d: value(d, env), self.rows)
-                self.desc[WHOLE] = self.used < 2
+                self.desc[USED] = self.used
                 self.bounds[:] = self.chunks.cut(self.rows, self.used)
             else:
                 self.bounds[:] = self.chunks.cut(self.rows)
