@@ -199,6 +199,11 @@ class Chunks:
             self.extent, self.least = (m if self.axis == "rows" else plan["n"]), 2 * MIN_ROWS
         self.n = MAX_CHUNKS if self.symbolic() else self.count(self.extent)
         self.bounds = self.cut(hint(self.extent))
+        self.work = plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) if varies(plan) else None
+
+    def splits_at(self, size):
+        """Whether a call whose sizes are `size(d)` (ints) runs it on the pool (`per_call`'s test)."""
+        return self.work is None or size(self.work) >= SPLIT_WORK and size(self.extent) >= self.least
 
     def symbolic(self):
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""

@@ -47,6 +47,7 @@ Python per region and call (a region is >= parallel_min_work element-ops (machin
 """
 import ctypes
 import math
+from functools import partial
 
 import numpy as np
 
@@ -98,6 +99,11 @@ def splits(kernel, at_hints=False):
     big = varies(extent) or hint(extent) > 1 if per_call(kernel) and not at_hints else \
         hint(extent) > 1 and work(kernel) >= limits.parallel_min_work()
     return big and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs)
+
+
+def split_at_hints(kernel, slots):
+    """Whether a static compile at the kernel's hints (the traced sizes) runs it split (two chunks or more)."""
+    return splits(kernel, at_hints=True) and Chunks(kernel, slots).chunks_at(hint, hint(kernel.parallel_extent())) > 1
 
 
 def groups(kernels, split, slots):
@@ -170,6 +176,10 @@ class Chunks:
     def symbolic(self):
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""
         return self.members is None and (self.per_call or varies(self.extent))
+
+    def splits_at(self, size):
+        """Whether a call whose sizes are `size(d)` (ints) runs it on the pool."""
+        return not self.per_call or self.chunks_at(size, size(self.extent)) > 1
 
     def cut(self, extent, k=None):
         """The n + 1 chunk bounds for an outer loop of `extent` (an int): k (default n) even chunks, then
@@ -478,6 +488,10 @@ def _neumaier_total(f, s, comp, ty):
     return f.assign(f"select i1 {finite}, {ty} {f.assign(f'fadd {ty} {s}, {comp}')}, {ty} {s}")
 
 
+def _value(env, d):
+    return value(d, env)
+
+
 class Region:
     """A split kernel's run-time state: its descriptor (see the module's text), its private pointer
     tables and partial arrays, and its Judge."""
@@ -493,6 +507,7 @@ class Region:
         self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
         self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
         self.used = chunks.n   # the chunks this call runs (1: whole; per call where chunks.per_call)
+        self.live = True        # whether a call at the latest sizes may run it on the pool (Program.live)
         for o in range(len(outs)):
             self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
@@ -514,14 +529,16 @@ class Region:
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`,
         and where it splits per call (Chunks.per_call), how many chunks, or whole (the USED word)."""
+        size = partial(_value, env)
         if self.bounds is not None:
-            self.rows = value(self.chunks.extent, env)
+            self.rows = size(self.chunks.extent)
             if self.chunks.per_call:
-                self.used = self.chunks.chunks_at(lambda d: value(d, env), self.rows)
+                self.used = self.chunks.chunks_at(size, self.rows)
                 self.desc[USED] = self.used
                 self.bounds[:] = self.chunks.cut(self.rows, self.used)
             else:
                 self.bounds[:] = self.chunks.cut(self.rows)
+        self.live = self.used > 1 if self.chunks.per_call else self.chunks.splits_at(size)
         for o in range(len(self.chunks.outs)):
             if varies(self.chunks.counts[o]):
                 self._partials(o, value(self.chunks.counts[o], env))
