@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracegrad as tg
+from tracegrad.backends.cpu import regions
 
 RNG = np.random.default_rng(26)
 SPLIT_AT = 4096       # element-ops: the kernels of these tests' sizes split
@@ -228,3 +229,63 @@ def test_an_elementwise_kernel_traced_small_splits_per_call(split_small, shape):
         assert split == (n == 4096) and (region.used > 1) == split, (n, region.used)
         if split:
             assert list(region.bounds) == region.chunks.cut(rows, region.used)
+
+
+def _independent(a, b, c):
+    """Small kernels reading and writing nothing of each other."""
+    return (a * 2.0 + 1.0).tanh(), (b * 3.0).exp().sum(axis=1), (c * c).sum(axis=0) * 0.5
+
+
+def test_small_kernels_grouped_at_the_traced_sizes_stay_grouped(monkeypatch):
+    """Small kernels of symbolic sizes that a static compile at the traced sizes runs as one shared region
+    (none worth splitting, together worth it) share it in the dynamic=True compile too, instead of each
+    being split per call (which would cost a tiny program its one region); values as NumPy's at 0, 1, few
+    and many rows, each kernel whole, as the group runs them."""
+    shapes = lambda n: ((n, 30), (n, 20), (n, 10))       # noqa: E731
+    arrays = [RNG.standard_normal(s) for s in shapes(40)]
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={1 << 40}")
+    alone = tg.compile(_independent)
+    alone(*map(tg.tensor, arrays))
+    prog, = (p for p in _entry(alone, list(map(tg.tensor, arrays))).programs if p is not None)
+    works = [regions.work(k) for k in prog.kernels if k.kind in ("loop", "reduce_acc")]
+    assert len(works) >= 3 and not prog.regions
+    monkeypatch.setenv("TRACEGRAD_THRESHOLDS", f"parallel_min_work={max(works) + 1}")   # each small, together not
+    got = {}
+    for dynamic in (False, True):
+        f = tg.compile(_independent, dynamic=dynamic)
+        f(*map(tg.tensor, arrays))
+        prog, = (p for p in _entry(f, list(map(tg.tensor, arrays))).programs if p is not None)
+        got[dynamic] = [r.chunks.members for r in prog.regions if r.chunks.members or r.used > 1]
+    assert got[True] == got[False] and got[True], got       # (split per call elsewhere: whole at these sizes)
+    for n in (0, 1, 40, 5, 2000):
+        a, b, c = (RNG.standard_normal(s) for s in shapes(n))
+        for out, want in zip(f(tg.tensor(a), tg.tensor(b), tg.tensor(c)),
+                             (np.tanh(a * 2 + 1), np.exp(b * 3).sum(1), (c * c).sum(0) * 0.5)):
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert f.stats()["traces"] == 1, f.stats()
+
+
+def _column_stats(x, i):
+    return x.sum(axis=0), x.amax(axis=0), x.amin(axis=0), i.sum(axis=0), (x.double() * 2).sum(axis=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_partials_joined_over_the_calls_chunks(split_small, dtype):
+    """Column sums, maxima and minima (float, int64, float64 partials) traced at 3 rows and called at rows
+    that split them into 2 to 16 chunks: each call runs and joins only its own chunks (the region's
+    USED count, the join's run-time loop); values as NumPy's (exactly where the join is exact)."""
+    f = tg.compile(_column_stats, dynamic=True)
+    counts = set()
+    for rows in (3, 64, 300, 40, 1000, 5000, 1, 2000):      # (no rows: max() raises, as eager)
+        x = RNG.standard_normal((rows, 24)).astype(dtype)
+        i = RNG.integers(-1000, 1000, (rows, 24))
+        got = [o.numpy() for o in f(tg.tensor(x), tg.tensor(i))]
+        np.testing.assert_allclose(got[0], x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(got[1], x.max(0))
+        np.testing.assert_array_equal(got[2], x.min(0))
+        np.testing.assert_array_equal(got[3], i.sum(0))
+        np.testing.assert_allclose(got[4], (x.astype(np.float64) * 2).sum(0), rtol=1e-12, atol=1e-12)
+        prog, = (p for p in _entry(f, [tg.tensor(x), tg.tensor(i)]).programs if p is not None)
+        counts |= {r.used for r in prog.regions if r.chunks.outs}
+    assert len(counts - {1}) >= 3 and max(counts) <= 16, counts
+    assert f.stats()["traces"] == 1, f.stats()
