@@ -149,7 +149,9 @@ class Chunks:
         self.extent = extent = kernel.parallel_extent()
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
-        self.shape, self.weight, self.per_call = kernel.shape, weight(kernel), per_call(kernel)
+        # the space's elements (an expression where symbolic) and the threshold compiled with (read once)
+        self.elements, self.weight, self.per_call = math.prod(kernel.shape), weight(kernel), per_call(kernel)
+        self.least = limits.parallel_min_work()
         self.online_walk = kernel.schedule is not None and bool(kernel.schedule.online)
         self.n = min(ACC_CHUNKS if self.outs else MAX_CHUNKS, ONLINE_CHUNKS if self.online_walk else MAX_CHUNKS,
                      MAX_CHUNKS if varies(extent) else hint(extent), POOL_MAX_CHUNKS) if self.per_call else \
@@ -163,10 +165,10 @@ class Chunks:
         """The chunks a call whose sizes are `size(d)` (ints) and outer extent `extent` runs: 1 where it runs
         whole. About four per parallel_min_work of work; a kernel with partials at most a sixteenth of its
         space per chunk (each costs a copy and its share of the join)."""
-        elements = math.prod(map(size, self.shape))
-        if self.per_call and (extent < 2 or elements * self.weight < limits.parallel_min_work()):
+        elements = size(self.elements)
+        if self.per_call and (extent < 2 or elements * self.weight < self.least):
             return 1
-        n = max(2, elements * self.weight * 4 // limits.parallel_min_work())
+        n = max(2, elements * self.weight * 4 // self.least)
         if self.outs:                     # private partials: at most a sixteenth of the input's size
             n = min(n, ACC_CHUNKS, 1 + elements // (16 * max(size(c) for c in self.counts)))
         if self.online_walk:
@@ -528,20 +530,23 @@ class Region:
 
     def resize(self, env):
         """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`,
-        and where it splits per call (Chunks.per_call), how many chunks, or whole (the USED word)."""
-        size = partial(_value, env)
+        and where it splits per call (Chunks.per_call), how many chunks, or whole (the USED word). One that
+        runs whole at these sizes gets only its extent (the bounds' last word: what the whole run reads)."""
+        size, chunks = partial(_value, env), self.chunks
         if self.bounds is not None:
-            self.rows = size(self.chunks.extent)
-            if self.chunks.per_call:
-                self.used = self.chunks.chunks_at(size, self.rows)
-                self.desc[USED] = self.used
-                self.bounds[:] = self.chunks.cut(self.rows, self.used)
-            else:
-                self.bounds[:] = self.chunks.cut(self.rows)
-        self.live = self.used > 1 if self.chunks.per_call else self.chunks.splits_at(size)
-        for o in range(len(self.chunks.outs)):
-            if varies(self.chunks.counts[o]):
-                self._partials(o, value(self.chunks.counts[o], env))
+            self.rows = size(chunks.extent)
+        if chunks.per_call:
+            self.used = self.desc[USED] = chunks.chunks_at(size, self.rows)
+            self.live = self.used > 1
+        else:
+            self.live = chunks.splits_at(size)
+        if self.bounds is not None and self.live:
+            self.bounds[:] = chunks.cut(self.rows, self.used) if chunks.per_call else chunks.cut(self.rows)
+        elif self.bounds is not None:
+            self.bounds[-1] = self.rows
+        for o in range(len(chunks.outs)) if self.live else ():
+            if varies(chunks.counts[o]):
+                self._partials(o, value(chunks.counts[o], env))
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice: from its
