@@ -12,12 +12,12 @@ against the static compile at the large sizes. The table: per side the median pe
 each setup and dynamic/static, with the process CPU time's ratio beside it (the threads' work)."""
 import argparse
 import functools
+import importlib
 import os
 import statistics
 import time
 
 from . import ab
-from . import workloads as WL
 from .load import settle
 
 
@@ -39,27 +39,24 @@ def _small_first(f, rows, tg):
 
 
 def _setup(name, dynamic):
-    """setup(tg) -> run for program `name`, static or dynamic=True."""
+    """setup(tg) -> run for program `name`, static or dynamic=True, from package tg's own bench modules
+    (a workload module imports the package it belongs to)."""
     wid, _, rows = name.partition("@")
-    if wid == "DEEP64":
-        make = lambda inp: ab._mlp(None, batch=8, sizes=(16,) * 65 + (4,))     # noqa: E731
-        inputs = dict
-    else:
-        w = WL.find(wid)
-        make, inputs = w.columns["tg compiled"], w.inputs
-    if not dynamic:
-        return lambda tg: make(inputs())
 
-    def dyn(tg):
-        import tracegrad as t
-        real = t.compile
-        t.compile = functools.partial(real, dynamic=True) if not rows else \
-            (lambda fn=None, **kw: _small_first(real(fn, dynamic=True, **kw), int(rows), t))
+    def setup(tg):
+        bench = lambda mod: importlib.import_module(f"{tg.__name__}.bench.{mod}")     # noqa: E731
+        real = tg.compile
+        if dynamic:
+            tg.compile = functools.partial(real, dynamic=True) if not rows else \
+                (lambda fn=None, **kw: _small_first(real(fn, dynamic=True, **kw), int(rows), tg))
         try:
-            return make(inputs())
+            if wid == "DEEP64":
+                return bench("ab")._mlp(tg, batch=8, sizes=(16,) * 65 + (4,))
+            w = bench("workloads").find(wid)
+            return ab._traced(w.columns["tg compiled"](w.inputs()))     # (a step importing tracegrad as it traces)
         finally:
-            t.compile = real
-    return dyn
+            tg.compile = real
+    return setup
 
 
 def _time(run, calls):
