@@ -322,22 +322,26 @@ class Region:
         self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
         self.used = chunks.n   # the chunks this call runs (1: whole; per call where chunks.per_call)
         self.live = True        # whether a call at the latest sizes may run it on the pool (Program.live)
-        for o in range(len(outs)):
+        for o in range(len(outs)) if not chunks.counted else ():      # (counted: for the chunks of a call)
             self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
         self.address = self.desc.ctypes.data
 
     def _partials(self, o, elements):
         """Output o's partials for `elements` at the call (a symbolic output's grow to the largest call's):
-        n - 1 rows of one array, a cache line apart, so that threads writing neighbouring rows never
-        share one; their addresses and the count written into the descriptor."""
-        n, v, p = self.chunks.n, self.chunks.outs[o][1], self.partials[o]
+        a row per chunk past the first (n - 1; a counted region's, per call: those of its largest call) of
+        one array, a cache line apart, so that threads writing neighbouring rows never share one; their
+        addresses and the count written into the descriptor."""
+        v, p = self.chunks.outs[o][1], self.partials[o]
+        rows = (self.used if self.chunks.counted else self.chunks.n) - 1
         self.desc[self.chunks.count_word(o)] = elements
-        if p is not None and p.shape[1] >= elements:
-            return
         dtype = np.dtype(v.dtype.np)
-        self.partials[o] = p = np.empty((n - 1, elements + 64 // dtype.itemsize), dtype)
-        for i in range(1, n):
+        if p is not None and p.shape[0] >= rows and p.shape[1] >= elements:
+            return
+        if p is not None:
+            rows, elements = max(rows, p.shape[0]), max(elements, p.shape[1] - 64 // dtype.itemsize)
+        self.partials[o] = p = np.empty((rows, elements + 64 // dtype.itemsize), dtype)
+        for i in range(1, rows + 1):
             self.desc[self.chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
 
     def resize(self, env):
@@ -357,8 +361,8 @@ class Region:
         elif self.bounds is not None:
             self.bounds[-1] = self.rows
         for o in range(len(chunks.outs)) if self.live else ():
-            if varies(chunks.counts[o]):
-                self._partials(o, value(chunks.counts[o], env))
+            if varies(chunks.counts[o]) or chunks.counted:
+                self._partials(o, size(chunks.counts[o]))
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice: from its
