@@ -2,7 +2,7 @@
 
     python -m tracegrad.bench.dynamic_ab [--rev main] [--runs 9] [--calls 10] [--only W6,DEEP64,W3@8]
 
-For each program, four setups are timed in alternation (ab.py's `rounds`): this tree's static compile
+For each program, four setups are timed in alternation (`rounds`): this tree's static compile
 and dynamic=True, and the other revision's (`--rev`, loaded as ab.py does; `--rev ''`: this tree only).
 Programs: the bench's workloads by id (workloads.py: "tg compiled", and that setup with every
 tg.compile given dynamic=True), DEEP64 (ab.py's), and NAME@ROWS: workload NAME whose dynamic=True
