@@ -1,7 +1,7 @@
 """An online column walk over whole rows (column maxima and the sums of exp(a - g(max)) that read
 them: softmax, log_softmax, logsumexp over leading axes, their backward's sums) is split over the
 rows (`threads=d0`): each chunk of rows keeps its own maxima and sums relative to them, and the
-region's join rescales each chunk's sums to the joined maximum (regions._online_join). Read from
+region's join rescales each chunk's sums to the joined maximum (joins._online_join). Read from
 `stage="kernels"`, and checked with every kernel split (TRACEGRAD_THRESHOLDS=parallel_min_work=1):
 compiled (apart and joined) == eager == interpret == NumPy in float64 on odd sizes, float32 and
 float64, transposed, sliced and permuted inputs (hypothesis); infinities and NaN as eager; the same

@@ -12,7 +12,7 @@ from .gemm_sized import sized_size
 from .engine import compile_module
 from .llvm import ModuleBuilder
 from .plan import plan_program
-from .regions import Chunks, group_function, groups, region_call, region_functions, splits
+from .regions import Chunks, group_function, groups, region_call, region_functions, split_at_hints, splits
 from .runtime import Program
 from .scatter import scatter_call, scatter_function, scatter_plan
 from .sizes import Symbols, driver_operand
@@ -42,11 +42,16 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
     # second `noalias` pointer to the same memory, which lets LLVM reorder the loads and stores)
     in_memory = {vid: inplace.get(slot, slot) for vid, slot in slots.items()}
     strategies = plan_program(g, kernels, aliases, slots, inplace)     # plan/: how each kernel runs
-    cut = {j: Chunks(k, in_memory) for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc") and splits(k)}
+    loops = [j for j, k in enumerate(kernels) if k.kind in ("loop", "reduce_acc")]
+    # small kernels sharing a region at the traced sizes (as a static compile there) stay in it; the others
+    # of sizes known only at the call split per call (regions.py)
+    shared = {run[0]: run for run in groups(kernels, [j for j in loops if split_at_hints(kernels[j], in_memory)],
+                                            in_memory)}
+    grouped = {m for run in shared.values() for m in run}
+    cut = {j: Chunks(kernels[j], in_memory) for j in loops if j not in grouped and splits(kernels[j])}
     plans = {j: p for j, k in enumerate(kernels) if (p := gemm_plan(k)) is not None}
     cut.update({j: ch for j, p in plans.items() if (ch := gemm_split(p, blas()[1])) is not None})   # gemm.py
     split = [j for j, c in cut.items() if c.n > 1]
-    shared = {run[0]: run for run in groups(kernels, split, in_memory)}
     first = sorted(split + list(shared))            # each region's first kernel, in order
     size = table_size(len(slots), len(first))
     sizes = sizes_slot(len(slots))

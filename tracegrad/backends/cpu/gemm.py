@@ -188,7 +188,7 @@ class Chunks:
     ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b).
     An extent known only at the call (symbolic) has MAX_CHUNKS chunks, cut per call (`cut`, from
     Region.resize) as a known one is, the chunks past the count empty."""
-    outs, online, members, entry = (), (), None, None
+    outs, online, members, entry, per_call, counted = (), (), None, None, False, False
 
     def __init__(self, plan):
         if plan["batch"]:
@@ -199,6 +199,11 @@ class Chunks:
             self.extent, self.least = (m if self.axis == "rows" else plan["n"]), 2 * MIN_ROWS
         self.n = MAX_CHUNKS if self.symbolic() else self.count(self.extent)
         self.bounds = self.cut(hint(self.extent))
+        self.work = plan["m"] * plan["n"] * plan["k"] * math.prod(plan["batch"]) if varies(plan) else None
+
+    def splits_at(self, size):
+        """Whether a call whose sizes are `size(d)` (ints) runs it on the pool (`per_call`'s test)."""
+        return self.work is None or size(self.work) >= SPLIT_WORK and size(self.extent) >= self.least
 
     def symbolic(self):
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""

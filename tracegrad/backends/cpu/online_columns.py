@@ -3,7 +3,7 @@ kernel with Schedule.online: plan/order.py's columns_online), beside reductions 
 
 Per tile of the unit-stride kept axis u (long rows: threads split the tiles, each owns its columns;
 whole rows, Schedule.rows: threads split the rows, each chunk's [lo, hi) its own maxima and sums
-relative to them, which the region's join rescales: regions._online_join), the rows run in blocks of at most block_bytes (machine.py) of the tile (and at most
+relative to them, which the region's join rescales: joins._online_join), the rows run in blocks of at most block_bytes (machine.py) of the tile (and at most
 reductions.BLOCK rows), each read twice while in cache: a vectorized loop
 finds the block's maxima, the running maxima M grow and each sum's running total is rescaled by
 exp(g(M_old) - g(M_new)) (a factor of 0 drops the old terms: they may be exp(-inf - -inf) = nan; a

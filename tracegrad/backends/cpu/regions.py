@@ -23,7 +23,19 @@ then adds the partials into the outputs in chunk order: float sums in float64 wi
 (Neumaier) sum, so the join adds no more than half an ulp of the total; maxima, minima and integer
 sums exactly. Such a kernel has at most ACC_CHUNKS chunks (an online column walk ONLINE_CHUNKS): each private
 partial costs a copy of the pointer table and its share of the join on every call. An online
-column walk's join rescales each chunk's sums to the joined maximum (`_online_join`).
+column walk's join rescales each chunk's sums to the joined maximum (joins.py).
+
+Sizes known only at the call (dynamic=True): a kernel whose sizes vary (`per_call`) is compiled split
+whatever the sizes it was traced at (a ragged first batch, the shortest sequence), with as many chunks
+as any call may use; each call (Region.resize) cuts it as a static compile at its sizes would
+(`Chunks.chunks_at`) into the descriptor's USED word: where those sizes would not split it (1), its entry
+runs all its rows on the calling thread, the pool and the Judge untouched (gemm.py's `per_call` for
+products); else the pool runs that many chunks, and only those chunks' partials are copied and joined
+(`Chunks.counted`: the join's loop over the chunks is run-time, joins.counted_join), so that a call costs
+what the static compile's at its sizes does, not the most chunks any call may use. An online column
+walk's join reads every chunk (its empty chunks run, setting their partials to the walk's start). A
+kernel in a shared region of small kernels at its traced sizes (`groups`) stays there: only kernels
+outside such runs are split per call, so a tiny program's small kernels are grouped as statically.
 
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
@@ -35,18 +47,15 @@ Python per region and call (a region is >= parallel_min_work element-ops (machin
 """
 import ctypes
 import math
+from functools import partial
 
 import numpy as np
 
-from ...ir.kernels import loads
 from ...symint import hint
-from . import mathlib
 from .plan import limits
 from .online_columns import _shift
-from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
-from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from .sizes import value, varies
-from .loops import ACCESS, DISJOINT, ELEMENTS, _loops
+from .joins import USED, counted_join, join_function
 from .judge import Judge
 from .threads import DESC_TABLES, MAX_CHUNKS as POOL_MAX_CHUNKS
 
@@ -59,17 +68,36 @@ JOINED = ("float32", "float64", "int32", "int64")    # the dtypes a region's joi
 ONLINE_CHUNKS = 4
 
 
+def weight(kernel):
+    """A loop kernel's ops per element, transcendentals (the primitive's cost) counting 8."""
+    return sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+
+
 def work(kernel):
-    """A rough cost of a loop kernel: elements times ops, transcendentals (the primitive's cost)
-    counting 8 (symbolic sizes at their hints: a guess, which changes speed only)."""
-    return math.prod(map(hint, kernel.shape)) * sum(8 if cost == "transcendental" else 1 for cost in kernel.costs())
+    """A rough cost of a loop kernel: elements times weight (symbolic sizes at their hints: a guess,
+    which changes speed only)."""
+    return math.prod(map(hint, kernel.shape)) * weight(kernel)
 
 
-def splits(kernel):
-    """Whether a loop or reduce_acc kernel is large enough to split over the thread pool (and its
-    partial results, if any, of a dtype the join adds and of a shape known when compiled)."""
-    return (hint(kernel.parallel_extent()) > 1 and work(kernel) >= limits.parallel_min_work()
-            and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs))
+def per_call(kernel):
+    """Whether a kernel's sizes are known only at the call (dynamic=True): whether it splits is then
+    decided per call (Region.resize), since any of its symbolic sizes may make it worth it."""
+    return any(map(varies, kernel.shape))
+
+
+def splits(kernel, at_hints=False):
+    """Whether a loop or reduce_acc kernel is compiled split over the thread pool: large enough (or of
+    sizes known only at the call, its rows not one: `per_call`; with `at_hints`, large enough at its
+    hints, as a static compile at the traced sizes), its partial results, if any, of a dtype the join adds."""
+    extent = kernel.parallel_extent()
+    big = varies(extent) or hint(extent) > 1 if per_call(kernel) and not at_hints else \
+        hint(extent) > 1 and work(kernel) >= limits.parallel_min_work()
+    return big and all(v.dtype.name in JOINED for ph in kernel.partials() for v, _ in ph.outputs)
+
+
+def split_at_hints(kernel, slots):
+    """Whether a static compile at the kernel's hints (the traced sizes) runs it split (two chunks or more)."""
+    return splits(kernel, at_hints=True) and Chunks(kernel, slots).chunks_at(hint, hint(kernel.parallel_extent())) > 1
 
 
 def groups(kernels, split, slots):
@@ -101,34 +129,59 @@ def groups(kernels, split, slots):
 class Chunks:
     """How a region is cut: n chunks, their bounds, and the outputs that accumulate ([(table slot,
     Value, lowering)]); `members`: the kernels of a shared region (chunk i runs member i whole), else
-    None (a split kernel's chunks of its outer loop)."""
+    None (a split kernel's chunks of its outer loop). A kernel of sizes known only at the call
+    (`per_call`) has as many chunks as any call may use; each call uses `chunks_at` of them (`Region.resize`):
+    those a kernel of its sizes known when compiled would have, the others empty, or none (run whole)."""
 
     def __init__(self, kernel, slots, members=None):
-        self.members, self.entry = members, None    # entry: its kernel's entry function (build.py)
+        self.members, self.entry = members, None   # entry: its kernel's entry function (build.py)
+        self.per_call = self.counted = False
         if members is not None:
             self.n, self.bounds, self.outs, self.online = len(members), list(range(len(members) + 1)), [], []
             return
         # the extent and the chunk count by its hint where symbolic: the bounds are then set per call (resize)
         self.extent = extent = kernel.parallel_extent()
-        n = max(2, work(kernel) * 4 // limits.parallel_min_work())
         self.outs = [(slots[id(v)], v, ph.lower) for ph in kernel.partials() for v, _ in ph.outputs]
         self.counts = [math.prod(v.shape) for _, v, _ in self.outs]    # elements; symbolic: set per call (resize)
-        if self.outs:                     # private partials: at most a sixteenth of the input's size
-            n = min(n, ACC_CHUNKS, 1 + math.prod(map(hint, kernel.shape)) //
-                    (16 * max(math.prod(map(hint, v.shape)) for _, v, _ in self.outs)))
-        if kernel.schedule is not None and kernel.schedule.online:
-            n = min(n, ONLINE_CHUNKS)
-        self.n = min(n, hint(extent), MAX_CHUNKS, POOL_MAX_CHUNKS)
+        # the space's elements (an expression where symbolic) and the threshold compiled with (read once)
+        self.elements, self.weight, self.per_call = math.prod(kernel.shape), weight(kernel), per_call(kernel)
+        self.least = limits.parallel_min_work()
+        self.online_walk = kernel.schedule is not None and bool(kernel.schedule.online)
+        self.n = min(ACC_CHUNKS if self.outs else MAX_CHUNKS, ONLINE_CHUNKS if self.online_walk else MAX_CHUNKS,
+                     MAX_CHUNKS if varies(extent) else hint(extent), POOL_MAX_CHUNKS) if self.per_call else \
+            self.chunks_at(hint, hint(extent))
         self.bounds = self.cut(hint(extent))
         self.online = online_joins(kernel, self.outs)
+        # per call, the pool runs only the call's chunks, and only their partials are copied and joined
+        self.counted = self.per_call and not self.online
+
+    def chunks_at(self, size, extent):
+        """The chunks a call whose sizes are `size(d)` (ints) and outer extent `extent` runs: 1 where it runs
+        whole. About four per parallel_min_work of work; a kernel with partials at most a sixteenth of its
+        space per chunk (each costs a copy and its share of the join)."""
+        elements = size(self.elements)
+        if self.per_call and (extent < 2 or elements * self.weight < self.least):
+            return 1
+        n = max(2, elements * self.weight * 4 // self.least)
+        if self.outs:                     # private partials: at most a sixteenth of the input's size
+            n = min(n, ACC_CHUNKS, 1 + elements // (16 * max(size(c) for c in self.counts)))
+        if self.online_walk:
+            n = min(n, ONLINE_CHUNKS)
+        return min(n, extent, MAX_CHUNKS, POOL_MAX_CHUNKS)
 
     def symbolic(self):
         """Whether the bounds follow the call's sizes (Region.resize), not constants."""
-        return self.members is None and varies(self.extent)
+        return self.members is None and (self.per_call or varies(self.extent))
 
-    def cut(self, extent):
-        """The n + 1 chunk bounds for an outer loop of `extent` (an int): even chunks."""
-        return [extent * i // self.n for i in range(self.n + 1)]
+    def splits_at(self, size):
+        """Whether a call whose sizes are `size(d)` (ints) runs it on the pool."""
+        return not self.per_call or self.chunks_at(size, size(self.extent)) > 1
+
+    def cut(self, extent, k=None):
+        """The n + 1 chunk bounds for an outer loop of `extent` (an int): k (default n) even chunks, then
+        empty ones."""
+        k = k or self.n
+        return [extent * i // k for i in range(k + 1)] + [extent] * (self.n - k)
 
     def partial_word(self, i, o):
         """The descriptor word holding the address of private chunk i's (i >= 1) partial of output o."""
@@ -167,22 +220,52 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
     ctl = _load(lines, c, "ctl", "%table", pool_slots[0])
     run = _load(lines, c, "run", "%table", pool_slots[1])
     desc = _load(lines, c, "d", "%table", desc_slot)
+    head, lines = lines, []
     lines.append(f"  %{c}tabs = getelementptr i64, ptr {desc}, i64 {DESC_TABLES}")
-    for i in range(1, chunks.n) if chunks.outs else ():
+    for i in range(1, chunks.n) if chunks.outs and not chunks.counted else ():
         private = _load(lines, c, f"t{i}", f"%{c}tabs", i)
         lines.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr {private}, ptr %table, i64 {8 * table_slots}, i1 false)")
         for o, (slot, _, _) in enumerate(chunks.outs):
             part = _load(lines, c, f"q{i}_{o}", desc, chunks.partial_word(i, o))
             lines += [f"  %{c}s{i}_{o} = getelementptr ptr, ptr {private}, i64 {slot}",
                       f"  store ptr {part}, ptr %{c}s{i}_{o}"]
+    if chunks.outs and chunks.counted:
+        lines += _private_tables(c, chunks, desc, table_slots)
     bounds = f"@{entry}_bounds"
     if chunks.symbolic():
         bounds = f"%{c}bounds"
         lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks)}")
-    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {chunks.n}, ptr {desc})")
+    n = f"%{c}k" if chunks.counted else chunks.n
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
-    return lines
+    return head + (_per_call(c, entry, chunks, desc, lines) if chunks.per_call else lines)
+
+
+def _private_tables(c, chunks, desc, table_slots):
+    """Lines copying the pointer table into the private tables of chunks 1 .. %<c>k - 1 (the call's chunks,
+    Chunks.counted) and pointing each at its partials: a loop, as the count is the call's."""
+    lines = [f"  br label %{c}cp", f"{c}cp:", f"  %{c}i = phi i64 [1, %{c}split], [%{c}i1, %{c}cp]"]
+    private = _load(lines, c, "t", f"%{c}tabs", f"%{c}i")
+    lines += [f"  call void @llvm.memcpy.p0.p0.i64(ptr {private}, ptr %table, i64 {8 * table_slots}, i1 false)",
+              f"  %{c}i0 = sub i64 %{c}i, 1", f"  %{c}pw = mul i64 %{c}i0, {len(chunks.outs)}"]
+    for o, (slot, _, _) in enumerate(chunks.outs):
+        lines.append(f"  %{c}pw{o} = add i64 %{c}pw, {chunks.partial_word(1, o)}")
+        part = _load(lines, c, f"q{o}", desc, f"%{c}pw{o}")
+        lines += [f"  %{c}s{o} = getelementptr ptr, ptr {private}, i64 {slot}", f"  store ptr {part}, ptr %{c}s{o}"]
+    return lines + [f"  %{c}i1 = add i64 %{c}i, 1", f"  %{c}more = icmp slt i64 %{c}i1, %{c}k",
+                    f"  br i1 %{c}more, label %{c}cp, label %{c}cpd", f"{c}cpd:"]
+
+
+def _per_call(c, entry, chunks, desc, region):
+    """The lines of `region` behind a branch on the descriptor's USED word (set per call: Region.resize):
+    where it is 1, the kernel's entry runs all its rows at once on this thread (into the outputs
+    themselves: no partials, no join), the pool and the Judge untouched."""
+    return [f"  %{c}kp = getelementptr i64, ptr {desc}, i64 {USED}", f"  %{c}k = load i64, ptr %{c}kp",
+            f"  %{c}one = icmp slt i64 %{c}k, 2", f"  br i1 %{c}one, label %{c}whole, label %{c}split", f"{c}whole:",
+            f"  %{c}extp = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks) + chunks.n}",
+            f"  %{c}ext = load i64, ptr %{c}extp", f"  call void @{entry}(ptr %table, i64 0, i64 %{c}ext)",
+            f"  br label %{c}done", f"{c}split:"] + region + [f"  br label %{c}done", f"{c}done:"]
 
 
 def group_function(name, calls):
@@ -200,7 +283,8 @@ def region_functions(mb, entry, chunks):
     text = "" if chunks.symbolic() else (             # else in its descriptor, set per call (Region.resize)
         f"@{entry}_bounds = private unnamed_addr constant [{chunks.n + 1} x i64] "
         f"[{', '.join(f'i64 {b}' for b in chunks.bounds)}]\n")
-    return text + (_join_function(mb, f"{entry}_join", chunks) if chunks.outs else "")
+    join = counted_join if chunks.counted else join_function
+    return text + (join(mb, f"{entry}_join", chunks) if chunks.outs else "")
 
 
 def online_joins(kernel, outs):
@@ -218,111 +302,8 @@ def online_joins(kernel, outs):
     return sorted(pairs.items())
 
 
-def _join_function(mb, name, chunks):
-    """`void @name(ptr %table, ptr %desc)`: each accumulated output joined with its partials, in
-    chunk order (see the module's text), vectorized along the elements. Not inlined, optimized for
-    size, its element loops neither interleaved nor unrolled (ELEMENTS): batch norm's module took
-    5.0G instructions of LLVM with its joins unrolled at O3, 4.3G so (callgrind); a loop over the
-    chunks inside the element loop compiled in 3.1G but ran scalar (W6: 0.16 -> 0.29 ms per call)."""
-    f = Fn()
-    online = {o for m, sums in chunks.online for o in [m] + [o2 for o2, _ in sums]}
-    for m, sums in chunks.online:
-        _online_join(mb, f, chunks, m, sums)
-    for o, (slot, v, lower) in enumerate(chunks.outs):
-        if o in online:
-            continue
-        out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
-        parts = [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
-                 for i in range(1, chunks.n)]
-        dt, at = v.dtype, _acc_dtype(lower, v.dtype)
-        ty, aty = regtype(dt), regtype(at)
-
-        def element(f, idx, out=out, parts=parts, dt=dt, at=at, ty=ty, aty=aty, lower=lower):
-            e = idx[0]
-            p = f.assign(f"getelementptr {ty}, ptr {out}, i64 {e}")
-            xs = [_widen(f, f.assign(f"load {ty}, ptr {q}"), dt, at) for q in
-                  [p] + [f.assign(f"getelementptr {ty}, ptr {part}, i64 {e}") for part in parts]]
-            if _join(lower) == "+" and at.is_floating_point:
-                total = _compensated(f, xs, aty)
-            else:
-                total = xs[0]
-                for x in xs[1:]:
-                    total = _combine(f, lower, total, x, at)
-            f.emit(f"store {ty} {_narrow(f, total, dt, at)}, ptr {p}")
-        _loops(f, [chunks.count(f, o)], element, meta=ELEMENTS)
-    f.emit("ret void")
-    return (f"define internal void @{name}(ptr noalias %table, ptr noalias %desc) noinline optsize #1 {{\nentry:\n"
-            + "\n".join(f.allocas + f.lines) + "\n}\n")
-
-
-def _online_join(mb, f, chunks, m, sums):
-    """Lines joining the chunks' maxima (output m) and the sums that read them ([(output, g)]) per
-    element: M the maximum of the chunks' maxima, each sum the float64 total over the chunks, in
-    chunk order, of S_i * exp(g(M_i) - g(M)) (1 where g(M_i) == g(M); a factor or S_i of 0 adds 0:
-    the chunk's terms may be exp(-inf - -inf)), as the walk rescales its running sums."""
-    def pointers(o):
-        slot = chunks.outs[o][0]
-        out = f.assign(f"load ptr, ptr {f.assign(f'getelementptr ptr, ptr %table, i64 {slot}')}")
-        return [out] + [f.assign(f"load ptr, ptr {f.assign(f'getelementptr i64, ptr %desc, i64 {chunks.partial_word(i, o)}')}")
-                        for i in range(1, chunks.n)]
-    mv, mlower = chunks.outs[m][1], chunks.outs[m][2]
-    dt, ty = mv.dtype, regtype(mv.dtype)
-    mptrs, sptrs = pointers(m), [pointers(o) for o, _ in sums]
-    key = ("exp", SHORT[dt.name])
-    mb.math.add(key)
-
-    def shift(f, g, x):
-        em = Emitter(mb, f, {}, [])
-        for ld in loads(g):
-            em.memo[id(ld)] = x
-        return em.value(g)
-
-    def element(f, idx):
-        e = idx[0]
-        at = [f.assign(f"getelementptr {ty}, ptr {p}, i64 {e}") for p in mptrs]
-        ms = [f.assign(f"load {ty}, ptr {p}, {ACCESS}") for p in at]
-        big = ms[0]
-        for x in ms[1:]:
-            big = _combine(f, mlower, big, x, dt)
-        f.emit(f"store {ty} {big}, ptr {at[0]}, {ACCESS}")
-        for (o, g), ptrs in zip(sums, sptrs):
-            v, lower = chunks.outs[o][1], chunks.outs[o][2]
-            acc = _acc_dtype(lower, v.dtype)
-            aty, g_big = regtype(acc), shift(f, g, big)
-            total = fconst(0, acc)
-            dst = None
-            for i, (mi, p) in enumerate(zip(ms, ptrs)):
-                q = f.assign(f"getelementptr {ty}, ptr {p}, i64 {e}")
-                dst = dst or q
-                s_i = _widen(f, f.assign(f"load {ty}, ptr {q}, {ACCESS}"), dt, acc)
-                g_i = shift(f, g, mi)
-                diff = f.assign(f"fsub {ty} {g_i}, {g_big}")
-                ex = f.assign(f"call {ty} {mathlib.symbol(*key)}({ty} {diff})")
-                fac = f.assign(f"select i1 {f.assign(f'fcmp oeq {ty} {g_i}, {g_big}')}, {ty} {fconst(1, dt)}, {ty} {ex}")
-                wide = _widen(f, fac, dt, acc)
-                gone = f.assign(f"or i1 {f.assign(f'fcmp oeq {aty} {s_i}, {fconst(0, acc)}')}, "
-                                f"{f.assign(f'fcmp oeq {aty} {wide}, {fconst(0, acc)}')}")
-                term = f.assign(f"select i1 {gone}, {aty} {fconst(0, acc)}, {aty} {f.assign(f'fmul {aty} {s_i}, {wide}')}")
-                total = f.assign(f"fadd {aty} {total}, {term}")
-            f.emit(f"store {ty} {_narrow(f, total, dt, acc)}, ptr {dst}, {ACCESS}")
-    _loops(f, [chunks.count(f, m)], element, meta=DISJOINT)
-
-
-def _compensated(f, xs, ty):
-    """The sum of float registers xs (Neumaier's compensated sum, no fast-math: the rounding errors
-    of the additions are added back at the end). A non-finite sum (inf, NaN) is returned as it is."""
-    s, comp = xs[0], "0.0"
-    fabs = f"@llvm.fabs.{'f64' if ty == 'double' else 'f32'}"
-    for x in xs[1:]:
-        t = f.assign(f"fadd {ty} {s}, {x}")
-        ge = f.assign(f"fcmp oge {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, {f.assign(f'call {ty} {fabs}({ty} {x})')}")
-        big, small = f.assign(f"select i1 {ge}, {ty} {s}, {ty} {x}"), f.assign(f"select i1 {ge}, {ty} {x}, {ty} {s}")
-        err = f.assign(f"fadd {ty} {f.assign(f'fsub {ty} {big}, {t}')}, {small}")
-        comp, s = f.assign(f"fadd {ty} {comp}, {err}"), t
-    if len(xs) == 1:
-        return s
-    finite = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} {fabs}({ty} {s})')}, 0x7FF0000000000000")
-    return f.assign(f"select i1 {finite}, {ty} {f.assign(f'fadd {ty} {s}, {comp}')}, {ty} {s}")
+def _value(env, d):
+    return value(d, env)
 
 
 class Region:
@@ -339,32 +320,49 @@ class Region:
             if outs else [ctypes.addressof(table)] * n
         self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
         self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
-        for o in range(len(outs)):
+        self.used = chunks.n   # the chunks this call runs (1: whole; per call where chunks.per_call)
+        self.live = True        # whether a call at the latest sizes may run it on the pool (Program.live)
+        for o in range(len(outs)) if not chunks.counted else ():      # (counted: for the chunks of a call)
             self._partials(o, hint(chunks.counts[o]))
         self.desc[0], self.desc[1] = self.judge.parallel(), -1
         self.address = self.desc.ctypes.data
 
     def _partials(self, o, elements):
         """Output o's partials for `elements` at the call (a symbolic output's grow to the largest call's):
-        n - 1 rows of one array, a cache line apart, so that threads writing neighbouring rows never
-        share one; their addresses and the count written into the descriptor."""
-        n, v, p = self.chunks.n, self.chunks.outs[o][1], self.partials[o]
+        a row per chunk past the first (n - 1; a counted region's, per call: those of its largest call) of
+        one array, a cache line apart, so that threads writing neighbouring rows never share one; their
+        addresses and the count written into the descriptor."""
+        v, p = self.chunks.outs[o][1], self.partials[o]
+        rows = (self.used if self.chunks.counted else self.chunks.n) - 1
         self.desc[self.chunks.count_word(o)] = elements
-        if p is not None and p.shape[1] >= elements:
-            return
         dtype = np.dtype(v.dtype.np)
-        self.partials[o] = p = np.empty((n - 1, elements + 64 // dtype.itemsize), dtype)
-        for i in range(1, n):
+        if p is not None and p.shape[0] >= rows and p.shape[1] >= elements:
+            return
+        if p is not None:
+            rows, elements = max(rows, p.shape[0]), max(elements, p.shape[1] - 64 // dtype.itemsize)
+        self.partials[o] = p = np.empty((rows, elements + 64 // dtype.itemsize), dtype)
+        for i in range(1, rows + 1):
             self.desc[self.chunks.partial_word(i, o)] = p[i - 1:i].ctypes.data
 
     def resize(self, env):
-        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`."""
+        """A region over symbolic sizes: its chunks' bounds and its partials for the call's sizes `env`,
+        and where it splits per call (Chunks.per_call), how many chunks, or whole (the USED word). One that
+        runs whole at these sizes gets only its extent (the bounds' last word: what the whole run reads)."""
+        size, chunks = partial(_value, env), self.chunks
         if self.bounds is not None:
-            self.rows = value(self.chunks.extent, env)
-            self.bounds[:] = self.chunks.cut(self.rows)
-        for o in range(len(self.chunks.outs)):
-            if varies(self.chunks.counts[o]):
-                self._partials(o, value(self.chunks.counts[o], env))
+            self.rows = size(chunks.extent)
+        if chunks.per_call:
+            self.used = self.desc[USED] = chunks.chunks_at(size, self.rows)
+            self.live = self.used > 1
+        else:
+            self.live = chunks.splits_at(size)
+        if self.bounds is not None and self.live:
+            self.bounds[:] = chunks.cut(self.rows, self.used) if chunks.per_call else chunks.cut(self.rows)
+        elif self.bounds is not None:
+            self.bounds[-1] = self.rows
+        for o in range(len(chunks.outs)) if self.live else ():
+            if varies(chunks.counts[o]) or chunks.counted:
+                self._partials(o, size(chunks.counts[o]))
 
     def learn(self):
         """The Judge learns from the last run (if the region ran since) and sets the next choice: from its

@@ -124,6 +124,9 @@ class Program:
         for r, j in enumerate(sorted(chunks)):
             self.regions.append(Region(chunks[j], self.table, self.n_slots))
             self.table[region_slot(len(slots), r)] = self.regions[-1].address
+        # the Judges that learn after a call: those of the regions the latest sizes may run on the pool (a
+        # kernel split per call that runs whole at them, a product too small to split, neither runs nor learns)
+        self.learns = [region.learn for region in self.regions]
         self.pool_slots, self._pool = pool_slots(len(slots)), None
         self.other = {}                 # kernel index: its step run from Python (NumPy)
         for j, k in enumerate(kernels):
@@ -189,8 +192,8 @@ class Program:
                     step[1](*step[2])
                 else:
                     self._other(step, cur)
-            for region in self.regions:
-                region.learn()
+            for learn in self.learns:
+                learn()
             if self.out_slots is not None:
                 return tuple(map(cur.__getitem__, self.out_slots))
             return self._results(cur)
@@ -277,6 +280,7 @@ class Program:
                 self.table[slot] = arr.ctypes.data
         for region in self.regions:
             region.resize(env)
+        self.learns[:] = [region.learn for region in self.regions if region.live]
 
     def _kernel_by_kernel(self, steps, cur, timings, capture):
         if self.regions:

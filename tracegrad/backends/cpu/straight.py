@@ -94,9 +94,9 @@ def straight_run(prog, general, address):
             lines += ["        if POOLS:",
                       "            POOLS[0].park()       # spinning workers leave the cores to BLAS"]
         lines.append(f"        seg{j}()")
-    for r, region in enumerate(prog.regions):
-        env[f"learn{r}"] = region.learn
-        lines.append(f"        learn{r}()")
+    if prog.regions:            # (the list Program._resize updates for the call's sizes)
+        env["LEARNS"] = prog.learns
+        lines += ["        for learn in LEARNS:", "            learn()"]
     outs = []
     for j, (slot, shape) in enumerate(prog.outputs):
         if slot not in names:                 # a planned intermediate returned (no copy, as Program.run)

@@ -111,7 +111,7 @@ def columns_online(k):
     same axes, its kept axes trailing, the last one the unit-stride axis of its largest read): one
     walk computes them all (ir/walks.py's online_columns; backends/cpu/online_columns.py). Its rows whole, threads splitting the rows
     (`rows`: the kept axes before the last have one element; each chunk's maxima and sums relative
-    to them, joined rescaled: regions._online_join), or a tile of the last axis where its vectors
+    to them, joined rescaled: joins._online_join), or a tile of the last axis where its vectors
     would pass ONLINE_LIMIT elements (threads split the tiles: each owns its columns, no partial
     results to join); in blocks read twice while in cache: the block's maxima,
     then the sums at the running maxima, the running sums rescaled by exp(g(old) - g(new)) as they
