@@ -54,3 +54,20 @@ def test_bodies_do_not_grow_with_the_steps():
         np.testing.assert_allclose(f(x, w, idx).numpy(), _numpy(x.numpy(), w.numpy(), idx.numpy(), steps),
                                    rtol=1e-5, atol=1e-5)
     assert counts[0] == counts[1], counts
+
+
+def _body(skip, seed):
+    x = np.random.default_rng(seed).standard_normal((256 + skip, 256)).astype(np.float32)
+    f = tg.compile(lambda x: (x[skip:] * 2 + 1).T.exp())
+    np.testing.assert_allclose(f(tg.tensor(x)).numpy(), np.exp((x[skip:] * 2 + 1).T), rtol=1e-6)
+    return re.search(r"define internal void @forward_k0_body.*?\n}", f.ir(tg.tensor(x), stage="llvm"), re.S).group(0)
+
+
+@SETTINGS
+@given(skip=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
+def test_transposed_tiles_read_from_the_moved_pointer(skip, seed):
+    """A map tiled as a transpose reads its tiles through the Loads its schedule names (transpose.py):
+    those move with the tree's, so x[skip:].T (skip rows of 256: whole units) has the body of x.T, tiles
+    transposed in registers included; values as NumPy's."""
+    body = _body(skip, seed)
+    assert "shufflevector" in body and body == _body(0, seed)

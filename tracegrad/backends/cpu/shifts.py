@@ -11,7 +11,7 @@ W11 (2-layer LSTM, T=32): 114 bodies to compile (main) -> 43; its first call wit
 load ~10 on the 2-core bench host: LLVM 16.9 / 10.3 s -> 3.6 / 1.7 s, the call 23.0 / 14.6 -> 8.4 / 5.1 s."""
 import copy
 
-from ...ir.kernels import Gather, Load, Op, postorder
+from ...ir.kernels import Gather, Load, Op, Schedule, postorder
 from ...symint import is_sym
 
 UNIT = 16               # elements: a shift keeps 64-byte alignment for every dtype of 4 bytes or more
@@ -37,6 +37,10 @@ def shifted(kernel, slots):
     out.phases = [copy.copy(ph) for ph in kernel.phases]
     for ph in out.phases:
         ph.outputs = [(v, _moved(t, by_buf, memo)) for v, t in ph.outputs]
+    sch = kernel.schedule
+    if sch is not None and sch.transposed:          # the Loads read a tile at a time (transpose.py): moved too
+        out.schedule = Schedule(sch.levels, sch.across, sch.map_levels, sch.online, sch.walks, sch.rows,
+                                [_moved(ld, by_buf, memo) for ld in sch.transposed])
     return out, {s: n * dtype[s].itemsize for s, n in shift.items()}
 
 
