@@ -59,13 +59,14 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
         c = f"c{j}"
         if k.kind in ("loop", "reduce_acc"):
             body, args, sized = mb.kernel(k, in_memory, f"{label}_k{j}", strategies[j])
+            moved = mb.moved[f"{label}_k{j}"]
             lines = []
             hi = driver_operand(lines, c, k.parallel_extent(), mb.symbols.index, sizes)
-            calls[j] = body_call(c, body, args, hi=hi, sizes=sizes if sized else None, lines=lines)
+            calls[j] = body_call(c, body, args, hi=hi, sizes=sizes if sized else None, lines=lines, moved=moved)
             if j in split:          # a parallel region: an entry for the threads' chunks
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 regions[j].entry = name
-                mb.function(entry_function(name, body, args, sizes if sized else None))
+                mb.function(entry_function(name, body, args, sizes if sized else None, moved))
                 mb.function(region_functions(mb, name, regions[j]))
                 seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
         elif (plan := plans.get(j)) is not None:

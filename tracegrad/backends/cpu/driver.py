@@ -182,20 +182,24 @@ def gemm_call(c, kernel, plan, slots, gemm_slot, park_slot, symbol_index=None, s
     return lines + gemm_lines(c, plan, blas()[0], ptrs, "0", str(math.prod(plan["batch"])))
 
 
-def body_call(c, body, arg_slots, lo="0", hi="1", sizes=None, lines=()):
+def body_call(c, body, arg_slots, lo="0", hi="1", sizes=None, lines=(), moved=()):
     """LLVM lines calling kernel body `body` on the buffers of table slots `arg_slots` over rows [lo, hi);
     `sizes`: the table slot of the call's sizes array, for a body that takes it (sizes.py); `lines`: lines
-    computing lo or hi, first."""
+    computing lo or hi, first; `moved`: the bytes each pointer is moved forward (shifts.py; default none)."""
     slots = list(arg_slots) + ([] if sizes is None else [sizes])
     lines = list(lines) + [line for i, slot in enumerate(slots) for line in
                            (f"  %{c}p{i} = getelementptr ptr, ptr %table, i64 {slot}", f"  %{c}a{i} = load ptr, ptr %{c}p{i}")]
-    args = "".join(f"ptr %{c}a{i}, " for i in range(len(slots)))
-    return lines + [f"  call void @{body}({args}i64 {lo}, i64 {hi})"]
+    args = []
+    for i, n in enumerate(list(moved) + [0] * (len(slots) - len(moved))):
+        if n:
+            lines.append(f"  %{c}m{i} = getelementptr i8, ptr %{c}a{i}, i64 {n}")
+        args.append(f"ptr %{c}{'m' if n else 'a'}{i}, ")
+    return lines + [f"  call void @{body}({''.join(args)}i64 {lo}, i64 {hi})"]
 
 
-def entry_function(name, body, arg_slots, sizes=None):
+def entry_function(name, body, arg_slots, sizes=None, moved=()):
     """`void @name(ptr %table, i64 %lo, i64 %hi)`: a kernel's rows [lo, hi) (a chunk, for the threads)."""
-    lines = body_call("c", body, arg_slots, "%lo", "%hi", sizes)
+    lines = body_call("c", body, arg_slots, "%lo", "%hi", sizes, moved=moved)
     return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
             + "\n".join(lines) + "\n  ret void\n}")
 

@@ -31,11 +31,11 @@ from .plan.limits import OUTER_BLOCK, SMALL_KERNEL
 from .rowcache import RowCache
 from .reductions import BLOCK, _Acc, _acc_dtype, _blocked_loops, _combine, _identity, _narrow, _squeezed, _widen
 from .scalar import INDEX_ERROR, Emitter, Fn, linear, store, regtype
+from .shifts import shifted
 from .sizes import NAME as SIZES, Symbols, symbolic
 from ...symint import hint, is_sym
 from .scheduled import _across_kernel, _scheduled_map
-from .stream import ALIGN
-from .stream import NAME as STREAM
+from .stream import ALIGN, NAME as STREAM
 from .stream import comment as stream_comment
 
 
@@ -53,7 +53,7 @@ class ModuleBuilder:
         self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
         self.symbols = symbols or Symbols(())   # the symbolic sizes' order in a call's sizes array (sizes.py)
         self.index_error = False      # a kernel checks gathered indices (scalar.py's Emitter.checked)
-        self.lowerings = {}           # kernel name -> how it was lowered, in words (TRACEGRAD_LOG=kernels)
+        self.lowerings, self.moved = {}, {}     # kernel name -> how it was lowered (TRACEGRAD_LOG=kernels); moves
 
     def text(self):
         head = "; tracegrad kernels\n" + "".join(c + "\n" for c in self.comments)
@@ -78,16 +78,15 @@ class ModuleBuilder:
     def kernel(self, kernel, slots, name, strategy):
         """Add a loop or reduce_acc kernel lowered as `strategy` says (plan/: a Strategy); `slots` maps
         buffer Value ids to table indices; the outputs the strategy streams (stream.py) take a pointer
-        argument `align 64 %stream<i>`. Returns (its body function's name, the table slots of the body's
-        pointer arguments, whether it takes the call's sizes array after them: `ptr %sizes`, sizes.py).
+        argument `align 64 %stream<i>`. Returns (its body function's name, the table slots of the body's pointer
+        arguments, whether it takes the call's sizes array after them: `ptr %sizes`, sizes.py); moved[name]: shifts.py.
 
         The body takes each slot as a `noalias` pointer argument, so loops vectorize without runtime
         alias checks: values sharing a slot (an output written into its input's memory, slots.py's
         inplace_slots) are one pointer, and distinct slots never overlap (fresh or private memory).
-        A kernel of at most SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on
-        W8 (a deep narrow network, all kernels small) that halves LLVM's time and its steady state
-        does not get slower (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body`
-        is kernel k3 of the forward program."""
+        A kernel of at most SMALL_KERNEL elements is marked `optsize` (vectorized, not unrolled): on W8 (a deep
+        narrow network, all kernels small) that halves LLVM's time and its steady state does not get slower
+        (less code to fetch). Names follow `stage="kernels"`: `forward_k3_body` is kernel k3 of the forward program."""
         f = Fn(self.symbols.index)
         pinned = getattr(kernel, "pinned_for", None)    # backends/cpu/plan/sized.py's pin
         lowered = coalesce(kernel)                # axes every operand walks as one: one loop
@@ -95,7 +94,7 @@ class ModuleBuilder:
         scaled = is_sym(rows) or rows > 1
         for end in ("lo", "hi") if scaled else ():
             f.emit(f"%{end} = mul nsw i64 %{end}.rows, {f.size(rows)}")
-        kernel = lowered
+        kernel, moved = shifted(lowered, slots)   # read-only slots' offsets: moved into the call's pointers
         ext = versioned.extent(kernel.shape)
         if ext is not None:                     # the innermost extent: the register %ext (versioned.py)
             f.size_regs[ext.expr] = versioned.EXT
@@ -117,6 +116,7 @@ class ModuleBuilder:
         body = self.bodies.setdefault(key, f"{name}_body")
         if streams and body == f"{name}_body":
             self.comments.append(stream_comment(body, sorted(streams.items())))
+        self.moved[name] = [moved.get(s, 0) for s in order]
         return body, order, f.uses_sizes()
 
     def function(self, text):

@@ -13,7 +13,10 @@ Rules
   loads ((32, 32, 16, 16) float32 im2col: 11.2 -> 0.24 ms, one thread, the loaded bench machine).
 - A value is *materialized* (written to a buffer by a kernel) when it is a graph output, when a
   non-fusible op reads it (matmul, indexing, ...), or when it has several consumers and its
-  expression is larger than RECOMPUTE_LIMIT ops; smaller shared values are recomputed.
+  expression is larger than RECOMPUTE_LIMIT ops, or has a transcendental per element and its
+  consumers lie on both sides of a matrix product (an LSTM's gate activations, read by its step and
+  again by the step's backward after the products between: `_read_apart`); smaller shared values
+  are recomputed.
 - A lowered reduction (sum, max, min) fuses its elementwise prologue. Reductions over trailing axes are
   *row* reductions (a kernel of kind "loop" split after its kept axes).
   A reduction whose reduced axes lie innermost in memory (x.T.sum(0)) is a row reduction over a
@@ -41,6 +44,7 @@ Rules
   input buffers. A target that computes
   float16 in float32 (cuda: `half=True`) fuses float16 ops as float32 ones.
 """
+import bisect
 import math
 
 from ...ops import PRIMS
@@ -92,6 +96,7 @@ def fuse(graph, enabled=True, half=False):
         for i in n.inputs:
             consumers.setdefault(id(i), []).append(n)
     outputs = {id(v) for v in graph.outputs}
+    apart = _apart(graph.nodes)
     expr, kernels = {}, []
     columned = set()     # ids of the row reductions built as column reductions (schedule.columns_first)
     bound = {}           # id(value) -> an upper bound of the ops in its tree (shared nodes counted twice)
@@ -139,7 +144,8 @@ def fuse(graph, enabled=True, half=False):
                 broadcast_divisor(v.shape, n.inputs[1].shape, args[0]) else p.lower
             expr[id(v)] = Op(n.op, args, v.dtype, lower, p.cost)
             bound[id(v)] = 1 + sum(bound.get(id(i), 0) for i in n.inputs if isinstance(expr[id(i)], Op))
-            if len(consumers.get(id(v), ())) > 1 and _element_ops(expr[id(v)], v.shape) > _recompute_limit(v):
+            if len(consumers.get(id(v), ())) > 1 and (_element_ops(expr[id(v)], v.shape) > _recompute_limit(v)
+                                                      or _read_apart(v, expr[id(v)], consumers[id(v)], apart)):
                 materialize(v)
             elif bound[id(v)] > MAX_TREE_OPS and size(expr[id(v)]) > MAX_TREE_OPS:
                 materialize(v)
@@ -309,6 +315,11 @@ def _recompute_limit(v):
 
 
 def _element_ops(tree, shape):
+    """How many ops of `tree` (over a space of `shape`) vary along every axis of it (_varying_ops)."""
+    return len(_varying_ops(tree, shape))
+
+
+def _varying_ops(tree, shape):
     """The ops of `tree` (over a space of `shape`) that vary along every axis of it: those over a load
     or index that walks them all. The others read only broadcast values (a column statistic's expression: it varies along
     the kept axes only), which a target computes once per row or column, not per element."""
@@ -319,7 +330,28 @@ def _element_ops(tree, shape):
         else:
             varying[id(t)] = isinstance(t, (Load, Iota)) and all(is_sym(st) or st for st, n in zip(t.strides, shape)
                                                                  if hint(n) > 1)
-    return sum(varying[id(t)] for t in postorder(tree) if isinstance(t, Op))
+    return [t for t in postorder(tree) if isinstance(t, Op) and varying[id(t)]]
+
+
+def _apart(nodes):
+    """apart(consumers): whether a matrix product (or another extern call) runs between the first and
+    the last of `consumers` (nodes of `nodes`, in their order)."""
+    at = {id(n): k for k, n in enumerate(nodes)}
+    externs = [k for k, n in enumerate(nodes) if getattr(PRIMS.get(n.op), "kind", None) == "extern"]
+
+    def apart(consumers):
+        first, last = min(at[id(c)] for c in consumers), max(at[id(c)] for c in consumers)
+        return bisect.bisect_right(externs, first) < bisect.bisect_left(externs, last)
+    return apart
+
+
+def _read_apart(v, tree, consumers, apart):
+    """Shared value v (expression `tree`) computes a transcendental per element and its consumers lie
+    on both sides of an extern call: it is written once rather than computed again by a kernel after
+    the call (which would also read its inputs again). An LSTM step's gate activations, which its
+    backward reads after the products between (W11: its backward gate kernels of 58-66 ops became ~25 ops
+    of arithmetic; bench.ab --rev main --only W11 --cpu at load 5-6: 0.92x with ir/passes/slices.py)."""
+    return any(t.cost == "transcendental" for t in _varying_ops(tree, v.shape)) and apart(consumers)
 
 
 def _const_buffer(v, expr, kernels):

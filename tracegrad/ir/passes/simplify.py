@@ -6,12 +6,13 @@ product then comes out in the layout its consumer reads; the operand transposes 
 sum, max or min of a cat along a kept axis as the cat of the pieces' reductions, each over the same
 elements (each piece then reduced by a plain strided loop fused with its expression, instead of every
 element selecting among gathers of all pieces: cat([2a, exp(b), c], 1).sum(0)), and a sum of unslices
-that tile an axis as a cat (tiling.py)."""
+that tile an axis as a cat (tiling.py); a slice of a cat or of an unslice as what lies under its box (slices.py)."""
 import math
 
 from ...symint import is_sym, same_shape
 from ...ops.rules import _reduce_shape
 from .rewrite import Builder
+from .slices import slice_of_copy
 from .tiling import unslices_as_cat
 
 
@@ -185,6 +186,7 @@ def _visit_sum(b, n, ins):                  # of a cat along a kept axis: a cat 
 
 
 _visit_max = _visit_min = _visit_sum
+_visit_slice = slice_of_copy                # of a cat inside one piece; of an unslice
 
 
 def _swap(v):
