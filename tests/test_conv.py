@@ -156,6 +156,27 @@ def test_compiled_one_group_conv_gradcheck_float64(size):
     assert tg.gradcheck(f, (x, w, b))
 
 
+def test_one_product_convolution_with_a_symbolic_batch_matches_eager():
+    """Compiled with dynamic=True, the one product over the batch (6x6 outputs) serves other batch
+    sizes, values and gradients as eager's; a 12x12 input retraces (the windows pin the spatial sizes:
+    S0 == 6) and takes the per-entry products."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3, 3, 3))
+
+    def step(x, w):
+        loss = (F.conv2d(x, w, padding=1).relu() ** 2).sum()
+        loss.backward()
+        return loss
+    f = tg.compile(step, dynamic=True)
+    for n, size in ((2, 6), (3, 6), (1, 6), (2, 12)):
+        x = rng.standard_normal((n, 3, size, size))
+        leaves, eager = (t64(x), t64(w)), (t64(x), t64(w))
+        np.testing.assert_allclose(f(*leaves).item(), step(*eager).item(), rtol=1e-12)
+        for a, b in zip(leaves, eager):
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert f.stats()["traces"] == 2, f.stats()["retrace_reasons"]
+
+
 # ---------------------------------------------------------------- torch 2.13 literals
 
 def _literal_inputs():

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import dtypes as D
 from .ops import bind
+from .symint import hint
 from .tensor.base import _ArgError
 from .tensor.dispatch import _named
 from .tensor.factories import ones, tensor
@@ -209,7 +210,7 @@ def conv(input, weight, bias, stride, padding, dilation, groups, d, name):
     o, g = weight.shape[0], groups
     k = c // g * math.prod(kernel)
     cols = win.permute(1, *range(2 + d, 2 + 2 * d), 0, *range(2, 2 + d)).reshape(g, k, n, math.prod(out_sp))
-    if g == 1 and math.prod(out_sp) <= ONE_PRODUCT_POSITIONS:       # few positions per entry: one product
+    if g == 1 and hint(math.prod(out_sp)) <= ONE_PRODUCT_POSITIONS:     # few positions per entry (no guard)
         y = weight.reshape(o, k) @ cols.reshape(k, -1)          # (O, N * prod(out_spatial))
         y = y.reshape(o, n, *out_sp).transpose(0, 1).contiguous()
     else:
