@@ -158,8 +158,9 @@ def test_compiled_one_group_conv_gradcheck_float64(size):
 
 def test_one_product_convolution_with_a_symbolic_batch_matches_eager():
     """Compiled with dynamic=True, the one product over the batch (6x6 outputs) serves other batch
-    sizes, values and gradients as eager's; a 12x12 input retraces (the windows pin the spatial sizes:
-    S0 == 6) and takes the per-entry products."""
+    sizes, values and gradients as eager's; a 12x12 input retraces (the weight's kernel size is a symbol
+    too here, and the windows' count, a size divided by it, pins the spatial sizes: S0 == 6) and takes
+    the per-entry products."""
     rng = np.random.default_rng(5)
     w = rng.standard_normal((4, 3, 3, 3))
 
