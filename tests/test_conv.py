@@ -121,7 +121,7 @@ def test_compiled_conv_gradcheck_float64():
        st.integers(0, 2 ** 16))
 def test_one_product_and_per_entry_convolutions_match_loops_eager_and_compiled(h, w, k, stride, pad, batch, seed):
     """A convolution of one group is one product for the whole batch where each entry has at most
-    convolution.ONE_PRODUCT_POSITIONS (64) output positions, else a product per entry (sizes drawn on
+    convolution.ONE_PRODUCT_POSITIONS (100) output positions, else a product per entry (sizes drawn on
     both sides): values against the loops, then a conv-batchnorm-relu-pool block (W10's) compiled against
     eager, values and gradients, float64; the eager output is contiguous (it takes .view, as PyTorch's)."""
     h, w = h + k - 1, 2 * w + k - 1          # 1 to 242 output positions per entry
