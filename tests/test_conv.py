@@ -116,6 +116,68 @@ def test_compiled_conv_gradcheck_float64():
                                                 [(1, 1), (1, 1)], (1, 1), 2)), rtol=1e-12)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 11), st.integers(1, 11), st.integers(1, 3), st.integers(1, 2), st.integers(0, 1), st.integers(2, 3),
+       st.integers(0, 2 ** 16))
+def test_one_product_and_per_entry_convolutions_match_loops_eager_and_compiled(h, w, k, stride, pad, batch, seed):
+    """A convolution of one group is one product for the whole batch where each entry has at most
+    convolution.ONE_PRODUCT_POSITIONS (100) output positions, else a product per entry (sizes drawn on
+    both sides): values against the loops, then a conv-batchnorm-relu-pool block (W10's) compiled against
+    eager, values and gradients, float64; the eager output is contiguous (it takes .view, as PyTorch's)."""
+    h, w = h + k - 1, 2 * w + k - 1          # 1 to 242 output positions per entry
+    rng = np.random.default_rng(seed)
+    x, wt = rng.standard_normal((batch, 3, h, w)), rng.standard_normal((5, 3, k, k))
+    y = F.conv2d(t64(x), t64(wt), stride=stride, padding=pad)
+    np.testing.assert_allclose(y.detach().numpy(), ref_conv(x, wt, None, (stride,) * 2, [(pad, pad)] * 2, (1, 1), 1),
+                               rtol=1e-12, atol=1e-12)
+    assert y.is_contiguous() and y.view(batch, -1).shape[1] == math.prod(y.shape[1:])
+    g = rng.standard_normal(F.max_pool2d(y, 2, ceil_mode=True).shape)
+
+    def step(x, wt, gamma, beta):
+        y = F.batch_norm(F.conv2d(x, wt, stride=stride, padding=pad), None, None, gamma, beta, training=True)
+        loss = (F.max_pool2d(y.relu(), 2, ceil_mode=True) * tg.tensor(g)).sum()
+        loss.backward()
+        return loss
+    args = [rng.standard_normal(s) for s in ((batch, 3, h, w), (5, 3, k, k), (5,), (5,))]
+    eager, compiled = [t64(a) for a in args], [t64(a) for a in args]
+    want, got = step(*eager), tg.compile(step)(*compiled)
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-10, atol=1e-10)
+    for c, e in zip(compiled, eager):
+        np.testing.assert_allclose(c.grad.numpy(), e.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("size", [6, 12])
+def test_compiled_one_group_conv_gradcheck_float64(size):
+    """Both forms of a one-group convolution (one product: 6x6 outputs; per entry: 12x12), compiled,
+    against central differences."""
+    rng = np.random.default_rng(size)
+    x, w, b = t64(rng.standard_normal((2, 2, size, size))), t64(rng.standard_normal((3, 2, 3, 3))), t64(rng.standard_normal(3))
+    f = tg.compile(lambda x, w, b: F.conv2d(x, w, b, padding=1).tanh())
+    assert tg.gradcheck(f, (x, w, b))
+
+
+def test_one_product_convolution_with_a_symbolic_batch_matches_eager():
+    """Compiled with dynamic=True, the one product over the batch (6x6 outputs) serves other batch
+    sizes, values and gradients as eager's; a 12x12 input retraces (the weight's kernel size is a symbol
+    too here, and the windows' count, a size divided by it, pins the spatial sizes: S0 == 6) and takes
+    the per-entry products."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3, 3, 3))
+
+    def step(x, w):
+        loss = (F.conv2d(x, w, padding=1).relu() ** 2).sum()
+        loss.backward()
+        return loss
+    f = tg.compile(step, dynamic=True)
+    for n, size in ((2, 6), (3, 6), (1, 6), (2, 12)):
+        x = rng.standard_normal((n, 3, size, size))
+        leaves, eager = (t64(x), t64(w)), (t64(x), t64(w))
+        np.testing.assert_allclose(f(*leaves).item(), step(*eager).item(), rtol=1e-12)
+        for a, b in zip(leaves, eager):
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert f.stats()["traces"] == 2, f.stats()["retrace_reasons"]
+
+
 # ---------------------------------------------------------------- torch 2.13 literals
 
 def _literal_inputs():

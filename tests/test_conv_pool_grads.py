@@ -2,8 +2,8 @@
 a NumPy oracle (windows by sliding_window_view, the pool by reshape), compiled gradients against eager
 and against central differences (tg.gradcheck, float64), over generated kernel sizes, strides,
 paddings, dilations and groups. The convolution's input gradient (a window sum, col2im) is read by the
-pool's gradient, each element once per pool position: recomputed there (3x3 windows and less) or
-written once (larger: window_sums.RECOMPUTE_OFFSETS); both paths are drawn."""
+pool's gradient, each element once per pool position: recomputed there (strided 3x3 windows and less) or
+written once (larger: window_sums.RECOMPUTE_OFFSETS, or of stride 1); both paths are drawn."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,19 +74,33 @@ def test_compiled_relu_pool_conv_matches_numpy_eager_and_finite_differences(case
                         [tg.tensor(a, requires_grad=True) for a in (x, w, b)])
 
 
-def test_a_large_window_sum_is_written_once_not_per_pool_read():
-    """A 5x5 convolution's input gradient read by a 2x2 pool's: its gathers run over the pooled shape,
-    once per element, not over the pool's broadcast space (four times each, as they were)."""
-    assert 5 * 5 > RECOMPUTE_OFFSETS >= 3 * 3
+def _window_sum_kernels(kernel, stride):
+    """The kernels of a max pool then a conv2d of `kernel` and `stride`, gradient of the input, that
+    hold the window sum (a sum of gathers) with their strategies: [(space, Strategy)]."""
+    from tracegrad.backends.cpu.plan import plan
     rng = np.random.default_rng(0)
     x = tg.tensor(rng.standard_normal((4, 3, 28, 28)).astype(np.float32), requires_grad=True)
-    w = tg.tensor(rng.standard_normal((6, 3, 5, 5)).astype(np.float32))
+    w = tg.tensor(rng.standard_normal((6, 3, kernel, kernel)).astype(np.float32))
 
     def step(x, w):
-        loss = F.conv2d(F.max_pool2d(x, 2), w).sum()
+        loss = F.conv2d(F.max_pool2d(x, 2), w, stride=stride, padding=1).sum()
         loss.backward()
         return loss
-    text = tg.compile(step).ir(x, w, stage="kernels")
-    gathers = [line for line in text.splitlines() if "gather" in line]
-    assert any("space=4x3x14x14 " in line for line in gathers), text
-    assert not any("x2x" in line.split("space=")[1].split()[0] for line in gathers), text
+    f = tg.compile(step)
+    f(x, w)
+    entry, _ = f._entry_for((x, w), {}, concrete=True)
+    return [(k.shape, plan(k)) for k in entry.programs[0].kernels
+            if k.kind == "loop" and k.ops().count("gather") > 1 and "add" in k.ops()]
+
+
+def test_a_large_or_unit_step_window_sum_is_written_once_not_per_pool_read():
+    """A 5x5 convolution's input gradient read by a 2x2 pool's: its gathers run over the pooled and
+    padded shape, once per element, not over the pool's broadcast space (four times each, as they
+    were). So does a 3x3 stride-1 one, its kernel box by box; a 3x3 stride-2 one is recomputed."""
+    assert 5 * 5 > RECOMPUTE_OFFSETS >= 3 * 3
+    for kernel, stride in ((5, 1), (3, 1)):
+        found = _window_sum_kernels(kernel, stride)
+        assert [shape for shape, _ in found] == [(4, 3, 16, 16)], found
+        assert found[0][1].boxes == (kernel == 3), found
+    found = _window_sum_kernels(3, 2)
+    assert len(found) == 1 and len(found[0][0]) == 6 and 2 in found[0][0], found      # the pool's 2x2 space

@@ -177,14 +177,19 @@ def blas_threads():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", ["rows", "rows_t", "cols", "cols_t", "batch", "batch_perm"])
+@pytest.mark.parametrize("case", ["rows", "rows_t", "cols", "cols_t", "wide", "batch", "batch_perm"])
 def test_split_products_match_numpy(dtype, case):
     """Products large enough to split over the pool (row blocks of an unbatched product, a's rows
     plain or transposed, 257 rows: an uneven last chunk; column blocks of b plain or transposed
-    where a has few rows; batch entries, contiguous or permuted) ==
+    where a has few rows, or fewer rows than b has columns; batch entries, contiguous or permuted) ==
     NumPy, on the pool or the calling thread alone, and the BLAS's thread count is restored."""
     rng = np.random.default_rng(8)
-    if case.startswith("rows"):
+    if case == "wide":                 # 130 rows, 555 columns: the columns are cut (an uneven last chunk)
+        a, va = batched(rng, (), (130, 40), dtype, "c")
+        b, vb = batched(rng, (), (40, 555), dtype, "t")
+        assert gemm.Chunks({"m": 130, "n": 555, "k": 40, "batch": ()}).axis == "cols"
+        assert gemm.Chunks({"m": 555, "n": 130, "k": 40, "batch": ()}).axis == "rows"
+    elif case.startswith("rows"):
         a, va = batched(rng, (), (257, 40), dtype, "t" if case == "rows_t" else "c")
         b, vb = batched(rng, (), (40, 30), dtype, "t")
     elif case.startswith("cols"):        # too few rows to split: columns of b

@@ -183,9 +183,12 @@ def thread_functions(lib, prefix, suffix):
 class Chunks:
     """A product split over the thread pool (regions.py's Chunks for a matrix product): its batch
     entries; where it has none, its rows in blocks of about BLOCK_ROWS (at least two, of MIN_ROWS or
-    more), or where it has too few rows its columns so; no partial results. `axis`: None (batch
-    entries), "rows" or "cols". Measured one thread, CPU time, 1024^3 float32: 16 chunks of 64 rows
-    ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b).
+    more), or where it has more columns than rows (or too few rows) its columns so; no partial results.
+    `axis`: None (batch entries), "rows" or "cols". Measured one thread, CPU time, 1024^3 float32: 16
+    chunks of 64 rows ran at 77 % of one sgemm call, 4 of 256 at 95 % (each call packs all of b; a
+    chunk of columns packs all of a, so the longer side is cut): 128x2048 (K 576, W10's last
+    convolution) 75 GFLOP/s in 2 chunks of rows, 84 in 8 of columns, 87 whole; 128x576 (K 2048) 83,
+    89, 91; 256x1024 (K 256) 86, 91, 92; 256x768 (K 3072) 90, 93, 97; 256x2048 (K 128) 81, 77, 80.
     An extent known only at the call (symbolic) has MAX_CHUNKS chunks, cut per call (`cut`, from
     Region.resize) as a known one is, the chunks past the count empty."""
     outs, online, members, entry, per_call, counted = (), (), None, None, False, False
@@ -194,8 +197,9 @@ class Chunks:
         if plan["batch"]:
             self.axis, self.extent, self.least = None, math.prod(plan["batch"]), 2
         else:
-            m = plan["m"]
-            self.axis = "rows" if is_sym(m) or m >= 2 * MIN_ROWS else "cols"
+            m, n = plan["m"], plan["n"]
+            wide = not is_sym(m) and not is_sym(n) and n > m and n >= 2 * MIN_ROWS
+            self.axis = "rows" if (is_sym(m) or m >= 2 * MIN_ROWS) and not wide else "cols"
             self.extent, self.least = (m if self.axis == "rows" else plan["n"]), 2 * MIN_ROWS
         self.n = MAX_CHUNKS if self.symbolic() else self.count(self.extent)
         self.bounds = self.cut(hint(self.extent))

@@ -10,8 +10,12 @@ kernels, 23 ms of its 135 ms of kernel time on the loaded bench machine, before)
 More than MAX_OFFSETS offsets (a 7x7 kernel) stays a host kernel: each element would sum them all.
 More than RECOMPUTE_OFFSETS offsets (a 5x5 kernel) is written once: a consumer reading it broadcast
 (a 2x2 max pool's gradient reads each element 4 times) would redo every gather per read (W9's
-LeNet: 2.8 ms fused, 1.0 + 0.2 written, one thread); a 3x3 one is recomputed, faster than written
-and read back (W10: 1.7 ms fused, 2.2 + 1.0 written)."""
+LeNet: 2.8 ms fused, 1.0 + 0.2 written, one thread). So is a sum of windows of step 1 (a stride-1
+convolution's): its tests and clamps are the box tests of ir/boxes.py, so written alone its kernel
+runs box by box, each offset a load at an affine index, no gathers (W10's 3x3 convolution of 32
+channels 16x16, its input gradient read by the 2x2 pool's: 1.8 ms fused, 0.8 + 0.3 written; one
+thread, minimum of 30). Other sums of a few offsets (a strided 3x3 convolution's) are recomputed:
+their gathers, written and read back, were slower (W10 before boxes: 1.7 ms fused, 2.2 + 1.0)."""
 import math
 
 import numpy as np
@@ -28,7 +32,8 @@ RECOMPUTE_OFFSETS = 9
 
 def written_once(n):
     """Whether unwindows node n is written to a buffer rather than recomputed by its consumers."""
-    return math.prod(n.attrs["size"]) > RECOMPUTE_OFFSETS
+    count = math.prod(n.attrs["size"])
+    return count > RECOMPUTE_OFFSETS or count > 1 and all(s == 1 for s in n.attrs["step"])
 
 
 def window_sum_tree(n, tree, buffer_load):
