@@ -167,6 +167,11 @@ def copy_from(self, src):
 def write(self, new, recording):
     """Store `new` (broadcast to self's shape) into self's memory and bump its version."""
     new = _fitted(self, new)
+    if recording and new._requires_grad and new.grad_fn is None:
+        # the new value is a leaf itself (copy_ or fill_ of a same-shape, same-dtype leaf): self gets a
+        # node of its own whose backward reaches the leaf (PyTorch's CopyBackwards); taking the leaf's
+        # (empty) history would leave the leaf's gradient nowhere to go
+        new = dispatch(_P["copy"], (new,), {})
     if recording and self._requires_grad and not new._requires_grad:
         # a value without history (zero_, fill_, copy_ of a constant) overwrites one with history: the
         # tensor keeps requiring grad and its old value gets a zero gradient, as PyTorch's ZeroBackward
