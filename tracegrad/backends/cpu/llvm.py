@@ -178,7 +178,8 @@ def _loop_kernel(mb, f, kernel, ptrs, wide, capacity=None):
     cache = RowCache(f, kernel, groups, roots_only={w for w, g in enumerate(groups) if g[0] in online},
                      capacity=capacity)
     summed = {id(ph) for ph in kernel.accumulated()}
-    sums = {id(ph): _RowSums(f, ph, shape, ptrs, i in wide) for i, ph in enumerate(kernel.phases) if id(ph) in summed}
+    sums = {id(ph): _RowSums(f, ph, shape, ptrs, i in wide, capacity) for i, ph in enumerate(kernel.phases)
+            if id(ph) in summed}
     rebased, reads = {}, prefetch.row_reads(kernel)        # reads: the rows prefetched a row ahead
 
     def outer_body(f, oidx):
@@ -276,18 +277,21 @@ class _RowSums:
     its rows [lo, hi) stream by; the runtime gives each chunk of rows private outputs. A scalar
     result keeps a register accumulator (_Acc: float sums blocked, float64 total); others an array
     over the kept axes, else the output itself: `wide` float32 sums (plan/'s row_wide) add OUTER_BLOCK
-    rows into a float32 array (vectorized), which then joins a float64 one."""
+    rows into a float32 array (vectorized), which then joins a float64 one; symbolic kept axes (within
+    the row) only in a loop over rows the row cache takes, its arrays of `capacity` elements."""
 
-    def __init__(self, f, ph, shape, ptrs, wide):
+    def __init__(self, f, ph, shape, ptrs, wide, capacity=None):
         (self.v, _), = ph.outputs
         self.lower, self.ptrs = ph.lower, ptrs
         self.kept = [d for d in range(len(shape)) if d not in set(ph.axes)]
         self.oshape = [shape[d] for d in self.kept]
         dt = self.v.dtype
         self.acc = _Acc(f, ph.lower, dt, (_squeezed(shape) or [1])[-1]) if not self.kept else None
-        self.at = _acc_dtype(ph.lower, dt) if wide else dt
-        self.wide = f.alloca(f"[{math.prod(self.oshape)} x {regtype(self.at)}]") if self.at is not dt else None
-        self.part = f.alloca(f"[{math.prod(self.oshape)} x {regtype(dt)}]") if self.wide else None
+        sized = not symbolic(self.oshape)
+        self.at = _acc_dtype(ph.lower, dt) if wide and (sized or capacity is not None) else dt
+        elements = math.prod(self.oshape) if sized else capacity
+        self.wide = f.alloca(f"[{elements} x {regtype(self.at)}]") if self.at is not dt else None
+        self.part = f.alloca(f"[{elements} x {regtype(dt)}]") if self.wide else None
         if self.kept:
             _loops(f, self.oshape, lambda f, idx: f.emit(
                 f"store {regtype(self.at)} {_identity(self.lower, self.at)}, ptr {self._at(f, idx)}"))

@@ -119,8 +119,9 @@ def plan(kernel, stream=frozenset()):
                         gathers=limits.gathers())
     kind = Kind.ROWS if any(ph.kind == "reduce" for ph in kernel.phases) else Kind.MAP
     lowered = coalesce(kernel)
-    return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=row_cache(lowered),
-                    wide=row_wide(lowered), boxes=kind is Kind.MAP and boxes(lowered),
+    cache = row_cache(lowered)
+    return Strategy(kind, streams, walks=bool(sch and sch.walks), online=online, row_cache=cache,
+                    wide=row_wide(lowered, cache), boxes=kind is Kind.MAP and boxes(lowered),
                     gathers=kind is Kind.ROWS or limits.gathers())
 
 
@@ -160,19 +161,24 @@ def column_walk(kernel):
     return Walk.ONE_AXIS if j == 0 else Walk.TILED_BLOCKED, frozenset(wide)
 
 
-def row_wide(kernel):
+def row_wide(kernel, capacity=None):
     """The indices of a row kernel's float32 sums over its rows (Kernel.accumulated) that add OUTER_BLOCK
     rows into a float32 array which then joins a float64 one: those of at most WIDE_LIMIT outputs of
-    known sizes (coalesced: the kernel its emitter lowers)."""
+    known sizes (coalesced: the kernel its emitter lowers); of symbolic ones, those kept along the row
+    only, where the row cache takes rows of up to `capacity` (row_cache) elements: the loop over such
+    rows keeps them in arrays of that size (a layer norm's weight gradient, as in the static compile);
+    longer rows add into the outputs."""
     summed = {id(ph) for ph in kernel.accumulated()}
     wide = set()
     for i, ph in enumerate(kernel.phases):
         if id(ph) not in summed:
             continue
         (v, _), = ph.outputs
-        oshape = [kernel.shape[d] for d in range(len(kernel.shape)) if d not in set(ph.axes)]
-        if oshape and not symbolic(oshape) and math.prod(oshape) <= limits.WIDE_LIMIT and \
-                _acc_dtype(ph.lower, v.dtype) is not v.dtype:
+        kept = [d for d in range(len(kernel.shape)) if d not in set(ph.axes)]
+        oshape = [kernel.shape[d] for d in kept]
+        fits = math.prod(oshape) <= limits.WIDE_LIMIT if not symbolic(oshape) else \
+            capacity is not None and capacity <= limits.WIDE_LIMIT and all(d >= kernel.split for d in kept)
+        if oshape and fits and _acc_dtype(ph.lower, v.dtype) is not v.dtype:
             wide.add(i)
     return frozenset(wide)
 
