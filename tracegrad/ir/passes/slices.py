@@ -32,23 +32,36 @@ def slice_of_copy(b, n, ins):
     source, or None."""
     src = ins[0]
     node = src.node
-    if node is None or node.op not in ("cat", "unslice") or any(is_sym(s) for s in src.shape):
+    if node is None or any(is_sym(s) for s in src.shape):
         return None
     box = _box(n.attrs["index"], src.shape)
     if box is None or any(e <= a for a, e in box):
         return None
     if node.op == "cat":
-        axis, at = node.attrs["axis"], 0
-        a, e = box[axis]
-        for piece in node.inputs:
-            size = piece.shape[axis]
-            if at <= a and e <= at + size:
-                inner = list(box)
-                inner[axis] = (a - at, e - at)
-                return _sliced(b, n, piece, inner)
-            at += size
-        return None
-    placed = _box(node.attrs["index"], src.shape)
+        return _of_cat(b, n, node, box)
+    if node.op == "unslice":
+        return _of_unslice(b, n, node, box, src.shape)
+    return None
+
+
+def _of_cat(b, n, node, box):
+    """The slice `box` of cat node `node`: a slice of the one piece it lies in, else None."""
+    axis, at = node.attrs["axis"], 0
+    a, e = box[axis]
+    for piece in node.inputs:
+        size = piece.shape[axis]
+        if at <= a and e <= at + size:
+            inner = list(box)
+            inner[axis] = (a - at, e - at)
+            return _sliced(b, n, piece, inner)
+        at += size
+    return None
+
+
+def _of_unslice(b, n, node, box, shape):
+    """The slice `box` of unslice node `node` (of `shape`): zeros where it misses the placed box, a
+    slice of the source inside it, the source on smaller zeros around it, else None."""
+    placed = _box(node.attrs["index"], shape)
     if placed is None:
         return None
     if any(e <= pa or pe <= a for (a, e), (pa, pe) in zip(box, placed)):
