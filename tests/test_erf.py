@@ -109,3 +109,31 @@ def test_compiled_erf_and_exact_gelu_agree_with_interpret_and_eager(dtype):
         assert ulp_distance(results[0][0], other[0]).max() <= 1
         for a, b in zip(results[0][1:], other[1:]):
             np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif("x86_64" not in __import__("platform").machine(), reason="x86-64 CPU names")
+@pytest.mark.parametrize("build", ["native", "x86-64-v3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exact_gelu_rows_of_odd_lengths_on_both_builds(build, dtype, monkeypatch):
+    """GELU(x + b) and its gradients (W12's MLP) in the AVX-512 and the AVX2 build, at row lengths
+    around the vector widths (8 and 16 float32 lanes, 4 and 8 float64), against NumPy (math.erf)."""
+    monkeypatch.setenv("TRACEGRAD_CPU", build)
+    rng = np.random.default_rng(7)
+    tol = 2e-6 if dtype == np.float32 else 1e-13
+    for n in (1, 7, 63, 64, 65, 1024):
+        x0, b0, g0 = (rng.standard_normal(s).astype(dtype) * 2.5 for s in ((5, n), (n,), (5, n)))
+        x, b = tg.tensor(x0, requires_grad=True), tg.tensor(b0, requires_grad=True)
+
+        @tg.compile
+        def step(x, b, g):
+            y = tg.nn.functional.gelu(x + b)
+            (y * g).sum().backward()
+            return y
+
+        y = step(x, b, tg.tensor(g0)).detach().numpy()
+        h = x0.astype(np.float64) + b0
+        cdf = 0.5 * (1 + erf64(h / math.sqrt(2)))
+        dh = g0 * (cdf + h * np.exp(-h * h / 2) / math.sqrt(2 * math.pi))
+        np.testing.assert_allclose(y, h * cdf, rtol=tol, atol=tol)
+        np.testing.assert_allclose(x.grad.numpy(), dh, rtol=tol, atol=tol)
+        np.testing.assert_allclose(b.grad.numpy(), dh.sum(0), rtol=tol, atol=tol * 5)
