@@ -237,3 +237,22 @@ def test_the_cpu_names_are_known_after_llvm_listed_them_once_in_this_process(mon
     monkeypatch.setattr(host, "_ACCEPTED", [])
     cpus, features = host._accepted()
     assert llvm.get_host_cpu_name() in cpus and features
+
+
+def test_kernel_by_kernel_module_is_built_for_the_programs_target(monkeypatch):
+    """profile() and check mode compile a program's step module on first use: for the target the
+    program's IR was written for, not the one TRACEGRAD_CPU names by then (native IR's exp, an
+    llvm.ldexp, built for x86-64-v3 became a call per element: W12's exp kernels 7x slower)."""
+    for first, later in (("native", "x86-64-v3"), ("x86-64-v3", "native")):
+        monkeypatch.setenv("TRACEGRAD_CPU", first)
+        f = tg.compile(lambda x: (x * 0.5).exp().sum(1))
+        x = tg.tensor(rng.standard_normal((33, 65)).astype(np.float32))
+        want = f(x).numpy()
+        built = []
+        real = engine.compile_module
+        monkeypatch.setattr(engine, "compile_module", lambda text: built.append(host.current().spec) or real(text))
+        monkeypatch.setenv("TRACEGRAD_CPU", later)
+        assert [r["ops"] for r in f.profile(x)] == [["mul", "exp", "sum"]]
+        assert built == [first] and host.current().spec == later
+        np.testing.assert_array_equal(f(x).numpy(), want)
+        monkeypatch.setattr(engine, "compile_module", real)

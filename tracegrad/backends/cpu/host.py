@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import namedtuple
+from contextlib import contextmanager
 
 import llvmlite.binding as llvm
 
@@ -24,6 +26,7 @@ NATIVE = "native"
 _LOCK = forksafe.lock()
 _TARGETS = {}        # TRACEGRAD_CPU's text -> Target
 _ACCEPTED = []       # (CPU names, feature names) LLVM knows for this machine's architecture
+_PINNED = threading.local()     # .spec: the TRACEGRAD_CPU text `pinned` holds in this thread
 
 
 class Target(namedtuple("Target", "spec cpu features machine vector_bytes")):
@@ -36,12 +39,26 @@ class Target(namedtuple("Target", "spec cpu features machine vector_bytes")):
 
 def current():
     """The Target that TRACEGRAD_CPU names now (resolved once per distinct value)."""
-    spec = os.environ.get("TRACEGRAD_CPU", "").strip() or NATIVE
+    spec = getattr(_PINNED, "spec", None) or os.environ.get("TRACEGRAD_CPU", "").strip() or NATIVE
     t = _TARGETS.get(spec)
     if t is None:
         with _LOCK:
             t = _TARGETS.get(spec) or _TARGETS.setdefault(spec, _resolve(spec))
     return t
+
+
+@contextmanager
+def pinned(spec):
+    """Within it, in this thread, current() is the target TRACEGRAD_CPU=`spec` names, whatever the
+    variable says now: IR generated for one target and compiled later (Program.steps, the module that
+    profile() and check mode time kernel by kernel) is built for the target it was written for. Its
+    IR differs by target (exp's llvm.ldexp is vscalefps with AVX-512, a call per element without)."""
+    saved = getattr(_PINNED, "spec", None)
+    _PINNED.spec = spec
+    try:
+        yield
+    finally:
+        _PINNED.spec = saved
 
 
 def vector_bytes():

@@ -19,7 +19,7 @@ import numpy as np
 from ...ir.kernels import Checked, Load, contiguous_strides, postorder
 from ...symint import hint
 from ...lowering import buffers
-from . import forksafe
+from . import forksafe, host
 from .driver import blas, gemm_slots, pool_slots, region_slot, sizes_slot, table_size
 from .native_call import segment_caller
 from .regions import Region
@@ -143,6 +143,7 @@ class Program:
             else:
                 self.plan.append(self.other[step[1]])
         self.step_source, self._steps = step_source, None
+        self.target = host.current().spec        # what step_source was generated for (steps)
         straight = straight_run(self, self.run, _address)
         if straight is not None:         # a small program's call without the loops of Program.run
             self.run, self.run_source = straight
@@ -161,7 +162,8 @@ class Program:
                 text, step_text, step_name = self.step_source
                 steps, one = [], None
                 if step_text is not None:
-                    self.step_engine = compile_module(text + "\n" + step_text)
+                    with host.pinned(self.target):
+                        self.step_engine = compile_module(text + "\n" + step_text)
                     one = STEP(self.step_engine.address(step_name))
                 table_ref = ctypes.c_void_p(ctypes.addressof(self.table))
                 for j, k in enumerate(self.kernels):
