@@ -17,7 +17,7 @@ from .symguard import NEGATE, OPS, Guard, modular_text, provable
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
-           "parse_expr", "as_expr", "is_size", "as_size"]
+           "parse_expr", "as_expr", "is_size", "as_size", "specialize"]
 
 
 def as_size(d):
@@ -236,10 +236,15 @@ def hints(x):
     return x
 
 
-def _specialize(s):
+def _specialize(s, why=None):
     v = hint(s)
-    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v))
+    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v), why=why)
     return v
+
+
+def specialize(d, why):
+    """int(d), its guard `d == hint` naming `why` (the retrace reason says why a size is compiled in)."""
+    return _specialize(d, why) if isinstance(d, SymInt) else int(d)
 
 
 def _divide(a, b, mod):
@@ -288,8 +293,9 @@ def _compare(a, b, op):
     return answer
 
 
-def _decide(diff, op, answer, kind, lhs, rhs):
-    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
+def _decide(diff, op, answer, kind, lhs, rhs, why=None):
+    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges;
+    `why` (a specialization's cause) follows the guard's text."""
     env = active()
     ranges = env.ranges() if env is not None else {}
     if provable(diff if env is None else env.simplify(diff), op, ranges):
@@ -297,7 +303,10 @@ def _decide(diff, op, answer, kind, lhs, rhs):
     if env is None:
         raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
                            f"is recording guards, so no one could check it")
-    env.add_guard(Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op)))
+    guard = Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op))
+    if why:
+        guard.text = f"{guard.text} ({why})"
+    env.add_guard(guard)
 
 
 class LateGuard(RuntimeError):
