@@ -67,3 +67,28 @@ def test_a_row_major_buffer_reshaped_across_a_derived_size_views():
                 np.testing.assert_array_equal(x.grad.numpy(), np.arange(a.size).reshape(shape))
     for c in compiled:
         assert c.stats()["symbolic_failures"] == []
+
+
+def test_a_matmul_of_a_reshape_across_a_derived_size_keeps_the_symbolic_compile():
+    """The same through a matmul (its operands and gradients are reshaped row-major buffers): values and
+    gradients == NumPy's, no symbolic compile lost, in either mode."""
+    def f(x, w):
+        return (w.mT @ x.reshape(-1, 17).mT).sum(0)
+    compiled = [tg.compile(f, dynamic=True), tg.compile(f)]
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((17, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for shape in [(3, 2, 17), (5, 0, 31), (1, 3, 17), (2, 17, 5), (4, 1, 17)]:
+            a = rng.standard_normal(shape)
+            for c in compiled:
+                x, wt = tg.tensor(a, requires_grad=True), tg.tensor(w, requires_grad=True)
+                c(x, wt).sum().backward()
+                rows = a.reshape(-1, 17)
+                np.testing.assert_allclose(c(x, wt).detach().numpy(), (w.T @ rows.T).sum(0), rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(x.grad.numpy(), np.tile(w.sum(1), (rows.shape[0], 1)).reshape(shape),
+                                           rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(wt.grad.numpy(), np.tile(rows.sum(0)[:, None], (1, 3)), rtol=1e-12,
+                                           atol=1e-12)
+    for c in compiled:
+        assert c.stats()["symbolic_failures"] == []
