@@ -80,3 +80,19 @@ def test_instance_norm_running_var_keeps_its_count_symbolic():
         for e, c in zip(*state):
             np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-6)
     assert f.stats()["traces"] == 1, f.stats()["retrace_reasons"]
+
+
+def test_shape_tests_between_kernel_spaces_record_no_guard():
+    """A row statistic read back (logsumexp's shift, T == 1 tested against the reduced shape), a column
+    statistic of a square batch (T == B): the passes compare shapes as expressions, so sizes 1 and B == T
+    run the one trace; values == NumPy's."""
+    fns = [(lambda x: x.logsumexp(1, keepdims=True),
+            lambda a: np.log(np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True)) + a.max(1, keepdims=True)),
+           (lambda x: x - x.mean(0, keepdims=True), lambda a: a - a.mean(0, keepdims=True))]
+    rng = np.random.default_rng(4)
+    for fn, ref in fns:
+        f = tg.compile(fn, dynamic=True)
+        for shape in [(4, 3), (4, 1), (3, 3), (1, 5), (2, 2)]:
+            a = rng.standard_normal(shape)
+            np.testing.assert_allclose(f(tg.tensor(a)).numpy(), ref(a), rtol=1e-12, atol=1e-12)
+        assert f.stats()["traces"] == 1, f.stats()["retrace_reasons"]

@@ -301,7 +301,7 @@ def _shift_or_reads(n, consumers, columned, tree):
         if id(c) in seen or PRIMS[c.op].kind not in ("elementwise", "view"):
             continue
         seen.add(id(c))
-        if tuple(c.out.shape) == shape and PRIMS[c.op].kind == "elementwise":
+        if same_shape(c.out.shape, shape) and PRIMS[c.op].kind == "elementwise":
             return True
         todo += consumers.get(id(c.out), ())
     return False
