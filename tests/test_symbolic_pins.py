@@ -92,3 +92,25 @@ def test_a_matmul_of_a_reshape_across_a_derived_size_keeps_the_symbolic_compile(
                                            atol=1e-12)
     for c in compiled:
         assert c.stats()["symbolic_failures"] == []
+
+
+def test_a_symbol_pinned_then_equated_to_another_stays_pinned():
+    """S0 == 1 (an expand stretches S0), then S0 == B (a matmul's inner sizes): the second equality, in
+    the terms of the first, pins B too; it used to replace S0 -> B, forgetting S0 == 1, so the expand kept
+    S0's stride and read past the row (zeros; fuzz --sizes seed 29 program 620, llvm both modes)."""
+    env = ShapeEnv()
+    with using(env):
+        s0, b = sym("S0", 1), sym("B", 1)
+        assert s0 == 1 and s0 == b
+    assert env.simplify(Expr.symbol("S0")) == Expr.const(1) == env.simplify(Expr.symbol("B"))
+
+    def f(x0, x1):
+        v0 = x0.expand(1, 1, 3, 2)
+        x0 @ x1
+        return tg.stack([v0.square(), v0 * 0.5], 4)
+    rng = np.random.default_rng(0)
+    for c in [tg.compile(f, dynamic=True), tg.compile(f)]:
+        for s, t in [(2, 17), (1, 1), (2, 3), (1, 4)]:
+            a, w = rng.standard_normal((1, 1, s)), rng.standard_normal((s, t))
+            want = np.stack([np.broadcast_to(a, (1, 1, 3, 2)) ** 2, np.broadcast_to(a, (1, 1, 3, 2)) * 0.5], 4)
+            np.testing.assert_array_equal(c(tg.tensor(a), tg.tensor(w)).numpy(), want)

@@ -367,13 +367,25 @@ class ShapeEnv:
         if guard.text not in self._texts:
             self._texts.add(guard.text)
             self.guards.append(guard)
-            names = guard.lhs.symbols()
-            if guard.op == "==" and len(names) == 1 and guard.lhs == Expr.symbol(next(iter(names))):
-                self.replacements[next(iter(names))] = guard.rhs      # T == 6, B == S0: unified
-            elif guard.op == "==" and len(names) == 1 and guard.rhs.is_const():      # 16*S0 == 16: S0 == 1
-                c = guard.lhs.exact_div(Expr.symbol(next(iter(names))))
-                if c is not None and c.is_const() and c.constant() and guard.rhs.constant() % c.constant() == 0:
-                    self.replacements[next(iter(names))] = Expr.const(guard.rhs.constant() // c.constant())
+            if guard.op == "==":           # in the terms of the earlier unifications: S0 == 1, then S0 == B: B == 1
+                lhs, rhs = self.simplify(guard.lhs), self.simplify(guard.rhs)
+                if lhs != rhs:
+                    self._unify(lhs, rhs) or self._unify(rhs, lhs)
+
+    def _unify(self, lhs, rhs):
+        """Record lhs == rhs as a replacement where lhs is one symbol (T == 6, B == S0) or a multiple of one
+        equal to a constant it divides (16*S0 == 16: S0 == 1); whether it did."""
+        names = lhs.symbols()
+        if len(names) != 1 or (name := next(iter(names))) in rhs.symbols():
+            return False
+        if lhs == Expr.symbol(name):
+            self.replacements[name] = rhs
+            return True
+        c = lhs.exact_div(Expr.symbol(name))
+        if rhs.is_const() and c is not None and c.is_const() and c.constant() and rhs.constant() % c.constant() == 0:
+            self.replacements[name] = Expr.const(rhs.constant() // c.constant())
+            return True
+        return False
 
     def simplify(self, expr):
         """`expr` with each symbol an equality guard ties to another expression replaced by it."""
