@@ -436,7 +436,8 @@ class ShapeEnv:
 
     def pinned(self):
         """{symbol: value} of the symbols an equality guard fixed to a number (T == 784)."""
-        return {n: e.constant() for n, e in self.replacements.items() if e.is_const()}
+        fixed = {n: self.simplify(Expr.symbol(n)) for n in self.replacements}       # through chains: T -> S1 -> 64
+        return {n: e.constant() for n, e in fixed.items() if e.is_const()}
 
 
 def _narrow(rng, op, c):
