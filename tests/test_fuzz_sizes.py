@@ -5,7 +5,7 @@ import numpy as np
 from tracegrad.fuzz import generate, runner
 from tracegrad.fuzz.programs import GRAPH_RUN
 from tracegrad.fuzz.runner import Observation
-from tracegrad.fuzz.sizes import SizedProgram, compare_sized, plan, size_class, trace_problems
+from tracegrad.fuzz.sizes import FIXED_CALLS, SizedProgram, compare_sized, plan, size_class, trace_problems
 from tracegrad.fuzz.source import Program
 
 MODES = ["llvm/dynamic", "llvm"]
@@ -19,7 +19,7 @@ def test_plan_mixes_one_zero_and_other_sizes_in_each_dimension():
     for i in range(40):
         p = generate(i, 3)
         steps = plan(p)
-        assert len(steps) == 6 and steps[0] == {v: v for v in steps[0]}       # the first call: as generated
+        assert len(steps) == (6 if steps[0] else FIXED_CALLS) and steps[0] == {v: v for v in steps[0]}  # as generated
         for v in steps[0]:
             seq = [s[v] for s in steps]
             assert 1 in seq and 0 in seq and len({n for n in seq if n > 1}) >= 2, (i, v, seq)
@@ -112,4 +112,16 @@ def test_a_size_where_only_eager_raises_is_accepted_there():
 def test_fuzz_sizes_summary(tmp_path):
     s = runner.fuzz(3, 7, backends=("llvm",), out=str(tmp_path), kinds=["graph"], sizes=True, log=lambda *a: None)
     assert s["backends"] == MODES and set(s["sizes_traces"]) <= set(MODES) and "traces_programs" in s
-    assert "across sizes (6 sizes a program)" in runner.format_summary(s)
+    assert "across sizes (6 sizes a program, 2 calls where none varies)" in runner.format_summary(s)
+    assert s["sized_calls"] == sum(len(plan(generate(i, 7, kind="graph"))) for i in range(3))
+
+
+def test_a_program_with_no_varying_size_is_called_twice():
+    """Sizes 0 and 1 only (broadcasting partners, kept): the plan repeats the same shapes, so two calls (the
+    trace and a cache hit) check what six would; a program with a size above 1 keeps its six."""
+    fixed = _program(["v0 = x0 * 2.0"], [("x0", (1, 1), {}), ("x1", (0,), {})])
+    assert plan(fixed) == [{}, {}] and len(plan(_program(["v0 = x0 * 2.0"], [("x0", (1, 3), {})]))) == 6
+    sp = SizedProgram(fixed)
+    assert runner.check(sp, MODES) == (None, [])
+    obs = runner.observe(runner.load(sp), "llvm", "float64")
+    assert [len(calls) for _, calls in obs.traces] == [2]

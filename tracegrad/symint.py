@@ -17,7 +17,7 @@ from .symguard import NEGATE, OPS, Guard, modular_text, provable
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
-           "parse_expr", "as_expr", "is_size", "as_size"]
+           "parse_expr", "as_expr", "is_size", "as_size", "specialize"]
 
 
 def as_size(d):
@@ -236,10 +236,15 @@ def hints(x):
     return x
 
 
-def _specialize(s):
+def _specialize(s, why=None):
     v = hint(s)
-    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v))
+    _decide(s.expr - Expr.const(v), "==", True, kind="specialize", lhs=s.expr, rhs=Expr.const(v), why=why)
     return v
+
+
+def specialize(d, why):
+    """int(d), its guard `d == hint` naming `why` (the retrace reason says why a size is compiled in)."""
+    return _specialize(d, why) if isinstance(d, SymInt) else int(d)
 
 
 def _divide(a, b, mod):
@@ -288,8 +293,9 @@ def _compare(a, b, op):
     return answer
 
 
-def _decide(diff, op, answer, kind, lhs, rhs):
-    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges."""
+def _decide(diff, op, answer, kind, lhs, rhs, why=None):
+    """Record `lhs OP rhs` (true under the hints) in the active env unless provable over the ranges;
+    `why` (a specialization's cause) follows the guard's text."""
     env = active()
     ranges = env.ranges() if env is not None else {}
     if provable(diff if env is None else env.simplify(diff), op, ranges):
@@ -297,7 +303,10 @@ def _decide(diff, op, answer, kind, lhs, rhs):
     if env is None:
         raise RuntimeError(f"a decision on symbolic sizes ({lhs} {op} {rhs}) outside any ShapeEnv: no compile "
                            f"is recording guards, so no one could check it")
-    env.add_guard(Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op)))
+    guard = Guard(lhs, op, rhs, kind, modular_text(env, lhs - rhs, op))
+    if why:
+        guard.text = f"{guard.text} ({why})"
+    env.add_guard(guard)
 
 
 class LateGuard(RuntimeError):
@@ -358,13 +367,25 @@ class ShapeEnv:
         if guard.text not in self._texts:
             self._texts.add(guard.text)
             self.guards.append(guard)
-            names = guard.lhs.symbols()
-            if guard.op == "==" and len(names) == 1 and guard.lhs == Expr.symbol(next(iter(names))):
-                self.replacements[next(iter(names))] = guard.rhs      # T == 6, B == S0: unified
-            elif guard.op == "==" and len(names) == 1 and guard.rhs.is_const():      # 16*S0 == 16: S0 == 1
-                c = guard.lhs.exact_div(Expr.symbol(next(iter(names))))
-                if c is not None and c.is_const() and c.constant() and guard.rhs.constant() % c.constant() == 0:
-                    self.replacements[next(iter(names))] = Expr.const(guard.rhs.constant() // c.constant())
+            if guard.op == "==":           # in the terms of the earlier unifications: S0 == 1, then S0 == B: B == 1
+                lhs, rhs = self.simplify(guard.lhs), self.simplify(guard.rhs)
+                if lhs != rhs:
+                    self._unify(lhs, rhs) or self._unify(rhs, lhs)
+
+    def _unify(self, lhs, rhs):
+        """Record lhs == rhs as a replacement where lhs is one symbol (T == 6, B == S0) or a multiple of one
+        equal to a constant it divides (16*S0 == 16: S0 == 1); whether it did."""
+        names = lhs.symbols()
+        if len(names) != 1 or (name := next(iter(names))) in rhs.symbols():
+            return False
+        if lhs == Expr.symbol(name):
+            self.replacements[name] = rhs
+            return True
+        c = lhs.exact_div(Expr.symbol(name))
+        if rhs.is_const() and c is not None and c.is_const() and c.constant() and rhs.constant() % c.constant() == 0:
+            self.replacements[name] = Expr.const(rhs.constant() // c.constant())
+            return True
+        return False
 
     def simplify(self, expr):
         """`expr` with each symbol an equality guard ties to another expression replaced by it."""
@@ -415,7 +436,8 @@ class ShapeEnv:
 
     def pinned(self):
         """{symbol: value} of the symbols an equality guard fixed to a number (T == 784)."""
-        return {n: e.constant() for n, e in self.replacements.items() if e.is_const()}
+        fixed = {n: self.simplify(Expr.symbol(n)) for n in self.replacements}       # through chains: T -> S1 -> 64
+        return {n: e.constant() for n, e in fixed.items() if e.is_const()}
 
 
 def _narrow(rng, op, c):

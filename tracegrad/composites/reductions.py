@@ -8,7 +8,8 @@ from .. import dtypes as D, return_types
 from ..ops import _norm_axis, _reduce_shape, bind, normalize_axes
 from ..tensor.base import _ArgError, TensorBase
 from ..tensor.dispatch import _axis_kw, _float_operand, _keep_kw, _named, in_float32
-from ..tensor.factories import arange, ones, zeros
+from ..symint import is_sym
+from ..tensor.factories import arange, full, ones, zeros
 from ..tensor.functions import where
 
 
@@ -36,8 +37,15 @@ def var(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=Non
     n = math.prod(x._shape[a] for a in axis)
     m = x.mean(axis, keepdims=True)
     d = x - (m + (x - m).mean(axis, keepdims=True))
-    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / max(n - ddof, 0),   # B: no pin
-                  "VarBackward")
+    return _named((d * d)._reduce("sum", axis, _keep_kw(keepdims, keepdim)) / _divisor(n, ddof, x), "VarBackward")
+
+
+def _divisor(n, ddof, x):
+    """max(n - ddof, 0), PyTorch's divisor of a variance; for a symbolic count n (traced), a 0-d tensor
+    computed at the call, so that n <= ddof (an empty or one-row batch) gives eager's inf/nan with no guard."""
+    if not is_sym(n):
+        return max(n - ddof, 0)
+    return (full((), n, dtype=x.dtype, device=x.device) - ddof).clamp(min=0)
 
 
 def std(x, axis=None, *, keepdims=False, unbiased=None, correction=None, dim=None, keepdim=None):

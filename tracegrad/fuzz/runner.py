@@ -11,7 +11,7 @@ import warnings
 
 from .compare import Observation, compare_runs
 from .programs import KINDS, generate
-from .sizes import CALLS, SizedProgram, compare_sized, modes, trace_problems
+from .sizes import CALLS, FIXED_CALLS, SizedProgram, compare_sized, modes, trace_problems
 
 BACKENDS = ("interpret", "llvm")
 SHRINK_PER_CLASS = 2
@@ -231,7 +231,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
     t0 = time.time()
     if sizes:
         warm_up(modes_run)
-    tally = {}
+    tally, sized_calls = {}, 0
     by_kind, eager_refused, internal, classes = collections.Counter(), collections.Counter(), collections.Counter(), {}
     for i in range(start, start + n):
         if (i - start) % 500 == 0 and i > start:
@@ -240,6 +240,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
             program = generate(i, seed, dtype=dtype, kind=kinds[i % len(kinds)] if kinds else None)
             program = SizedProgram(program) if sizes else program
             by_kind[program.kind] += 1
+            sized_calls += len(program.plan) if sizes else 0
             eager_error, problems = (check_forked if sizes else check)(program, modes_run, tally)
         except Exception as e:  # noqa: BLE001 -- a fuzzer bug must not end the run: count it, go on
             internal[type(e).__name__] += 1
@@ -265,7 +266,7 @@ def fuzz(n, seed, backends=BACKENDS, out="fuzz-failures", start=0, kinds=None, d
                    by_kind=dict(by_kind), eager_refused=dict(eager_refused), fuzzer_errors=dict(internal),
                    classes={" | ".join(k): dict(v, backends=sorted(v["backends"])) for k, v in classes.items()})
     if sizes:
-        summary["sizes_traces"] = tally
+        summary["sizes_traces"], summary["sized_calls"] = tally, sized_calls
     for name, test in GROUPS:
         summary[f"{name}_programs"] = sum(v["programs"] for k, v in classes.items() if test(k[1]))
     log(format_summary(summary))
@@ -289,6 +290,7 @@ def merge(summaries):
     for name, _ in GROUPS:
         out[f"{name}_programs"] = sum(s.get(f"{name}_programs", 0) for s in summaries)
     if any("sizes_traces" in s for s in summaries):
+        out["sized_calls"] = sum(s.get("sized_calls", s["programs"] * CALLS) for s in summaries)
         out["sizes_traces"] = dict(sum((collections.Counter(s.get("sizes_traces", {})) for s in summaries),
                                        collections.Counter()))
     for k in ("by_kind", "eager_refused", "fuzzer_errors"):
@@ -312,8 +314,9 @@ def format_summary(s):
              f"with an error (a backend raised, eager did not): {s['error_programs']}; "
              f"accepted (eager raised, a backend did not): {s['accepted_programs']}"]
     if "sizes_traces" in s:
-        calls = s["programs"] * CALLS
-        lines.append(f"  across sizes ({CALLS} sizes a program): programs with a trace not explained by a guard: "
+        calls = s.get("sized_calls", s["programs"] * CALLS)
+        lines.append(f"  across sizes ({CALLS} sizes a program, {FIXED_CALLS} calls where none varies): programs with a "
+                     f"trace not explained by a guard: "
                      f"{s.get('traces_programs', 0)}; traces per mode (of {calls} sized calls): " +
                      ", ".join(f"{m} {t}" for m, t in sorted(s["sizes_traces"].items())))
     groups = {"mismatches": [], "errors": [], "accepted": [], "traces": []}

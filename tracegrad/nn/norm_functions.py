@@ -88,7 +88,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if running_mean is not None:
         update_running(running_mean, mean.reshape(-1, c).mean(0), momentum)
     if running_var is not None:
-        update_running(running_var, var.reshape(-1, c).mean(0) * (n / (n - 1)), momentum)
+        v = var.reshape(-1, c).mean(0)
+        update_running(running_var, v * n / (n - 1) if is_sym(n) else v * (n / (n - 1)), momentum)   # no pin
     return _named(_affine(d / (var + eps).sqrt(), weight, bias), "NativeBatchNormBackward")
 
 

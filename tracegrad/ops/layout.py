@@ -40,8 +40,17 @@ def _symbolic_reshape_strides(shape, strides, new):
             return reshape_strides(fixed[:n], fixed[n:n + m], fixed[n + m:])
         if any(e.is_const() and e.constant() == 0 for e in fixed[:n]):
             return [0] * len(new)           # empty under the guards: no element to address
+    if _row_major(shape, strides):          # a row-major buffer read in another shape: the same elements in order
+        return list(contiguous_strides(new))
     return _grouped(shape, strides, new, lambda a, b: same_size(a, b) or _pinned_equal(a, b), _grows_old,
                     lambda n: same_size(n, 1))
+
+
+def _row_major(shape, strides):
+    """Whether (shape, strides) lays its elements out row-major, for every value of the symbols (the
+    strides of axes of length 1 are free): then any reshape views it, whatever the grouping of the axes
+    (Q, 17) as (B, T, S) with Q = B*T*S // 17 included, which _grouped cannot prove from expressions."""
+    return all(same_size(s, c) or same_size(n, 1) for n, s, c in zip(shape, strides, contiguous_strides(shape)))
 
 
 def _grouped(shape, strides, new, same, grows_old, is_one):

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..symint import is_size, is_sym
+from ..symint import is_size, is_sym, specialize
 
 from .. import dtypes as D
 from .. import ops
@@ -218,12 +218,47 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end, step = (v if is_size(v) else int(v) for v in (start, end, step))
         n = (end - start + step - (1 if step > 0 else -1)) // step
         return modes.interpreter().iota(n if n >= 0 else 0, start, step, dt, dev, requires_grad)
+    if any(map(is_sym, (start, end, step))):
+        n = _fractional_length(start, end, step)
+        if n is not None:       # arange(0, B, 0.5), arange(0.25, B): float64 values from an iota, as eager's
+            t = (modes.interpreter().iota(n, 0, 1, D.float64, dev) * float(step) + _number(start)).to(dt)
+            return t.requires_grad_(requires_grad) if requires_grad else t
+        why = f"arange({start}, {end}, {step}): its length in floats is no exact expression of the sizes, compiled in"
+        start, end, step = (specialize(v, why) if is_sym(v) else v for v in (start, end, step))
     n = builtins.max(0, math.ceil((end - start) / step))
     if dev.type == "cuda":
         from ..backends.cuda.eager import kernels
         return _make(kernels.arange(n, start, step, dt.np, all_int), dt, dev, requires_grad)
     arr = (np.arange(n, dtype=np.float64 if not all_int else np.int64) * step + start).astype(dt.np)
     return _make(arr, dt, dev, requires_grad)
+
+
+def _fractional_length(start, end, step):
+    """arange's length max(0, ceil((end - start) / step)) as a size expression where the symbolic ones
+    are sizes and the others floats m / 2^k with small m (0.5, 0.25, 1.5): exact rationals, whose float
+    quotient (eager's) rounds to the same ceiling for every size below 2^31. None otherwise."""
+    if is_sym(step) or not all(is_size(v) or _small_binary(v) for v in (start, end, step)):
+        return None
+    scale = builtins.max(1 if is_size(v) else float(v).as_integer_ratio()[1] for v in (start, end, step))
+    num = [v * scale if is_sym(v) else int(float(v) * scale) for v in (start, end, step)]
+    span, st = num[1] - num[0], num[2]
+    if st < 0:
+        span, st = -span, -st
+    n = (span + st - 1) // st
+    return n if n >= 0 else 0
+
+
+def _small_binary(v):
+    """Whether float v is m / 2^k with |m| < 2^21, k <= 10 (every finite float is an m / 2^k)."""
+    if not math.isfinite(v):
+        return False
+    m, k = float(v).as_integer_ratio()
+    return abs(m) < 2 ** 21 and k <= 2 ** 10
+
+
+def _number(v):
+    """A start of arange as a number eager's float64 arithmetic adds (a size's expression otherwise)."""
+    return v if is_sym(v) else float(v)
 
 
 def _integral(v):

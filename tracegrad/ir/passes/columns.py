@@ -19,7 +19,7 @@ writes the gradient).
 import math
 
 from ...symint import hint
-from ..kernels import Kernel, shape_key
+from ..kernels import Kernel, same_shape, shape_key
 from ..walks import online_columns
 
 
@@ -68,7 +68,7 @@ def _ordered(run):
     space = _statistic_space(run)
     if space is None:
         return run
-    walk = [k.shape == space and _streams(k) for k in run]
+    walk = [same_shape(k.shape, space) and _streams(k) for k in run]
     if not any(walk):            # the statistic's readers move no memory of its space's size: no walk
         return run
     maker = {id(v): i for i, k in enumerate(run) for v in k.outputs}

@@ -164,9 +164,9 @@ def fuse(graph, enabled=True, half=False):
             axes = n.attrs["axis"]
             tree = expr[id(src)]
             nd = len(src.shape)
-            perm = rows_first(src.shape, axes, tree) if tuple(v.shape) in (
+            perm = rows_first(src.shape, axes, tree) if any(same_shape(v.shape, s) for s in (
                 tuple(n for d, n in enumerate(src.shape) if d not in axes),           # keepdims or not
-                tuple(1 if d in axes else n for d, n in enumerate(src.shape))) else None
+                tuple(1 if d in axes else n for d, n in enumerate(src.shape)))) else None
             if perm is not None:        # a row reduction in memory: the space permuted, reduced axes last
                 k = nd - len(axes)
                 tree = remap(tree, lambda st, off: (tuple(st[d] for d in perm), off))
@@ -301,7 +301,7 @@ def _shift_or_reads(n, consumers, columned, tree):
         if id(c) in seen or PRIMS[c.op].kind not in ("elementwise", "view"):
             continue
         seen.add(id(c))
-        if tuple(c.out.shape) == shape and PRIMS[c.op].kind == "elementwise":
+        if same_shape(c.out.shape, shape) and PRIMS[c.op].kind == "elementwise":
             return True
         todo += consumers.get(id(c.out), ())
     return False

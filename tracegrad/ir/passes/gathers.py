@@ -126,7 +126,7 @@ def through(tree, coords, ndim):
     def place(strides, offset):
         new, dyn = [0] * ndim, []
         for d, s in enumerate(strides):
-            if not s:
+            if known(s, 0):      # a symbolic stride is 0 only where there is no element: no guard
                 continue
             cs, co, checked = coords[d]
             if checked is None:

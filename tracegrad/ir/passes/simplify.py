@@ -70,7 +70,7 @@ def _applies(graph, uses):
 
 def _same(v, n):
     """v may replace n's output only when it has exactly n's type."""
-    return v if v.shape == n.out.shape and v.dtype is n.out.dtype else None
+    return v if same_shape(v.shape, n.out.shape) and v.dtype is n.out.dtype else None
 
 
 def _rule(b, n, ins):
@@ -160,7 +160,7 @@ def _visit_pow(b, n, ins):                  # x**1; x**2 and x**3 as products
     e = _const(ins[1]) if ins[1].shape == () else None
     if e == 1:
         return _same(ins[0], n)
-    if (e == 2 or e == 3) and ins[0].shape == n.out.shape:
+    if (e == 2 or e == 3) and same_shape(ins[0].shape, n.out.shape):
         x = ins[0]
         sq = b.emit("mul", [x, x], {}, n.out.shape, n.out.dtype, n.loc)
         return sq if e == 2 else b.emit("mul", [sq, x], {}, n.out.shape, n.out.dtype, n.loc)

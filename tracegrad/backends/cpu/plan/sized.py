@@ -1,7 +1,7 @@
 """Schedules whose code is sized by the space, on kernels with symbolic sizes (tracegrad/symint.py): which
 lowerings hold for every size (`generic`), and the ONE place where a kernel's sizes are compiled in
 when its best schedule is not (`pin`, called by schedule.py's `schedule`)."""
-from ....symint import Expr, SymInt, active, hint, is_sym
+from ....symint import Expr, SymInt, active, hint, is_sym, specialize
 from ....ir.kernels import pinned
 
 
@@ -23,7 +23,7 @@ def pin(k, why):
     if any(s not in hints for s in names):
         return None
     for s in names:
-        int(SymInt(Expr.symbol(s), hints[s]))           # records s == hint
+        specialize(SymInt(Expr.symbol(s), hints[s]), f"{why} compiled in")      # records s == hint, naming why
     out = _fixed(k, {s: hints[s] for s in names})
     out.pinned_for = f"{why} compiled in: {', '.join(f'{s} == {hints[s]}' for s in names)}" if names else \
         getattr(k, "pinned_for", None)
