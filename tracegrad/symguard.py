@@ -68,3 +68,30 @@ def _tidy(lhs, rhs, op):
 
 
 FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def narrow(rng, op, c):
+    """A symbol's range (lo, hi; hi None: unbounded) narrowed by the guard `symbol op c`."""
+    lo, hi = rng
+    if op == "==":
+        return c, c
+    if op == "!=":
+        return (lo + 1 if c == lo else lo), (hi - 1 if hi is not None and c == hi else hi)
+    if op in (">", ">="):
+        return max(lo, c + (op == ">")), hi
+    bound = c - (op == "<")
+    return lo, bound if hi is None else min(hi, bound)
+
+
+def unification(lhs, rhs):
+    """(symbol, expression) that records lhs == rhs as a replacement where lhs is one symbol (T == 6,
+    B == S0) or a multiple of one equal to a constant it divides (16*S0 == 16: S0 == 1), else None."""
+    names = lhs.symbols()
+    if len(names) != 1 or (name := next(iter(names))) in rhs.symbols():
+        return None
+    if lhs == Expr.symbol(name):
+        return name, rhs
+    c = lhs.exact_div(Expr.symbol(name))
+    if rhs.is_const() and c is not None and c.is_const() and c.constant() and rhs.constant() % c.constant() == 0:
+        return name, Expr.const(rhs.constant() // c.constant())
+    return None

@@ -13,7 +13,7 @@ import operator
 import threading
 
 from .symexpr import Expr, derived_name, parse_expr
-from .symguard import NEGATE, OPS, Guard, modular_text, provable
+from .symguard import NEGATE, OPS, Guard, modular_text, narrow, provable, unification
 
 __all__ = ["Expr", "SymInt", "Guard", "ShapeEnv", "sym", "is_sym", "hint", "hints", "same_size", "same_shape",
            "slice_bounds", "slice_length", "evaluate", "bind", "free_symbols", "substitute", "active", "using",
@@ -369,23 +369,9 @@ class ShapeEnv:
             self.guards.append(guard)
             if guard.op == "==":           # in the terms of the earlier unifications: S0 == 1, then S0 == B: B == 1
                 lhs, rhs = self.simplify(guard.lhs), self.simplify(guard.rhs)
-                if lhs != rhs:
-                    self._unify(lhs, rhs) or self._unify(rhs, lhs)
-
-    def _unify(self, lhs, rhs):
-        """Record lhs == rhs as a replacement where lhs is one symbol (T == 6, B == S0) or a multiple of one
-        equal to a constant it divides (16*S0 == 16: S0 == 1); whether it did."""
-        names = lhs.symbols()
-        if len(names) != 1 or (name := next(iter(names))) in rhs.symbols():
-            return False
-        if lhs == Expr.symbol(name):
-            self.replacements[name] = rhs
-            return True
-        c = lhs.exact_div(Expr.symbol(name))
-        if rhs.is_const() and c is not None and c.is_const() and c.constant() and rhs.constant() % c.constant() == 0:
-            self.replacements[name] = Expr.const(rhs.constant() // c.constant())
-            return True
-        return False
+                found = (unification(lhs, rhs) or unification(rhs, lhs)) if lhs != rhs else None
+                if found:
+                    self.replacements[found[0]] = found[1]
 
     def simplify(self, expr):
         """`expr` with each symbol an equality guard ties to another expression replaced by it."""
@@ -405,7 +391,7 @@ class ShapeEnv:
             names = g.lhs.symbols()
             if len(names) == 1 and g.rhs.is_const() and g.lhs == Expr.symbol(next(iter(names))):
                 name = next(iter(names))
-                out[name] = _narrow(out.get(name, (0, None)), g.op, g.rhs.constant())
+                out[name] = narrow(out.get(name, (0, None)), g.op, g.rhs.constant())
         return out
 
     def bind(self, shapes):
@@ -438,18 +424,6 @@ class ShapeEnv:
         """{symbol: value} of the symbols an equality guard fixed to a number (T == 784)."""
         fixed = {n: self.simplify(Expr.symbol(n)) for n in self.replacements}       # through chains: T -> S1 -> 64
         return {n: e.constant() for n, e in fixed.items() if e.is_const()}
-
-
-def _narrow(rng, op, c):
-    lo, hi = rng
-    if op == "==":
-        return c, c
-    if op == "!=":
-        return (lo + 1 if c == lo else lo), (hi - 1 if hi is not None and c == hi else hi)
-    if op in (">", ">="):
-        return max(lo, c + (op == ">")), hi
-    bound = c - (op == "<")
-    return lo, bound if hi is None else min(hi, bound)
 
 
 _local = threading.local()

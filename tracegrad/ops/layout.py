@@ -26,11 +26,8 @@ def _symbolic_reshape_strides(shape, strides, new):
     """reshape_strides over symbolic sizes: axes group where their products are the same expression (B*T
     as B, T), or equal sizes by a guard where the trace equated them (T against a literal 512 it had
     specialized: the guard is already recorded); a group views only where its strides chain as the same
-    expressions, else None (a copy: right for every size). Sizes the guards fix (B == 0) are numbers.
-    A row-major layout views as any shape of its size, row-major: no grouping to prove (a quotient
-    symbol such as B_xT_div17 groups with nothing, yet (B_xT_div17, 17) reads back as (B, T))."""
-    if all(map(same_size, strides, contiguous_strides(shape))):
-        return list(contiguous_strides(new))
+    expressions, else None (a copy: right for every size). Sizes the guards fix (B == 0) are numbers;
+    a row-major layout views in any shape (_row_major)."""
     env = active()
     if env is not None:
         fixed = [env.simplify(as_expr(d)) for d in (*shape, *strides, *new)]
