@@ -304,3 +304,45 @@ def test_small_whole_products_run_blas_on_one_thread(m, n, k, solo):
     assert blas_threads() == before
     text = f.ir(x, y, stage="llvm")
     assert bool(re.search(r"call void %c\d+bts\w*\(i32 1\)", text)) is solo
+
+
+def _alike_products(n, dynamic):
+    """(LLVM text, its split products' region entries) of a loss over n products alike but for their
+    buffers, x @ w_i (backward: g_i @ w_i.T, x.T @ g_i), after checking its loss and gradients against
+    NumPy, four calls: on the pool and on the calling thread alone (the Judge tries both)."""
+    rng = np.random.default_rng(n)
+    xa = rng.standard_normal((256, 48)).astype(np.float32)
+    was = [rng.standard_normal((48, 40)).astype(np.float32) for _ in range(n)]
+    x = tg.tensor(xa, requires_grad=True)
+    ws = [tg.tensor(w, requires_grad=True) for w in was]
+
+    def loss(x, *ws):
+        return sum(((x @ w).tanh() * (i + 1.0)).sum() for i, w in enumerate(ws))
+    f = tg.compile(loss, dynamic=dynamic)
+    hs = [np.tanh(xa.astype(np.float64) @ w) for w in was]
+    gs = [(1 - h * h) * (i + 1.0) for i, h in enumerate(hs)]
+    for _ in range(4):
+        for t in (x, *ws):
+            t.grad = None
+        out = f(x, *ws)
+        out.backward()
+        close(out.detach().numpy(), sum(h.sum() * (i + 1.0) for i, h in enumerate(hs)), np.float32)
+        close(x.grad.numpy(), sum(g @ w.T for g, w in zip(gs, was)), np.float32)
+        for w, g in zip(ws, gs):
+            close(w.grad.numpy(), xa.T.astype(np.float64) @ g, np.float32)
+    text = f.ir(x, *ws, stage="llvm")
+    return text, [name for name, body in re.findall(r"(?ms)^define void @(\w+)\(ptr nocapture readonly %\w+, i64 %lo, "
+                                                    r"i64 %hi\) #1 \{\n(.*?)^\}", text) if "call void %cfn(" in body]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_alike_split_products_share_one_entry(dynamic):
+    """Products alike but for their buffers, each split over the pool, share one compiled region entry
+    (its table slots read from the region's record: gemm.region_entry): 1 or 5 such products compile
+    the same entries, while the regions (one per product) follow the count."""
+    if not driver.blas() or not driver.blas()[1].get("set_threads"):
+        pytest.skip("this BLAS's thread count cannot be set: products do not split")
+    (one, entries1), (five, entries5) = _alike_products(1, dynamic), _alike_products(5, dynamic)
+    regions = [len(re.findall(r"call void %c\d+run\(", t)) for t in (one, five)]
+    assert regions[1] >= regions[0] + 4 and len(re.findall(r"call void %c\w*fn\(", five)) >= 5, regions
+    assert entries1 and len(entries5) == len(entries1), (entries1, entries5)

@@ -84,10 +84,11 @@ def _add_graph(mb, g, kernels, aliases, slots, inplace, label):
             if j in split:          # chunks of batches, rows or columns: BLAS on one thread each
                 name, regions[j] = f"{label}_k{j}", cut[j]
                 regions[j].entry = name
-                mb.function(region_entry(name, plan, cut[j], blas()[0], operand_slots(k, slots, gemm[plan["dtype"]]),
-                                         sized_size("c", mb.symbols.index, sizes) if sized else None))
+                entry = mb.shared(name, partial(region_entry, plan=plan, chunks=cut[j], itype=blas()[0],
+                                                reg_slots=operand_slots(k, slots, gemm[plan["dtype"]]),
+                                                size=sized_size("c", mb.symbols.index, sizes) if sized else None))
                 mb.function(region_functions(mb, name, regions[j]))
-                seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size)
+                seg[j] = region_call(c, name, regions[j], region_slot(len(slots), first.index(j)), pool, size, entry)
                 if gemm_varies(plan):   # split or not, and the chunks, by the call's sizes
                     seg[j] = per_call(c, plan, cut[j], sized_size(c, mb.symbols.index, sizes), seg[j], whole(f"{c}u"))
                 seg[j] = one_thread(c, gemm, seg[j])

@@ -191,7 +191,7 @@ class Chunks:
     89, 91; 256x1024 (K 256) 86, 91, 92; 256x768 (K 3072) 90, 93, 97; 256x2048 (K 128) 81, 77, 80.
     An extent known only at the call (symbolic) has MAX_CHUNKS chunks, cut per call (`cut`, from
     Region.resize) as a known one is, the chunks past the count empty."""
-    outs, online, members, entry, per_call, counted = (), (), None, None, False, False
+    outs, online, members, entry, per_call, counted, record = (), (), None, None, False, False, ()
 
     def __init__(self, plan):
         if plan["batch"]:
@@ -267,12 +267,19 @@ def per_call(c, plan, chunks, size, split_lines, whole_lines):
 
 
 def region_entry(name, plan, chunks, itype, reg_slots, size=None):
-    """`void @name(ptr %table, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk, none for an
-    empty one; `size`: as gemm_lines' (registers named after "c")."""
-    lines, ptrs = pointer_lines("c", reg_slots, ["  %empty = icmp sge i64 %lo, %hi", "  br i1 %empty, label %end, label %go",
-                                                 "go:"])
+    """`void @name(ptr %record, i64 %lo, i64 %hi)`: the BLAS calls of a split product's chunk, none for an
+    empty one; `size`: as gemm_lines' (registers named after "c"). The operands' table slots (`reg_slots`:
+    operand_slots) are data, not constants: `chunks.record` is set to them, and the region's descriptor
+    (regions.Region) hands each chunk the record [pointer table, slots...], so that products alike but
+    for their buffers share one entry (ModuleBuilder.shared): W11's 133 entries are 8."""
+    chunks.record = tuple(reg_slots.values())
+    lines = ["  %table = load ptr, ptr %record", "  %empty = icmp sge i64 %lo, %hi",
+             "  br i1 %empty, label %end, label %go", "go:"]
+    for i, reg in enumerate(reg_slots, 1):
+        lines += [f"  %c{reg}sp = getelementptr i64, ptr %record, i64 {i}", f"  %c{reg}s = load i64, ptr %c{reg}sp"]
+    lines, ptrs = pointer_lines("c", {reg: f"%c{reg}s" for reg in reg_slots}, lines)
     lines = gemm_lines("c", plan, itype, ptrs, "%lo", "%hi", chunks.axis, size, lines)
-    return (f"define void @{name}(ptr nocapture readonly %table, i64 %lo, i64 %hi) #1 {{\nentry:\n"
+    return (f"define void @{name}(ptr nocapture readonly %record, i64 %lo, i64 %hi) #1 {{\nentry:\n"
             + "\n".join(lines) + "\n  br label %end\nend:\n  ret void\n}")
 
 

@@ -51,7 +51,7 @@ class ModuleBuilder:
     optimized and compiled once. So compile time follows the number of distinct kernels."""
 
     def __init__(self, symbols=None):
-        self.functions, self.math, self.bodies, self.comments = [], set(), {}, []
+        self.functions, self.math, self.bodies, self.comments, self.entries = [], set(), {}, [], {}
         self.symbols = symbols or Symbols(())   # the symbolic sizes' order in a call's sizes array (sizes.py)
         self.index_error = False      # a kernel checks gathered indices (scalar.py's Emitter.checked)
         self.lowerings, self.moved = {}, {}     # kernel name -> how it was lowered (TRACEGRAD_LOG=kernels); moves
@@ -123,6 +123,14 @@ class ModuleBuilder:
     def function(self, text):
         """Add a function written elsewhere (the driver's, driver.py)."""
         self.functions.append(text)
+
+    def shared(self, name, function):
+        """The name of the function `function(name)` returns the text of: that of an earlier one whose text
+        is the same but for its name (compiled once), else `name`, its text added."""
+        got = self.entries.setdefault(function("_"), name)
+        if got == name:
+            self.function(function(name))
+        return got
 
 
 def _buffers(kernel):

@@ -211,11 +211,12 @@ def _load(lines, c, reg, base, index):
     return f"%{c}{reg}"
 
 
-def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
+def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots, fn=None):
     """LLVM lines (in a segment: `%table` is the program's pointer table) running kernel entry
-    `@entry(table, lo, hi)` as the chunks of `chunks` on the pool; registers and labels start with
-    `c`. desc_slot: the table slot of the region's descriptor; pool_slots: (shared words, tg_region);
-    table_slots: the pointer table's length (what a private copy copies)."""
+    `@entry(table, lo, hi)` (`@fn` where given: an entry shared by regions, taking their slot record,
+    see Region) as the chunks of `chunks` on the pool; registers and labels start with `c`. desc_slot:
+    the table slot of the region's descriptor; pool_slots: (shared words, tg_region); table_slots: the
+    pointer table's length (what a private copy copies)."""
     lines = []
     ctl = _load(lines, c, "ctl", "%table", pool_slots[0])
     run = _load(lines, c, "run", "%table", pool_slots[1])
@@ -236,7 +237,7 @@ def region_call(c, entry, chunks, desc_slot, pool_slots, table_slots):
         bounds = f"%{c}bounds"
         lines.append(f"  {bounds} = getelementptr i64, ptr {desc}, i64 {bounds_word(chunks)}")
     n = f"%{c}k" if chunks.counted else chunks.n
-    lines.append(f"  call void {run}(ptr {ctl}, ptr @{entry}, ptr %{c}tabs, ptr {bounds}, i64 {n}, ptr {desc})")
+    lines.append(f"  call void {run}(ptr {ctl}, ptr @{fn or entry}, ptr %{c}tabs, ptr {bounds}, i64 {n}, ptr {desc})")
     if chunks.outs:
         lines.append(f"  call void @{entry}_join(ptr %table, ptr {desc})")
     return head + (_per_call(c, entry, chunks, desc, lines) if chunks.per_call else lines)
@@ -311,13 +312,17 @@ class Region:
     tables and partial arrays, and its Judge."""
 
     def __init__(self, chunks, table, table_slots):
-        n, outs = chunks.n, chunks.outs
-        self.desc = np.zeros(DESC_TABLES + n + n * len(outs) + (n + 1 if chunks.symbolic() else 0), np.int64)
+        n, outs, record = chunks.n, chunks.outs, getattr(chunks, "record", ())
+        at = bounds_word(chunks) + (n + 1 if chunks.symbolic() else 0)     # the slot record's first word
+        self.desc = np.zeros(at + (1 + len(record) if record else 0), np.int64)
         # symbolic bounds: the descriptor's words (set per call), else None (constants of the module)
-        self.bounds = self.desc[bounds_word(chunks):] if chunks.symbolic() else None
+        self.bounds = self.desc[bounds_word(chunks):at] if chunks.symbolic() else None
         self.private = [(ctypes.c_void_p * table_slots)() for _ in range(n - 1)] if outs else []
         self.desc[DESC_TABLES:DESC_TABLES + n] = [ctypes.addressof(table)] + [ctypes.addressof(t) for t in self.private] \
             if outs else [ctypes.addressof(table)] * n
+        if record:          # each chunk gets the record (the table's address, then the slots), not the table
+            self.desc[at:] = [ctypes.addressof(table), *record]
+            self.desc[DESC_TABLES:DESC_TABLES + n] = self.desc[at:at + 1].ctypes.data
         self.chunks, self.judge, self.partials = chunks, Judge(), [None] * len(outs)
         self.rows = 1           # the extent split at the call, where symbolic (the Judge compares time per row)
         self.used = chunks.n   # the chunks this call runs (1: whole; per call where chunks.per_call)
