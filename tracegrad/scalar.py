@@ -102,10 +102,11 @@ class Lit(Expr):
 
 class Call(Expr):
     """Vocabulary function `fn` applied to `args`."""
-    __slots__ = ("fn", "args")
+    __slots__ = ("fn", "args", "head")
 
     def __init__(self, fn, args):
         self.fn, self.args = fn, args
+        self.head = fn if all(isinstance(x, Arg) and x.index == i for i, x in enumerate(args)) else None
 
     def __str__(self):
         s = self.fn.symbol
@@ -152,9 +153,7 @@ def cost(expr):
 def head(expr):
     """The function when `expr` is one vocabulary function applied to the operands in order
     (`exp(a)`, `a - b`, `maximum(a, b)`): the matcher the scheduler and the reductions ask; else None."""
-    if isinstance(expr, Call) and all(isinstance(x, Arg) and x.index == i for i, x in enumerate(expr.args)):
-        return expr.fn
-    return None
+    return expr.head if isinstance(expr, Call) else None       # found once, when the Call is made
 
 
 a, b, c = Arg(0), Arg(1), Arg(2)
