@@ -306,10 +306,11 @@ def test_small_whole_products_run_blas_on_one_thread(m, n, k, solo):
     assert bool(re.search(r"call void %c\d+bts\w*\(i32 1\)", text)) is solo
 
 
-def _alike_products(n, dynamic):
+def _alike_products(n, dynamic, check=False):
     """(LLVM text, its split products' region entries) of a loss over n products alike but for their
     buffers, x @ w_i (backward: g_i @ w_i.T, x.T @ g_i), after checking its loss and gradients against
-    NumPy, four calls: on the pool and on the calling thread alone (the Judge tries both)."""
+    NumPy, four calls: on the pool and on the calling thread alone (the Judge tries both); `check`:
+    compiled with check=True (kernel by kernel, each against eager)."""
     rng = np.random.default_rng(n)
     xa = rng.standard_normal((256, 48)).astype(np.float32)
     was = [rng.standard_normal((48, 40)).astype(np.float32) for _ in range(n)]
@@ -318,7 +319,7 @@ def _alike_products(n, dynamic):
 
     def loss(x, *ws):
         return sum(((x @ w).tanh() * (i + 1.0)).sum() for i, w in enumerate(ws))
-    f = tg.compile(loss, dynamic=dynamic)
+    f = tg.compile(loss, dynamic=dynamic, check=check)
     hs = [np.tanh(xa.astype(np.float64) @ w) for w in was]
     gs = [(1 - h * h) * (i + 1.0) for i, h in enumerate(hs)]
     for _ in range(4):
@@ -343,6 +344,7 @@ def test_alike_split_products_share_one_entry(dynamic):
     if not driver.blas() or not driver.blas()[1].get("set_threads"):
         pytest.skip("this BLAS's thread count cannot be set: products do not split")
     (one, entries1), (five, entries5) = _alike_products(1, dynamic), _alike_products(5, dynamic)
+    _alike_products(3, dynamic, check=True)
     regions = [len(re.findall(r"call void %c\d+run\(", t)) for t in (one, five)]
     assert regions[1] >= regions[0] + 4 and len(re.findall(r"call void %c\w*fn\(", five)) >= 5, regions
     assert entries1 and len(entries5) == len(entries1), (entries1, entries5)
