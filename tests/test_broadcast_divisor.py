@@ -60,7 +60,8 @@ def test_a_row_divisor_is_a_reciprocal_multiply_in_the_llvm_text(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_special_divisors_give_what_division_gives(dtype):
     info = np.finfo(dtype)
-    d = np.array([[info.smallest_subnormal], [info.tiny / 8], [0.0], [-0.0], [np.inf], [np.nan], [3.0], [-7.5]], dtype)
+    d = np.array([[info.smallest_subnormal], [info.tiny / 8], [0.0], [-0.0], [np.inf], [np.nan], [3.0], [-7.5],
+                  [info.max], [-info.max / 3], [2.0 ** (info.maxexp - 2)]], dtype)
     a = np.tile(np.array([1.0, -2.5, 0.0, np.inf, info.tiny, 3.0], dtype), (len(d), 1))
     got = tg.compile(lambda a, d: a / d)(tg.tensor(a), tg.tensor(d)).numpy()
     with np.errstate(all="ignore"):
@@ -101,3 +102,15 @@ def test_the_rule_follows_the_dividends_memory_order():
 
 class _Buf:
     dtype = tg.float32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_divisors_of_the_top_binade_keep_their_bits(dtype):
+    """A divisor whose reciprocal would be subnormal (|b| >= 2**(maxexp - 2)) is scaled down first: a / b
+    within two roundings of the quotient, as for any normal divisor."""
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(5)
+    d = (rng.uniform(1, 3.9, (16, 1)) * 2.0 ** (info.maxexp - 2)).astype(dtype)
+    a = (rng.standard_normal((16, 33)) * 2.0 ** (info.maxexp - 3)).astype(dtype)
+    got = tg.compile(lambda a, d: a / d)(tg.tensor(a), tg.tensor(d)).numpy()
+    np.testing.assert_allclose(got, a / d, rtol=2 * info.eps, atol=0)

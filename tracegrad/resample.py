@@ -122,7 +122,7 @@ def _take(x, axis, idx):
 
 
 def _weights(lam, shape, x):
-    return lam.reshape(shape) if _is_tensor(lam) else tensor(lam.reshape(shape), dtype=x.dtype, device=x.device)
+    return lam.reshape(shape).to(x.dtype) if _is_tensor(lam) else tensor(lam.reshape(shape), dtype=x.dtype, device=x.device)
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -149,16 +149,17 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise _ArgError(f"interpolate: Input and output sizes should be greater than 0, but got input "
                         f"{list(x.shape[2:])} and output {list(out)} (input shape {list(x.shape)})")
     np_float = np.float64 if x.dtype == D.float64 else np.float32
+    grid_dtype = D.float64 if x.dtype == D.float64 else D.float32      # eager's positions and weights
     for axis in reversed(range(2, 2 + d)):
         n, o, f = x.shape[axis], out[axis - 2], factors[axis - 2]
         sym = is_sym(n) or is_sym(o)       # traced with symbolic sizes: indices and weights computed at the call
         if mode in _LINEAR:
-            i0, i1, lam0, lam1 = _grid(n, o, f, mode, bool(align_corners), x.dtype, x.device) if sym else \
+            i0, i1, lam0, lam1 = _grid(n, o, f, mode, bool(align_corners), grid_dtype, x.device) if sym else \
                 _linear_weights(n, o, f, bool(align_corners), np_float)
             shape = (o,) + (1,) * (x.ndim - 1 - axis)
             x = _take(x, axis, i0) * _weights(lam0, shape, x) + _take(x, axis, i1) * _weights(lam1, shape, x)
         else:
-            x = _take(x, axis, _grid(n, o, f, mode, None, x.dtype, x.device) if sym else
+            x = _take(x, axis, _grid(n, o, f, mode, None, grid_dtype, x.device) if sym else
                       _nearest_index(n, o, f, mode == "nearest-exact"))
     name = {"nearest": "UpsampleNearest", "nearest-exact": "UpsampleNearestExact"}.get(mode, f"Upsample{mode.capitalize()}")
     return _named(x, f"{name}{d}DBackward")

@@ -5,7 +5,6 @@ the sums that read them rescaled to the joined maximum. A kernel split per call 
 only the chunks of the call (the descriptor's USED word), in a loop over them (`counted_join`)."""
 from . import mathlib
 from .loops import ACCESS, DISJOINT, ELEMENTS, _counted, _loops
-from .online_columns import _shift
 from .reductions import _acc_dtype, _combine, _join, _narrow, _widen
 from .scalar import SHORT, Emitter, Fn, fconst, regtype
 from ...ir.kernels import loads

@@ -347,12 +347,15 @@ def _by_reciprocal(f, a, b, d):
     reciprocal and the power of two s out of the row's loop), so each element costs two multiplies and
     two roundings, as PyTorch's softmax and layer norm compute it, instead of a division (a tenth of a
     softmax row's time on an AVX-512 Zen 4). s scales a subnormal b into the normal range, where 1 / b
-    is finite (a plain reciprocal would be inf there, turning a / b into inf or NaN); b = 0, +-inf and
-    NaN give what a / b gives."""
+    is finite (a plain reciprocal would be inf there, turning a / b into inf or NaN), and a b of the top
+    binade down (whose reciprocal would be subnormal, losing bits); b = 0, +-inf and NaN give what a / b
+    gives."""
     ty, info = regtype(d), np.finfo(d.name)
-    tiny = f.assign(f"fcmp olt {ty} {f.assign(f'call {ty} @llvm.fabs.{SHORT[d.name]}({ty} {b})')}, "
-                    f"{fconst(float(info.tiny), d)}")
-    s = f.assign(f"select i1 {tiny}, {ty} {fconst(2.0 ** info.nmant, d)}, {ty} {fconst(1, d)}")
+    mag = f.assign(f"call {ty} @llvm.fabs.{SHORT[d.name]}({ty} {b})")
+    tiny = f.assign(f"fcmp olt {ty} {mag}, {fconst(float(info.tiny), d)}")
+    big = f.assign(f"fcmp oge {ty} {mag}, {fconst(2.0 ** (info.maxexp - 2), d)}")
+    down = f.assign(f"select i1 {big}, {ty} {fconst(0.25, d)}, {ty} {fconst(1, d)}")
+    s = f.assign(f"select i1 {tiny}, {ty} {fconst(2.0 ** info.nmant, d)}, {ty} {down}")
     r = f.assign(f"fdiv {ty} {fconst(1, d)}, {f.assign(f'fmul {ty} {b}, {s}')}")
     return f.assign(f"fmul {ty} {f.assign(f'fmul {ty} {a}, {r}')}, {s}")
 

@@ -121,7 +121,8 @@ class Emitter:
     distinct node once. `load(ld) -> source text` reads a Load; `memo` may be seeded with values
     already held (id(node) -> variable). `invariant(tree)`: whether a tree's value is the same at
     every element of the loop being emitted (a row's: it reads only row results); a float division by
-    such an argument multiplies by its reciprocal instead (the CPU's rule, codegen/scalar.py), which
+    such an argument multiplies by its reciprocal instead (as the CPU's backends/cpu/scalar.py does for
+    divisors fusion marks BROADCAST_DIV, ir/divisors.py), which
     the compiler hoists out of the loop: one multiply per element instead of an IEEE divide."""
 
     def __init__(self, src, load, memo=None, invariant=None):
@@ -240,11 +241,14 @@ class _Translate:
     def by_reciprocal(self, a, b, d):
         """a / b as a * (1 / (b * s)) * s, for b loop-invariant (the reciprocal and the power of two s
         are then hoisted): two multiplies and two roundings an element, as PyTorch's softmax and layer
-        norm. s scales a subnormal b into the normal range, where 1 / b is finite; b = 0, +-inf and
-        NaN give what a / b gives (codegen/scalar.py's _by_reciprocal, the same rule)."""
+        norm. s scales a subnormal b into the normal range, where 1 / b is finite, and a b of the top
+        binade down (its reciprocal would be subnormal); b = 0, +-inf and NaN give what a / b gives
+        (backends/cpu/scalar.py's _by_reciprocal, the same arithmetic)."""
         info = np.finfo(d)
+        down = self.src.assign(f"{literal(0.25, d)} if abs({b}) >= {literal(2.0 ** (info.maxexp - 2), d)} "
+                               f"else {literal(1, d)}", "s")
         s = self.src.assign(f"{literal(2.0 ** info.nmant, d)} if abs({b}) < {literal(float(info.tiny), d)} "
-                            f"else {literal(1, d)}", "s")
+                            f"else {down}", "s")
         r = self.src.assign(f"{d}({literal(1, d)} / {d}({b} * {s}))", "rcp")
         return self.hold(f"{d}({a} * {r}) * {s}", d)
 
