@@ -39,9 +39,11 @@ outside such runs are split per call, so a tiny program's small kernels are grou
 
 Threads or the calling thread alone: each region has a descriptor (int64 words, its address in the
 table): desc[0] the Judge's choice (threads.py), desc[1] the mode the region used (-1: not run since
-Python last looked), desc[2] its nanoseconds, then the chunks' pointer tables (the program's and
-the privates), the partials' addresses, their element counts, and, where the sizes are symbolic, the
-chunks' bounds (set per call, as the counts are). After each native call, `Region.learn` hands the time to
+Python last looked), desc[2] its nanoseconds, desc[3] (USED) the chunks a per-call region runs this
+call (1: whole), then the chunks' pointer tables (the program's and the privates), the partials'
+addresses, their element counts, where the sizes are symbolic the chunks' bounds (set per call, as
+the counts are), and for a product entry shared by regions its slot record (the table's address,
+then the slots it reads). After each native call, `Region.learn` hands the time to
 the kernel's Judge and writes its next choice: the Judge keeps its rules and its tests, at ~1 us of
 Python per region and call (a region is >= parallel_min_work element-ops (machine.py): hundreds of us).
 """

@@ -52,7 +52,7 @@ _JOB, _DONE, _FN, _TABLES, _BOUNDS, _PARK, _BUSY, _CONF = (i * _LINE for i in ra
 _WORKERS, _WAKE, _SEMS, _CLOCK, _CLOCK_ID, _GETCPU, _CALLER = range(_CONF, _CONF + 7)
 _STATES = 8 * _LINE
 SEM_BYTES = 64            # bytes per worker semaphore (glibc's sem_t: 32 or 16)
-DESC_TABLES = 8           # a region descriptor's words: choice, mode used, nanoseconds, ..., then its tables
+DESC_TABLES = 8           # a region descriptor's words: choice, mode used, nanoseconds, chunks used, ..., then its tables
 
 
 def _ir():
